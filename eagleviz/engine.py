@@ -1,0 +1,320 @@
+"""The speculative decoding loop, as a generator of `CycleTrace`s.
+
+State of a run (batch size 1):
+    S         committed length: tokens whose keys/values are in the target cache (and in the draft's stable
+              cache); the root token at position S is known but not yet in either cache
+    pending   target features of the positions the draft has not encoded yet, with their paired tokens
+              (draft position p pairs the target feature at p with the token at p + 1)
+
+Each cycle:
+    1) draft   encode `pending` into the draft's stable cache; grow the tree level by level (each level's
+               frontier attends to the prefix and its own ancestors); rerank to the verification budget
+    2) verify  one target forward over the tree tokens with tree attention, positions S + depth
+    3) accept  greedy matching, or multi-round speculative sampling (lossless)
+    4) rewind  target: compact the accepted path's slots to [S, S + accept_length]; draft: drop the
+               expansion slots (EAGLE's stable-KV rule: the draft cache only holds positions encoded from
+               target features)
+The accepted path's target features and the bonus token become the next cycle's `pending`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.errors import UserFacingError
+from eagleviz.kv_cache import KVCache
+from eagleviz.models.draft import DraftHead
+from eagleviz.models.target import TargetModel
+from eagleviz.trace import CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
+from eagleviz.tree import Candidates, VerifyTree, rerank, select_frontier, top_children
+from eagleviz.verify import greedy_verify, sample_verify, sampling_probs
+from kernels.tree_attention import resolve_impl
+
+
+class _TokenText:
+    """Decoded text of single tokens, memoised for one run."""
+
+    def __init__(self, tokenizer):
+        self._tok, self._memo = tokenizer, {}
+
+    def __call__(self, token: int) -> str:
+        text = self._memo.get(token)
+        if text is None:
+            text = self._memo[token] = self._tok.decode([token])
+        return text
+
+
+def _causal(n: int, device) -> torch.Tensor:
+    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+
+@dataclass
+class _Draft:
+    """What phase 1 produced."""
+
+    cands: Candidates
+    tree: VerifyTree
+    expansion_slots: list[int]
+
+
+class _Clock:
+    """Phase timer; synchronises CUDA so that each phase is charged for its own kernels."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.t = time.perf_counter()
+
+    def lap(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        ms, self.t = (now - self.t) * 1e3, now
+        return ms
+
+
+class Engine:
+    """Target + draft head, shared read-only by every run; each run owns its caches and RNG."""
+
+    def __init__(self, target: TargetModel, head: DraftHead | None, head_name: str = "", attn_impl: str = "auto"):
+        self.target, self.head, self.head_name = target, head, head_name
+        self.attn_impl = resolve_impl(attn_impl, target.device)
+        arch = head.config.arch if head is not None else "eagle1"
+        self.feature_layers = target.eagle3_layers if arch == "eagle3" else None
+
+    # ------------------------------------------------------------------ set-up
+    def encode_prompt(self, prompt: str, chat: bool = True) -> list[int]:
+        if not prompt or not prompt.strip():
+            raise UserFacingError("the prompt is empty")
+        tok = self.target.tokenizer
+        if chat and tok.chat_template:
+            text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                           add_generation_prompt=True)
+            return tok(text, add_special_tokens=False)["input_ids"]
+        return tok(prompt)["input_ids"]
+
+    def new_run(self, prompt: str, prompt_ids: list[int], tree: TreeConfig | None, sampling: SamplingConfig) -> RunTrace:
+        config = {"sampling": vars(sampling).copy(), "speculative": tree is not None}
+        if tree is not None:
+            config["tree"] = {"steps": tree.steps, "topk": tree.topk, "draft_tokens": tree.draft_tokens,
+                              "adjustments": list(tree.adjustments)}
+        return RunTrace(prompt=prompt, prompt_tokens=len(prompt_ids), config=config, seed=sampling.seed,
+                        device=str(self.target.device), dtype=str(self.target.dtype).removeprefix("torch."),
+                        attn_impl=self.attn_impl, model=self.target.name,
+                        head=self.head_name if tree is not None else "")
+
+    def _capacity(self, n_prompt: int, sampling: SamplingConfig, extra: int) -> int:
+        limit = self.target.max_positions
+        if n_prompt + 1 >= limit:
+            raise UserFacingError(f"the prompt has {n_prompt} tokens; the model's context limit is {limit}")
+        return min(limit, n_prompt + sampling.max_new_tokens + extra + 1)
+
+    def _prefill(self, ids: list[int], cache: KVCache, sampling: SamplingConfig, gen: torch.Generator):
+        """Target forward over the prompt: returns the first new token and the prompt's features."""
+        x = torch.tensor(ids, device=self.target.device)
+        out = self.target.forward(x, torch.arange(len(ids), device=x.device), cache, _causal(len(ids), x.device),
+                                  logit_rows=slice(-1, None), feature_layers=self.feature_layers,
+                                  impl=self.attn_impl)
+        return self._choose(out.logits[0], sampling, gen), out.features
+
+    @staticmethod
+    def _choose(logits: torch.Tensor, sampling: SamplingConfig, gen: torch.Generator) -> int:
+        if sampling.greedy:
+            return int(logits.argmax())
+        return int(torch.multinomial(sampling_probs(logits, sampling.temperature, sampling.top_p), 1, generator=gen))
+
+    @staticmethod
+    def _emit(run: RunTrace, tokens: list[tuple[int, str]], cycle: int, eos: frozenset[int], limit: int,
+              text) -> bool:
+        """Append committed tokens with their provenance; True when a stop condition is reached."""
+        for token, source in tokens:
+            run.output.append(OutputToken(token=token, text=text(token), cycle=cycle, source=source))
+            if token in eos:
+                run.stop_reason = "eos"
+                return True
+            if len(run.output) >= limit:
+                run.stop_reason = "max_new_tokens"
+                return True
+        return False
+
+    # ------------------------------------------------------------------ plain decoding
+    @torch.inference_mode()
+    def plain(self, prompt_ids: list[int], sampling: SamplingConfig, run: RunTrace) -> Iterator[OutputToken]:
+        """Target-only decoding with the same forward, dtype and sampling; yields each new token."""
+        start = time.perf_counter()
+        gen = torch.Generator(device=self.target.device).manual_seed(sampling.seed)
+        cache = self.target.new_cache(self._capacity(len(prompt_ids), sampling, 0))
+        text = _TokenText(self.target.tokenizer)
+        token, _ = self._prefill(prompt_ids, cache, sampling, gen)
+        run.prefill_ms = (time.perf_counter() - start) * 1e3
+        done = self._emit(run, [(token, "prefill")], -1, self.target.eos_token_ids, sampling.max_new_tokens, text)
+        yield run.output[-1]
+        while not done:
+            if cache.length + 1 >= cache.capacity:
+                run.stop_reason = "context"
+                break
+            x = torch.tensor([token], device=self.target.device)
+            out = self.target.forward(x, torch.tensor([cache.length], device=x.device), cache, None,
+                                      impl=self.attn_impl)
+            token = self._choose(out.logits[0], sampling, gen)
+            done = self._emit(run, [(token, "target")], -1, self.target.eos_token_ids, sampling.max_new_tokens, text)
+            run.wall_s = time.perf_counter() - start
+            yield run.output[-1]
+        run.wall_s = time.perf_counter() - start
+
+    # ------------------------------------------------------------------ speculative decoding
+    @torch.inference_mode()
+    def speculate(self, prompt_ids: list[int], tree_cfg: TreeConfig, sampling: SamplingConfig,
+                  run: RunTrace) -> Iterator[CycleTrace]:
+        """EAGLE speculative decoding; fills `run` (output tokens, cycles, timings) and yields each cycle."""
+        if self.head is None:
+            raise UserFacingError("speculative decoding needs a draft head")
+        start = time.perf_counter()
+        target, dev = self.target, self.target.device
+        gen = torch.Generator(device=dev).manual_seed(sampling.seed)
+        capacity = self._capacity(len(prompt_ids), sampling, tree_cfg.draft_tokens)
+        tcache = target.new_cache(capacity)
+        dcache = self.head.new_cache(capacity + tree_cfg.steps * tree_cfg.topk, target.dtype, dev)
+        text = _TokenText(target.tokenizer)
+
+        root, feats = self._prefill(prompt_ids, tcache, sampling, gen)
+        run.prefill_ms = (time.perf_counter() - start) * 1e3
+        pend_tokens = list(prompt_ids[1:]) + [root]
+        done = self._emit(run, [(root, "prefill")], -1, target.eos_token_ids, sampling.max_new_tokens, text)
+        cycle = 0
+        while not done:
+            S = tcache.length
+            if S + tree_cfg.draft_tokens >= capacity:
+                run.stop_reason = "context"
+                break
+            clock = _Clock(dev)
+            # 1) draft
+            draft = self._draft(feats, pend_tokens, dcache, tree_cfg, root)
+            tree = draft.tree
+            t_draft = clock.lap()
+            # 2) verify
+            ids = torch.tensor(tree.tokens, device=dev)
+            pos = torch.tensor(tree.depths, device=dev) + S
+            out = target.forward(ids, pos, tcache, tree.mask().to(dev), feature_layers=self.feature_layers,
+                                 impl=self.attn_impl)
+            t_verify = clock.lap()
+            # 3) accept
+            result, argmax, tprobs = self._accept(tree, draft.cands, out.logits, sampling, gen, text)
+            t_accept = clock.lap()
+            # 4) rewind KV
+            path_slots = [S + s for s in result.path]
+            moves = tcache.commit_path(S, path_slots)
+            expansion_len = dcache.length
+            dcache.rewind(S)
+            t_rewind = clock.lap()
+
+            accepted = [tree.tokens[s] for s in result.path[1:]]
+            feats = out.features[result.path]
+            pend_tokens = accepted + [result.bonus_token]
+            root = result.bonus_token
+            trace = CycleTrace(
+                index=cycle, nodes=self._nodes(draft.cands, tree, text), verify_nodes=tree.node_ids,
+                tokens=tree.tokens, texts=[text(t) for t in tree.tokens], parents=tree.parents,
+                positions=pos.tolist(), mask=tree.mask().int().tolist(), target_tokens=argmax,
+                target_texts=[text(t) for t in argmax], target_probs=tprobs, checks=result.checks,
+                path=result.path, bonus_token=result.bonus_token, bonus_text=text(result.bonus_token),
+                bonus_source=result.bonus_source, accept_length=len(accepted), committed=pend_tokens,
+                kv_target=KVMap(before=S, appended=list(range(S, S + len(tree))), moves=moves, after=tcache.length),
+                kv_draft=KVMap(before=S, appended=list(range(S, expansion_len)), moves=[], after=S),
+                timings_ms={"draft": t_draft, "verify": t_verify, "accept": t_accept, "rewind": t_rewind})
+            run.cycles.append(trace)
+            done = self._emit(run, [(t, "draft") for t in accepted] + [(root, "bonus")], cycle,
+                              target.eos_token_ids, sampling.max_new_tokens, text)
+            run.wall_s = time.perf_counter() - start
+            cycle += 1
+            yield trace
+        run.wall_s = time.perf_counter() - start
+
+    def _draft(self, feats: torch.Tensor, pend_tokens: list[int], dcache: KVCache, cfg: TreeConfig,
+               root: int) -> _Draft:
+        """Encode the pending positions, then grow and rerank the tree (EAGLE-2 expansion + reranking)."""
+        head, target, dev = self.head, self.target, self.target.device
+        n, stable = len(pend_tokens), dcache.length
+        pos = torch.arange(stable, stable + n, device=dev)
+        h = head(feats, target.embed(torch.tensor(pend_tokens, device=dev)), pos, dcache, _causal(n, dev),
+                 self.attn_impl)
+        S = dcache.length  # stable draft length == committed target length
+        cands = Candidates()
+        out_of: dict[int, torch.Tensor] = {-1: h[-1]}
+        frontier = self._add_level(cands, [-1], h[-1:], cfg.topk)
+        slot_of: dict[int, int] = {}
+        for step in range(1, cfg.steps):
+            frontier = select_frontier(cands, frontier, cfg.topk)
+            for node in frontier:
+                slot_of[node] = len(slot_of)
+                cands.expanded[node] = True
+            mask = torch.zeros(len(frontier), len(slot_of), dtype=torch.bool)
+            for r, node in enumerate(frontier):
+                a = node
+                while a >= 0:
+                    mask[r, slot_of[a]] = True
+                    a = cands.parents[a]
+            x_feat = torch.stack([out_of[cands.parents[node]] for node in frontier])
+            x_tok = torch.tensor([cands.tokens[node] for node in frontier], device=dev)
+            x_pos = torch.full((len(frontier),), S + step - 1, device=dev)
+            hs = head(x_feat, target.embed(x_tok), x_pos, dcache, mask.to(dev), self.attn_impl)
+            for r, node in enumerate(frontier):
+                out_of[node] = hs[r]
+            frontier = self._add_level(cands, frontier, hs, cfg.topk)
+        kept = rerank(cands, cfg.draft_tokens - 1)
+        return _Draft(cands=cands, tree=VerifyTree.build(cands, kept, root),
+                      expansion_slots=list(range(S, dcache.length)))
+
+    def _add_level(self, cands: Candidates, parents: list[int], hs: torch.Tensor, k: int) -> list[int]:
+        """Children of each parent: the draft's top-k tokens by log-probability. Returns the new node ids."""
+        logp = torch.log_softmax(self.head.logits(hs, self.target.lm_head), dim=-1)
+        ids, lps = top_children(logp, k)
+        mapped = self.head.to_target_ids(torch.tensor(ids, device=hs.device)).tolist()
+        new = []
+        for parent, toks, lp in zip(parents, mapped, lps):
+            added = cands.add_children(parent, toks, lp)
+            cands.expanded.extend([False] * len(added))
+            new.extend(added)
+        return new
+
+    def _accept(self, tree: VerifyTree, cands: Candidates, logits: torch.Tensor, sampling: SamplingConfig,
+                gen: torch.Generator, text):
+        """Phase 3. logits: (T, V) fp32 target logits at each slot."""
+        temp = sampling.temperature if not sampling.greedy else 1.0
+        probs = torch.softmax(logits / temp, dim=-1)
+        top_p, top_i = probs.max(dim=-1)
+        argmax, tprobs = top_i.tolist(), top_p.tolist()
+        qs = [1.0] + [math.exp(cands.logprobs[n]) for n in tree.node_ids[1:]]
+        if sampling.greedy:
+            return greedy_verify(tree, argmax, qs, tprobs, text), argmax, tprobs
+        memo: dict[int, torch.Tensor] = {}
+
+        def probs_at(s: int) -> torch.Tensor:
+            if s not in memo:
+                memo[s] = sampling_probs(logits[s], sampling.temperature, sampling.top_p)
+            return memo[s]
+
+        return sample_verify(tree, probs_at, qs, argmax, gen, text), argmax, tprobs
+
+    @staticmethod
+    def _nodes(cands: Candidates, tree: VerifyTree, text) -> list[TreeNode]:
+        slot = {n: s for s, n in enumerate(tree.node_ids)}
+        return [TreeNode(id=i, parent=cands.parents[i], depth=cands.depths[i], token=cands.tokens[i],
+                         text=text(cands.tokens[i]), prob=math.exp(cands.logprobs[i]),
+                         score=cands.scores[i], expanded=cands.expanded[i], kept=i in slot, slot=slot.get(i, -1))
+                for i in range(len(cands))]
+
+    # ------------------------------------------------------------------ convenience
+    def generate(self, prompt: str, tree: TreeConfig | None, sampling: SamplingConfig, chat: bool = True) -> RunTrace:
+        """Run to the end and return the trace (tree None = plain decoding)."""
+        ids = self.encode_prompt(prompt, chat)
+        run = self.new_run(prompt, ids, tree, sampling)
+        steps = self.plain(ids, sampling, run) if tree is None else self.speculate(ids, tree, sampling, run)
+        for _ in steps:
+            pass
+        return run

@@ -1,0 +1,285 @@
+"""The EAGLE draft head: EAGLE-1/2 and EAGLE-3 architectures, with the official checkpoint key names.
+
+EAGLE-1/2 (yuhuili/EAGLE-*):   x = fc(cat(embed(token), feature));  layers.i (layer 0 has no input norm);
+                               logits = target_lm_head(x)  (the feature is the target's post-norm state)
+EAGLE-3   (yuhuili/EAGLE3-*):  g = fc(cat(low, mid, high)) for target features, g = own output otherwise;
+                               a = cat(input_layernorm(embed(token)), hidden_norm(g))   (2H attention input)
+                               h = g + attn(a); h = h + mlp(post_attention_layernorm(h))
+                               logits = lm_head(norm(h)) over a draft vocabulary; target id = id + d2t[id]
+Draft position p pairs the target feature at p with the token at p + 1, so it predicts the token at p + 2.
+The embedding is always the target's (frozen, never saved with the head).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from eagleviz.errors import UserFacingError
+from eagleviz.kv_cache import KVCache
+from eagleviz.models.layers import (AttentionWeights, cached_attention, rms_norm, rope_cos_sin, rope_inv_freq,
+                                    swiglu_mlp)
+
+ARCHS = ("eagle1", "eagle3")
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """Shapes of a draft head. `target_hidden_size` is the width of one target feature."""
+
+    arch: str
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    draft_vocab_size: int
+    target_hidden_size: int
+    num_layers: int = 1
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    bias: bool = True
+    qkv_bias: bool = False
+
+    def __post_init__(self):
+        if self.arch not in ARCHS:
+            raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        if self.arch == "eagle3" and self.num_layers != 1:
+            raise ValueError("EAGLE-3 heads have exactly one layer (midlayer)")
+
+    @property
+    def feature_size(self) -> int:
+        """Width of the target feature the head consumes."""
+        return self.target_hidden_size * (3 if self.arch == "eagle3" else 1)
+
+    @classmethod
+    def for_target(cls, target, arch: str = "eagle1", num_layers: int = 1, draft_vocab_size: int | None = None):
+        """A head shaped like one decoder layer of `target` (the EAGLE papers' choice)."""
+        return cls(arch=arch, hidden_size=target.hidden_size, num_heads=target.num_heads,
+                   num_kv_heads=target.num_kv_heads, head_dim=target.head_dim,
+                   intermediate_size=target.config.intermediate_size, vocab_size=target.vocab_size,
+                   draft_vocab_size=draft_vocab_size or target.vocab_size, target_hidden_size=target.hidden_size,
+                   num_layers=num_layers, rms_norm_eps=target.eps,
+                   rope_theta=float(_rope_theta(target.config)), bias=arch == "eagle1")
+
+    def to_hf(self) -> dict:
+        """config.json in the layout of the published heads (LlamaConfig fields plus EAGLE extras)."""
+        out = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+               "hidden_size": self.hidden_size, "num_attention_heads": self.num_heads,
+               "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
+               "intermediate_size": self.intermediate_size, "num_hidden_layers": self.num_layers,
+               "rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta, "vocab_size": self.vocab_size,
+               "bias": self.bias, "qkv_bias": self.qkv_bias, "tie_word_embeddings": False,
+               "eagleviz_arch": self.arch}
+        if self.arch == "eagle3":
+            out["draft_vocab_size"] = self.draft_vocab_size
+            out["target_hidden_size"] = self.target_hidden_size
+        return out
+
+    @classmethod
+    def from_hf(cls, cfg: dict, arch: str) -> DraftConfig:
+        hidden = cfg["hidden_size"]
+        heads = cfg["num_attention_heads"]
+        return cls(arch=arch, hidden_size=hidden, num_heads=heads,
+                   num_kv_heads=cfg.get("num_key_value_heads") or heads,
+                   head_dim=cfg.get("head_dim") or hidden // heads, intermediate_size=cfg["intermediate_size"],
+                   vocab_size=cfg["vocab_size"], draft_vocab_size=cfg.get("draft_vocab_size") or cfg["vocab_size"],
+                   target_hidden_size=cfg.get("target_hidden_size") or hidden,
+                   num_layers=cfg.get("num_hidden_layers", 1) if arch == "eagle1" else 1,
+                   rms_norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=float(_rope_theta(cfg)),
+                   bias=cfg.get("bias", True), qkv_bias=cfg.get("qkv_bias", False))
+
+
+def _rope_theta(cfg) -> float:
+    get = cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
+    params = get("rope_parameters") or get("rope_scaling") or {}
+    return get("rope_theta") or params.get("rope_theta") or 10000.0
+
+
+class _RMSNorm(nn.Module):
+    def __init__(self, size: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+
+
+class _Attention(nn.Module):
+    def __init__(self, c: DraftConfig, in_features: int):
+        super().__init__()
+        self.q_proj = nn.Linear(in_features, c.num_heads * c.head_dim, bias=c.qkv_bias)
+        self.k_proj = nn.Linear(in_features, c.num_kv_heads * c.head_dim, bias=c.qkv_bias)
+        self.v_proj = nn.Linear(in_features, c.num_kv_heads * c.head_dim, bias=c.qkv_bias)
+        self.o_proj = nn.Linear(c.num_heads * c.head_dim, c.hidden_size, bias=False)
+
+
+class _MLP(nn.Module):
+    def __init__(self, c: DraftConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+
+
+class _Layer(nn.Module):
+    """EAGLE-1 layer i (input norm only when i > 0) or the EAGLE-3 midlayer (two input norms, 2H attention)."""
+
+    def __init__(self, c: DraftConfig, index: int):
+        super().__init__()
+        eagle3 = c.arch == "eagle3"
+        self.self_attn = _Attention(c, 2 * c.hidden_size if eagle3 else c.hidden_size)
+        self.mlp = _MLP(c)
+        self.post_attention_layernorm = _RMSNorm(c.hidden_size)
+        if eagle3:
+            self.hidden_norm = _RMSNorm(c.hidden_size)
+        if eagle3 or index > 0:
+            self.input_layernorm = _RMSNorm(c.hidden_size)
+
+
+class DraftHead(nn.Module):
+    """The draft model. Holds weights only; caches, masks and the target's embedding/LM head are arguments."""
+
+    def __init__(self, config: DraftConfig):
+        super().__init__()
+        self.config = c = config
+        bias = c.bias if c.arch == "eagle1" else False
+        self.fc = nn.Linear(c.feature_size if c.arch == "eagle3" else 2 * c.hidden_size, c.hidden_size, bias=bias)
+        if c.arch == "eagle1":
+            self.layers = nn.ModuleList(_Layer(c, i) for i in range(c.num_layers))
+        else:
+            self.midlayer = _Layer(c, 0)
+            self.norm = _RMSNorm(c.hidden_size)
+            self.lm_head = nn.Linear(c.hidden_size, c.draft_vocab_size, bias=False)
+            self.register_buffer("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
+            self.register_buffer("t2d", torch.ones(c.vocab_size, dtype=torch.bool))
+        self.register_buffer("inv_freq", rope_inv_freq(c.head_dim, c.rope_theta), persistent=False)
+
+    @property
+    def blocks(self) -> list[_Layer]:
+        return list(self.layers) if self.config.arch == "eagle1" else [self.midlayer]
+
+    def new_cache(self, capacity: int, dtype: torch.dtype, device) -> KVCache:
+        c = self.config
+        return KVCache.allocate(len(self.blocks), c.num_kv_heads, capacity, c.head_dim, dtype, device)
+
+    def forward(self, features: torch.Tensor, token_embeds: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                tree_mask: torch.Tensor | None, impl: str = "torch") -> torch.Tensor:
+        """features: (T, feature_size) target features, or (T, H) the head's own outputs (tree expansion);
+        token_embeds: (T, H) target embeddings of the paired tokens; positions: (T,) draft positions;
+        tree_mask: (T, Tk) over the last Tk cache slots or None. Returns the output feature (T, H) and
+        advances cache.length by T."""
+        c = self.config
+        cos, sin = rope_cos_sin(positions, self.inv_freq, token_embeds.dtype)
+        if c.arch == "eagle1":
+            h = self.fc(torch.cat((token_embeds, features), dim=-1))
+            for i, layer in enumerate(self.layers):
+                x = h if i == 0 else rms_norm(h, layer.input_layernorm.weight, c.rms_norm_eps)
+                h = h + cached_attention(self._attn(layer), x, cos, sin, cache, i, tree_mask, impl)
+                h = h + swiglu_mlp(layer.mlp, rms_norm(h, layer.post_attention_layernorm.weight, c.rms_norm_eps))
+        else:
+            layer = self.midlayer
+            g = self.fc(features) if features.shape[-1] != c.hidden_size else features
+            a = torch.cat((rms_norm(token_embeds, layer.input_layernorm.weight, c.rms_norm_eps),
+                           rms_norm(g, layer.hidden_norm.weight, c.rms_norm_eps)), dim=-1)
+            h = g + cached_attention(self._attn(layer), a, cos, sin, cache, 0, tree_mask, impl)
+            h = h + swiglu_mlp(layer.mlp, rms_norm(h, layer.post_attention_layernorm.weight, c.rms_norm_eps))
+        cache.advance(features.shape[0])
+        return h
+
+    def _attn(self, layer: _Layer) -> AttentionWeights:
+        a, c = layer.self_attn, self.config
+        return AttentionWeights(a.q_proj, a.k_proj, a.v_proj, a.o_proj, c.num_heads, c.num_kv_heads, c.head_dim)
+
+    def logits(self, h: torch.Tensor, target_lm_head: nn.Module) -> torch.Tensor:
+        """(T, H) -> (T, Vd) fp32 draft logits (Vd = V for EAGLE-1: the target's own LM head)."""
+        if self.config.arch == "eagle1":
+            return target_lm_head(h).float()
+        return self.lm_head(rms_norm(h, self.norm.weight, self.config.rms_norm_eps)).float()
+
+    def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        """Map draft-vocabulary ids to target ids (identity for EAGLE-1 and full-vocabulary EAGLE-3)."""
+        if self.config.arch == "eagle1" or self.config.draft_vocab_size == self.config.vocab_size:
+            return draft_ids
+        return draft_ids + self.d2t[draft_ids]
+
+
+def random_head(target, arch: str = "eagle1", seed: int = 0, num_layers: int = 1, std: float = 0.02) -> DraftHead:
+    """A randomly initialised head shaped for `target` (the engine is lossless whatever the head predicts)."""
+    gen = torch.Generator().manual_seed(seed)
+    head = DraftHead(DraftConfig.for_target(target, arch, num_layers))
+    with torch.no_grad():
+        for name, p in head.named_parameters():
+            p.copy_(torch.ones_like(p) if name.endswith("norm.weight") else torch.randn(p.shape, generator=gen) * std)
+    return head.to(target.dtype).to(target.device).eval()
+
+
+def save_head(head: DraftHead, out_dir: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
+    """Write config.json + model.safetensors with the official key names (no embedding)."""
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in head.state_dict().items()}
+    if head.config.arch == "eagle3" and head.config.draft_vocab_size == head.config.vocab_size:
+        state.pop("d2t"), state.pop("t2d")
+    cfg = head.config.to_hf() | {"torch_dtype": str(dtype).removeprefix("torch.")}
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    save_file(state, str(out / "model.safetensors"))
+
+
+def _read_state(path: Path) -> dict[str, torch.Tensor]:
+    if (path / "model.safetensors").exists():
+        from safetensors.torch import load_file
+
+        return load_file(str(path / "model.safetensors"))
+    if (path / "pytorch_model.bin").exists():
+        return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise UserFacingError(f"{path} has neither model.safetensors nor pytorch_model.bin")
+
+
+def load_head(path: str | Path, target) -> DraftHead:
+    """Load a head directory (config.json + weights) for `target`, checking that its shapes fit."""
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise UserFacingError(f"draft head {path}: config.json not found")
+    try:
+        cfg = json.loads((path / "config.json").read_text())
+        state = _read_state(path)
+    except (json.JSONDecodeError, RuntimeError, OSError) as exc:
+        raise UserFacingError(f"draft head {path} is unreadable or corrupt: {exc}") from exc
+    arch = "eagle3" if any(k.startswith("midlayer.") for k in state) else "eagle1"
+    try:
+        config = DraftConfig.from_hf(cfg, arch)
+    except (KeyError, ValueError) as exc:
+        raise UserFacingError(f"draft head {path}: bad config.json ({exc})") from exc
+    _check_fits(config, target, path)
+    head = DraftHead(config)
+    state.pop("embed_tokens.weight", None)
+    if arch == "eagle3" and "d2t" not in state:
+        state["d2t"] = head.d2t
+        state["t2d"] = head.t2d
+    own = head.state_dict()
+    for key, value in state.items():
+        if key in own and own[key].shape != value.shape:
+            raise UserFacingError(f"draft head {path}: {key} has shape {tuple(value.shape)}, "
+                                  f"expected {tuple(own[key].shape)} for this target")
+    missing, unexpected = head.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise UserFacingError(f"draft head {path}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
+    return head.to(dtype=target.dtype, device=target.device).eval()
+
+
+def _check_fits(config: DraftConfig, target, path: Path) -> None:
+    if config.target_hidden_size != target.hidden_size or config.vocab_size != target.vocab_size:
+        raise UserFacingError(
+            f"draft head {path} does not fit the target {target.name}: the head expects target features of width "
+            f"{config.target_hidden_size} and a vocabulary of {config.vocab_size}, the target has hidden size "
+            f"{target.hidden_size} and vocabulary {target.vocab_size}")
+    if config.arch == "eagle1" and config.hidden_size != target.hidden_size:
+        raise UserFacingError(f"draft head {path}: EAGLE-1 head hidden size {config.hidden_size} != target "
+                              f"hidden size {target.hidden_size} (it uses the target's LM head)")

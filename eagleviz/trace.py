@@ -1,0 +1,228 @@
+"""What the engine did, cycle by cycle: the contract between the engine and every picture.
+
+Glossary (shared by code, trace and UI):
+    target        the large model whose output distribution must be preserved
+    draft         the EAGLE head: predicts the target's next feature and token from the target's features
+    cycle         one round of draft -> verify -> accept -> rewind
+    tree          the draft tokens of one cycle; its root is the last committed token not yet in the target KV
+    node          one draft token in the tree (candidate); `depth` 1 is a child of the root
+    expanded      a node the draft ran a forward on, to propose its children
+    kept          a node that survived reranking and was sent to the target for verification
+    slot          a node's index in verification order (0 = root); tree attention lets slot i see only its
+                  ancestors and itself (plus the whole committed prefix)
+    path          the accepted chain of slots, root first
+    accept length number of draft tokens accepted in a cycle (path length - 1)
+    bonus token   the token the target itself supplies after the accepted path (argmax, or a sample from the
+                  target or the residual distribution at T > 0); it becomes the next root
+    commit        adding the accepted path's tokens to the sequence
+    rewind        compacting the accepted path's KV slots after the prefix and dropping the rest
+    tau           mean tokens committed per cycle, bonus included (= mean accept length + 1)
+    n-alpha       acceptance rate at depth n + 1 given that depth n was accepted
+
+Stdlib and numpy only; `RunTrace.to_json()` / `RunTrace.from_json()` round-trip with a schema version.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class TreeNode:
+    """A draft candidate. `parent` is a node id or -1 for the root; `slot` is its verification slot or -1."""
+
+    id: int
+    parent: int
+    depth: int
+    token: int
+    text: str
+    prob: float          # draft probability given its parent (local)
+    score: float         # cumulative draft log-probability from the root (what reranking sorts by)
+    expanded: bool
+    kept: bool
+    slot: int = -1
+
+
+@dataclass
+class NodeCheck:
+    """The target's verdict on one tried draft token. At T = 0, `accept_prob` is 1 or 0 (token == argmax).
+    At T > 0 (multi-round speculative sampling with top-k drafts, proposal probability 1):
+    accept_prob = p(x) under the current residual distribution, accepted iff uniform < accept_prob."""
+
+    slot: int
+    depth: int
+    token: int
+    text: str
+    p: float             # target probability of the token (residual after earlier rejections at this depth)
+    q: float             # draft probability of the token (shown for teaching; the proposal was deterministic)
+    accept_prob: float
+    uniform: float | None
+    accepted: bool
+    target_token: int    # the target's argmax at the parent
+    target_text: str
+    residual_top: list[tuple[int, str, float]] = field(default_factory=list)
+
+
+@dataclass
+class KVMap:
+    """One cache around a cycle. Slots are absolute cache indices."""
+
+    before: int                         # committed length when the cycle started
+    appended: list[int]                 # slots written during the cycle (tree slots / draft expansion slots)
+    moves: list[tuple[int, int]]        # (source, destination) copies made by the commit
+    after: int                          # committed length after the rewind
+
+
+@dataclass
+class CycleTrace:
+    index: int
+    nodes: list[TreeNode]
+    verify_nodes: list[int]             # node id per verification slot (root = -1)
+    tokens: list[int]                   # token per slot, root first
+    texts: list[str]
+    parents: list[int]                  # parent slot per slot (-1 for the root)
+    positions: list[int]                # target position per slot = prefix length + depth
+    mask: list[list[int]]               # (T, T) 1 where slot i may attend to slot j (ancestor-or-self)
+    target_tokens: list[int]            # target argmax at each slot
+    target_texts: list[str]
+    target_probs: list[float]           # target probability of that argmax (after temperature / top-p)
+    checks: list[NodeCheck]
+    path: list[int]                     # accepted slots, root first
+    bonus_token: int
+    bonus_text: str
+    bonus_source: str                   # "target" (argmax or sample at the last accepted slot) or "residual"
+    accept_length: int
+    committed: list[int]                # tokens committed by this cycle: accepted drafts then the bonus
+    kv_target: KVMap
+    kv_draft: KVMap
+    timings_ms: dict[str, float]        # draft, verify, accept, rewind
+
+    @property
+    def num_tree_tokens(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass
+class OutputToken:
+    token: int
+    text: str
+    cycle: int          # -1 for the token produced by the prefill
+    source: str         # "prefill", "draft" (accepted draft token) or "bonus"
+
+
+@dataclass
+class RunTrace:
+    prompt: str
+    prompt_tokens: int
+    config: dict
+    seed: int
+    device: str
+    dtype: str
+    attn_impl: str
+    model: str
+    head: str
+    cycles: list[CycleTrace] = field(default_factory=list)
+    output: list[OutputToken] = field(default_factory=list)
+    prefill_ms: float = 0.0
+    wall_s: float = 0.0
+    stop_reason: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [t.token for t in self.output]
+
+    @property
+    def text(self) -> str:
+        return "".join(t.text for t in self.output)
+
+    def summary(self) -> dict:
+        return summarize(self)
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"summary": self.summary()}
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunTrace:
+        if not isinstance(data, dict):
+            raise ValueError("a trace must be a JSON object")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"unsupported trace schema version {version!r} (this build reads {SCHEMA_VERSION})")
+        return _build(cls, data)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunTrace:
+        return cls.from_dict(json.loads(text))
+
+
+_NESTED = {
+    ("RunTrace", "cycles"): CycleTrace, ("RunTrace", "output"): OutputToken,
+    ("CycleTrace", "nodes"): TreeNode, ("CycleTrace", "checks"): NodeCheck,
+    ("CycleTrace", "kv_target"): KVMap, ("CycleTrace", "kv_draft"): KVMap,
+}
+_TUPLES = {("KVMap", "moves"), ("NodeCheck", "residual_top")}
+
+
+def _build(cls, data: dict):
+    """Rebuild a dataclass tree from plain JSON data, rejecting unknown or missing fields."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
+    names = {f.name for f in fields(cls)}
+    unknown = set(data) - names - {"summary"}
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
+    kwargs = {}
+    for name in names & set(data):
+        value = data[name]
+        sub = _NESTED.get((cls.__name__, name))
+        if sub is not None:
+            value = [_build(sub, v) for v in value] if isinstance(value, list) else _build(sub, value)
+        elif (cls.__name__, name) in _TUPLES:
+            value = [tuple(v) for v in value]
+        kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"{cls.__name__}: {exc}") from exc
+
+
+def acceptance_by_depth(cycles: list[CycleTrace]) -> list[dict]:
+    """Per depth d >= 1: how often a draft token at depth d was tried (the path reached depth d - 1 and the
+    tree had a node there) and how often one was accepted. rate[d - 1] is the paper's (d - 1)-alpha."""
+    rows: dict[int, list[int]] = {}
+    for c in cycles:
+        has_children = set(c.parents)
+        reached = len(c.path) - 1
+        for d in range(1, reached + 2):
+            if c.path[d - 1] not in has_children:
+                break
+            row = rows.setdefault(d, [0, 0])
+            row[0] += 1
+            row[1] += int(d <= reached)
+    return [{"depth": d, "tried": t, "accepted": a, "rate": a / t if t else 0.0} for d, (t, a) in sorted(rows.items())]
+
+
+def summarize(run: RunTrace) -> dict:
+    n = len(run.cycles)
+    lengths = [c.accept_length for c in run.cycles]
+    phases = {k: sum(c.timings_ms.get(k, 0.0) for c in run.cycles) / max(n, 1)
+              for k in ("draft", "verify", "accept", "rewind")}
+    return {
+        "new_tokens": len(run.output),
+        "num_cycles": n,
+        "accept_lengths": lengths,
+        "tau": (sum(lengths) + n) / n if n else 0.0,
+        "acceptance_by_depth": acceptance_by_depth(run.cycles),
+        "tokens_per_s": len(run.output) / run.wall_s if run.wall_s > 0 else 0.0,
+        "wall_s": run.wall_s,
+        "prefill_ms": run.prefill_ms,
+        "mean_phase_ms": phases,
+        "stop_reason": run.stop_reason,
+    }

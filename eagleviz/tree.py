@@ -1,0 +1,115 @@
+"""The EAGLE-2 dynamic draft tree: candidates, expansion, reranking, the verification tree and its mask.
+
+Expansion (EAGLE-2 section 4.1): at each drafting step every frontier node proposes its top-k children;
+a child's score is the cumulative draft log-probability of its root-to-node path, and the global top-k
+children by score become the next frontier. Reranking (section 4.2): of all candidates, the best
+draft_tokens - 1 by score are verified. A child's score never exceeds its parent's (log-probabilities are
+<= 0), so the kept set is closed under ancestors; `rerank` enforces it even at exact ties.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from kernels.tree_attention import ancestor_mask
+
+
+@dataclass
+class Candidates:
+    """Every draft token proposed in one cycle. Ids are indices into these lists; parent -1 is the root."""
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    expanded: list[bool] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def add_children(self, parent: int, tokens: list[int], logprobs: list[float]) -> list[int]:
+        """Add the children of `parent` (-1 = root); returns their ids."""
+        base = 0.0 if parent < 0 else self.scores[parent]
+        depth = 1 if parent < 0 else self.depths[parent] + 1
+        ids = []
+        for tok, lp in zip(tokens, logprobs):
+            ids.append(len(self.tokens))
+            self.tokens.append(int(tok))
+            self.parents.append(parent)
+            self.depths.append(depth)
+            self.logprobs.append(float(lp))
+            self.scores.append(base + float(lp))
+        return ids
+
+
+def top_children(logprobs: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[float]]]:
+    """logprobs (P, V) -> for each of the P parents, its k best token ids and their log-probabilities."""
+    values, ids = torch.topk(logprobs, k, dim=-1)
+    return ids.tolist(), values.tolist()
+
+
+def select_frontier(cands: Candidates, level_ids: list[int], k: int) -> list[int]:
+    """The k best nodes of one level by cumulative score (ties broken by id): the nodes expanded next."""
+    ranked = sorted(level_ids, key=lambda i: (-cands.scores[i], i))
+    return ranked[:k]
+
+
+def rerank(cands: Candidates, budget: int) -> list[int]:
+    """Keep the best `budget` candidates by score, closed under ancestors, in verification order
+    (by depth, then score). A node is taken only once its parent is (parents sort first: score >= child's)."""
+    order = sorted(range(len(cands)), key=lambda i: (-cands.scores[i], cands.depths[i], i))
+    kept: set[int] = set()
+    for i in order:
+        if len(kept) == budget:
+            break
+        if cands.parents[i] < 0 or cands.parents[i] in kept:
+            kept.add(i)
+    return sorted(kept, key=lambda i: (cands.depths[i], -cands.scores[i], i))
+
+
+@dataclass(frozen=True)
+class VerifyTree:
+    """The tokens sent to the target: slot 0 is the root, then the kept nodes in topological order.
+
+    node_ids[s] is the candidate id at slot s (-1 for the root); parents[s] is a slot index."""
+
+    node_ids: list[int]
+    tokens: list[int]
+    parents: list[int]
+    depths: list[int]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @classmethod
+    def build(cls, cands: Candidates, kept: list[int], root_token: int) -> VerifyTree:
+        slot_of = {node: s + 1 for s, node in enumerate(kept)}
+        parents = [-1] + [0 if cands.parents[n] < 0 else slot_of[cands.parents[n]] for n in kept]
+        return cls(node_ids=[-1] + list(kept), tokens=[root_token] + [cands.tokens[n] for n in kept],
+                   parents=parents, depths=[0] + [cands.depths[n] for n in kept])
+
+    def mask(self) -> torch.Tensor:
+        """(T, T) bool: slot i may attend to slot j iff j is an ancestor of i or i itself."""
+        return ancestor_mask(torch.tensor(self.parents))
+
+    def children(self) -> list[list[int]]:
+        """children[s]: the slots whose parent is s, in slot order (best draft score first)."""
+        out: list[list[int]] = [[] for _ in self.tokens]
+        for s, p in enumerate(self.parents):
+            if p >= 0:
+                out[p].append(s)
+        return out
+
+    def paths(self) -> list[list[int]]:
+        """Every root-to-leaf chain of slots."""
+        kids = self.children()
+        out = []
+        for leaf in (s for s in range(len(self.tokens)) if not kids[s]):
+            chain = [leaf]
+            while self.parents[chain[-1]] >= 0:
+                chain.append(self.parents[chain[-1]])
+            out.append(chain[::-1])
+        return out

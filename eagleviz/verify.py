@@ -1,0 +1,114 @@
+"""Accepting draft tokens: greedy matching and lossless multi-round speculative sampling over a tree.
+
+Greedy (T = 0): walk down from the root; at each node accept the child whose token equals the target's
+argmax there (siblings are distinct, so at most one matches). The bonus token is the argmax at the last
+accepted node. The result equals target-only greedy decoding.
+
+Sampling (T > 0), EAGLE's Algorithm 1 / SpecInfer with top-k drafts: the children of a node were chosen
+deterministically by the draft (proposal probability 1). Let p be the target distribution at the node
+(after temperature and top-p). Try the children in draft-score order: accept child x with probability
+p(x); on rejection set p(x) = 0 and renormalise (the residual) before trying the next sibling. If every
+child is rejected, the bonus token is drawn from the residual; if a leaf is accepted, from the target's
+distribution at that leaf. Trying x1, x2, ... this way draws exactly from p: P(x2) = (1 - p(x1)) *
+p(x2) / (1 - p(x1)) = p(x2), and so on, so the committed tokens follow the target distribution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from eagleviz.trace import NodeCheck
+from eagleviz.tree import VerifyTree
+
+RESIDUAL_TOP = 5
+
+
+def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """(..., V) logits -> the distribution decoding samples from (fp32): softmax(logits / T), then nucleus
+    truncation to the smallest set of tokens whose probability reaches top_p, renormalised.
+    Shared by speculative and plain decoding so both sample the same target distribution."""
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p >= 1.0:
+        return probs
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+    before = torch.cumsum(sorted_p, dim=-1) - sorted_p
+    sorted_p = torch.where(before < top_p, sorted_p, torch.zeros_like(sorted_p))
+    trimmed = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return trimmed / trimmed.sum(dim=-1, keepdim=True)
+
+
+@dataclass
+class VerifyResult:
+    path: list[int]            # accepted slots, root first
+    bonus_token: int
+    bonus_source: str          # "target" or "residual"
+    checks: list[NodeCheck]
+
+
+TextFn = Callable[[int], str]
+
+
+def greedy_verify(tree: VerifyTree, target_argmax: list[int], draft_probs: list[float],
+                  target_probs: list[float], text: TextFn) -> VerifyResult:
+    """target_argmax[s]: the target's argmax at slot s; draft_probs[s]: the draft's local probability of the
+    token at slot s; target_probs[s]: the target's probability of target_argmax[s]."""
+    kids = tree.children()
+    path, checks = [0], []
+    while True:
+        cur = path[-1]
+        want = target_argmax[cur]
+        nxt = None
+        for s in kids[cur]:
+            ok = tree.tokens[s] == want
+            p_tok = target_probs[cur] if ok else 0.0
+            checks.append(NodeCheck(slot=s, depth=tree.depths[s], token=tree.tokens[s], text=text(tree.tokens[s]),
+                                    p=p_tok, q=draft_probs[s], accept_prob=1.0 if ok else 0.0, uniform=None,
+                                    accepted=ok, target_token=want, target_text=text(want)))
+            if ok:
+                nxt = s
+                break
+        if nxt is None:
+            return VerifyResult(path=path, bonus_token=want, bonus_source="target", checks=checks)
+        path.append(nxt)
+
+
+def sample_verify(tree: VerifyTree, probs_at: Callable[[int], torch.Tensor], draft_probs: list[float],
+                  target_argmax: list[int], generator: torch.Generator, text: TextFn) -> VerifyResult:
+    """probs_at(s): the target's sampling distribution (V,) at slot s (computed lazily: only the nodes on the
+    walk need it). Draws come from `generator`, so a seed reproduces the run."""
+    kids = tree.children()
+    path, checks = [0], []
+    while True:
+        cur = path[-1]
+        p = probs_at(cur).clone()
+        rejected = False
+        nxt = None
+        for s in kids[cur]:
+            x = tree.tokens[s]
+            px = float(p[x])
+            u = float(torch.rand((), generator=generator))
+            ok = u < px
+            check = NodeCheck(slot=s, depth=tree.depths[s], token=x, text=text(x), p=px, q=draft_probs[s],
+                              accept_prob=px, uniform=u, accepted=ok, target_token=target_argmax[cur],
+                              target_text=text(target_argmax[cur]))
+            checks.append(check)
+            if ok:
+                nxt = s
+                break
+            rejected = True
+            p[x] = 0.0
+            total = float(p.sum())
+            if total <= 0.0:
+                break
+            p /= total
+            top_v, top_i = torch.topk(p, min(RESIDUAL_TOP, p.numel()))
+            check.residual_top = [(int(i), text(int(i)), float(v)) for v, i in zip(top_v, top_i)]
+        if nxt is not None:
+            path.append(nxt)
+            continue
+        bonus = int(torch.multinomial(p, 1, generator=generator))
+        return VerifyResult(path=path, bonus_token=bonus, bonus_source="residual" if rejected else "target",
+                            checks=checks)
