@@ -106,3 +106,27 @@ def load_target(model: str = EMBEDDED, dtype: str = "auto", device: str = "cpu")
         return TargetModel(hf, tok, name)
     except ValueError as exc:
         raise UserFacingError(str(exc)) from exc
+
+
+SHIPPED_HEAD = Path(__file__).resolve().parents[2] / "assets" / "eagle-smollm2-135m"
+RANDOM_HEAD = "random"
+
+
+def default_head(model: str) -> str:
+    """The shipped head for the embedded model when present; otherwise a random head (still lossless)."""
+    if model in (EMBEDDED, EMBEDDED_HUB_ID) and (SHIPPED_HEAD / "config.json").exists():
+        return str(SHIPPED_HEAD)
+    return RANDOM_HEAD
+
+
+def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "auto", device: str = "cpu",
+                attn_impl: str = "auto"):
+    """Target + draft head -> Engine. head None picks `default_head(model)`; "random" builds a random head."""
+    from eagleviz.engine import Engine
+    from eagleviz.models.draft import load_head, random_head
+
+    target = load_target(model, dtype, device)
+    head = head or default_head(model)
+    draft = random_head(target) if head == RANDOM_HEAD else load_head(head, target)
+    name = "random (untrained)" if head == RANDOM_HEAD else Path(head).name
+    return Engine(target, draft, name, attn_impl)
