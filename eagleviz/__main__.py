@@ -1,0 +1,5 @@
+import sys
+
+from eagleviz.cli import main
+
+sys.exit(main())

@@ -1,0 +1,127 @@
+"""Command line: `python -m eagleviz generate | train-head | eval-head | bench | tune`.
+
+Errors the user can act on (bad knobs, empty prompt, missing model package, a head that does not fit)
+print one line to stderr and exit with status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.errors import UserFacingError
+from eagleviz.models.loading import DTYPES, EMBEDDED
+
+DEFAULT_TREE = TreeConfig()
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=EMBEDDED, help="'embedded' (offline SmolLM2-135M-Instruct), a directory or a Hub id")
+    p.add_argument("--head", default=None, help="draft head directory (default: the shipped head, or 'random')")
+    p.add_argument("--dtype", default="auto", choices=DTYPES)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--attn-impl", default="auto", choices=("auto", "torch", "triton"))
+
+
+def add_tree_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--steps", type=int, default=DEFAULT_TREE.steps, help="speculative_num_steps: drafting depth")
+    p.add_argument("--topk", type=int, default=DEFAULT_TREE.topk, help="speculative_eagle_topk: branching")
+    p.add_argument("--draft-tokens", type=int, default=DEFAULT_TREE.draft_tokens,
+                   help="speculative_num_draft_tokens: verification budget, root included")
+
+
+def _generate_parser(sub) -> None:
+    p = sub.add_parser("generate", help="decode one prompt with EAGLE (or plain decoding with --baseline)")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--no-chat", dest="chat", action="store_false", help="do not apply the chat template")
+    add_tree_args(p)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    add_model_args(p)
+    p.add_argument("--baseline", action="store_true", help="plain target-only decoding, same model and sampling")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--trace", type=Path, default=None, help="write the full run trace as JSON to this file")
+
+
+def run_generate(args) -> int:
+    from eagleviz.models.loading import load_engine
+
+    try:
+        tree = None if args.baseline else TreeConfig.create(args.steps, args.topk, args.draft_tokens)
+        sampling = SamplingConfig(args.temperature, args.top_p, args.max_new_tokens, args.seed)
+    except ValueError as exc:
+        raise UserFacingError(str(exc)) from exc
+    for note in (tree.adjustments if tree else ()):
+        print(f"note: {note}", file=sys.stderr)
+    engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl)
+    run = engine.generate(args.prompt, tree, sampling, chat=args.chat)
+    summary = run.summary()
+    text = engine.target.tokenizer.decode(run.token_ids, skip_special_tokens=True)
+    if args.trace:
+        args.trace.write_text(run.to_json())
+    if args.json:
+        print(json.dumps({"text": text, "token_ids": run.token_ids, "num_cycles": summary["num_cycles"],
+                          "accept_lengths": summary["accept_lengths"], "tau": summary["tau"],
+                          "acceptance_by_depth": summary["acceptance_by_depth"],
+                          "tokens_per_s": summary["tokens_per_s"], "wall_s": summary["wall_s"],
+                          "stop_reason": run.stop_reason, "config": run.config, "dtype": run.dtype,
+                          "attn_impl": run.attn_impl, "head": run.head}, ensure_ascii=False))
+    else:
+        print(text)
+        mode = "plain" if tree is None else f"EAGLE steps={tree.steps} topk={tree.topk} draft_tokens={tree.draft_tokens}"
+        print(f"[{mode}] {summary['new_tokens']} tokens in {summary['wall_s']:.2f} s = "
+              f"{summary['tokens_per_s']:.1f} tokens/s; tau {summary['tau']:.2f} over {summary['num_cycles']} cycles; "
+              f"{run.dtype}, head: {run.head or '-'}", file=sys.stderr)
+    return 0
+
+
+def _delegating_parser(sub, name: str, help_text: str) -> None:
+    p = sub.add_parser(name, help=help_text, add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+
+
+def _delegate(name: str, rest: list[str]) -> int:
+    """Subcommands with their own argument parsers live next to the code they drive."""
+    if name in ("train-head", "eval-head"):
+        from eagleviz.train import cli as train_cli
+
+        entry = train_cli.train_head_main if name == "train-head" else train_cli.eval_head_main
+    else:
+        from eagleviz import bench
+
+        entry = bench.bench_main if name == "bench" else bench.tune_main
+    return entry(rest) or 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m eagleviz", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _generate_parser(sub)
+    _delegating_parser(sub, "train-head", "train an EAGLE draft head for a target model")
+    _delegating_parser(sub, "eval-head", "measure a draft head: tau, n-alpha, top-1 accuracy")
+    _delegating_parser(sub, "bench", "speed against plain decoding and peers, side by side")
+    _delegating_parser(sub, "tune", "sweep the tree knobs and report the fastest configuration")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "generate":
+            return run_generate(args)
+        return _delegate(args.command, args.rest)
+    except UserFacingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""Shared fixtures. TRITON_INTERPRET must be set before kernels.tree_attention is imported: Triton reads it
+when a kernel is decorated, and the tests run the kernel on CPU tensors in the interpreter."""
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+sys.path.insert(0, str(Path(__file__).parent))
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smol_fp32():
+    """The embedded SmolLM2-135M-Instruct in fp32 (exact greedy comparisons), loaded once per session."""
+    from eagleviz.models.loading import load_target
+
+    return load_target("embedded", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def smol_engine_fp32(smol_fp32):
+    from eagleviz.engine import Engine
+    from eagleviz.models.draft import random_head
+
+    return Engine(smol_fp32, random_head(smol_fp32, seed=0), "random")
