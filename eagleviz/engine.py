@@ -31,7 +31,7 @@ from eagleviz.errors import UserFacingError
 from eagleviz.kv_cache import KVCache
 from eagleviz.models.draft import DraftHead
 from eagleviz.models.target import TargetModel
-from eagleviz.trace import CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
+from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
 from eagleviz.tree import Candidates, VerifyTree, rerank, select_frontier, top_children
 from eagleviz.verify import greedy_verify, sample_verify, sampling_probs
 from kernels.tree_attention import resolve_impl
@@ -205,6 +205,7 @@ class Engine:
             t_verify = clock.lap()
             # 3) accept
             result, argmax, tprobs = self._accept(tree, draft.cands, out.logits, sampling, gen, text)
+            root_top = [] if sampling.greedy else self._root_top(out.logits[0], sampling, text)
             t_accept = clock.lap()
             # 4) rewind KV
             path_slots = [S + s for s in result.path]
@@ -226,7 +227,8 @@ class Engine:
                 bonus_source=result.bonus_source, accept_length=len(accepted), committed=pend_tokens,
                 kv_target=KVMap(before=S, appended=list(range(S, S + len(tree))), moves=moves, after=tcache.length),
                 kv_draft=KVMap(before=S, appended=list(range(S, expansion_len)), moves=[], after=S),
-                timings_ms={"draft": t_draft, "verify": t_verify, "accept": t_accept, "rewind": t_rewind})
+                timings_ms={"draft": t_draft, "verify": t_verify, "accept": t_accept, "rewind": t_rewind},
+                root_top=root_top)
             run.cycles.append(trace)
             done = self._emit(run, [(t, "draft") for t in accepted] + [(root, "bonus")], cycle,
                               target.eos_token_ids, sampling.max_new_tokens, text)
@@ -300,6 +302,13 @@ class Engine:
             return memo[s]
 
         return sample_verify(tree, probs_at, qs, argmax, gen, text), argmax, tprobs
+
+    @staticmethod
+    def _root_top(logits: torch.Tensor, sampling: SamplingConfig, text) -> list[tuple[int, str, float]]:
+        """The target's sampling distribution at the root, truncated to its ROOT_TOP most likely tokens."""
+        probs = sampling_probs(logits, sampling.temperature, sampling.top_p)
+        top_v, top_i = torch.topk(probs, min(ROOT_TOP, probs.numel()))
+        return [(int(i), text(int(i)), float(v)) for v, i in zip(top_v, top_i) if v > 0]
 
     @staticmethod
     def _nodes(cands: Candidates, tree: VerifyTree, text) -> list[TreeNode]:

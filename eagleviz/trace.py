@@ -28,6 +28,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 
 SCHEMA_VERSION = 1
+ROOT_TOP = 64
 
 
 @dataclass
@@ -99,6 +100,9 @@ class CycleTrace:
     kv_target: KVMap
     kv_draft: KVMap
     timings_ms: dict[str, float]        # draft, verify, accept, rewind
+    # The target's sampling distribution at the root (slot 0), its ROOT_TOP most likely tokens; filled at T > 0
+    # only (greedy acceptance needs no distribution). Lets the acceptance step be replayed without the model.
+    root_top: list[tuple[int, str, float]] = field(default_factory=list)
 
     @property
     def num_tree_tokens(self) -> int:
@@ -167,7 +171,7 @@ _NESTED = {
     ("CycleTrace", "nodes"): TreeNode, ("CycleTrace", "checks"): NodeCheck,
     ("CycleTrace", "kv_target"): KVMap, ("CycleTrace", "kv_draft"): KVMap,
 }
-_TUPLES = {("KVMap", "moves"), ("NodeCheck", "residual_top")}
+_TUPLES = {("KVMap", "moves"), ("NodeCheck", "residual_top"), ("CycleTrace", "root_top")}
 
 
 def _build(cls, data: dict):

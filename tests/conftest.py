@@ -21,7 +21,11 @@ def smol_fp32():
 
 @pytest.fixture(scope="session")
 def smol_engine_fp32(smol_fp32):
+    """fp32 engine with the shipped head when present (so acceptance paths are exercised), else a random head."""
     from eagleviz.engine import Engine
-    from eagleviz.models.draft import random_head
+    from eagleviz.models.draft import load_head, random_head
+    from eagleviz.models.loading import RANDOM_HEAD, default_head
 
-    return Engine(smol_fp32, random_head(smol_fp32, seed=0), "random")
+    path = default_head("embedded")
+    head = random_head(smol_fp32, seed=0) if path == RANDOM_HEAD else load_head(path, smol_fp32)
+    return Engine(smol_fp32, head, path)

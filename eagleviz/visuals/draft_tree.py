@@ -1,0 +1,192 @@
+"""The draft tree of one cycle: every candidate the draft proposed, laid out top-down.
+
+Encoding (EAGLE-2 sections 4.1-4.2): colour = cumulative draft probability exp(score) on a log scale, the
+quantity reranking sorts by; shape = what happened to the node:
+    root      the last committed token (square)
+    accepted  on the accepted path (thick outline, thick blue edges)
+    rejected  tried by the target and refused (x)
+    verified  sent to the target but never reached, because an ancestor was rejected (circle)
+    pruned    proposed by the draft, cut by reranking, never verified (small hollow circle, dotted edge;
+              unlabelled, the token is in the hover)
+    bonus     the target's own token after the accepted path (orange star, dashed edge)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import networkx as nx
+import plotly.graph_objects as go
+
+from eagleviz.trace import CycleTrace
+from eagleviz.visuals.style import (ACCEPTED, BONUS, INK, NEUTRAL, PROB_SCALE, PRUNED, REJECTED, base_layout,
+                                    token_html, token_label)
+
+ROOT = "root"
+BONUS_NODE = "bonus"
+LOG_FLOOR = -4.0          # colour scale floor: cumulative probabilities below 1e-4 share the darkest colour
+PRUNED_WIDTH = 0.45       # horizontal room of a pruned leaf relative to a verified one
+STATUS_STYLE = {          # legend name, marker symbol, size, outline colour, outline width
+    "root": ("root (last committed token)", "square", 22, INK, 2),
+    "accepted": ("accepted by the target", "circle", 22, INK, 4),
+    "rejected": ("rejected by the target", "x", 20, REJECTED, 2),
+    "verified": ("verified, not reached", "circle", 18, NEUTRAL, 1.5),
+    "pruned": ("pruned by reranking", "circle-open", 10, NEUTRAL, 1.5),
+    "bonus": ("bonus token (from the target)", "star", 26, BONUS, 2),
+}
+
+
+@dataclass
+class TreeFigureCounts:
+    """What the figure shows, for tests and explanations."""
+
+    candidates: int
+    verified: int
+    pruned: int
+    accepted: int
+    rejected: int
+
+
+def build_graph(cycle: CycleTrace) -> nx.DiGraph:
+    """The cycle's tree as a graph: node keys are candidate ids, plus ROOT and BONUS_NODE; each node carries
+    `status`, `depth`, `text` and (for candidates) its TreeNode as `node`."""
+    accepted_slots = set(cycle.path[1:])
+    rejected_slots = {c.slot for c in cycle.checks if not c.accepted}
+    g = nx.DiGraph()
+    g.add_node(ROOT, status="root", depth=0, text=cycle.texts[0], slot=0, order=0.0)
+    for n in cycle.nodes:
+        if not n.kept:
+            status = "pruned"
+        elif n.slot in accepted_slots:
+            status = "accepted"
+        elif n.slot in rejected_slots:
+            status = "rejected"
+        else:
+            status = "verified"
+        g.add_node(n.id, status=status, depth=n.depth, text=n.text, slot=n.slot, order=-n.score, node=n)
+        g.add_edge(ROOT if n.parent < 0 else n.parent, n.id)
+    last = cycle.path[-1]
+    anchor = ROOT if last == 0 else cycle.verify_nodes[last]
+    g.add_node(BONUS_NODE, status="bonus", depth=g.nodes[anchor]["depth"] + 1, text=cycle.bonus_text, slot=-1,
+               order=math.inf)
+    g.add_edge(anchor, BONUS_NODE)
+    return g
+
+
+def tidy_layout(g: nx.DiGraph, root=ROOT) -> dict:
+    """Top-down tidy layout: leaves left to right in depth-first order (children sorted by their `order`
+    attribute, i.e. best draft score first), each parent centred over its first and last child; y = -depth.
+    Pruned leaves take less horizontal room than verified ones so the verified tree stays readable."""
+    pos: dict = {}
+    cursor = 0.0
+
+    def place(v) -> float:
+        nonlocal cursor
+        kids = sorted(g.successors(v), key=lambda c: (g.nodes[c]["order"], str(c)))
+        if not kids:
+            width = PRUNED_WIDTH if g.nodes[v]["status"] == "pruned" else 1.0
+            x = cursor + width / 2
+            cursor += width
+        else:
+            xs = [place(c) for c in kids]
+            x = (xs[0] + xs[-1]) / 2
+        pos[v] = (x, -g.nodes[v]["depth"])
+        return x
+
+    place(root)
+    return pos
+
+
+def counts(cycle: CycleTrace) -> TreeFigureCounts:
+    kept = sum(n.kept for n in cycle.nodes)
+    return TreeFigureCounts(candidates=len(cycle.nodes), verified=kept, pruned=len(cycle.nodes) - kept,
+                            accepted=cycle.accept_length, rejected=sum(not c.accepted for c in cycle.checks))
+
+
+def _hover(cycle: CycleTrace, g: nx.DiGraph, v) -> str:
+    d = g.nodes[v]
+    tok = token_html(d["text"], 24)
+    status = STATUS_STYLE[d["status"]][0]
+    if v == ROOT:
+        return (f"<b>{tok}</b> (root, slot 0)<br>the last committed token; its KV enters the cache this cycle<br>"
+                f"target's choice after it: <b>{token_html(cycle.target_texts[0], 24)}</b>")
+    if v == BONUS_NODE:
+        source = "sampled from the residual after rejections" if cycle.bonus_source == "residual" else \
+            "the target's own choice after the accepted path"
+        return f"<b>{tok}</b> bonus token, depth {d['depth']}<br>{source}<br>it becomes the next cycle's root"
+    n = d["node"]
+    lines = [f"<b>{tok}</b> depth {n.depth}" + (f", slot {n.slot}" if n.slot >= 0 else ""), status,
+             f"draft prob (local): {n.prob:.3f}",
+             f"cumulative draft prob exp(score): {math.exp(n.score):.2e} (score {n.score:.2f})"]
+    parent_slot = 0 if n.parent < 0 else g.nodes[n.parent]["slot"]
+    if parent_slot >= 0:
+        lines.append(f"target's choice at the parent: <b>{token_html(cycle.target_texts[parent_slot], 24)}</b> "
+                     f"(p = {cycle.target_probs[parent_slot]:.3f})")
+    check = next((c for c in cycle.checks if c.slot == n.slot), None)
+    if check is not None and check.uniform is not None:
+        lines.append(f"accept prob p(x) = {check.accept_prob:.3f}, uniform draw = {check.uniform:.3f}")
+    return "<br>".join(lines)
+
+
+def _edge_groups(g: nx.DiGraph, pos: dict) -> dict[str, tuple[list, list]]:
+    """Edge polylines grouped by style: the accepted path, the bonus edge, pruned and other edges."""
+    groups: dict[str, tuple[list, list]] = {k: ([], []) for k in ("path", "bonus", "pruned", "other")}
+    for u, v in g.edges:
+        status = g.nodes[v]["status"]
+        key = {"accepted": "path", "bonus": "bonus", "pruned": "pruned"}.get(status, "other")
+        xs, ys = groups[key]
+        xs += [pos[u][0], pos[v][0], None]
+        ys += [pos[u][1], pos[v][1], None]
+    return groups
+
+
+EDGE_STYLE = {"path": dict(color=ACCEPTED, width=5), "bonus": dict(color=BONUS, width=3, dash="dash"),
+              "pruned": dict(color=PRUNED, width=1, dash="dot"), "other": dict(color=NEUTRAL, width=1.5)}
+
+
+def draft_tree_figure(cycle: CycleTrace, height: int = 440) -> go.Figure:
+    """The cycle's draft tree; one marker trace per status so the legend explains the shapes."""
+    g = build_graph(cycle)
+    pos = tidy_layout(g)
+    fig = go.Figure()
+    for key, (xs, ys) in _edge_groups(g, pos).items():
+        if xs:
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=EDGE_STYLE[key], hoverinfo="skip",
+                                     showlegend=False))
+    room = max(x for x, _ in pos.values()) + 0.5  # layout units across; ~1100 px of plot width share them
+    label_chars = max(3, min(10, int(1100 / room / 8)))
+    for status, (name, symbol, size, outline, width) in STATUS_STYLE.items():
+        members = [v for v in g if g.nodes[v]["status"] == status]
+        if not members:
+            continue
+        colours = [math.log10(max(math.exp(g.nodes[v]["node"].score), 10 ** LOG_FLOOR)) if "node" in g.nodes[v]
+                   else 0.0 for v in members]
+        marker = dict(symbol=symbol, size=size, line=dict(color=outline, width=width), coloraxis="coloraxis",
+                      color=colours)
+        if status in ("bonus", "root", "rejected", "pruned"):  # status matters more than probability here
+            fill = {"bonus": BONUS, "root": INK, "rejected": REJECTED, "pruned": NEUTRAL}[status]
+            marker = dict(symbol=symbol, size=size, color=fill, line=dict(color=outline, width=width))
+        fig.add_trace(go.Scatter(
+            x=[pos[v][0] for v in members], y=[pos[v][1] for v in members], name=name,
+            mode="markers" if status == "pruned" else "markers+text", marker=marker,
+            text=[token_html(g.nodes[v]["text"], label_chars) for v in members], textposition="bottom center",
+            textfont=dict(size=13), hovertext=[_hover(cycle, g, v) for v in members], hoverinfo="text"))
+    c = counts(cycle)
+    depth = max(d["depth"] for _, d in g.nodes(data=True))
+    title = (f"Cycle {cycle.index}: draft tree: {c.candidates} candidates, {c.verified} verified with the root, "
+             f"{c.pruned} pruned; {c.accepted} accepted")
+    base_layout(fig, title, height, legend=dict(orientation="h", yanchor="top", y=-0.02, x=0, font=dict(size=13)),
+                coloraxis=dict(colorscale=PROB_SCALE, cmin=LOG_FLOOR, cmax=0.0, colorbar=dict(
+                    title=dict(text="cumulative<br>draft prob", side="top"), thickness=14, len=0.8,
+                    tickvals=list(range(int(LOG_FLOOR), 1)),
+                    ticktext=[f"1e{k}" if k else "1" for k in range(int(LOG_FLOOR), 1)])))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(title="depth", tickvals=[-d for d in range(depth + 1)], ticktext=[str(d) for d in range(depth + 1)],
+                     range=[-depth - 0.6, 0.45], zeroline=False, showgrid=False)
+    return fig
+
+
+def node_label(cycle: CycleTrace, slot: int) -> str:
+    """Display text of a verification slot, shared with the other figures."""
+    return token_label(cycle.texts[slot])

@@ -1,0 +1,128 @@
+"""The KV caches around one cycle: before the commit (prefix | tree slots) and after it (prefix | accepted
+path, compacted), for the target and for the draft.
+
+Target: verification wrote the T tree tokens at slots S .. S+T-1. The commit gathers the accepted path's
+slots to S, S+1, ... (arrows), sets the length to S + accept_length + 1, and leaves the rest to be
+overwritten (grey). Draft: its expansion slots (one per expanded node) are dropped; the draft cache only
+keeps positions encoded from target features, and the next cycle encodes the committed tokens afresh.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from eagleviz.trace import CycleTrace
+from eagleviz.visuals.style import (ACCEPTED, INK, NEUTRAL, PREFIX, PRUNED, add_annotations, add_chips, base_layout,
+                                    token_html)
+
+ROWS = {"target_before": 4.6, "target_after": 3.2, "draft_before": 1.6, "draft_after": 0.6}
+ROW_NAMES = {"target_before": "target: verify", "target_after": "target: after commit",
+             "draft_before": "draft: drafting", "draft_after": "draft: after rewind"}
+PREFIX_WIDTH = 3.0    # the collapsed prefix block spans this many slot widths
+FREE = "#FFFFFF"
+
+
+def expansion_labels(cycle: CycleTrace) -> list[str]:
+    """The token each draft expansion slot holds: expanded nodes in drafting order (by level, then score)."""
+    expanded = sorted((n for n in cycle.nodes if n.expanded), key=lambda n: (n.depth, -n.score, n.id))
+    if len(expanded) != len(cycle.kv_draft.appended):
+        return [""] * len(cycle.kv_draft.appended)
+    return [n.text for n in expanded]
+
+
+def _label(text: str, show: bool) -> str:
+    return token_html(text, 6) if show else ""
+
+
+def _target_cells(cycle: CycleTrace, show: bool) -> list[dict]:
+    S, T, path = cycle.kv_target.before, cycle.num_tree_tokens, cycle.path
+    dest = {src: i for i, src in enumerate(path)}
+    cells = []
+    for s in range(T):
+        where = f"target slot {S + s} (tree slot {s}, depth {cycle.positions[s] - S}) " \
+                f"<b>{token_html(cycle.texts[s], 24)}</b>"
+        if s in dest:
+            fate = "stays in place" if dest[s] == s else f"moves to slot {S + dest[s]}"
+            fill, font, hover = (INK if s == 0 else ACCEPTED), "white", f"{where}<br>on the accepted path: {fate}"
+        else:
+            fill, font, hover = PRUNED, INK, f"{where}<br>not accepted: discarded (overwritten next cycle)"
+        cells.append(dict(x=s, y=ROWS["target_before"], fill=fill, font=font, hover=hover,
+                          text=_label(cycle.texts[s], show)))
+    for i, src in enumerate(path):
+        cells.append(dict(x=i, y=ROWS["target_after"], fill=INK if i == 0 else ACCEPTED, font="white",
+                          text=_label(cycle.texts[src], show),
+                          hover=f"target slot {S + i}: <b>{token_html(cycle.texts[src], 24)}</b> committed"
+                                + ("" if src == i else f" (copied from slot {S + src})")))
+    for s in range(len(path), T):
+        cells.append(dict(x=s, y=ROWS["target_after"], fill=FREE, font=NEUTRAL, text="",
+                          hover=f"target slot {S + s}: free; beyond the cache length {cycle.kv_target.after}"))
+    return cells
+
+
+def _draft_cells(cycle: CycleTrace, show: bool) -> list[dict]:
+    labels = expansion_labels(cycle)
+    cells = []
+    for k, (slot, text) in enumerate(zip(cycle.kv_draft.appended, labels)):
+        hover = f"draft slot {slot}: expansion of <b>{token_html(text, 24)}</b>" if text else f"draft slot {slot}"
+        cells.append(dict(x=k, y=ROWS["draft_before"], fill=PRUNED, font=INK, text=_label(text, show),
+                          hover=hover + "<br>written while drafting; dropped by the rewind"))
+        cells.append(dict(x=k, y=ROWS["draft_after"], fill=FREE, font=NEUTRAL, text="",
+                          hover=f"draft slot {slot}: free (length back to {cycle.kv_draft.after})"))
+    return cells
+
+
+def _prefix_cells(cycle: CycleTrace) -> list[dict]:
+    """The collapsed prefix of each row, as one wide chip labelled with its length."""
+    rows = (("target_before", cycle.kv_target.before), ("target_after", cycle.kv_target.before),
+            ("draft_before", cycle.kv_draft.before), ("draft_after", cycle.kv_draft.after))
+    return [dict(x=-PREFIX_WIDTH / 2 - 0.5, y=ROWS[key], fill=PREFIX, font="white", text=f"prefix: {n}",
+                 hover=f"{ROW_NAMES[key]}: the committed prefix, slots 0 .. {n - 1} ({n} slots)") for key, n in rows]
+
+
+def _moves(fig: go.Figure, cycle: CycleTrace) -> None:
+    """Arrows from each accepted slot before the commit to its place after it; moved ones are bold."""
+    top, bottom = ROWS["target_before"] - 0.4, ROWS["target_after"] + 0.4
+    add_annotations(fig, [dict(x=i, y=bottom, ax=src, ay=top, xref="x", yref="y", axref="x", ayref="y", text="",
+                               showarrow=True, arrowhead=2, arrowsize=1.2, arrowwidth=2.5 if src != i else 1,
+                               arrowcolor=ACCEPTED if src != i else NEUTRAL) for i, src in enumerate(cycle.path)])
+
+
+def kv_counts(cycle: CycleTrace) -> dict[str, int]:
+    """Slot counts the figure draws (for tests and explanations)."""
+    kept = len(cycle.path)
+    return {"tree_slots": cycle.num_tree_tokens, "kept": kept, "discarded": cycle.num_tree_tokens - kept,
+            "moved": len(cycle.kv_target.moves), "draft_dropped": len(cycle.kv_draft.appended)}
+
+
+def kv_rewind_figure(cycle: CycleTrace, height: int = 400) -> go.Figure:
+    width = max(cycle.num_tree_tokens, len(cycle.kv_draft.appended), 4)
+    show = width <= 24
+    fig = go.Figure()
+    add_chips(fig, _target_cells(cycle, show) + _draft_cells(cycle, show), half_width=0.45, half_height=0.38,
+              text_size=12 if width <= 16 else 10)
+    add_chips(fig, _prefix_cells(cycle), half_width=PREFIX_WIDTH / 2 - 0.05, half_height=0.38, text_size=13)
+    _moves(fig, cycle)
+    c = kv_counts(cycle)
+    title = (f"Cycle {cycle.index}: KV rewind: target keeps {c['kept']} of {c['tree_slots']} tree slots "
+             f"({c['moved']} moved), draft drops {c['draft_dropped']} expansion slots")
+    base_layout(fig, title, height)
+    S = cycle.kv_target.before
+    step = max(1, width // 12)
+    fig.update_xaxes(title="cache slot (after the prefix)", range=[-PREFIX_WIDTH - 0.7, width - 0.3],
+                     tickvals=list(range(0, width, step)), ticktext=[str(S + k) for k in range(0, width, step)],
+                     showgrid=False, zeroline=False)
+    fig.update_yaxes(tickvals=list(ROWS.values()), ticktext=list(ROW_NAMES.values()), range=[0.1, 5.1],
+                     showgrid=False, zeroline=False, showline=False, ticks="")
+    _legend(fig)
+    return fig
+
+
+def _legend(fig: go.Figure) -> None:
+    entries = [("committed prefix", PREFIX), ("root (written this cycle)", INK), ("accepted path", ACCEPTED),
+               ("discarded slot", PRUNED), ("free slot", FREE)]
+    for name, colour in entries:
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                                 marker=dict(symbol="square", size=14, color=colour, line=dict(color=INK, width=1))))
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name="moved by the commit",
+                             line=dict(color=ACCEPTED, width=2.5)))
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.18, x=0, font=dict(size=12)))

@@ -1,0 +1,96 @@
+"""Shared look of every figure: a colour-blind-safe palette (Okabe and Ito, 2008), fonts sized for a
+projector, token labels that show whitespace, and the placeholder figure shown when there is nothing to draw.
+
+Status is never encoded by colour alone: shapes, line styles and text repeat it.
+"""
+
+from __future__ import annotations
+
+import html
+
+import plotly.graph_objects as go
+
+# Okabe-Ito colours, named by the role they play everywhere in the app.
+ACCEPTED = "#0072B2"     # blue: a draft token the target agreed with
+BONUS = "#E69F00"        # orange: the token the target supplies itself
+REJECTED = "#D55E00"     # vermillion: a draft token the target refused
+VISIBLE = "#56B4E9"      # sky blue: attention allowed
+PREFIX = "#7FA7C9"       # muted blue: the committed prefix
+NEUTRAL = "#999999"      # grey: verified but never reached
+PRUNED = "#CCCCCC"       # light grey: cut by reranking, or a discarded cache slot
+HIDDEN = "#F2F2F2"       # near white: attention not allowed
+INK = "#222222"          # text and the root
+PROB_SCALE = "Cividis"   # sequential, designed for colour-vision deficiency
+
+FONT = dict(family="DejaVu Sans, Arial, sans-serif", size=14, color=INK)
+HOVER = dict(font=dict(family=FONT["family"], size=14), bgcolor="white", bordercolor=INK)
+_AXIS = dict(showline=True, linecolor=INK, ticks="outside", showgrid=False, zeroline=False, automargin=True)
+# A small template built once: Plotly's named templates are deep-copied on every use (~25 ms per figure).
+TEMPLATE = go.layout.Template(layout=dict(
+    paper_bgcolor="white", plot_bgcolor="white", font=FONT, hoverlabel=HOVER, xaxis=_AXIS, yaxis=_AXIS,
+    colorway=[ACCEPTED, BONUS, "#009E73", "#CC79A7", VISIBLE, REJECTED, NEUTRAL, INK]))
+
+
+def token_label(text: str, limit: int = 12) -> str:
+    """A token as plain display text: spaces, newlines and tabs made visible, long tokens cut."""
+    shown = text.replace(" ", "\u2423").replace("\n", "\u21b5").replace("\t", "\u21e5").replace("\r", "")
+    if not shown:
+        shown = "\u2205"
+    if len(shown) > limit:
+        shown = shown[: limit - 1] + "\u2026"
+    return shown
+
+
+def token_html(text: str, limit: int = 12) -> str:
+    """`token_label` escaped for Plotly's HTML-like text rendering."""
+    return html.escape(token_label(text, limit), quote=False)
+
+
+def layout(title: str, height: int, **extra) -> dict:
+    """Common layout as a plain dict: the small template, a title on the left, compact margins.
+
+    Figures are assembled from dicts and validated once by `go.Figure(data=..., layout=...)`; the
+    graph-object update methods re-walk the whole figure on every call and would cost more than the
+    200 ms a step between cycles may take."""
+    return {"title": dict(text=title, x=0.01, xanchor="left", font=dict(size=16)), "template": TEMPLATE,
+            "height": height, "margin": dict(l=10, r=10, t=48, b=10)} | extra
+
+
+def empty_figure(message: str, height: int = 320) -> go.Figure:
+    """A figure that says why nothing is drawn (no run yet, a plain-decoding trace, ...)."""
+    note = dict(text=html.escape(message), x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                font=dict(size=16, color=NEUTRAL))
+    return go.Figure(layout=layout("", height, annotations=[note], xaxis=dict(visible=False),
+                                   yaxis=dict(visible=False)))
+
+
+def chips(cells: list[dict], half_width: float = 0.45, half_height: float = 0.42, axes: tuple[str, str] = ("x", "y"),
+          text_size: int = 14) -> list[dict]:
+    """Traces drawing labelled rectangles in data coordinates (they scale with the panel, unlike markers).
+
+    Each cell: x, y, fill, text, font (text colour), hover. The rectangles are filled polygons, one trace per
+    fill colour (layout shapes are one validated object each: far slower to build); one invisible marker per
+    cell carries the text and the hover box."""
+    xref, yref = axes
+    by_fill: dict[str, tuple[list, list]] = {}
+    for c in cells:
+        xs, ys = by_fill.setdefault(c["fill"], ([], []))
+        x0, x1, y0, y1 = c["x"] - half_width, c["x"] + half_width, c["y"] - half_height, c["y"] + half_height
+        xs += [x0, x1, x1, x0, x0, None]
+        ys += [y0, y0, y1, y1, y0, None]
+    traces = [dict(type="scatter", x=xs, y=ys, xaxis=xref, yaxis=yref, mode="lines", fill="toself", fillcolor=fill,
+                   line=dict(color=INK, width=1), hoverinfo="skip", showlegend=False)
+              for fill, (xs, ys) in by_fill.items()]
+    traces.append(dict(
+        type="scatter", x=[c["x"] for c in cells], y=[c["y"] for c in cells], xaxis=xref, yaxis=yref,
+        mode="markers+text", marker=dict(symbol="square", size=30, opacity=0), text=[c["text"] for c in cells],
+        textfont=dict(color=[c["font"] for c in cells], size=text_size), hovertext=[c["hover"] for c in cells],
+        hoverinfo="text", showlegend=False))
+    return traces
+
+
+def legend_swatches(entries: list[tuple[str, str]], symbol: str = "square") -> list[dict]:
+    """Legend-only traces (no data) for colours that appear in shapes, heatmaps or polygons."""
+    return [dict(type="scatter", x=[None], y=[None], mode="markers", name=name,
+                 marker=dict(symbol=symbol, size=14, color=colour, line=dict(color=INK, width=1)))
+            for name, colour in entries]

@@ -1,0 +1,147 @@
+"""eagleviz/engine.py on tiny random models: greedy speculation equals greedy decoding exactly (fp32), sampling
+reproduces the target distribution, and every cycle's trace is internally consistent."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.errors import UserFacingError
+from eagleviz.models.draft import DraftConfig, DraftHead
+from eagleviz.trace import RunTrace
+from eagleviz.verify import sampling_probs
+from tiny import tiny_engine, tiny_target
+
+CONFIGS = [TreeConfig.create(3, 1, 4), TreeConfig.create(5, 4, 16), TreeConfig.create(6, 8, 64),
+           TreeConfig.create(1, 3, 4), TreeConfig.create(4, 2, 9)]
+
+
+def run(engine, ids, tree, sampling):
+    trace = engine.new_run("x", ids, tree, sampling)
+    list(engine.plain(ids, sampling, trace) if tree is None else engine.speculate(ids, tree, sampling, trace))
+    return trace
+
+
+@pytest.mark.parametrize("model_type,arch", [("llama", "eagle1"), ("qwen2", "eagle1"), ("qwen3", "eagle3"),
+                                             ("mistral", "eagle3")])
+def test_greedy_speculation_equals_greedy_decoding(model_type, arch):
+    for vocab, seed in itertools.product((8, 64), (0, 1)):
+        engine = tiny_engine(model_type, arch, seed=seed, vocab=vocab)
+        sampling = SamplingConfig(max_new_tokens=40)
+        ids = [1, 2, 3, 4, 5][: 2 + seed]
+        plain = run(engine, ids, None, sampling).token_ids
+        for tree in CONFIGS:
+            spec = run(engine, ids, tree, sampling)
+            assert spec.token_ids == plain, (vocab, seed, tree)
+            check_trace(spec, tree)
+
+
+def test_deep_accepts_happen_with_a_small_vocabulary():
+    """With 8 tokens and topk 4 the random head covers half the vocabulary: long paths get accepted, so the
+    losslessness above is exercised on multi-token commits, not only on bonus tokens."""
+    engine = tiny_engine("llama", vocab=8)
+    spec = run(engine, [1, 2, 3], TreeConfig.create(6, 4, 64), SamplingConfig(max_new_tokens=60))
+    assert max(spec.summary()["accept_lengths"]) >= 3
+
+
+def check_trace(trace: RunTrace, tree: TreeConfig):
+    emitted = [t.token for t in trace.output]
+    pos = 1
+    for c in trace.cycles:
+        assert len(c.tokens) <= tree.draft_tokens
+        assert c.accept_length == len(c.path) - 1
+        assert c.committed == [c.tokens[s] for s in c.path[1:]] + [c.bonus_token]
+        assert emitted[pos:pos + len(c.committed)] == c.committed[: len(emitted) - pos]
+        pos += len(c.committed)
+        assert c.kv_target.after == c.kv_target.before + c.accept_length + 1
+        assert len(c.kv_target.appended) == len(c.tokens)
+        assert c.positions == [c.kv_target.before + sum(row) - 1 for row in c.mask]
+        assert all(c.parents[b] == a for a, b in zip(c.path, c.path[1:]))
+        kept = [n for n in c.nodes if n.kept]
+        assert len(kept) == len(c.tokens) - 1 and sorted(n.slot for n in kept) == list(range(1, len(c.tokens)))
+        assert sum(n.expanded for n in c.nodes) == (tree.steps - 1) * tree.topk or len(c.nodes) < tree.topk
+        if tree.is_chain:
+            assert c.parents == list(range(-1, len(c.tokens) - 1))
+        for check in c.checks:
+            assert check.accepted == (check.slot in c.path)
+    assert pos >= len(emitted)
+
+
+def exact_joint(target, prompt, n, temperature, top_p):
+    """Exact P(x1..xn | prompt) under the sampling distribution, by brute force through the HF model: row b of
+    the batch is prompt + prefix_b (every prefix of length n - 1); its offset k gives P(x_k+1 | x_1..x_k)."""
+    v = target.vocab_size
+    prefixes = list(itertools.product(range(v), repeat=n - 1))
+    with torch.no_grad():
+        logits = target.hf(torch.tensor([prompt + list(p) for p in prefixes])).logits[:, len(prompt) - 1:]
+    probs = sampling_probs(logits.float(), temperature, top_p).numpy()
+    joint = np.zeros((v,) * n)
+    for b, prefix in enumerate(prefixes):
+        for last in range(v):
+            xs = prefix + (last,)
+            joint[xs] = np.prod([probs[b, k, xs[k]] for k in range(n)])
+    return joint
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9)])
+def test_speculative_sampling_matches_target_distribution(temperature, top_p):
+    engine = tiny_engine("llama", vocab=6, layers=2, scale=3.0)
+    prompt, n, runs = [1, 2, 3], 3, 20_000
+    tree = TreeConfig.create(3, 2, 7)
+    counts = np.zeros((6,) * n)
+    accepted = 0
+    for seed in range(runs):
+        trace = run(engine, prompt, tree, SamplingConfig(temperature, top_p, max_new_tokens=n, seed=seed))
+        counts[tuple(trace.token_ids[:n])] += 1
+        accepted += sum(c.accept_length for c in trace.cycles)
+    assert accepted > runs * 0.2, "too few accepted drafts for the test to exercise speculation"
+    expected = exact_joint(engine.target, prompt, n, temperature, top_p) * runs
+    keep = expected >= 5
+    assert counts[~keep].sum() <= max(20, 3 * expected[~keep].sum())
+    obs, exp = counts[keep], expected[keep]
+    assert chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > 1e-3
+
+
+def test_trace_json_round_trip():
+    engine = tiny_engine("llama", vocab=8)
+    trace = run(engine, [1, 2], TreeConfig.create(4, 3, 10), SamplingConfig(0.8, 0.95, max_new_tokens=20, seed=3))
+    back = RunTrace.from_json(trace.to_json())
+    assert back.to_dict() == RunTrace.from_json(back.to_json()).to_dict()
+    assert back.token_ids == trace.token_ids and len(back.cycles) == len(trace.cycles)
+    assert back.cycles[0].kv_target.moves == trace.cycles[0].kv_target.moves
+    with pytest.raises(ValueError, match="schema"):
+        RunTrace.from_dict(trace.to_dict() | {"schema_version": 99})
+    with pytest.raises(ValueError, match="unknown"):
+        RunTrace.from_dict(trace.to_dict() | {"evil": 1})
+
+
+def test_stops_at_eos_and_at_max_new_tokens():
+    engine = tiny_engine("llama", vocab=8)
+    sampling = SamplingConfig(max_new_tokens=25)
+    plain = run(engine, [1, 2, 3], None, sampling).token_ids
+    assert len(plain) == 25
+    eos = plain[7]
+    engine.target.eos_token_ids = frozenset({eos})
+    spec = run(engine, [1, 2, 3], TreeConfig.create(5, 4, 16), sampling)
+    assert spec.token_ids == plain[: plain.index(eos) + 1] and spec.stop_reason == "eos"
+
+
+def test_prompt_over_context_limit_is_a_clear_error():
+    engine = tiny_engine("llama")
+    with pytest.raises(UserFacingError, match="context limit"):
+        run(engine, [1] * 300, TreeConfig(), SamplingConfig())
+
+
+def test_reduced_draft_vocabulary_maps_to_target_ids():
+    target = tiny_target(vocab=16)
+    head = DraftHead(DraftConfig.for_target(target, "eagle3", draft_vocab_size=4)).eval()
+    head.d2t.copy_(torch.tensor([3, 6, 9, 12]) - torch.arange(4))
+    from eagleviz.engine import Engine
+
+    engine = Engine(target, head, "vd4")
+    trace = run(engine, [1, 2], TreeConfig.create(3, 2, 7), SamplingConfig(max_new_tokens=12))
+    assert all(n.token in (3, 6, 9, 12) for c in trace.cycles for n in c.nodes)
+    assert trace.token_ids == run(engine, [1, 2], None, SamplingConfig(max_new_tokens=12)).token_ids

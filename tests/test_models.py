@@ -1,0 +1,94 @@
+"""eagleviz/models: our forward matches Hugging Face's; EAGLE features; draft-head checkpoints in the official
+formats (EAGLE-1 pytorch_model.bin, EAGLE-3 model.safetensors with a draft vocabulary) load and are checked."""
+
+import json
+
+import pytest
+import torch
+
+from eagleviz.errors import UserFacingError
+from eagleviz.models.draft import DraftConfig, DraftHead, load_head, random_head, save_head
+from tiny import tiny_target
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "qwen3", "mistral"])
+def test_forward_matches_hf_logits_and_features(model_type):
+    target = tiny_target(model_type, layers=8)
+    ids = torch.tensor([1, 5, 2, 7, 3, 9, 4])
+    n = len(ids)
+    with torch.no_grad():
+        ref = target.hf(ids[None], output_hidden_states=True)
+    out = target.forward(ids, torch.arange(n), target.new_cache(16), torch.ones(n, n, dtype=torch.bool).tril())
+    torch.testing.assert_close(out.logits, ref.logits[0].float(), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(out.features, ref.hidden_states[-1][0], atol=1e-5, rtol=1e-5)
+    low, mid, high = target.eagle3_layers
+    e3 = target.forward(ids, torch.arange(n), target.new_cache(16), torch.ones(n, n, dtype=torch.bool).tril(),
+                        feature_layers=target.eagle3_layers).features
+    want = torch.cat([ref.hidden_states[i][0] for i in (low, mid, high)], dim=-1)
+    torch.testing.assert_close(e3, want, atol=1e-5, rtol=1e-5)
+
+
+def official_eagle1_state(head: DraftHead, target) -> dict:
+    """The key set of yuhuili/EAGLE-* checkpoints: includes the frozen embedding copy, no norm/lm_head."""
+    state = {k: v.clone() for k, v in head.state_dict().items()}
+    state["embed_tokens.weight"] = target.hf.model.embed_tokens.weight.detach().clone()
+    return state
+
+
+def test_eagle1_pytorch_model_bin_loads(tmp_path):
+    target = tiny_target()
+    head = random_head(target, "eagle1", seed=3)
+    assert "layers.0.input_layernorm.weight" not in head.state_dict()
+    assert {"fc.weight", "fc.bias", "layers.0.self_attn.q_proj.weight"} <= set(head.state_dict())
+    (tmp_path / "config.json").write_text(json.dumps(head.config.to_hf()))
+    torch.save(official_eagle1_state(head, target), tmp_path / "pytorch_model.bin")
+    loaded = load_head(tmp_path, target)
+    for k, v in head.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[k], v)
+
+
+def test_eagle3_safetensors_with_draft_vocab_loads(tmp_path):
+    target = tiny_target(vocab=32)
+    cfg = DraftConfig.for_target(target, "eagle3", draft_vocab_size=8)
+    head = DraftHead(cfg)
+    used = torch.tensor([0, 2, 3, 5, 8, 13, 21, 30])
+    head.d2t.copy_(used - torch.arange(8))
+    head.t2d.zero_()
+    head.t2d[used] = True
+    keys = set(head.state_dict())
+    assert {"midlayer.hidden_norm.weight", "midlayer.input_layernorm.weight", "norm.weight", "lm_head.weight",
+            "d2t", "t2d"} <= keys
+    assert head.state_dict()["midlayer.self_attn.q_proj.weight"].shape[1] == 2 * target.hidden_size
+    assert head.fc.weight.shape == (target.hidden_size, 3 * target.hidden_size)
+    save_head(head, tmp_path, dtype=torch.float32)
+    loaded = load_head(tmp_path, target)
+    assert loaded.config.arch == "eagle3" and loaded.config.draft_vocab_size == 8
+    assert loaded.to_target_ids(torch.arange(8)).tolist() == used.tolist()
+
+
+def test_head_that_does_not_fit_names_both_shapes(tmp_path):
+    small, other = tiny_target(), tiny_target(vocab=48)
+    save_head(random_head(other), tmp_path)
+    with pytest.raises(UserFacingError, match=r"48.*32|vocabulary of 48"):
+        load_head(tmp_path, small)
+
+
+def test_head_with_wrong_tensor_shape_names_both(tmp_path):
+    target = tiny_target()
+    head = random_head(target)
+    save_head(head, tmp_path)
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(tmp_path / "model.safetensors"))
+    state["fc.weight"] = torch.zeros(64, 100)
+    save_file(state, str(tmp_path / "model.safetensors"))
+    with pytest.raises(UserFacingError, match=r"\(64, 100\).*\(64, 128\)"):
+        load_head(tmp_path, target)
+
+
+def test_corrupt_head_file_is_a_clear_error(tmp_path):
+    target = tiny_target()
+    save_head(random_head(target), tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"not a tensor file")
+    with pytest.raises(UserFacingError, match="corrupt"):
+        load_head(tmp_path, target)

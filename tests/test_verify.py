@@ -1,0 +1,84 @@
+"""eagleviz/verify.py: greedy matching and multi-round speculative sampling, pinned to exact distributions."""
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from eagleviz.tree import VerifyTree
+from eagleviz.verify import greedy_verify, sample_verify, sampling_probs
+
+V = 6
+# root(slot 0) -> slots 1, 2, 3 ; slot 1 -> 4, 5 ; slot 2 -> 6
+TREE = VerifyTree(node_ids=[-1, 0, 1, 2, 3, 4, 5], tokens=[0, 1, 2, 3, 4, 5, 0], parents=[-1, 0, 0, 0, 1, 1, 2],
+                  depths=[0, 1, 1, 1, 2, 2, 2])
+
+
+def text(t):
+    return str(t)
+
+
+def test_greedy_accepts_longest_matching_path_and_bonus_is_argmax():
+    argmax = [1, 5, 9, 9, 9, 2, 9]  # root wants 1 (slot 1), slot 1 wants 5 (slot 5), slot 5 wants 2 -> bonus
+    res = greedy_verify(TREE, argmax, [1.0] * 7, [0.9] * 7, text)
+    assert res.path == [0, 1, 5] and res.bonus_token == 2
+    assert [c.slot for c in res.checks] == [1, 4, 5]
+    assert [c.accepted for c in res.checks] == [True, False, True]
+
+
+def test_greedy_rejects_everything_when_no_child_matches():
+    res = greedy_verify(TREE, [4, 0, 0, 0, 0, 0, 0], [1.0] * 7, [0.5] * 7, text)
+    assert res.path == [0] and res.bonus_token == 4 and len(res.checks) == 3
+
+
+def exact_two_token_distribution(probs, fresh):
+    """P(c1, c2) when the target draws c1 at the root and c2 from the node reached by c1."""
+    child_slot = {TREE.tokens[s]: s for s in (1, 2, 3)}
+    joint = np.zeros((V, V))
+    for c1 in range(V):
+        nxt = probs[child_slot[c1]] if c1 in child_slot else fresh[c1]
+        joint[c1] = probs[0][c1] * nxt
+    return joint
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9)])
+def test_speculative_sampling_reproduces_the_target_distribution(temperature, top_p):
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(7, V, generator=gen) * 2
+    fresh_logits = torch.randn(V, V, generator=gen) * 2
+    probs = sampling_probs(logits, temperature, top_p)
+    fresh = sampling_probs(fresh_logits, temperature, top_p)
+    counts = np.zeros((V, V))
+    runs = 40_000
+    for seed in range(runs):
+        g = torch.Generator().manual_seed(seed)
+        res = sample_verify(TREE, lambda s: probs[s], [0.5] * 7, [0] * 7, g, text)
+        committed = [TREE.tokens[s] for s in res.path[1:]] + [res.bonus_token]
+        if len(committed) == 1:  # the next cycle would draw from the target at the new root
+            committed.append(int(torch.multinomial(fresh[committed[0]], 1, generator=g)))
+        counts[committed[0], committed[1]] += 1
+    expected = exact_two_token_distribution(probs.numpy(), fresh.numpy()) * runs
+    keep = expected > 5
+    assert counts[~keep].sum() <= max(10, expected[~keep].sum() * 3)
+    obs, exp = counts[keep], expected[keep]
+    p = chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
+    assert p > 1e-3, f"chi-square p = {p}"
+
+
+def test_sampling_probs_top_p_keeps_smallest_set_reaching_p():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    probs = sampling_probs(logits, 1.0, 0.8)
+    assert torch.allclose(probs, torch.tensor([0.625, 0.375, 0.0, 0.0]))
+    probs = sampling_probs(logits, 1.0, 0.81)
+    assert probs[2] > 0 and probs[3] == 0
+
+
+def test_rejection_records_residual_and_uniform():
+    probs = torch.zeros(7, V)
+    probs[0] = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.5, 0.5])  # every draft child (1, 2, 3) has p = 0
+    g = torch.Generator().manual_seed(0)
+    res = sample_verify(TREE, lambda s: probs[s], [0.3] * 7, [4] * 7, g, text)
+    assert res.path == [0] and res.bonus_source == "residual" and res.bonus_token in (4, 5)
+    assert all(not c.accepted and c.accept_prob == 0.0 and 0.0 <= c.uniform < 1.0 for c in res.checks)
+    residual = {t: p for t, _, p in res.checks[-1].residual_top if p > 0}
+    assert residual == pytest.approx({4: 0.5, 5: 0.5})
