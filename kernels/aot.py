@@ -1,0 +1,175 @@
+"""Ahead-of-time compilation of the tree-attention kernels for Ampere (sm_80) and Hopper (sm_90), no GPU needed.
+
+`python -m kernels.aot` compiles `_tree_attention_kernel` at its default tilings (`kernel_config`) for fp16 and
+bf16, D = 64 and 128, plus the split-K merge kernel, and prints registers per thread and spill bytes read
+from each cubin with the cuobjdump that ships with Triton (`--json` prints one JSON object per line).
+
+The signature mirrors what the JIT sees at a real launch with contiguous tensors: unit strides are
+specialised to the constant 1 and pointers and multiple-of-16 strides carry the divisibility hint.
+Run it without TRITON_INTERPRET (the interpreter replaces the compiled kernels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+
+from kernels import tree_attention as ta
+
+ARCHS = (80, 90)
+DTYPES = ("fp16", "bf16")
+HEAD_DIMS = (64, 128)
+ROWS = (16, 32, 64, 128)  # packed rows Tq * G selecting BLOCK_M = 16 ... 128: every default tiling
+
+_DIVISIBLE = [["tt.divisibility", 16]]
+
+
+@dataclasses.dataclass(frozen=True)
+class AotResult:
+    """Resources of one compiled kernel, as reported by `cuobjdump --dump-resource-usage`."""
+
+    kernel: str
+    arch: int
+    dtype: str
+    head_dim: int
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    registers: int
+    stack_bytes: int  # spills land in the stack frame (local memory)
+    local_bytes: int
+    shared_bytes: int
+    cubin_bytes: int
+
+    @property
+    def spill_bytes(self) -> int:
+        return self.stack_bytes + self.local_bytes
+
+
+def _resource_usage(cubin: bytes) -> dict[str, int]:
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([tool, "--dump-resource-usage", f.name], check=True, capture_output=True,
+                              text=True).stdout
+    fields = dict(re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", text))
+    return {key: int(value) for key, value in fields.items()}
+
+
+def _compile(fn, signature: dict, constexprs: dict, divisible: list[str], arch: int, num_warps: int,
+             num_stages: int):
+    attrs = {(fn.arg_names.index(name),): _DIVISIBLE for name in divisible}
+    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                          options={"num_warps": num_warps, "num_stages": num_stages})
+
+
+def _result(name: str, compiled, arch: int, dtype: str, head_dim: int, block_m: int, block_n: int,
+            num_warps: int, num_stages: int) -> AotResult:
+    cubin = compiled.asm["cubin"]
+    use = _resource_usage(cubin)
+    return AotResult(name, arch, dtype, head_dim, block_m, block_n, num_warps, num_stages, use["REG"],
+                     use.get("STACK", 0), use.get("LOCAL", 0), compiled.metadata.shared, len(cubin))
+
+
+def compile_attention(arch: int, dtype: str, head_dim: int, rows: int) -> AotResult:
+    """Compile `_tree_attention_kernel` at the default tiling for `rows` packed rows (single-split output)."""
+    cfg = ta.kernel_config(rows, head_dim)
+    ptr = f"*{dtype}"
+    signature = {
+        "Q": ptr, "K": ptr, "V": ptr, "MaskWords": "*i32", "Out": ptr, "Lse": "*fp32", "qk_scale": "fp32",
+        "prefix_len": "i32", "tree_len": "i32", "num_rows": "i32", "group": "i32", "split_len": "i32",
+        "num_splits": "i32",
+        "stride_qt": "i32", "stride_qh": "i32", "stride_qd": "constexpr",
+        "stride_kn": "i32", "stride_kh": "i32", "stride_kd": "constexpr",
+        "stride_vn": "i32", "stride_vh": "i32", "stride_vd": "constexpr",
+        "stride_mt": "i32",
+        "stride_os": "i32", "stride_ot": "i32", "stride_oh": "i32", "stride_od": "constexpr",
+        "stride_ls": "i32", "stride_lt": "i32", "stride_lh": "constexpr",
+        "HEAD_DIM": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_D": "constexpr",
+        "UPCAST": "constexpr", "DOT_PRECISION": "constexpr",
+    }
+    constexprs = {
+        "stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "stride_od": 1, "stride_lh": 1,
+        "HEAD_DIM": head_dim, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_D": cfg.block_d,
+        "UPCAST": False, "DOT_PRECISION": "tf32",
+    }
+    divisible = ["Q", "K", "V", "MaskWords", "Out", "Lse", "stride_qt", "stride_qh", "stride_kn", "stride_kh",
+                 "stride_vn", "stride_vh", "stride_os", "stride_ot", "stride_oh"]
+    compiled = _compile(ta._tree_attention_kernel, signature, constexprs, divisible, arch, cfg.num_warps,
+                        cfg.num_stages)
+    return _result("tree_attention", compiled, arch, dtype, head_dim, cfg.block_m, cfg.block_n, cfg.num_warps,
+                   cfg.num_stages)
+
+
+def compile_merge(arch: int, dtype: str, head_dim: int, block_r: int = 16) -> AotResult:
+    """Compile `_merge_splits_kernel` as the launcher runs it (BLOCK_R = 16, 4 warps)."""
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    signature = {
+        "Part": "*fp32", "PartLse": "*fp32", "Out": f"*{dtype}", "Lse": "*fp32",
+        "num_rows": "i32", "num_heads": "i32", "num_splits": "i32",
+        "stride_ps": "i32", "stride_pt": "i32", "stride_ph": "i32", "stride_pd": "constexpr",
+        "stride_xs": "i32", "stride_xt": "i32", "stride_xh": "constexpr",
+        "stride_ot": "i32", "stride_oh": "i32", "stride_od": "constexpr",
+        "stride_lt": "i32", "stride_lh": "constexpr",
+        "HEAD_DIM": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr",
+    }
+    constexprs = {"stride_pd": 1, "stride_xh": 1, "stride_od": 1, "stride_lh": 1,
+                  "HEAD_DIM": head_dim, "BLOCK_R": block_r, "BLOCK_D": block_d}
+    divisible = ["Part", "PartLse", "Out", "Lse", "stride_ps", "stride_pt", "stride_ph", "stride_ot", "stride_oh"]
+    compiled = _compile(ta._merge_splits_kernel, signature, constexprs, divisible, arch, 4, 1)
+    return _result("merge_splits", compiled, arch, dtype, head_dim, block_r, 0, 4, 1)
+
+
+def compile_all(archs=ARCHS, dtypes=DTYPES, head_dims=HEAD_DIMS, rows=ROWS) -> list[AotResult]:
+    """Every distinct default tiling the given row counts select, plus the merge kernel, per target."""
+    results = []
+    for arch, dtype, head_dim in itertools.product(archs, dtypes, head_dims):
+        configs = {ta.kernel_config(r, head_dim): r for r in rows}  # rows selecting the same tiling: once
+        results += [compile_attention(arch, dtype, head_dim, r) for r in configs.values()]
+        results.append(compile_merge(arch, dtype, head_dim))
+    return results
+
+
+def _table(results: list[AotResult]) -> str:
+    lines = ["| kernel | target | dtype | D | BLOCK_M | BLOCK_N | warps | stages | registers | spill bytes "
+             "| shared bytes |", "|" + "---|" * 11]
+    for r in results:
+        lines.append(f"| {r.kernel} | sm_{r.arch} | {r.dtype} | {r.head_dim} | {r.block_m} | {r.block_n or '-'} "
+                     f"| {r.num_warps} | {r.num_stages} | {r.registers} | {r.spill_bytes} | {r.shared_bytes} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", type=int, action="append", help="compute capability, e.g. 80 or 90 (repeatable)")
+    parser.add_argument("--dtype", action="append", choices=DTYPES)
+    parser.add_argument("--head-dim", type=int, action="append")
+    parser.add_argument("--rows", type=int, action="append", help="packed rows Tq * G selecting the tiling")
+    parser.add_argument("--json", action="store_true", help="one JSON object per compiled kernel")
+    args = parser.parse_args(argv)
+    if ta._interpreting():
+        parser.error("unset TRITON_INTERPRET: the interpreter replaces the kernels this command compiles")
+    results = compile_all(args.arch or ARCHS, args.dtype or DTYPES, args.head_dim or HEAD_DIMS, args.rows or ROWS)
+    if args.json:
+        for r in results:
+            print(json.dumps(dataclasses.asdict(r)))
+    else:
+        print(_table(results))
+    return 0 if all(r.spill_bytes == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
