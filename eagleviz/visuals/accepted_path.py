@@ -14,11 +14,9 @@ the residual distribution the bonus was drawn from.
 from __future__ import annotations
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from eagleviz.trace import CycleTrace, NodeCheck
-from eagleviz.visuals.style import (ACCEPTED, BONUS, INK, NEUTRAL, PRUNED, REJECTED, add_chips, base_layout,
-                                    token_html, token_label)
+from eagleviz.visuals.style import ACCEPTED, BONUS, INK, NEUTRAL, PRUNED, REJECTED, chips, layout, token_html
 
 TARGET_P = "#009E73"   # bluish green: the target's probability p(x)
 DRAFT_Q = "#CC79A7"    # reddish purple: the draft's probability q(x)
@@ -81,60 +79,55 @@ def _grid_cells(cycle: CycleTrace) -> list[dict]:
     return cells
 
 
-def _grid(fig: go.Figure, cycle: CycleTrace, row: int) -> int:
-    """Chips drawn as rectangles in data coordinates (they scale with the panel); text and hover on top."""
+def _grid(cycle: CycleTrace) -> tuple[list[dict], dict, dict, int]:
+    """Traces and (x, y) axes of the grid panel, and its number of rows."""
     cells = _grid_cells(cycle)
     rows = max(c["y"] for c in cells) + 1
-    ref = "" if row == 1 else str(row)  # axis suffix of this subplot (one column)
-    add_chips(fig, cells, axes=(f"x{ref}", f"y{ref}"))
     names = ["committed", "target's top"] + [f"draft try {k}" for k in range(1, rows - 1)]
-    fig.update_yaxes(tickvals=list(range(rows)), ticktext=names, range=[rows - 0.5, -0.5], showgrid=False,
-                     zeroline=False, showline=False, ticks="", row=row, col=1)
     n = depth_columns(cycle)
-    fig.update_xaxes(tickvals=list(range(1, n + 1)), ticktext=[f"depth {d}" for d in range(1, n + 1)],
-                     range=[0.5, max(n, 4) + 0.5], side="top", showgrid=False, zeroline=False, showline=False,
-                     ticks="", row=row, col=1)
-    return rows
+    xaxis = dict(tickvals=list(range(1, n + 1)), ticktext=[f"depth {d}" for d in range(1, n + 1)],
+                 range=[0.5, max(n, 4) + 0.5], side="top", showline=False, ticks="")
+    yaxis = dict(tickvals=list(range(rows)), ticktext=names, range=[rows - 0.5, -0.5], showline=False, ticks="")
+    return chips(cells), xaxis, yaxis, rows
 
 
-def _bars(fig: go.Figure, cycle: CycleTrace, row: int) -> None:
-    """p(x), q(x) and u for every tried token, then the residual distribution the bonus came from."""
-    labels, p, q, u, verdict = [], [], [], [], []
-    for c in cycle.checks:
-        labels.append(f"d{c.depth}:{token_html(c.text, 8)}")
-        p.append(c.p), q.append(c.q), u.append(c.uniform), verdict.append(CHECK if c.accepted else CROSS)
-    fig.add_trace(go.Bar(x=labels, y=p, name="p(x): target (accept prob)", marker_color=TARGET_P,
-                         text=verdict, textposition="outside", hovertemplate="%{x}<br>p(x) = %{y:.3f}<extra></extra>"),
-                  row=row, col=1)
-    fig.add_trace(go.Bar(x=labels, y=q, name="q(x): draft", marker_color=DRAFT_Q,
-                         hovertemplate="%{x}<br>q(x) = %{y:.3f}<extra></extra>"), row=row, col=1)
-    fig.add_trace(go.Scatter(x=labels, y=u, mode="markers", name="u: uniform draw (accept if u < p)",
-                             marker=dict(symbol="diamond", size=14, color=INK, line=dict(color="white", width=1)),
-                             hovertemplate="%{x}<br>u = %{y:.3f}<extra></extra>"), row=row, col=1)
+def _bars(cycle: CycleTrace) -> list[dict]:
+    """p(x), q(x) and u for every tried token, then the residual distribution the bonus came from (x2/y2)."""
+    labels = [f"d{c.depth}:{token_html(c.text, 8)}" for c in cycle.checks]
+    axes = dict(xaxis="x2", yaxis="y2")
+    traces = [
+        dict(type="bar", x=labels, y=[c.p for c in cycle.checks], name="p(x): target (accept prob)",
+             marker_color=TARGET_P, text=[CHECK if c.accepted else CROSS for c in cycle.checks],
+             textposition="outside", hovertemplate="%{x}<br>p(x) = %{y:.3f}<extra></extra>", **axes),
+        dict(type="bar", x=labels, y=[c.q for c in cycle.checks], name="q(x): draft", marker_color=DRAFT_Q,
+             hovertemplate="%{x}<br>q(x) = %{y:.3f}<extra></extra>", **axes),
+        dict(type="scatter", x=labels, y=[c.uniform for c in cycle.checks], mode="markers",
+             name="u: uniform draw (accept if u < p)", hovertemplate="%{x}<br>u = %{y:.3f}<extra></extra>",
+             marker=dict(symbol="diamond", size=14, color=INK, line=dict(color="white", width=1)), **axes)]
     residual = next((c.residual_top for c in reversed(cycle.checks) if not c.accepted and c.residual_top), [])
     if cycle.bonus_source == "residual" and residual:
-        rl = [f"res:{token_html(t, 8)}" for _, t, _ in residual]
-        colours = [BONUS if tok == cycle.bonus_token else NEUTRAL for tok, _, _ in residual]
-        fig.add_trace(go.Bar(x=rl, y=[v for _, _, v in residual], name="residual after rejections (\u2605 = bonus)",
-                             marker_color=colours, offset=-0.3, width=0.6,
-                             text=["\u2605" if tok == cycle.bonus_token else ""
-                                                         for tok, _, _ in residual], textposition="outside",
-                             hovertemplate="%{x}<br>residual prob = %{y:.3f}<extra></extra>"), row=row, col=1)
-    fig.update_yaxes(title="probability", range=[0, 1.12], row=row, col=1)
-    fig.update_xaxes(tickangle=-30, type="category", row=row, col=1)
+        traces.append(dict(
+            type="bar", x=[f"res:{token_html(t, 8)}" for _, t, _ in residual], y=[v for _, _, v in residual],
+            name="residual after rejections (\u2605 = bonus)", offset=-0.3, width=0.6,
+            marker_color=[BONUS if tok == cycle.bonus_token else NEUTRAL for tok, _, _ in residual],
+            text=["\u2605" if tok == cycle.bonus_token else "" for tok, _, _ in residual], textposition="outside",
+            hovertemplate="%{x}<br>residual prob = %{y:.3f}<extra></extra>", **axes))
+    return traces
 
 
 def accepted_path_figure(cycle: CycleTrace, height: int | None = None) -> go.Figure:
     sampling = is_sampling(cycle)
-    n_rows = 2 if sampling else 1
-    fig = make_subplots(rows=n_rows, cols=1, vertical_spacing=0.16, row_heights=[0.55, 0.45] if sampling else None)
-    grid_rows = _grid(fig, cycle, 1)
+    traces, xaxis, yaxis, grid_rows = _grid(cycle)
+    extra = {}
     if sampling:
-        _bars(fig, cycle, 2)
+        traces += _bars(cycle)
+        xaxis["domain"], yaxis["domain"] = [0, 1], [0.5, 1.0]
+        extra = dict(xaxis2=dict(anchor="y2", tickangle=-30, type="category"),
+                     yaxis2=dict(anchor="x2", domain=[0, 0.36], title="probability", range=[0, 1.12]))
     tried = len(cycle.checks)
-    title = (f"Cycle {cycle.index}: accepted path: {cycle.accept_length} draft token(s) accepted, "
-             f"{tried - cycle.accept_length} rejected, bonus {token_label(cycle.bonus_text)}")
+    title = (f"Cycle {cycle.index} \u00b7 path: {cycle.accept_length} accepted, {tried - cycle.accept_length} "
+             f"rejected, bonus {token_html(cycle.bonus_text)}")
     height = height or (130 + 52 * grid_rows + (330 if sampling else 0))
-    base_layout(fig, title, height, barmode="group",
-                legend=dict(orientation="h", yanchor="top", y=-0.12, x=0, font=dict(size=12)))
-    return fig
+    return go.Figure(data=traces, layout=layout(
+        title, height, barmode="group", xaxis=xaxis, yaxis=yaxis,
+        legend=dict(orientation="h", yanchor="top", y=-0.12, x=0, font=dict(size=12)), **extra))

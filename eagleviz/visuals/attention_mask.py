@@ -11,7 +11,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace
-from eagleviz.visuals.style import ACCEPTED, HIDDEN, INK, PREFIX, VISIBLE, add_shapes, base_layout, token_html
+from eagleviz.visuals.style import ACCEPTED, HIDDEN, INK, PREFIX, VISIBLE, layout, legend_swatches, token_html
 
 # Cell values and their colours: hidden, visible (an ancestor or the token itself), the prefix block.
 HIDDEN_CELL, VISIBLE_CELL, PREFIX_CELL = 0, 1, 2
@@ -63,42 +63,32 @@ def slot_labels(cycle: CycleTrace, chars: int = 10) -> list[str]:
 def attention_mask_figure(cycle: CycleTrace, height: int = 460) -> go.Figure:
     T = cycle.num_tree_tokens
     prefix = cycle.kv_target.before
-    chars = 10 if T <= 24 else 5
-    labels = slot_labels(cycle, chars)
+    labels = slot_labels(cycle, 10 if T <= 24 else 5)
     on_path = set(cycle.path)
-    ylabels = [f"<b>{lab}</b>" if s in on_path else lab for s, lab in enumerate(labels)]
-    xlabels = [f"prefix ({prefix})"] + labels
-    hover = [[_why(cycle, i, j - 1, labels, prefix) for j in range(T + 1)] for i in range(T)]
-    fig = go.Figure(go.Heatmap(
-        z=mask_cells(cycle), x=xlabels, y=ylabels, zmin=0, zmax=len(_COLOURS) - 1,
-        colorscale=_discrete_scale(_COLOURS), showscale=False, xgap=1, ygap=1, customdata=hover,
+    heat = dict(
+        type="heatmap", z=mask_cells(cycle), x=[f"prefix ({prefix})"] + labels,
+        y=[f"<b>{lab}</b>" if s in on_path else lab for s, lab in enumerate(labels)], zmin=0,
+        zmax=len(_COLOURS) - 1, colorscale=_discrete_scale(_COLOURS), showscale=False, xgap=1, ygap=1,
+        customdata=[[_why(cycle, i, j - 1, labels, prefix) for j in range(T + 1)] for i in range(T)],
         hovertemplate="%{customdata}<extra></extra>", texttemplate="%{text}", textfont=dict(color=INK, size=12),
-        text=[[SELF_MARK if j == i + 1 else "" for j in range(T + 1)] for i in range(T)]))
-    rows = [dict(type="rect", opacity=1, x0=-0.5, x1=T + 0.5, y0=s - 0.5, y1=s + 0.5, xref="x", yref="y",
-                 line=dict(color=ACCEPTED, width=3), fillcolor="rgba(0,0,0,0)", layer="above") for s in cycle.path]
-    add_shapes(fig, rows + [dict(type="line", opacity=1, x0=0.5, x1=0.5, y0=-0.5, y1=T - 0.5,
-                                 line=dict(color=INK, width=2))])  # accepted-path rows outlined; prefix edge
+        text=[[SELF_MARK if j == i + 1 else "" for j in range(T + 1)] for i in range(T)])
+    shapes = [dict(type="rect", x0=-0.5, x1=T + 0.5, y0=s - 0.5, y1=s + 0.5, xref="x", yref="y", layer="above",
+                   line=dict(color=ACCEPTED, width=3), fillcolor="rgba(0,0,0,0)") for s in cycle.path]
+    shapes.append(dict(type="line", x0=0.5, x1=0.5, y0=-0.5, y1=T - 0.5, line=dict(color=INK, width=2)))
     visible = sum(map(sum, cycle.mask))
-    title = (f"Cycle {cycle.index}: tree attention mask, {T}\u00d7{T} tree block, {visible} visible cells "
-             f"(+ the {prefix}-token prefix)")
-    base_layout(fig, title, height)
+    title = f"Cycle {cycle.index} \u00b7 tree mask {T}\u00d7{T}: {visible} visible (+ prefix {prefix})"
     tick = 13 if T <= 24 else 10
-    fig.update_xaxes(title="key: what is attended to (slot:token)", tickangle=-60, tickfont=dict(size=tick),
-                     type="category", showgrid=False)
-    fig.update_yaxes(title="query (slot:token)", autorange="reversed",
-                     tickfont=dict(size=tick), type="category", showgrid=False)
-    _legend(fig)
-    return fig
+    return go.Figure(data=[heat] + _legend(), layout=layout(
+        title, height, shapes=shapes, margin=dict(l=10, r=10, t=80, b=10),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, font=dict(size=12)),
+        xaxis=dict(title="key: what is attended to (slot:token)", tickangle=-60, tickfont=dict(size=tick),
+                   type="category"),
+        yaxis=dict(title="query (slot:token)", autorange="reversed", tickfont=dict(size=tick), type="category")))
 
 
-def _legend(fig: go.Figure) -> None:
-    """Legend entries for the cell colours (heatmaps have none of their own)."""
+def _legend() -> list[dict]:
+    """Legend entries for the cell colours and the row outline (heatmaps have none of their own)."""
     names = ["hidden (another branch)", f"visible: ancestor or itself ({SELF_MARK})", "visible: prefix"]
-    for name, colour in zip(names, _COLOURS):
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, showlegend=True,
-                                 marker=dict(symbol="square", size=14, color=colour, line=dict(color=INK, width=1))))
-    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="accepted-path row (bold label)",
-                             showlegend=True, marker=dict(symbol="square-open", size=14, color=ACCEPTED,
-                                                          line=dict(width=3))))
-    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, font=dict(size=12)),
-                      margin=dict(t=80))
+    row = dict(type="scatter", x=[None], y=[None], mode="markers", name="accepted-path row (bold label)",
+               marker=dict(symbol="square-open", size=14, color=ACCEPTED, line=dict(width=3)))
+    return legend_swatches(list(zip(names, _COLOURS))) + [row]

@@ -20,13 +20,15 @@ import networkx as nx
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace
-from eagleviz.visuals.style import (ACCEPTED, BONUS, INK, NEUTRAL, PROB_SCALE, PRUNED, REJECTED, base_layout,
-                                    token_html, token_label)
+from eagleviz.visuals.style import (ACCEPTED, BONUS, INK, NEUTRAL, PROB_SCALE, PRUNED, REJECTED, layout, token_html,
+                                    token_label)
 
 ROOT = "root"
 BONUS_NODE = "bonus"
 LOG_FLOOR = -4.0          # colour scale floor: cumulative probabilities below 1e-4 share the darkest colour
-PRUNED_WIDTH = 0.45       # horizontal room of a pruned leaf relative to a verified one
+PRUNED_WIDTH = 0.35       # horizontal room of a pruned leaf relative to a verified one
+PLOT_PX = 850             # plot width the labels are laid out for (the tree panel of a 1280-px screen)
+CHAR_PX = 8.0             # average width of one label character at 13 px
 STATUS_STYLE = {          # legend name, marker symbol, size, outline colour, outline width
     "root": ("root (last committed token)", "square", 22, INK, 2),
     "accepted": ("accepted by the target", "circle", 22, INK, 4),
@@ -149,42 +151,67 @@ def draft_tree_figure(cycle: CycleTrace, height: int = 440) -> go.Figure:
     """The cycle's draft tree; one marker trace per status so the legend explains the shapes."""
     g = build_graph(cycle)
     pos = tidy_layout(g)
-    fig = go.Figure()
-    for key, (xs, ys) in _edge_groups(g, pos).items():
-        if xs:
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=EDGE_STYLE[key], hoverinfo="skip",
-                                     showlegend=False))
-    room = max(x for x, _ in pos.values()) + 0.5  # layout units across; ~1100 px of plot width share them
-    label_chars = max(3, min(10, int(1100 / room / 8)))
+    traces = [dict(type="scatter", x=xs, y=ys, mode="lines", line=EDGE_STYLE[key], hoverinfo="skip",
+                   showlegend=False) for key, (xs, ys) in _edge_groups(g, pos).items() if xs]
+    px_per_unit = PLOT_PX / (max(x for x, _ in pos.values()) + 0.5)
+    label_chars = 10
+    sides = label_sides(g, pos, label_chars, px_per_unit)
     for status, (name, symbol, size, outline, width) in STATUS_STYLE.items():
         members = [v for v in g if g.nodes[v]["status"] == status]
-        if not members:
-            continue
-        colours = [math.log10(max(math.exp(g.nodes[v]["node"].score), 10 ** LOG_FLOOR)) if "node" in g.nodes[v]
-                   else 0.0 for v in members]
-        marker = dict(symbol=symbol, size=size, line=dict(color=outline, width=width), coloraxis="coloraxis",
-                      color=colours)
-        if status in ("bonus", "root", "rejected", "pruned"):  # status matters more than probability here
-            fill = {"bonus": BONUS, "root": INK, "rejected": REJECTED, "pruned": NEUTRAL}[status]
-            marker = dict(symbol=symbol, size=size, color=fill, line=dict(color=outline, width=width))
-        fig.add_trace(go.Scatter(
-            x=[pos[v][0] for v in members], y=[pos[v][1] for v in members], name=name,
-            mode="markers" if status == "pruned" else "markers+text", marker=marker,
-            text=[token_html(g.nodes[v]["text"], label_chars) for v in members], textposition="bottom center",
-            textfont=dict(size=13), hovertext=[_hover(cycle, g, v) for v in members], hoverinfo="text"))
+        if members:
+            traces.append(_status_trace(cycle, g, pos, members, status, label_chars, sides))
     c = counts(cycle)
     depth = max(d["depth"] for _, d in g.nodes(data=True))
-    title = (f"Cycle {cycle.index}: draft tree: {c.candidates} candidates, {c.verified} verified with the root, "
-             f"{c.pruned} pruned; {c.accepted} accepted")
-    base_layout(fig, title, height, legend=dict(orientation="h", yanchor="top", y=-0.02, x=0, font=dict(size=13)),
-                coloraxis=dict(colorscale=PROB_SCALE, cmin=LOG_FLOOR, cmax=0.0, colorbar=dict(
-                    title=dict(text="cumulative<br>draft prob", side="top"), thickness=14, len=0.8,
-                    tickvals=list(range(int(LOG_FLOOR), 1)),
-                    ticktext=[f"1e{k}" if k else "1" for k in range(int(LOG_FLOOR), 1)])))
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(title="depth", tickvals=[-d for d in range(depth + 1)], ticktext=[str(d) for d in range(depth + 1)],
-                     range=[-depth - 0.6, 0.45], zeroline=False, showgrid=False)
-    return fig
+    title = (f"Cycle {cycle.index} \u00b7 draft tree: {c.candidates} candidates, {c.verified} verified, "
+             f"{c.pruned} pruned, {c.accepted} accepted")
+    ticks = list(range(int(LOG_FLOOR), 1))
+    return go.Figure(data=traces, layout=layout(
+        title, height, legend=dict(orientation="h", yanchor="top", y=-0.02, x=0, font=dict(size=13)),
+        coloraxis=dict(colorscale=PROB_SCALE, cmin=LOG_FLOOR, cmax=0.0, colorbar=dict(
+            title=dict(text="cumulative<br>draft prob", side="top"), thickness=14, len=0.8, tickvals=ticks,
+            ticktext=[f"1e{k}" if k else "1" for k in ticks])),
+        xaxis=dict(visible=False),
+        yaxis=dict(title="depth", tickvals=[-d for d in range(depth + 1)], ticktext=[str(d) for d in range(depth + 1)],
+                   range=[-depth - 0.6, 0.45], showline=False)))
+
+
+def label_sides(g: nx.DiGraph, pos: dict, label_chars: int, px_per_unit: float) -> dict:
+    """Text position per labelled node: below if there is room on that side of its level, else above, else
+    none (the token stays in the hover). Greedy, left to right, with each label's estimated width."""
+    side: dict = {}
+    levels: dict[float, list] = {}
+    for v in g:
+        if g.nodes[v]["status"] != "pruned":
+            levels.setdefault(pos[v][1], []).append(v)
+    for members in levels.values():
+        members.sort(key=lambda v: pos[v][0])
+        right_edge = {"bottom center": -math.inf, "top center": -math.inf}
+        for v in members:
+            half = (min(len(token_label(g.nodes[v]["text"])), label_chars) + 1) * CHAR_PX / px_per_unit / 2
+            x = pos[v][0]
+            side[v] = next((s for s in right_edge if x - half >= right_edge[s]), None)
+            if side[v] is not None:
+                right_edge[side[v]] = x + half
+    return side
+
+
+def _status_trace(cycle: CycleTrace, g: nx.DiGraph, pos: dict, members: list, status: str, label_chars: int,
+                  label_side: dict) -> dict:
+    """The markers of one status. Verified and accepted nodes are coloured by cumulative draft probability;
+    the others by what happened to them, which matters more there."""
+    name, symbol, size, outline, width = STATUS_STYLE[status]
+    fill = {"bonus": BONUS, "root": INK, "rejected": REJECTED, "pruned": NEUTRAL}.get(status)
+    if fill is None:
+        colours = [math.log10(max(math.exp(g.nodes[v]["node"].score), 10 ** LOG_FLOOR)) for v in members]
+        marker = dict(symbol=symbol, size=size, line=dict(color=outline, width=width), coloraxis="coloraxis",
+                      color=colours)
+    else:
+        marker = dict(symbol=symbol, size=size, color=fill, line=dict(color=outline, width=width))
+    return dict(type="scatter", x=[pos[v][0] for v in members], y=[pos[v][1] for v in members], name=name,
+                mode="markers" if status == "pruned" else "markers+text", marker=marker,
+                text=[token_html(g.nodes[v]["text"], label_chars) if label_side.get(v) else "" for v in members],
+                textposition=[label_side.get(v) or "bottom center" for v in members],
+                textfont=dict(size=13), hovertext=[_hover(cycle, g, v) for v in members], hoverinfo="text")
 
 
 def node_label(cycle: CycleTrace, slot: int) -> str:

@@ -12,8 +12,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace
-from eagleviz.visuals.style import (ACCEPTED, INK, NEUTRAL, PREFIX, PRUNED, add_annotations, add_chips, base_layout,
-                                    token_html)
+from eagleviz.visuals.style import ACCEPTED, INK, NEUTRAL, PREFIX, PRUNED, chips, layout, legend_swatches, token_html
 
 ROWS = {"target_before": 4.6, "target_after": 3.2, "draft_before": 1.6, "draft_after": 0.6}
 ROW_NAMES = {"target_before": "target: verify", "target_after": "target: after commit",
@@ -79,12 +78,12 @@ def _prefix_cells(cycle: CycleTrace) -> list[dict]:
                  hover=f"{ROW_NAMES[key]}: the committed prefix, slots 0 .. {n - 1} ({n} slots)") for key, n in rows]
 
 
-def _moves(fig: go.Figure, cycle: CycleTrace) -> None:
+def _moves(cycle: CycleTrace) -> list[dict]:
     """Arrows from each accepted slot before the commit to its place after it; moved ones are bold."""
     top, bottom = ROWS["target_before"] - 0.4, ROWS["target_after"] + 0.4
-    add_annotations(fig, [dict(x=i, y=bottom, ax=src, ay=top, xref="x", yref="y", axref="x", ayref="y", text="",
-                               showarrow=True, arrowhead=2, arrowsize=1.2, arrowwidth=2.5 if src != i else 1,
-                               arrowcolor=ACCEPTED if src != i else NEUTRAL) for i, src in enumerate(cycle.path)])
+    return [dict(x=i, y=bottom, ax=src, ay=top, xref="x", yref="y", axref="x", ayref="y", text="", showarrow=True,
+                 arrowhead=2, arrowsize=1.2, arrowwidth=2.5 if src != i else 1,
+                 arrowcolor=ACCEPTED if src != i else NEUTRAL) for i, src in enumerate(cycle.path)]
 
 
 def kv_counts(cycle: CycleTrace) -> dict[str, int]:
@@ -97,32 +96,21 @@ def kv_counts(cycle: CycleTrace) -> dict[str, int]:
 def kv_rewind_figure(cycle: CycleTrace, height: int = 400) -> go.Figure:
     width = max(cycle.num_tree_tokens, len(cycle.kv_draft.appended), 4)
     show = width <= 24
-    fig = go.Figure()
-    add_chips(fig, _target_cells(cycle, show) + _draft_cells(cycle, show), half_width=0.45, half_height=0.38,
-              text_size=12 if width <= 16 else 10)
-    add_chips(fig, _prefix_cells(cycle), half_width=PREFIX_WIDTH / 2 - 0.05, half_height=0.38, text_size=13)
-    _moves(fig, cycle)
+    traces = chips(_target_cells(cycle, show) + _draft_cells(cycle, show), half_width=0.45, half_height=0.38,
+                   text_size=12 if width <= 16 else 10)
+    traces += chips(_prefix_cells(cycle), half_width=PREFIX_WIDTH / 2 - 0.05, half_height=0.38, text_size=13)
     c = kv_counts(cycle)
-    title = (f"Cycle {cycle.index}: KV rewind: target keeps {c['kept']} of {c['tree_slots']} tree slots "
+    title = (f"Cycle {cycle.index} \u00b7 KV rewind: target keeps {c['kept']} of {c['tree_slots']} tree slots "
              f"({c['moved']} moved), draft drops {c['draft_dropped']} expansion slots")
-    base_layout(fig, title, height)
-    S = cycle.kv_target.before
-    step = max(1, width // 12)
-    fig.update_xaxes(title="cache slot (after the prefix)", range=[-PREFIX_WIDTH - 0.7, width - 0.3],
-                     tickvals=list(range(0, width, step)), ticktext=[str(S + k) for k in range(0, width, step)],
-                     showgrid=False, zeroline=False)
-    fig.update_yaxes(tickvals=list(ROWS.values()), ticktext=list(ROW_NAMES.values()), range=[0.1, 5.1],
-                     showgrid=False, zeroline=False, showline=False, ticks="")
-    _legend(fig)
-    return fig
-
-
-def _legend(fig: go.Figure) -> None:
-    entries = [("committed prefix", PREFIX), ("root (written this cycle)", INK), ("accepted path", ACCEPTED),
-               ("discarded slot", PRUNED), ("free slot", FREE)]
-    for name, colour in entries:
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
-                                 marker=dict(symbol="square", size=14, color=colour, line=dict(color=INK, width=1))))
-    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name="moved by the commit",
-                             line=dict(color=ACCEPTED, width=2.5)))
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.18, x=0, font=dict(size=12)))
+    S, step = cycle.kv_target.before, max(1, width // 12)
+    moved = dict(type="scatter", x=[None], y=[None], mode="lines", name="moved by the commit",
+                 line=dict(color=ACCEPTED, width=2.5))
+    legend = [("committed prefix", PREFIX), ("root (written this cycle)", INK), ("accepted path", ACCEPTED),
+              ("discarded slot", PRUNED), ("free slot", FREE)]
+    return go.Figure(data=traces + legend_swatches(legend) + [moved], layout=layout(
+        title, height, annotations=_moves(cycle),
+        legend=dict(orientation="h", yanchor="top", y=-0.18, x=0, font=dict(size=12)),
+        xaxis=dict(title="cache slot (after the prefix)", range=[-PREFIX_WIDTH - 0.7, width - 0.3],
+                   tickvals=list(range(0, width, step)), ticktext=[str(S + k) for k in range(0, width, step)]),
+        yaxis=dict(tickvals=list(ROWS.values()), ticktext=list(ROW_NAMES.values()), range=[0.1, 5.1],
+                   showline=False, ticks="")))

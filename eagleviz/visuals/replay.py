@@ -21,10 +21,12 @@ import numpy as np
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace
-from eagleviz.visuals.style import BONUS, INK, NEUTRAL, base_layout, empty_figure, token_html
+from eagleviz.visuals.style import BONUS, NEUTRAL, empty_figure, layout, token_html
 
 OTHER = -1   # token id of the pooled "other" bucket
 DEFAULT_DRAWS = 10_000
+NO_REPLAY_GREEDY = "Replay needs a sampling run (temperature > 0): at T = 0 acceptance is deterministic."
+NO_REPLAY_SAMPLING = "This trace does not record the target's distribution at the root (made by an older build)."
 
 
 @dataclass
@@ -102,23 +104,21 @@ def replay_figure(cycle: CycleTrace, draws: int = DEFAULT_DRAWS, seed: int = 0, 
                   height: int = 360) -> go.Figure:
     result = replay_acceptance(cycle, draws, seed)
     if result is None:
-        return empty_figure("Replay needs a sampling run (temperature > 0): at T = 0 acceptance is deterministic.",
+        return empty_figure(NO_REPLAY_SAMPLING if any(c.uniform is not None for c in cycle.checks) else NO_REPLAY_GREEDY,
                             height)
     order = [k for k in np.argsort(-result.target) if result.tokens[k] != OTHER][:top]
     order.append(result.tokens.index(OTHER))
     labels = [token_html(result.texts[k], 10) + (" (draft)" if result.tokens[k] in result.tried else "")
               for k in order]
-    fig = go.Figure()
-    fig.add_trace(go.Bar(x=labels, y=result.target[order], name="target distribution p", marker_color=NEUTRAL,
-                         hovertemplate="%{x}<br>p = %{y:.4f}<extra></extra>"))
-    fig.add_trace(go.Bar(x=labels, y=result.empirical[order], name=f"committed in {draws:,} replays",
-                         marker_color=BONUS, hovertemplate="%{x}<br>replayed frequency = %{y:.4f}<extra></extra>"))
-    title = (f"Cycle {cycle.index}: first committed token over {draws:,} replays of the acceptance step "
+    traces = [dict(type="bar", x=labels, y=result.target[order].tolist(), name="target distribution p",
+                   marker_color=NEUTRAL, hovertemplate="%{x}<br>p = %{y:.4f}<extra></extra>"),
+              dict(type="bar", x=labels, y=result.empirical[order].tolist(), name=f"committed in {draws:,} replays",
+                   marker_color=BONUS, hovertemplate="%{x}<br>replayed frequency = %{y:.4f}<extra></extra>")]
+    title = (f"Cycle {cycle.index} \u00b7 first committed token over {draws:,} replays of the acceptance step "
              f"(total variation to p: {result.total_variation:.3f})")
-    base_layout(fig, title, height, barmode="group",
-                legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, font=dict(size=12)))
-    fig.update_layout(margin=dict(t=80))
-    fig.update_xaxes(title="token (\u201c(draft)\u201d = a child the draft proposed, tried first)", tickangle=-30,
-                     type="category")
-    fig.update_yaxes(title="probability", rangemode="tozero", linecolor=INK)
-    return fig
+    return go.Figure(data=traces, layout=layout(
+        title, height, barmode="group", margin=dict(l=10, r=10, t=80, b=10),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, font=dict(size=12)),
+        xaxis=dict(title="token (\u201c(draft)\u201d = a child the draft proposed, tried first)", tickangle=-30,
+                   type="category"),
+        yaxis=dict(title="probability", rangemode="tozero")))

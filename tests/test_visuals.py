@@ -1,0 +1,253 @@
+"""Figures drawn from traces: recorded ones (tests/data, real engine) and hand-built ones (trace_factory)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from eagleviz.trace import RunTrace
+from eagleviz.visuals import (accepted_path_figure, attention_mask_figure, check_displayable, cycle_view,
+                              draft_tree_figure, kv_rewind_figure, replay_acceptance, replay_figure, summary_figure)
+from eagleviz.visuals import explain
+from eagleviz.visuals.accepted_path import depth_columns
+from eagleviz.visuals.draft_tree import BONUS_NODE, ROOT, STATUS_STYLE, build_graph, tidy_layout
+from eagleviz.visuals.output_text import SEPARATOR, output_html
+from eagleviz.visuals.replay import OTHER, root_distribution
+from trace_factory import synthetic_cycle, synthetic_run
+
+DATA = Path(__file__).parent / "data"
+RECORDED = ["trace_greedy.json", "trace_sampling.json", "trace_chain.json"]
+
+
+def recorded(name: str) -> RunTrace:
+    return RunTrace.from_json((DATA / name).read_text(encoding="utf-8"))
+
+
+def all_cycles():
+    """(label, cycle) for every recorded cycle and the hand-built shapes the app must draw."""
+    out = [(f"{name}[{c.index}]", c) for name in RECORDED for c in recorded(name).cycles]
+    out += [("one-level", synthetic_cycle(steps=1, topk=3, draft_tokens=4, accept=0)),
+            ("chain", synthetic_cycle(steps=4, topk=1, draft_tokens=5, accept=2)),
+            ("zero-accept", synthetic_cycle(steps=3, topk=2, draft_tokens=6, accept=0)),
+            ("full-depth", synthetic_cycle(steps=3, topk=2, draft_tokens=14, accept=3)),
+            ("sampling", synthetic_cycle(steps=4, topk=3, draft_tokens=10, accept=2, sampling=True)),
+            ("wide", synthetic_cycle(steps=5, topk=8, draft_tokens=64, accept=1, seed=4))]
+    return out
+
+
+CYCLES = all_cycles()
+IDS = [label for label, _ in CYCLES]
+
+
+def points(fig, name: str) -> int:
+    return sum(len(t.x) for t in fig.data if t.name == name)
+
+
+# ------------------------------------------------------------------ layering
+
+
+def test_visuals_import_neither_torch_nor_gradio():
+    code = ("import sys, eagleviz.visuals, eagleviz.visuals.explain, eagleviz.visuals.output_text; "
+            "bad = [m for m in ('torch', 'gradio') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# ------------------------------------------------------------------ draft tree
+
+
+@pytest.mark.parametrize("label,cycle", CYCLES, ids=IDS)
+def test_draft_tree_counts(label, cycle):
+    fig = draft_tree_figure(cycle)
+    kept = sum(n.kept for n in cycle.nodes)
+    names = {k: v[0] for k, v in STATUS_STYLE.items()}
+    assert points(fig, names["root"]) == 1
+    assert points(fig, names["bonus"]) == 1
+    assert points(fig, names["pruned"]) == len(cycle.nodes) - kept
+    assert points(fig, names["accepted"]) == cycle.accept_length
+    assert points(fig, names["rejected"]) == sum(not c.accepted for c in cycle.checks)
+    drawn = sum(points(fig, names[s]) for s in ("accepted", "rejected", "verified"))
+    assert drawn == kept == cycle.num_tree_tokens - 1
+
+
+@pytest.mark.parametrize("label,cycle", CYCLES, ids=IDS)
+def test_tidy_layout_is_top_down_and_centred(label, cycle):
+    g = build_graph(cycle)
+    pos = tidy_layout(g)
+    assert len(set(pos.values())) == g.number_of_nodes()  # no two nodes share a place
+    for v in g:
+        assert pos[v][1] == -g.nodes[v]["depth"]
+        kids = sorted(g.successors(v), key=lambda c: pos[c][0])
+        if kids:
+            assert math.isclose(pos[v][0], (pos[kids[0]][0] + pos[kids[-1]][0]) / 2)
+    last = cycle.path[-1]
+    anchor = ROOT if last == 0 else cycle.verify_nodes[last]
+    assert g.has_edge(anchor, BONUS_NODE)
+
+
+# ------------------------------------------------------------------ attention mask
+
+
+@pytest.mark.parametrize("label,cycle", CYCLES, ids=IDS)
+def test_attention_mask_cells(label, cycle):
+    fig = attention_mask_figure(cycle)
+    heat = fig.data[0]
+    T = cycle.num_tree_tokens
+    z = np.array(heat.z)
+    assert z.shape == (T, T + 1) and len(heat.x) == T + 1 and len(heat.y) == T
+    assert (z[:, 0] == 2).all()                                  # the prefix block is fully visible
+    assert int((z[:, 1:] == 1).sum()) == sum(map(sum, cycle.mask))
+    assert str(cycle.kv_target.before) in heat.x[0]
+    outlined = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(outlined) == len(cycle.path)
+    assert "ancestor" in heat.customdata[T - 1][1] or T == 1      # the root is every slot's ancestor
+
+
+# ------------------------------------------------------------------ accepted path
+
+
+@pytest.mark.parametrize("label,cycle", CYCLES, ids=IDS)
+def test_accepted_path_grid(label, cycle):
+    fig = accepted_path_figure(cycle)
+    chips = next(t for t in fig.data if t.mode == "markers+text")
+    cols = depth_columns(cycle)
+    assert cols == cycle.accept_length + 1
+    committed = [x for x, y in zip(chips.x, chips.y) if y == 0]
+    assert sorted(committed) == list(range(1, cols + 1))
+    tried = [1 for y in chips.y if y >= 2]
+    leaf_columns = sum(1 for d in range(1, cols + 1) if not any(c.depth == d for c in cycle.checks))
+    assert len(tried) == len(cycle.checks) + leaf_columns
+    sampling = any(c.uniform is not None for c in cycle.checks)
+    bars = [t for t in fig.data if t.type == "bar" and t.name.startswith("p(x)")]
+    assert len(bars) == (1 if sampling else 0)
+    if bars:
+        assert len(bars[0].x) == len(cycle.checks)
+
+
+# ------------------------------------------------------------------ KV rewind
+
+
+@pytest.mark.parametrize("label,cycle", CYCLES, ids=IDS)
+def test_kv_rewind_slots(label, cycle):
+    fig = kv_rewind_figure(cycle)
+    chips = [t for t in fig.data if t.mode == "markers+text"][0]
+    T, E = cycle.num_tree_tokens, len(cycle.kv_draft.appended)
+    rows = {}
+    for y in chips.y:
+        rows[y] = rows.get(y, 0) + 1
+    assert sorted(rows.values()) == sorted([T, T, E, E] if E else [T, T])
+    arrows = [a for a in fig.layout.annotations if a.showarrow]
+    assert len(arrows) == len(cycle.path)
+    moved = [a for a in arrows if a.ax != a.x]
+    assert len(moved) == len(cycle.kv_target.moves)
+
+
+# ------------------------------------------------------------------ whole views, summary, output
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_recorded_runs_render_every_cycle(name):
+    run = recorded(name)
+    check_displayable(run)
+    for i in range(len(run.cycles)):
+        view = cycle_view(run, i, replay_draws=500)
+        assert f"Cycle {i}" in view.tree.layout.title.text
+    fig = summary_figure(run, selected=0)
+    assert len(fig.data[0].x) == len(run.cycles)
+
+
+def test_summary_of_a_plain_run_says_so():
+    run = recorded("trace_greedy.json")
+    run.cycles = []
+    assert "No speculation cycles" in summary_figure(run).layout.annotations[0].text
+
+
+def test_one_cycle_run_renders():
+    run = synthetic_run([synthetic_cycle(accept=1)])
+    view = cycle_view(run, 0)
+    assert view.caption.startswith("**Cycle 0** of 1")
+    assert cycle_view(run, 5).caption == view.caption  # out-of-range indices clamp to the recording
+
+
+def test_output_html_marks_provenance_and_cycles():
+    run = synthetic_run([synthetic_cycle(i, accept=i, prefix=20 + i) for i in range(3)])
+    run.output[1].text = "<b>&"
+    page = output_html(run)
+    assert page.count("data-source=") == len(run.output)
+    assert page.count(SEPARATOR) == len(run.cycles) + 1  # one before each cycle's tokens, one in the legend
+    assert "&lt;b&gt;&amp;" in page
+    assert page.count('data-source="bonus"') == len(run.cycles)
+    assert page.count('data-source="draft"') == sum(c.accept_length for c in run.cycles)
+
+
+def test_explanations_carry_the_cycle_numbers():
+    cycle = synthetic_cycle(steps=3, topk=2, draft_tokens=8, accept=2, prefix=30)
+    text = explain.path_text(cycle)
+    assert "**2 draft tokens**" in text and "**3 tokens** committed" in text
+    assert f"{cycle.num_tree_tokens - 3} tree slots discarded" in text
+    assert "30 .. 32" in explain.kv_text(cycle)
+    assert str(len(cycle.nodes)) in explain.tree_text(cycle)
+    run = synthetic_run([cycle])
+    assert all(explain.TOUR[k] in explain.tour_step(run, cycle, k) for k in range(4))
+
+
+# ------------------------------------------------------------------ acceptance replay
+
+
+def test_replay_reproduces_the_target_distribution():
+    cycle = synthetic_cycle(steps=3, topk=3, draft_tokens=8, accept=1, sampling=True)
+    tokens, _, p = root_distribution(cycle)
+    assert math.isclose(p.sum(), 1.0) and tokens[-1] == OTHER
+    result = replay_acceptance(cycle, draws=40_000, seed=1)
+    assert result.total_variation < 0.015
+    assert np.allclose(result.empirical, result.target, atol=0.01)
+
+
+def test_replay_tries_every_root_child_in_order():
+    cycle = synthetic_cycle(steps=2, topk=3, draft_tokens=6, accept=1, sampling=True)
+    result = replay_acceptance(cycle, draws=100)
+    children = [cycle.tokens[s] for s in range(1, cycle.num_tree_tokens) if cycle.parents[s] == 0]
+    assert result.tried == [t for t in children if t in result.tokens]
+
+
+def test_replay_needs_a_sampling_trace():
+    assert replay_acceptance(recorded("trace_greedy.json").cycles[0]) is None
+    assert "T = 0" in replay_figure(recorded("trace_greedy.json").cycles[0]).layout.annotations[0].text
+    sampled = recorded("trace_sampling.json").cycles[0]
+    assert replay_acceptance(sampled, draws=1000).draws == 1000
+
+
+# ------------------------------------------------------------------ traces in and out
+
+
+def test_old_traces_without_root_top_still_load():
+    data = json.loads((DATA / "trace_sampling.json").read_text(encoding="utf-8"))
+    for c in data["cycles"]:
+        del c["root_top"]
+    run = RunTrace.from_dict(data)
+    assert run.cycles[0].root_top == []
+    assert "older build" in replay_figure(run.cycles[0]).layout.annotations[0].text
+
+
+@pytest.mark.parametrize("breakage", ["mask", "path", "parents", "accept_length", "slot"])
+def test_inconsistent_traces_are_refused(breakage):
+    run = recorded("trace_greedy.json")
+    c = run.cycles[0]
+    if breakage == "mask":
+        c.mask = c.mask[:-1]
+    elif breakage == "path":
+        c.path = [0, 99]
+    elif breakage == "parents":
+        c.parents[1] = 5
+    elif breakage == "accept_length":
+        c.accept_length = 3
+    else:
+        c.checks[0].slot = 99
+    with pytest.raises(ValueError):
+        check_displayable(run)
