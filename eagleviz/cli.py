@@ -51,6 +51,8 @@ def _generate_parser(sub) -> None:
 def run_generate(args) -> int:
     from eagleviz.models.loading import load_engine
 
+    if not args.prompt.strip():
+        raise UserFacingError("the prompt is empty")
     try:
         tree = None if args.baseline else TreeConfig.create(args.steps, args.topk, args.draft_tokens)
         sampling = SamplingConfig(args.temperature, args.top_p, args.max_new_tokens, args.seed)

