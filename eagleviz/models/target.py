@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from eagleviz.kv_cache import KVCache
-from eagleviz.models.layers import AttentionWeights, cached_attention, rms_norm, swiglu_mlp
+from eagleviz.models.layers import AttentionWeights, cached_attention, fuse_linears, rms_norm, swiglu_mlp
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
@@ -57,12 +57,14 @@ class TargetModel:
         self._rotary = base.rotary_emb
         self.lm_head = hf_model.lm_head
         self._attn = [self._attention_weights(layer) for layer in base.layers]
+        self._gate_up = [fuse_linears(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in base.layers]
         self.eos_token_ids = _eos_ids(hf_model, tokenizer)
 
     def _attention_weights(self, layer: nn.Module) -> AttentionWeights:
         a = layer.self_attn
         return AttentionWeights(a.q_proj, a.k_proj, a.v_proj, a.o_proj, self.num_heads, self.num_kv_heads,
-                                self.head_dim, getattr(a, "q_norm", None), getattr(a, "k_norm", None), self.eps)
+                                self.head_dim, getattr(a, "q_norm", None), getattr(a, "k_norm", None), self.eps,
+                                qkv=fuse_linears(a.q_proj, a.k_proj, a.v_proj))
 
     @property
     def dtype(self) -> torch.dtype:
@@ -105,7 +107,7 @@ class TargetModel:
             x = rms_norm(h, layer.input_layernorm.weight, self.eps)
             h = h + cached_attention(self._attn[i], x, cos, sin, cache, i, tree_mask, impl)
             x = rms_norm(h, layer.post_attention_layernorm.weight, self.eps)
-            h = h + swiglu_mlp(layer.mlp, x)
+            h = h + swiglu_mlp(layer.mlp, x, self._gate_up[i])
         cache.advance(ids.shape[0])
         normed = rms_norm(h, self._norm.weight, self.eps)
         logits = None if logit_rows is None else self.lm_head(normed[logit_rows]).float()

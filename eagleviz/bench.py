@@ -1,0 +1,323 @@
+"""Speed, measured side by side: `python -m eagleviz bench` and `python -m eagleviz tune`.
+
+bench: for each prompt, interleaved and repeated, run
+    hf-generate      Hugging Face `model.generate` (the baseline a user would reach for)
+    hf-prompt-lookup Hugging Face prompt-lookup decoding (a speculative peer that needs no draft model)
+    plain            eagleviz's own loop without speculation
+    eagle-chain      EAGLE with topk = 1
+    eagle-tree       EAGLE with the default tree
+with the same model, dtype and thread count. Reports the median tokens/s per method, the median per-prompt
+speedup over hf-generate, tau and the mean time per phase, checks that the greedy methods agree (explaining
+bf16 differences by the target's top-2 gap where they diverge), and writes a Markdown table and a Plotly
+HTML figure.
+
+tune: measures the verification cost curve cost(n) / cost(1) on this machine (why verifying 16 tokens costs
+about as much as 1), sweeps steps x topk x draft_tokens on a few prompts, and saves the fastest
+configuration for this machine (the app's default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.models.loading import cache_dir
+from eagleviz.prompts import load_prompts
+
+METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "eagle-chain", "eagle-tree")
+GREEDY_REFERENCE = "hf-generate"
+
+
+@dataclass
+class Sample:
+    tokens: list[int]
+    seconds: float
+    tau: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / self.seconds if self.seconds > 0 else 0.0
+
+
+def _hf_generate(engine, ids: list[int], sampling: SamplingConfig, lookup: int | None) -> Sample:
+    """Run HF generate on the same weights; only the new tokens are counted, EOS included like ours."""
+    hf, dev = engine.target.hf, engine.target.device
+    kwargs = dict(max_new_tokens=sampling.max_new_tokens, do_sample=not sampling.greedy,
+                  eos_token_id=sorted(engine.target.eos_token_ids) or None, pad_token_id=0)
+    if not sampling.greedy:
+        kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
+        torch.manual_seed(sampling.seed)
+    if lookup:
+        kwargs["prompt_lookup_num_tokens"] = lookup
+    x = torch.tensor([ids], device=dev)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = hf.generate(x, attention_mask=torch.ones_like(x), **kwargs)
+    seconds = time.perf_counter() - start
+    return Sample(tokens=out[0, len(ids):].tolist(), seconds=seconds)
+
+
+def _ours(engine, ids: list[int], tree: TreeConfig | None, sampling: SamplingConfig) -> Sample:
+    run = engine.new_run("", ids, tree, sampling)
+    start = time.perf_counter()
+    for _ in engine.plain(ids, sampling, run) if tree is None else engine.speculate(ids, tree, sampling, run):
+        pass
+    seconds = time.perf_counter() - start
+    s = run.summary()
+    return Sample(tokens=run.token_ids, seconds=seconds, tau=s["tau"], phases=s["mean_phase_ms"])
+
+
+def run_method(engine, method: str, ids: list[int], sampling: SamplingConfig, tree: TreeConfig) -> Sample:
+    if method == "hf-generate":
+        return _hf_generate(engine, ids, sampling, None)
+    if method == "hf-prompt-lookup":
+        return _hf_generate(engine, ids, sampling, 10)
+    if method == "plain":
+        return _ours(engine, ids, None, sampling)
+    if method == "eagle-chain":
+        return _ours(engine, ids, TreeConfig.create(tree.steps, 1, tree.steps + 1), sampling)
+    return _ours(engine, ids, tree, sampling)
+
+
+def top2_gap(engine, ids: list[int]) -> float:
+    """The target's gap between its two best logits after `ids` (fp32 logits of the loaded dtype)."""
+    with torch.inference_mode():
+        logits = engine.target.hf(torch.tensor([ids], device=engine.target.device)).logits[0, -1].float()
+    top = torch.topk(logits, 2).values
+    return float(top[0] - top[1])
+
+
+def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig, repeats: int,
+          methods=METHODS, progress=print) -> dict:
+    """Interleaved runs: for each prompt and repeat, every method once, in rotating order."""
+    samples: dict[str, list[list[Sample]]] = {m: [] for m in methods}
+    encoded = [engine.encode_prompt(p) for p in prompts]
+    for m in methods:  # warm-up: first-call allocations and lazy initialisation
+        run_method(engine, m, encoded[0], SamplingConfig(max_new_tokens=8), tree)
+    start = time.perf_counter()
+    for i, ids in enumerate(encoded):
+        per = {m: [] for m in methods}
+        for r in range(repeats):
+            order = methods[r % len(methods):] + methods[: r % len(methods)]
+            for m in order:
+                per[m].append(run_method(engine, m, ids, sampling, tree))
+        for m in methods:
+            samples[m].append(per[m])
+        done = i + 1
+        eta = (time.perf_counter() - start) / done * (len(encoded) - done)
+        progress(f"[bench] prompt {done}/{len(encoded)}  ETA {eta:5.0f} s")
+    return summarize(engine, encoded, samples, sampling, methods)
+
+
+def summarize(engine, encoded, samples, sampling: SamplingConfig, methods) -> dict:
+    ref = GREEDY_REFERENCE if GREEDY_REFERENCE in methods else methods[0]
+    rows, mismatches = {}, []
+    for m in methods:
+        tps = [statistics.median(s.tokens_per_s for s in reps) for reps in samples[m]]
+        ratios = [statistics.median(s.tokens_per_s for s in reps) / statistics.median(b.tokens_per_s for b in base)
+                  for reps, base in zip(samples[m], samples[ref])]
+        taus = [reps[0].tau for reps in samples[m] if reps[0].tau]
+        phases = {}
+        for reps in samples[m]:
+            for k, v in reps[0].phases.items():
+                phases.setdefault(k, []).append(v)
+        rows[m] = {"tokens_per_s": statistics.median(tps), "speedup": statistics.median(ratios),
+                   "tau": statistics.mean(taus) if taus else None,
+                   "phase_ms": {k: statistics.mean(v) for k, v in phases.items()},
+                   "tokens": sum(len(reps[0].tokens) for reps in samples[m])}
+    if sampling.greedy:
+        for m in methods:
+            for i, (reps, base) in enumerate(zip(samples[m], samples[ref])):
+                a, b = base[0].tokens, reps[0].tokens
+                if a == b:
+                    continue
+                k = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                mismatches.append({"method": m, "prompt": i, "position": k,
+                                   "top2_gap": top2_gap(engine, encoded[i] + a[:k])})
+    return {"rows": rows, "reference": ref, "greedy_mismatches": mismatches, "prompts": len(encoded),
+            "sampling": vars(sampling), "machine": machine_info(engine)}
+
+
+def machine_info(engine) -> dict:
+    return {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "dtype": str(engine.target.dtype).removeprefix("torch."),
+            "device": str(engine.target.device), "model": engine.target.name, "head": engine.head_name}
+
+
+def markdown_table(result: dict) -> str:
+    lines = ["| method | tokens/s (median) | speedup vs " + result["reference"] + " | tau | draft / verify ms per cycle |",
+             "|---|---:|---:|---:|---|"]
+    for m, row in result["rows"].items():
+        tau = f"{row['tau']:.2f}" if row["tau"] else "-"
+        ph = row["phase_ms"]
+        phases = f"{ph['draft']:.1f} / {ph['verify']:.1f}" if "draft" in ph else "-"
+        lines.append(f"| {m} | {row['tokens_per_s']:.1f} | {row['speedup']:.2f}x | {tau} | {phases} |")
+    mm = result["greedy_mismatches"]
+    if result["sampling"]["temperature"] == 0:
+        lines.append("")
+        if not mm:
+            lines.append("All greedy methods produced identical tokens on every prompt.")
+        else:
+            gaps = ", ".join(f"{x['method']}@prompt{x['prompt']}:tok{x['position']} gap {x['top2_gap']:.3g}" for x in mm)
+            lines.append(f"{len(mm)} greedy outputs differ from {result['reference']} (first divergence, target top-2 "
+                         f"logit gap there): {gaps}")
+    return "\n".join(lines)
+
+
+def write_outputs(result: dict, out: Path, stem: str) -> None:
+    import plotly.graph_objects as go
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2))
+    (out / f"{stem}.md").write_text(markdown_table(result) + "\n")
+    rows = result["rows"]
+    fig = go.Figure(go.Bar(x=list(rows), y=[r["tokens_per_s"] for r in rows.values()],
+                           text=[f"{r['speedup']:.2f}x" for r in rows.values()], textposition="outside"))
+    fig.update_layout(title=f"Median tokens/s, {result['prompts']} prompts ({result['machine']['dtype']}, "
+                            f"{result['machine']['threads']} threads)", yaxis_title="tokens/s")
+    fig.write_html(out / f"{stem}.html", include_plotlyjs=True)
+
+
+# ---------------------------------------------------------------------------------------------- tune
+def verify_cost_curve(engine, prefix: int = 200, sizes=(1, 2, 4, 8, 16, 32, 64), repeats: int = 7) -> dict:
+    """Median time of one target forward of n chain tokens after a `prefix`-token prompt, relative to n = 1."""
+    target = engine.target
+    ids = torch.arange(prefix, device=target.device) % target.vocab_size
+    times = {}
+    for n in sizes:
+        runs = []
+        for _ in range(repeats):
+            cache = target.new_cache(prefix + n)
+            target.forward(ids, torch.arange(prefix, device=target.device), cache,
+                           torch.ones(prefix, prefix, dtype=torch.bool, device=target.device).tril(),
+                           logit_rows=None)
+            x = torch.arange(n, device=target.device)
+            mask = torch.ones(n, n, dtype=torch.bool, device=target.device).tril() if n > 1 else None
+            t = time.perf_counter()
+            target.forward(x, prefix + x, cache, mask)
+            runs.append(time.perf_counter() - t)
+        times[n] = statistics.median(runs) * 1e3
+    return {"prefix": prefix, "ms": times, "relative": {n: t / times[sizes[0]] for n, t in times.items()}}
+
+
+def tune_grid() -> list[TreeConfig]:
+    grid = []
+    for steps in (3, 4, 5, 6, 8):
+        for topk in (1, 2, 4, 8):
+            budgets = [steps + 1] if topk == 1 else [8, 16, 24, 32, 48]
+            for m in budgets:
+                cfg = TreeConfig.create(steps, topk, m)
+                if not cfg.adjustments and cfg not in grid:
+                    grid.append(cfg)
+    return grid
+
+
+def tuned_path() -> Path:
+    return cache_dir() / "tuned.json"
+
+
+def load_tuned() -> TreeConfig | None:
+    """The fastest tree this machine measured with `tune`, if any."""
+    try:
+        data = json.loads(tuned_path().read_text())
+        return TreeConfig.create(**data["best"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def tune(engine, prompts: list[str], sampling: SamplingConfig, progress=print) -> dict:
+    curve = verify_cost_curve(engine)
+    encoded = [engine.encode_prompt(p) for p in prompts]
+    grid = tune_grid()
+    results = []
+    start = time.perf_counter()
+    for i, cfg in enumerate(grid):
+        samples = [_ours(engine, ids, cfg, sampling) for ids in encoded]
+        tokens = sum(len(s.tokens) for s in samples)
+        seconds = sum(s.seconds for s in samples)
+        results.append({"steps": cfg.steps, "topk": cfg.topk, "draft_tokens": cfg.draft_tokens,
+                        "tokens_per_s": tokens / seconds, "tau": statistics.mean(s.tau for s in samples)})
+        eta = (time.perf_counter() - start) / (i + 1) * (len(grid) - i - 1)
+        progress(f"[tune] {i + 1}/{len(grid)} steps={cfg.steps} topk={cfg.topk} draft_tokens={cfg.draft_tokens}: "
+                 f"{results[-1]['tokens_per_s']:.1f} tok/s, tau {results[-1]['tau']:.2f}  ETA {eta:4.0f} s")
+    best = max(results, key=lambda r: r["tokens_per_s"])
+    return {"verify_cost": curve, "grid": results,
+            "best": {k: best[k] for k in ("steps", "topk", "draft_tokens")}, "machine": machine_info(engine)}
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def _common(p: argparse.ArgumentParser) -> None:
+    from eagleviz.cli import add_model_args
+
+    p.add_argument("--prompts", default="mtbench", help="'mtbench' or a file of prompts")
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    add_model_args(p)
+
+
+def _setup(args):
+    from eagleviz.models.loading import load_engine
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl)
+    prompts = load_prompts(args.prompts, args.limit)
+    sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    return engine, prompts, sampling
+
+
+def bench_main(argv: list[str]) -> int:
+    from eagleviz.cli import add_tree_args
+
+    p = argparse.ArgumentParser(prog="python -m eagleviz bench", description="speed, side by side")
+    _common(p)
+    add_tree_args(p)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--out", type=Path, default=Path("runs/bench"))
+    args = p.parse_args(argv)
+    engine, prompts, sampling = _setup(args)
+    tree = TreeConfig.create(args.steps, args.topk, args.draft_tokens)
+    methods = tuple(m for m in args.methods.split(",") if m)
+    result = bench(engine, prompts, sampling, tree, args.repeats, methods)
+    result["tree"] = {"steps": tree.steps, "topk": tree.topk, "draft_tokens": tree.draft_tokens}
+    result["command"] = "python -m eagleviz bench " + " ".join(argv)
+    stem = f"bench-T{args.temperature:g}"
+    write_outputs(result, args.out, stem)
+    print(markdown_table(result))
+    print(f"wrote {args.out / stem}.md/.json/.html")
+    return 0
+
+
+def tune_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m eagleviz tune", description="fastest tree on this machine")
+    _common(p)
+    p.set_defaults(limit=4, max_new_tokens=64)
+    p.add_argument("--no-save", action="store_true", help=f"do not save the best configuration to {tuned_path()}")
+    args = p.parse_args(argv)
+    engine, prompts, sampling = _setup(args)
+    result = tune(engine, prompts, sampling)
+    rel = result["verify_cost"]["relative"]
+    print("verify cost cost(n)/cost(1): " + ", ".join(f"n={n}: {r:.2f}" for n, r in rel.items()))
+    print(f"fastest: {result['best']}")
+    if not args.no_save:
+        tuned_path().parent.mkdir(parents=True, exist_ok=True)
+        tuned_path().write_text(json.dumps(result, indent=2))
+        print(f"saved to {tuned_path()} (the app's default on this machine)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(bench_main(os.sys.argv[1:]))
