@@ -145,3 +145,16 @@ def test_reduced_draft_vocabulary_maps_to_target_ids():
     trace = run(engine, [1, 2], TreeConfig.create(3, 2, 7), SamplingConfig(max_new_tokens=12))
     assert all(n.token in (3, 6, 9, 12) for c in trace.cycles for n in c.nodes)
     assert trace.token_ids == run(engine, [1, 2], None, SamplingConfig(max_new_tokens=12)).token_ids
+
+
+def test_greedy_lossless_with_the_triton_kernel_in_the_interpreter():
+    """The Triton tree-attention kernel (TRITON_INTERPRET=1, see conftest) serves prefill, drafting and
+    verification, and the trace records which implementation ran."""
+    from eagleviz.engine import Engine
+
+    ref = tiny_engine("llama", vocab=8, layers=2)
+    engine = Engine(ref.target, ref.head, "random", attn_impl="triton")
+    sampling = SamplingConfig(max_new_tokens=10)
+    spec = run(engine, [1, 2, 3], TreeConfig.create(3, 2, 6), sampling)
+    assert spec.attn_impl == "triton"
+    assert spec.token_ids == run(ref, [1, 2, 3], None, sampling).token_ids
