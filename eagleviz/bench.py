@@ -160,7 +160,7 @@ def markdown_table(result: dict) -> str:
     for m, row in result["rows"].items():
         tau = f"{row['tau']:.2f}" if row["tau"] else "-"
         ph = row["phase_ms"]
-        phases = f"{ph['draft']:.1f} / {ph['verify']:.1f}" if "draft" in ph else "-"
+        phases = f"{ph['draft']:.1f} / {ph['verify']:.1f}" if row["tau"] else "-"
         lines.append(f"| {m} | {row['tokens_per_s']:.1f} | {row['speedup']:.2f}x | {tau} | {phases} |")
     mm = result["greedy_mismatches"]
     if result["sampling"]["temperature"] == 0:

@@ -111,12 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+DELEGATED = ("train-head", "eval-head", "bench", "tune")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        if args.command == "generate":
-            return run_generate(args)
-        return _delegate(args.command, args.rest)
+        if argv and argv[0] in DELEGATED:  # their own parsers see every option, including the leading ones
+            return _delegate(argv[0], argv[1:])
+        args = build_parser().parse_args(argv)
+        return run_generate(args)
     except UserFacingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
