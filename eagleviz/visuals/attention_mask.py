@@ -83,7 +83,8 @@ def attention_mask_figure(cycle: CycleTrace, height: int = 460) -> go.Figure:
         legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, font=dict(size=12)),
         xaxis=dict(title="key: what is attended to (slot:token)", tickangle=-60, tickfont=dict(size=tick),
                    type="category"),
-        yaxis=dict(title="query (slot:token)", autorange="reversed", tickfont=dict(size=tick), type="category")))
+        yaxis=dict(title=dict(text="query (slot:token)", standoff=12), autorange="reversed", tickfont=dict(size=tick),
+                   type="category")))
 
 
 def _legend() -> list[dict]:

@@ -27,7 +27,8 @@ ROOT = "root"
 BONUS_NODE = "bonus"
 LOG_FLOOR = -4.0          # colour scale floor: cumulative probabilities below 1e-4 share the darkest colour
 PRUNED_WIDTH = 0.35       # horizontal room of a pruned leaf relative to a verified one
-PLOT_PX = 850             # plot width the labels are laid out for (the tree panel of a 1280-px screen)
+PLOT_PX = 720             # plot width the labels are laid out for (the tree panel of a 1280-px screen)
+MIN_WIDTH = 8.0           # layout units the x axis spans at least
 CHAR_PX = 8.0             # average width of one label character at 13 px
 STATUS_STYLE = {          # legend name, marker symbol, size, outline colour, outline width
     "root": ("root (last committed token)", "square", 22, INK, 2),
@@ -153,7 +154,8 @@ def draft_tree_figure(cycle: CycleTrace, height: int = 440) -> go.Figure:
     pos = tidy_layout(g)
     traces = [dict(type="scatter", x=xs, y=ys, mode="lines", line=EDGE_STYLE[key], hoverinfo="skip",
                    showlegend=False) for key, (xs, ys) in _edge_groups(g, pos).items() if xs]
-    px_per_unit = PLOT_PX / (max(x for x, _ in pos.values()) + 0.5)
+    lo, hi = _x_range(pos)
+    px_per_unit = PLOT_PX / (hi - lo)
     label_chars = 10
     sides = label_sides(g, pos, label_chars, px_per_unit)
     for status, (name, symbol, size, outline, width) in STATUS_STYLE.items():
@@ -170,29 +172,45 @@ def draft_tree_figure(cycle: CycleTrace, height: int = 440) -> go.Figure:
         coloraxis=dict(colorscale=PROB_SCALE, cmin=LOG_FLOOR, cmax=0.0, colorbar=dict(
             title=dict(text="cumulative<br>draft prob", side="top"), thickness=14, len=0.8, tickvals=ticks,
             ticktext=[f"1e{k}" if k else "1" for k in ticks])),
-        xaxis=dict(visible=False),
+        xaxis=dict(visible=False, range=_x_range(pos)),
         yaxis=dict(title="depth", tickvals=[-d for d in range(depth + 1)], ticktext=[str(d) for d in range(depth + 1)],
-                   range=[-depth - 0.6, 0.45], showline=False)))
+                   range=[-depth - 0.6, 0.6], showline=False)))
 
 
 def label_sides(g: nx.DiGraph, pos: dict, label_chars: int, px_per_unit: float) -> dict:
-    """Text position per labelled node: below if there is room on that side of its level, else above, else
-    none (the token stays in the hover). Greedy, left to right, with each label's estimated width."""
-    side: dict = {}
-    levels: dict[float, list] = {}
+    """Text position per labelled node: below if there is room on that side of its level, else above if that
+    clears the labels hanging below the level above, else none (the token stays in the hover). Greedy, level by
+    level from the root, left to right, with each label's estimated width."""
+    side: dict = {ROOT: "top center"}  # above the root there is room; below it, its edges start
+    levels: dict[int, list] = {}
     for v in g:
-        if g.nodes[v]["status"] != "pruned":
-            levels.setdefault(pos[v][1], []).append(v)
-    for members in levels.values():
-        members.sort(key=lambda v: pos[v][0])
-        right_edge = {"bottom center": -math.inf, "top center": -math.inf}
-        for v in members:
+        if g.nodes[v]["status"] != "pruned" and v != ROOT:
+            levels.setdefault(g.nodes[v]["depth"], []).append(v)
+    hanging: list[tuple[float, float]] = []  # label intervals below the previous level
+    for depth in sorted(levels):
+        below, above = [], []
+        for v in sorted(levels[depth], key=lambda v: pos[v][0]):
             half = (min(len(token_label(g.nodes[v]["text"])), label_chars) + 1) * CHAR_PX / px_per_unit / 2
-            x = pos[v][0]
-            side[v] = next((s for s in right_edge if x - half >= right_edge[s]), None)
-            if side[v] is not None:
-                right_edge[side[v]] = x + half
+            box = (pos[v][0] - half, pos[v][0] + half)
+            if not below or box[0] >= below[-1][1]:
+                side[v] = "bottom center"
+                below.append(box)
+            elif (not above or box[0] >= above[-1][1]) and all(box[1] <= a or box[0] >= b for a, b in hanging):
+                side[v] = "top center"
+                above.append(box)
+            else:
+                side[v] = None
+        hanging = below
     return side
+
+
+def _x_range(pos: dict) -> list[float]:
+    """The layout's extent, widened to MIN_WIDTH units around its centre so that small trees (a chain) are not
+    stretched across the whole panel."""
+    xs = [x for x, _ in pos.values()]
+    lo, hi = min(xs) - 0.6, max(xs) + 0.6
+    pad = max(0.0, MIN_WIDTH - (hi - lo)) / 2
+    return [lo - pad, hi + pad]
 
 
 def _status_trace(cycle: CycleTrace, g: nx.DiGraph, pos: dict, members: list, status: str, label_chars: int,

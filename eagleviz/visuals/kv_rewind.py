@@ -108,8 +108,8 @@ def kv_rewind_figure(cycle: CycleTrace, height: int = 400) -> go.Figure:
     legend = [("committed prefix", PREFIX), ("root (written this cycle)", INK), ("accepted path", ACCEPTED),
               ("discarded slot", PRUNED), ("free slot", FREE)]
     return go.Figure(data=traces + legend_swatches(legend) + [moved], layout=layout(
-        title, height, annotations=_moves(cycle),
-        legend=dict(orientation="h", yanchor="top", y=-0.18, x=0, font=dict(size=12)),
+        title, height, annotations=_moves(cycle), margin=dict(l=10, r=10, t=80, b=10),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, font=dict(size=12)),
         xaxis=dict(title="cache slot (after the prefix)", range=[-PREFIX_WIDTH - 0.7, width - 0.3],
                    tickvals=list(range(0, width, step)), ticktext=[str(S + k) for k in range(0, width, step)]),
         yaxis=dict(tickvals=list(ROWS.values()), ticktext=list(ROW_NAMES.values()), range=[0.1, 5.1],

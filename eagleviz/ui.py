@@ -1,0 +1,304 @@
+"""The Gradio app: layout first, events second. Handlers are thin; the work lives in `session` (engine side)
+and `visuals` (trace -> figures). Per-user data (the recorded run, the tour step, autoplay) lives in
+gr.State; the model is loaded once and shared read-only by every tab through an `EngineHub`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+import gradio as gr
+
+from eagleviz import race as race_mod
+from eagleviz.engine import Engine
+from eagleviz.errors import UserFacingError
+from eagleviz.session import RANDOM_HEAD_NOTE, EngineHub, Knobs, generate, read_trace, stream_run, write_trace
+from eagleviz.trace import RunTrace
+from eagleviz.visuals import CycleView, cycle_view, empty_view, summary_figure
+from eagleviz.visuals.explain import TOUR, summary_text, tour_step
+from eagleviz.visuals.output_text import output_html
+from kernels.tree_attention import IMPLS
+
+log = logging.getLogger(__name__)
+
+PRESETS = {
+    "Code (high acceptance)": (
+        "Write a Python function that returns the factorial of n, with a docstring and two examples.",
+        "Code is predictable (keywords, indentation, repeated names): with a trained head most cycles accept "
+        "several draft tokens and \u03c4 is high."),
+    "Open chat (low acceptance)": (
+        "What would you do on a rainy Sunday afternoon in a city you have never visited?",
+        "Open-ended answers have many good continuations: the draft often guesses a different but valid word, "
+        "so fewer tokens are accepted per cycle."),
+    "Repetitive list": (
+        "List the days of the week, one per line, each followed by its number.",
+        "A repeated pattern: after the first lines the draft can predict whole lines, so deep paths get accepted."),
+    "Math": (
+        "What is 17 times 23? Explain step by step.",
+        "The wording of each step is easy to guess, the digits are not: watch where in the tree the target says no."),
+}
+INTRO = ("# eagleviz: EAGLE speculative decoding, cycle by cycle\n"
+         "A small **draft** head guesses a *tree* of next tokens; the big **target** model checks the whole tree "
+         "in one forward, keeps the longest agreeing path, adds one **bonus** token of its own, and rewinds its "
+         "KV cache. Every figure below is drawn from the recorded run, nothing is simulated.")
+STREAM_EVERY_S = 0.3      # minimum time between two streamed text updates
+AUTOPLAY_EVERY_S = 1.5
+CSS = "#output-text {min-height: 6em} .ev-explain {font-size: 15px}"
+KNOB_DEFAULTS = Knobs(max_new_tokens=48)
+
+
+def _knobs(steps, topk, draft_tokens, temperature, top_p, max_new_tokens, seed, attn_impl) -> Knobs:
+    return Knobs(int(steps), int(topk), int(draft_tokens), float(temperature), float(top_p), int(max_new_tokens),
+                 int(seed or 0), attn_impl)
+
+
+def _view_values(view: CycleView) -> tuple:
+    return (view.caption, view.tree, view.tree_text, view.mask, view.mask_text, view.path, view.path_text, view.kv,
+            view.kv_text, view.replay, view.replay_text)
+
+
+VIEW_SIZE = len(_view_values(empty_view()))
+
+
+def _slider(run: RunTrace | None, value: int = 0):
+    n = len(run.cycles) if run is not None else 0
+    return gr.Slider(minimum=0, maximum=max(n - 1, 1), value=min(value, max(n - 1, 0)), step=1,
+                     label=f"cycle (0 .. {max(n - 1, 0)})", interactive=n > 1)
+
+
+class Handlers:
+    """Event handlers. Each returns values in the order of the outputs it is wired to in `build_app`."""
+
+    def __init__(self, hub: EngineHub):
+        self.hub = hub
+
+    # ---------------------------------------------------------------- knobs and presets
+    def knobs_changed(self, *values) -> tuple[str, str]:
+        knobs = _knobs(*values)
+        return knobs.validity(), knobs.flags(self.hub)
+
+    @staticmethod
+    def preset_chosen(name: str | None) -> tuple:
+        if name not in PRESETS:
+            return gr.skip(), ""
+        prompt, note = PRESETS[name]
+        return prompt, note
+
+    # ---------------------------------------------------------------- run, stop, finish
+    def run(self, prompt: str, *values) -> Iterator[tuple]:
+        """Outputs: run_state, output, status, slider, summary, summary plot, export, tour, *view."""
+        skip = gr.skip()
+        last = 0.0
+        try:
+            for run, cycle in stream_run(self.hub, prompt, _knobs(*values)):
+                if cycle is None:
+                    yield (run, output_html(None), "Running\u2026 (prefill)", _slider(None), "", skip, skip, skip,
+                           *_view_values(empty_view("Waiting for the first cycle\u2026")))
+                elif cycle.index == 0:
+                    yield (run, output_html(run), self._progress(run), _slider(run), skip, skip, skip, skip,
+                           *_view_values(cycle_view(run, 0)))
+                    last = time.perf_counter()
+                elif time.perf_counter() - last >= STREAM_EVERY_S:
+                    yield (run, output_html(run), self._progress(run), _slider(run), *[skip] * (4 + VIEW_SIZE))
+                    last = time.perf_counter()
+        except UserFacingError as exc:
+            yield (skip, skip, f"\u26a0 {exc}", *[skip] * (5 + VIEW_SIZE))
+            return
+        yield self.finished(run)
+
+    @staticmethod
+    def _progress(run: RunTrace) -> str:
+        cap = run.config["sampling"]["max_new_tokens"]
+        return f"Running\u2026 cycle {len(run.cycles)}, {len(run.output)} of at most {cap} tokens"
+
+    def finished(self, run: RunTrace | None) -> tuple:
+        """The end of a run (or of an import, or a Stop): summary, export file, full slider, first cycle."""
+        if run is None:
+            return (None, output_html(None), "", _slider(None), "", summary_figure_or_blank(None), None,
+                    "", *_view_values(empty_view()))
+        status = f"Done: {run.stop_reason or 'stopped'}." + (f" {RANDOM_HEAD_NOTE}" if run.head.startswith("random") else "")
+        tour = tour_step(run, run.cycles[0], 0) if run.cycles else ""
+        return (run, output_html(run), status, _slider(run), summary_text(run), summary_figure_or_blank(run, 0),
+                write_trace(run), tour, *_view_values(cycle_view(run, 0)))
+
+    def stopped(self, run: RunTrace | None) -> tuple:
+        if run is not None and not run.stop_reason:
+            run.stop_reason = "stopped by the user"
+        return self.finished(run)
+
+    # ---------------------------------------------------------------- stepping through cycles
+    @staticmethod
+    def show(run: RunTrace | None, index: float) -> tuple:
+        """Outputs: summary plot, *view."""
+        i = int(index or 0)
+        return (summary_figure_or_blank(run, i), *_view_values(cycle_view(run, i)))
+
+    @staticmethod
+    def step(run: RunTrace | None, index: float, delta: int) -> tuple:
+        """Outputs: slider, summary plot, *view."""
+        n = len(run.cycles) if run is not None else 0
+        i = max(0, min(int(index or 0) + delta, n - 1)) if n else 0
+        return (gr.Slider(value=i), *Handlers.show(run, i))
+
+    @staticmethod
+    def play(run: RunTrace | None, playing: bool) -> tuple:
+        """Outputs: playing, timer, play button."""
+        playing = bool(run is not None and len(run.cycles) > 1 and not playing)
+        return playing, gr.Timer(active=playing), gr.Button("\u23f8 Pause" if playing else "\u25b6 Play")
+
+    @staticmethod
+    def tick(run: RunTrace | None, index: float) -> tuple:
+        """Outputs: slider, summary plot, *view, playing, timer, play button. Stops at the last cycle."""
+        n = len(run.cycles) if run is not None else 0
+        i = int(index or 0) + 1
+        if i >= n:
+            return (gr.skip(), gr.skip(), *[gr.skip()] * VIEW_SIZE, False, gr.Timer(active=False),
+                    gr.Button("\u25b6 Play"))
+        return (*Handlers.step(run, i, 0), True, gr.skip(), gr.skip())
+
+    @staticmethod
+    def tour(run: RunTrace | None, index: float, step: int, delta: int) -> tuple[int, str]:
+        if run is None or not run.cycles:
+            return step, "Run a prompt first: the tour walks through one recorded cycle."
+        step = (step + delta) % len(TOUR)
+        return step, tour_step(run, run.cycles[min(int(index or 0), len(run.cycles) - 1)], step)
+
+    # ---------------------------------------------------------------- race, import, API
+    def race(self, run: RunTrace | None, attn_impl: str) -> str:
+        if run is None:
+            return "Run a prompt first; the race decodes the same prompt without speculation."
+        try:
+            return race_mod.describe(race_mod.race(self.hub.get(attn_impl), run))
+        except UserFacingError as exc:
+            return f"\u26a0 {exc}"
+
+    def imported(self, path: str | None) -> tuple:
+        if not path:
+            return (gr.skip(),) * (8 + VIEW_SIZE)
+        try:
+            run = read_trace(path)
+        except UserFacingError as exc:
+            gr.Warning(str(exc))
+            return (gr.skip(), gr.skip(), f"\u26a0 {exc}", *[gr.skip()] * (5 + VIEW_SIZE))
+        out = list(self.finished(run))
+        out[2] = f"Imported a recorded run of {len(run.cycles)} cycles (no computation)."
+        return tuple(out)
+
+    def api_generate(self, prompt: str, steps: int = 5, topk: int = 4, draft_tokens: int = 16,
+                     temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0) -> dict:
+        """Run EAGLE speculative decoding and return the full trace (every cycle's tree, mask, checks, KV moves)."""
+        try:
+            knobs = Knobs(int(steps), int(topk), int(draft_tokens), float(temperature), float(top_p),
+                          int(max_new_tokens), int(seed))
+            return generate(self.hub, prompt, knobs).to_dict()
+        except UserFacingError as exc:
+            raise gr.Error(str(exc)) from exc
+
+
+def summary_figure_or_blank(run: RunTrace | None, selected: int | None = None):
+    return summary_figure(run, selected) if run is not None else None
+
+
+def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str = "", head_path: str | None = None,
+              note: str = "", gpu: Callable[[Callable], Callable] = lambda fn: fn) -> gr.Blocks:
+    """The app. `engine` is an Engine, a factory called once on first use, or a ready EngineHub. `gpu` wraps
+    the handlers that run the model (on ZeroGPU Spaces: `spaces.GPU`, which borrows a GPU per call)."""
+    hub = engine if isinstance(engine, EngineHub) else EngineHub(engine, model_id, head_path)
+    h = Handlers(hub)
+    run_fn, race_fn, api_fn = gpu(h.run), gpu(h.race), gpu(h.api_generate)
+    with gr.Blocks(title="eagleviz: EAGLE speculative decoding") as demo:
+        run_state, tour_state, playing = gr.State(None), gr.State(0), gr.State(False)
+        gr.Markdown(INTRO + (f"\n\n{note}" if note else ""))
+        with gr.Row():
+            with gr.Column(scale=3):
+                prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt", value=PRESETS["Code (high acceptance)"][0])
+                preset = gr.Radio(list(PRESETS), label="Presets that teach", elem_id="preset")
+                preset_note = gr.Markdown(elem_id="preset-note")
+                with gr.Row():
+                    run_btn = gr.Button("\u25b6 Run", variant="primary", elem_id="run")
+                    stop_btn = gr.Button("\u25a0 Stop", variant="stop", elem_id="stop")
+                    race_btn = gr.Button("Race plain decoding", elem_id="race")
+                status = gr.Markdown(elem_id="status")
+                output = gr.HTML(output_html(None), elem_id="output-text")
+            with gr.Column(scale=2):
+                d = KNOB_DEFAULTS
+                steps = gr.Slider(1, 8, d.steps, step=1, label="steps \u00b7 speculative_num_steps", elem_id="steps")
+                topk = gr.Slider(1, 8, d.topk, step=1, label="topk \u00b7 speculative_eagle_topk", elem_id="topk")
+                draft_tokens = gr.Slider(2, 64, d.draft_tokens, step=1, elem_id="draft-tokens",
+                                         label="draft tokens \u00b7 speculative_num_draft_tokens")
+                validity = gr.Markdown(d.validity(), elem_id="validity")
+                with gr.Row():
+                    temperature = gr.Slider(0, 1.5, d.temperature, step=0.05, label="temperature", elem_id="temperature")
+                    top_p = gr.Slider(0.05, 1, d.top_p, step=0.05, label="top-p", elem_id="top-p")
+                with gr.Row():
+                    max_new = gr.Slider(1, 256, d.max_new_tokens, step=1, label="max new tokens", elem_id="max-new-tokens")
+                    seed = gr.Number(d.seed, precision=0, minimum=0, label="seed", elem_id="seed")
+                attn = gr.Dropdown(list(IMPLS), value=d.attn_impl, label="attention implementation", elem_id="attn-impl")
+        with gr.Row():
+            summary = gr.Markdown(elem_id="summary")
+        summary_plot = gr.Plot(label="Run summary", elem_id="summary-plot", show_label=False)
+        race_md = gr.Markdown(elem_id="race-result")
+        with gr.Row():
+            slider = gr.Slider(0, 1, 0, step=1, label="cycle", elem_id="cycle-slider", interactive=False, scale=6)
+            with gr.Column(scale=2, min_width=240):
+                with gr.Row():
+                    prev_btn = gr.Button("\u25c0 Previous", elem_id="prev", size="sm")
+                    next_btn = gr.Button("Next \u25b6", elem_id="next", size="sm")
+                play_btn = gr.Button("\u25b6 Play", elem_id="play", size="sm")
+        caption = gr.Markdown(elem_id="cycle-caption")
+        with gr.Row():
+            tree_plot = gr.Plot(label="Draft tree", elem_id="draft-tree", scale=3)
+            tree_md = gr.Markdown(elem_classes="ev-explain")
+        with gr.Row():
+            with gr.Column():
+                mask_plot = gr.Plot(label="Attention mask", elem_id="attention-mask")
+                mask_md = gr.Markdown(elem_classes="ev-explain")
+            with gr.Column():
+                path_plot = gr.Plot(label="Accepted path", elem_id="accepted-path")
+                path_md = gr.Markdown(elem_classes="ev-explain")
+        with gr.Row():
+            kv_plot = gr.Plot(label="KV rewind", elem_id="kv-rewind", scale=3)
+            kv_md = gr.Markdown(elem_classes="ev-explain")
+        with gr.Accordion("Losslessness at T > 0: replay the acceptance step", open=False):
+            replay_plot = gr.Plot(label="Acceptance replay", elem_id="replay")
+            replay_md = gr.Markdown(elem_classes="ev-explain")
+        with gr.Accordion("Guided tour: one cycle in four steps", open=False):
+            tour_md = gr.Markdown("Run a prompt, then step through draft, verify, accept and rewind.", elem_id="tour")
+            with gr.Row():
+                tour_prev = gr.Button("\u25c0 Tour back", elem_id="tour-prev")
+                tour_next = gr.Button("Tour next \u25b6", elem_id="tour-next")
+        with gr.Accordion("Save, load, deploy", open=False):
+            with gr.Row():
+                export_btn = gr.DownloadButton("Export trace (JSON)", value=None, elem_id="export")
+                import_file = gr.File(label="Import a trace (JSON)", file_types=[".json"], type="filepath",
+                                      elem_id="import")
+            flags = gr.Code(language="shell", label="Launch flags for these knobs", elem_id="launch-flags")
+        timer = gr.Timer(AUTOPLAY_EVERY_S, active=False)
+
+        # ------------------------------------------------------------ events
+        knobs = [steps, topk, draft_tokens, temperature, top_p, max_new, seed, attn]
+        view = [caption, tree_plot, tree_md, mask_plot, mask_md, path_plot, path_md, kv_plot, kv_md, replay_plot,
+                replay_md]
+        run_outputs = [run_state, output, status, slider, summary, summary_plot, export_btn, tour_md] + view
+        model = dict(concurrency_id="model", concurrency_limit=1)
+        preset.change(h.preset_chosen, preset, [prompt, preset_note])
+        gr.on([k.change for k in knobs], h.knobs_changed, knobs, [validity, flags], show_progress="hidden")
+        demo.load(h.knobs_changed, knobs, [validity, flags])
+        run_event = run_btn.click(run_fn, [prompt, *knobs], run_outputs, show_progress="minimal", **model)
+        stop_btn.click(h.stopped, run_state, run_outputs, cancels=[run_event])
+        slider.release(h.show, [run_state, slider], [summary_plot, *view], show_progress="hidden")
+        prev_btn.click(lambda r, i: h.step(r, i, -1), [run_state, slider], [slider, summary_plot, *view],
+                       show_progress="hidden")
+        next_btn.click(lambda r, i: h.step(r, i, +1), [run_state, slider], [slider, summary_plot, *view],
+                       show_progress="hidden")
+        play_btn.click(h.play, [run_state, playing], [playing, timer, play_btn])
+        timer.tick(h.tick, [run_state, slider], [slider, summary_plot, *view, playing, timer, play_btn],
+                   show_progress="hidden")
+        tour_prev.click(lambda r, i, s: h.tour(r, i, s, -1), [run_state, slider, tour_state], [tour_state, tour_md])
+        tour_next.click(lambda r, i, s: h.tour(r, i, s, +1), [run_state, slider, tour_state], [tour_state, tour_md])
+        race_btn.click(race_fn, [run_state, attn], race_md, **model)
+        import_file.upload(h.imported, import_file, run_outputs)
+        gr.api(api_fn, api_name="generate", **model)
+    return demo

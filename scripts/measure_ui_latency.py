@@ -1,0 +1,124 @@
+"""Measure the app's two latency budgets (targets: first cycle's figures within 2 s of Run; stepping between
+recorded cycles under 200 ms of server time).
+
+    python scripts/measure_ui_latency.py                 # server side only
+    python scripts/measure_ui_latency.py --browser       # also click Run in headless Chromium
+
+Server side, "first figures" is the time from calling the Run handler to the yield that carries cycle 0's
+figures, plus serialising those figures to JSON (what Gradio sends). "Step" is one Next-button handler
+call for every recorded cycle, with the same serialisation. The browser measurement is wall time from the
+click on Run until the draft-tree panel shows cycle 0 (network, queue, rendering included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import statistics
+import time
+
+import plotly.graph_objects as go
+
+from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.models.loading import load_engine
+from eagleviz.session import EngineHub
+from eagleviz.ui import CSS, Handlers, build_app
+
+PROMPT = "Write a Python function that returns the factorial of n, with a docstring."
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+
+
+def serialise(values) -> None:
+    """What Gradio does to the figures of an update before sending it."""
+    for v in values:
+        if isinstance(v, go.Figure):
+            v.to_json()
+
+
+def first_figures_s(h: Handlers, knobs: tuple) -> tuple[float, object]:
+    start = time.perf_counter()
+    first, run = None, None
+    for out in h.run(PROMPT, *knobs):
+        run = out[0]
+        if first is None and isinstance(out[8], str) and out[8].startswith("**Cycle 0**"):
+            serialise(out)
+            first = time.perf_counter() - start
+    return first, run
+
+
+def step_ms(run) -> list[float]:
+    times = []
+    for i in range(len(run.cycles)):
+        start = time.perf_counter()
+        serialise(Handlers.step(run, i, +1))
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def browser_first_figures_s(h_engine, knobs: tuple, repeats: int) -> list[float]:
+    from playwright.sync_api import sync_playwright
+
+    demo = build_app(h_engine)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
+    times = []
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.wait_for_selector("#run")
+            box = page.locator("#max-new-tokens input[type=number]").first
+            box.fill(str(knobs[5]))
+            box.press("Enter")
+            for _ in range(repeats):
+                start = time.perf_counter()
+                page.click("#run")
+                page.wait_for_function("() => { const g = document.querySelector('#draft-tree .js-plotly-plot'); "
+                                       "return g && g.layout && (g.layout.title.text || '').startsWith('Cycle 0'); }",
+                                       timeout=120_000)
+                times.append(time.perf_counter() - start)
+                page.wait_for_function("() => document.querySelector('#status').innerText.startsWith('Done')",
+                                       timeout=300_000)
+                page.evaluate("() => { const g = document.querySelector('#draft-tree .js-plotly-plot'); "
+                              "if (g) g.layout.title.text = ''; }")
+            browser.close()
+    finally:
+        demo.close()
+    return times
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--browser", action="store_true", help="also measure in headless Chromium (/usr/bin/chromium)")
+    args = p.parse_args()
+    engine = load_engine()
+    engine.generate("Hello", TreeConfig.create(), SamplingConfig(max_new_tokens=4))  # as app.py does at start-up
+    hub = EngineHub(engine)
+    h = Handlers(hub)
+    knobs = (5, 4, 16, 0.0, 1.0, args.max_new_tokens, 0, "auto")
+    firsts, steps = [], []
+    for _ in range(args.repeats):
+        first, run = first_figures_s(h, knobs)
+        firsts.append(first)
+        steps += step_ms(run)
+    print(f"engine: {engine.target.name}, {engine.target.dtype}, head {engine.head_name}; knobs steps=5 topk=4 "
+          f"draft_tokens=16, {args.max_new_tokens} new tokens, {len(run.cycles)} cycles per run")
+    print(f"server: first cycle's figures after Run: median {statistics.median(firsts):.2f} s "
+          f"(runs: {', '.join(f'{t:.2f}' for t in firsts)})")
+    steps.sort()
+    print(f"server: step between cycles: median {statistics.median(steps):.0f} ms, "
+          f"p95 {steps[int(0.95 * (len(steps) - 1))]:.0f} ms, max {steps[-1]:.0f} ms over {len(steps)} steps")
+    if args.browser:
+        times = browser_first_figures_s(hub, knobs, args.repeats)
+        print(f"browser: Run click to cycle 0's draft tree: median {statistics.median(times):.2f} s "
+              f"(runs: {', '.join(f'{t:.2f}' for t in times)})")
+
+
+if __name__ == "__main__":
+    main()

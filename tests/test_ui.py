@@ -1,0 +1,240 @@
+"""The app's handlers, session logic, race and launch flags, on a tiny random engine (fast, deep accepts)."""
+
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+import pytest
+
+from eagleviz import race as race_mod
+from eagleviz.errors import UserFacingError
+from eagleviz.session import MAX_TRACE_BYTES, EngineHub, Knobs, generate, read_trace, stream_run
+from eagleviz.trace import RunTrace
+from eagleviz.ui import PRESETS, VIEW_SIZE, Handlers, build_app
+from tiny import tiny_engine
+
+KNOBS = (4, 4, 16, 0.0, 1.0, 16, 0, "auto")  # steps, topk, draft_tokens, temperature, top_p, max_new, seed, attn
+RUN_OUT = 8 + VIEW_SIZE                      # run_state, output, status, slider, summary, plot, export, tour
+
+
+@pytest.fixture(scope="module")
+def hub():
+    return EngineHub(tiny_engine("llama", vocab=8), model_id="tiny", head_path=None)
+
+
+@pytest.fixture(scope="module")
+def handlers(hub):
+    return Handlers(hub)
+
+
+@pytest.fixture(scope="module")
+def finished(handlers):
+    """The outputs of every step of one run, and the final run."""
+    steps = list(handlers.run("a prompt", *KNOBS))
+    return steps, steps[-1][0]
+
+
+# ------------------------------------------------------------------ knobs, presets, flags
+
+
+def test_validity_shows_the_rule_and_adjustments(handlers):
+    text, flags = handlers.knobs_changed(5, 4, 16, 0.0, 1.0, 48, 0, "auto")
+    assert "**69**" in text and "**16** tokens" in text
+    text, flags = handlers.knobs_changed(3, 1, 10, 0.0, 1.0, 48, 0, "auto")
+    assert "Adjusted" in text and "steps + 1 = 4" in text
+    assert "--speculative-num-draft-tokens 4" in flags and "--speculative-eagle-topk 1" in flags
+    text, _ = handlers.knobs_changed(3, 2, 99, 0.0, 1.0, 48, 0, "auto")
+    assert "reduced from 99 to 11" in text
+    text, flags = handlers.knobs_changed(3, 2, 8, 3.0, 1.0, 48, 0, "auto")
+    assert text.startswith("**Invalid:**") and "temperature" in text and flags.startswith("# invalid")
+
+
+def test_launch_flags_name_sglang_and_vllm_knobs(hub):
+    flags = Knobs(steps=6, topk=3, draft_tokens=20, temperature=0.7).flags(hub)
+    assert "python -m sglang.launch_server" in flags and "--speculative-algorithm EAGLE" in flags
+    assert "--speculative-num-steps 6" in flags and "--speculative-eagle-topk 3" in flags
+    line = next(ln for ln in flags.splitlines() if "--speculative-config" in ln)
+    spec = json.loads(line.split("'")[1])
+    assert spec == {"method": "eagle", "model": "<path or Hub id of a trained EAGLE head>", "num_speculative_tokens": 6}
+    assert "temperature=0.7" in flags
+
+
+def test_presets_fill_the_prompt():
+    for name, (prompt, note) in PRESETS.items():
+        assert Handlers.preset_chosen(name) == (prompt, note)
+    assert Handlers.preset_chosen(None)[1] == ""
+
+
+# ------------------------------------------------------------------ a run, streamed
+
+
+def test_run_streams_then_finishes(finished):
+    steps, run = finished
+    assert all(len(s) == RUN_OUT for s in steps)
+    assert "prefill" in steps[0][2]
+    streamed_first = [s for s in steps[:-1] if isinstance(s[8], str) and s[8].startswith("**Cycle 0**")]
+    assert len(streamed_first) == 1   # the first cycle's figures are sent as soon as it is recorded
+    final = steps[-1]
+    assert isinstance(run, RunTrace) and run.cycles and final[2].startswith("Done")
+    assert "\u03c4 =" in final[4]                               # summary with tau
+    assert final[1].count("data-source=") == len(run.output)   # one span per token
+    assert read_trace(final[6]).token_ids == run.token_ids     # the export file reloads to the same run
+    slider = final[3]
+    assert slider.maximum == max(len(run.cycles) - 1, 1)
+
+
+def test_accepted_drafts_are_coloured_as_such(finished):
+    steps, run = finished
+    accepted = sum(c.accept_length for c in run.cycles)
+    assert accepted > 0   # the tiny engine's random head covers half its vocabulary
+    assert steps[-1][1].count('data-source="draft"') == accepted
+
+
+def test_errors_are_shown_not_raised(handlers):
+    out = list(handlers.run("   ", *KNOBS))
+    assert len(out) == 1 and out[0][2].startswith("\u26a0") and "empty" in out[0][2]
+    out = list(handlers.run("a prompt", 0, 2, 8, 0.0, 1.0, 12, 0, "auto"))
+    assert "steps must be in" in out[0][2]
+
+
+def test_stop_keeps_what_was_recorded(handlers):
+    stream = handlers.run("a prompt", *KNOBS)
+    for step in stream:
+        if step[0] is not None and step[0].cycles:
+            break
+    stream.close()
+    run = step[0]
+    out = handlers.stopped(run)
+    assert run.stop_reason == "stopped by the user" and out[2].startswith("Done: stopped")
+    assert handlers.stopped(None)[0] is None
+
+
+# ------------------------------------------------------------------ stepping, autoplay, tour
+
+
+def test_step_and_show_clamp_to_the_recording(finished):
+    _, run = finished
+    n = len(run.cycles)
+    out = Handlers.step(run, 0, -1)
+    assert out[0].value == 0 and out[2].startswith("**Cycle 0**")
+    out = Handlers.step(run, n - 1, +1)
+    assert out[0].value == n - 1
+    out = Handlers.show(run, 1)
+    assert len(out) == 1 + VIEW_SIZE and out[1].startswith("**Cycle 1**")
+    assert Handlers.show(None, 0)[1].startswith("Run a prompt")
+
+
+def test_autoplay_advances_and_stops_at_the_end(finished):
+    _, run = finished
+    playing, timer, button = Handlers.play(run, False)
+    assert playing and timer.active and "Pause" in button.value
+    out = Handlers.tick(run, 0)
+    assert out[0].value == 1 and out[-3] is True
+    out = Handlers.tick(run, len(run.cycles) - 1)
+    assert out[-3] is False and out[-2].active is False
+    assert Handlers.play(run, True)[0] is False
+
+
+def test_tour_walks_four_steps(finished):
+    _, run = finished
+    texts = [Handlers.tour(run, 0, k, +1)[1] for k in range(-1, 3)]
+    for title, text in zip(("Draft", "Verify", "Accept", "Rewind"), texts):
+        assert title in text
+    assert Handlers.tour(None, 0, 0, 1)[1].startswith("Run a prompt")
+
+
+# ------------------------------------------------------------------ import
+
+
+def test_import_round_trip_and_refusals(handlers, finished, tmp_path):
+    _, run = finished
+    good = tmp_path / "run.json"
+    good.write_text(run.to_json())
+    out = handlers.imported(str(good))
+    assert out[0].token_ids == run.token_ids and out[2].startswith("Imported")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema_version": 99}')
+    out = handlers.imported(str(bad))
+    assert out[2].startswith("\u26a0") and "schema version" in out[2]
+    broken = json.loads(run.to_json())
+    broken["cycles"][0]["path"] = [0, 999]
+    bad.write_text(json.dumps(broken))
+    assert "path" in handlers.imported(str(bad))[2]
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (MAX_TRACE_BYTES + 1))
+    with pytest.raises(UserFacingError, match="limited"):
+        read_trace(big)
+
+
+# ------------------------------------------------------------------ race
+
+
+def test_race_identical_in_fp32(handlers, finished):
+    _, run = finished
+    text = handlers.race(run, "auto")
+    assert "Measured speedup" in text and "Identical outputs" in text
+    assert handlers.race(None, "auto").startswith("Run a prompt")
+
+
+def test_race_explains_a_divergence(hub, finished):
+    _, run = finished
+    tampered = RunTrace.from_json(run.to_json())
+    position = 3
+    tampered.output[position].token = (tampered.output[position].token + 1) % 8
+    result = race_mod.race(hub.get(), tampered)
+    d = result.divergence
+    assert not result.identical and d.position == position and len(d.top2) == 2 and d.gap >= 0
+    text = race_mod.describe(result)
+    assert f"from new token {position}" in text and "rounding" in text
+
+
+def test_rounding_steps_in_bf16():
+    d = race_mod.Divergence(position=0, speculative="a", plain="b", dtype="bfloat16",
+                            top2=[(1, "a", 20.125), (2, "b", 20.0)])
+    assert d.gap == pytest.approx(0.125) and d.rounding_steps == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------ API and app
+
+
+def test_api_generate_returns_the_trace(handlers):
+    data = handlers.api_generate("a prompt", 3, 2, 6, 0.0, 1.0, 6, 0)
+    run = RunTrace.from_dict(data)
+    assert run.cycles and len(run.output) == 6 and data["summary"]["tau"] >= 1.0
+    with pytest.raises(gr.Error):
+        handlers.api_generate("a prompt", 3, 2, 6, 0.0, 1.0, 10_000, 0)
+
+
+def test_generate_and_stream_agree(hub):
+    knobs = Knobs(3, 2, 6, 0.0, 1.0, 8, 0)
+    streamed = [c for _, c in stream_run(hub, "abc", knobs) if c is not None]
+    assert [c.committed for c in streamed] == [c.committed for c in generate(hub, "abc", knobs).cycles]
+
+
+def test_attention_impl_choices(hub):
+    assert hub.get("torch").attn_impl == "torch"
+    with pytest.raises(UserFacingError):
+        hub.get("cuda-magic")
+
+
+def test_build_app_has_the_stable_element_ids(hub):
+    demo = build_app(hub)
+    ids = {c.get("props", {}).get("elem_id") for c in demo.config["components"]}
+    for elem_id in ("prompt", "run", "stop", "cycle-slider", "draft-tree", "attention-mask", "accepted-path",
+                    "kv-rewind", "output-text", "summary"):
+        assert elem_id in ids
+    assert any(d.get("api_name") == "generate" for d in demo.config["dependencies"])
+
+
+def test_factory_is_called_once_on_first_use():
+    calls = []
+
+    def factory():
+        calls.append(1)
+        return tiny_engine("llama", vocab=8)
+
+    hub = EngineHub(factory)
+    assert not calls
+    hub.get("auto"), hub.get("torch"), hub.get("auto")
+    assert calls == [1] and hub.head_is_random
