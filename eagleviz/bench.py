@@ -67,10 +67,11 @@ def _hf_generate(engine, ids: list[int], sampling: SamplingConfig, lookup: int |
     return Sample(tokens=out[0, len(ids):].tolist(), seconds=seconds)
 
 
-def _ours(engine, ids: list[int], tree: TreeConfig | None, sampling: SamplingConfig) -> Sample:
+def _ours(engine, ids: list[int], tree: TreeConfig | None, sampling: SamplingConfig, record: bool = True) -> Sample:
     run = engine.new_run("", ids, tree, sampling)
     start = time.perf_counter()
-    for _ in engine.plain(ids, sampling, run) if tree is None else engine.speculate(ids, tree, sampling, run):
+    steps = engine.plain(ids, sampling, run) if tree is None else engine.speculate(ids, tree, sampling, run, record)
+    for _ in steps:
         pass
     seconds = time.perf_counter() - start
     s = run.summary()
@@ -87,6 +88,20 @@ def run_method(engine, method: str, ids: list[int], sampling: SamplingConfig, tr
     if method == "eagle-chain":
         return _ours(engine, ids, TreeConfig.create(tree.steps, 1, tree.steps + 1), sampling)
     return _ours(engine, ids, tree, sampling)
+
+
+def tracing_overhead(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig, repeats: int) -> dict:
+    """Decode time with the full trace over decode time without it, interleaved, median of per-prompt ratios."""
+    ratios = []
+    for prompt in prompts:
+        ids = engine.encode_prompt(prompt)
+        full, light = [], []
+        for r in range(repeats):
+            pair = [(True, full), (False, light)][:: 1 if r % 2 == 0 else -1]
+            for record, out in pair:
+                out.append(_ours(engine, ids, tree, sampling, record).seconds)
+        ratios.append(statistics.median(full) / statistics.median(light))
+    return {"median_ratio": statistics.median(ratios), "per_prompt": ratios}
 
 
 def top2_gap(engine, ids: list[int]) -> float:
@@ -287,9 +302,15 @@ def bench_main(argv: list[str]) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--out", type=Path, default=Path("runs/bench"))
+    p.add_argument("--trace-overhead", action="store_true", help="only measure what recording the trace costs")
     args = p.parse_args(argv)
     engine, prompts, sampling = _setup(args)
     tree = TreeConfig.create(args.steps, args.topk, args.draft_tokens)
+    if args.trace_overhead:
+        res = tracing_overhead(engine, prompts, sampling, tree, args.repeats)
+        print(f"decode time with the full trace / without: median {res['median_ratio']:.3f} over {len(prompts)} "
+              f"prompts ({', '.join(f'{r:.3f}' for r in res['per_prompt'])})")
+        return 0
     methods = tuple(m for m in args.methods.split(",") if m)
     result = bench(engine, prompts, sampling, tree, args.repeats, methods)
     result["tree"] = {"steps": tree.steps, "topk": tree.topk, "draft_tokens": tree.draft_tokens}

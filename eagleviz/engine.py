@@ -170,8 +170,11 @@ class Engine:
     # ------------------------------------------------------------------ speculative decoding
     @torch.inference_mode()
     def speculate(self, prompt_ids: list[int], tree_cfg: TreeConfig, sampling: SamplingConfig,
-                  run: RunTrace) -> Iterator[CycleTrace]:
-        """EAGLE speculative decoding; fills `run` (output tokens, cycles, timings) and yields each cycle."""
+                  run: RunTrace, record: bool = True) -> Iterator[CycleTrace]:
+        """EAGLE speculative decoding; fills `run` (output tokens, cycles, timings) and yields each cycle.
+
+        record=False leaves out what only the pictures need (candidate nodes, mask, token texts): it exists
+        to measure what tracing costs (`python -m eagleviz bench --trace-overhead`)."""
         if self.head is None:
             raise UserFacingError("speculative decoding needs a draft head")
         start = time.perf_counter()
@@ -180,7 +183,7 @@ class Engine:
         capacity = self._capacity(len(prompt_ids), sampling, tree_cfg.draft_tokens)
         tcache = target.new_cache(capacity)
         dcache = self.head.new_cache(capacity + tree_cfg.steps * tree_cfg.topk, target.dtype, dev)
-        text = _TokenText(target.tokenizer)
+        text = _TokenText(target.tokenizer) if record else (lambda token: "")
 
         root, feats = self._prefill(prompt_ids, tcache, sampling, gen)
         run.prefill_ms = (time.perf_counter() - start) * 1e3
@@ -219,9 +222,10 @@ class Engine:
             pend_tokens = accepted + [result.bonus_token]
             root = result.bonus_token
             trace = CycleTrace(
-                index=cycle, nodes=self._nodes(draft.cands, tree, text), verify_nodes=tree.node_ids,
-                tokens=tree.tokens, texts=[text(t) for t in tree.tokens], parents=tree.parents,
-                positions=pos.tolist(), mask=tree.mask().int().tolist(), target_tokens=argmax,
+                index=cycle, nodes=self._nodes(draft.cands, tree, text) if record else [],
+                verify_nodes=tree.node_ids, tokens=tree.tokens, texts=[text(t) for t in tree.tokens],
+                parents=tree.parents, positions=pos.tolist(), mask=tree.mask().int().tolist() if record else [],
+                target_tokens=argmax,
                 target_texts=[text(t) for t in argmax], target_probs=tprobs, checks=result.checks,
                 path=result.path, bonus_token=result.bonus_token, bonus_text=text(result.bonus_token),
                 bonus_source=result.bonus_source, accept_length=len(accepted), committed=pend_tokens,
