@@ -92,3 +92,17 @@ def test_corrupt_head_file_is_a_clear_error(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"not a tensor file")
     with pytest.raises(UserFacingError, match="corrupt"):
         load_head(tmp_path, target)
+
+
+def test_model_loads_with_our_kernels_package_importable(tmp_path):
+    """`kernels` is also the name of Hugging Face's kernel-hub library, which transformers probes for while
+    loading a model: ours must never be taken for it."""
+    import kernels.tree_attention  # noqa: F401  (ours, importable from the repo)
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import import_utils
+
+    tiny_target().hf.save_pretrained(tmp_path)
+    import_utils.is_kernels_available.cache_clear()
+    model = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert import_utils.is_kernels_available() is False
+    assert model.config.model_type == "llama"
