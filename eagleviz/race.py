@@ -11,7 +11,7 @@ different random numbers, so their texts differ by design.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -59,8 +59,9 @@ class RaceResult:
 
 
 def plain_run(engine: Engine, run: RunTrace, chat: bool = True) -> RunTrace:
-    """Plain decoding with the speculative run's prompt and sampling settings."""
-    sampling = SamplingConfig(**run.config["sampling"])
+    """Plain decoding with the speculative run's prompt and sampling settings, for as many tokens as the
+    speculative run produced (it may have been stopped early)."""
+    sampling = replace(SamplingConfig(**run.config["sampling"]), max_new_tokens=max(len(run.output), 1))
     ids = engine.encode_prompt(run.prompt, chat)
     plain = engine.new_run(run.prompt, ids, None, sampling)
     for _ in engine.plain(ids, sampling, plain):
@@ -101,7 +102,7 @@ def describe(result: RaceResult) -> str:
     lines = ["| | tokens | time (s) | tokens/s |", "|---|---:|---:|---:|",
              f"| speculative (EAGLE) | {s['new_tokens']} | {s['wall_s']:.2f} | {s['tokens_per_s']:.1f} |",
              f"| plain decoding | {p['new_tokens']} | {p['wall_s']:.2f} | {p['tokens_per_s']:.1f} |", "",
-             f"**Measured speedup: {result.speedup:.2f}x** (\u03c4 = {s['tau']:.2f} tokens per target forward)."]
+             f"**Measured speedup: {result.speedup:.2f}x** (\u03c4 = {s['tau']:.2f} tokens per target forward).", ""]
     if not result.greedy:
         lines.append("At T > 0 both runs sample the target's distribution with different random draws, so their "
                      "texts differ by design; the replay panel shows why the speculative one is distributed exactly "

@@ -5,9 +5,9 @@ gr.State; the model is loaded once and shared read-only by every tab through an 
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import gradio as gr
 
@@ -20,8 +20,6 @@ from eagleviz.visuals import CycleView, cycle_view, empty_view, summary_figure
 from eagleviz.visuals.explain import TOUR, summary_text, tour_step
 from eagleviz.visuals.output_text import output_html
 from kernels.tree_attention import IMPLS
-
-log = logging.getLogger(__name__)
 
 PRESETS = {
     "Code (high acceptance)": (
@@ -68,6 +66,15 @@ def _slider(run: RunTrace | None, value: int = 0):
                      label=f"cycle (0 .. {max(n - 1, 0)})", interactive=n > 1)
 
 
+@dataclass
+class StopRequest:
+    """Per-tab flags shared by the Run and Stop events: gr.State hands both events the same object, so the
+    running generator sees the request between two cycles and finishes cleanly (summary and export included)."""
+
+    requested: bool = False
+    running: bool = False
+
+
 class Handlers:
     """Event handlers. Each returns values in the order of the outputs it is wired to in `build_app`."""
 
@@ -87,12 +94,14 @@ class Handlers:
         return prompt, note
 
     # ---------------------------------------------------------------- run, stop, finish
-    def run(self, prompt: str, *values) -> Iterator[tuple]:
+    def run(self, stop: StopRequest, prompt: str, *values) -> Iterator[tuple]:
         """Outputs: run_state, output, status, slider, summary, summary plot, export, tour, *view."""
         skip = gr.skip()
-        last = 0.0
+        last, run = 0.0, None
+        stop.requested, stop.running = False, True
+        stream = stream_run(self.hub, prompt, _knobs(*values))
         try:
-            for run, cycle in stream_run(self.hub, prompt, _knobs(*values)):
+            for run, cycle in stream:
                 if cycle is None:
                     yield (run, output_html(None), "Running\u2026 (prefill)", _slider(None), "", skip, skip, skip,
                            *_view_values(empty_view("Waiting for the first cycle\u2026")))
@@ -103,10 +112,24 @@ class Handlers:
                 elif time.perf_counter() - last >= STREAM_EVERY_S:
                     yield (run, output_html(run), self._progress(run), _slider(run), *[skip] * (4 + VIEW_SIZE))
                     last = time.perf_counter()
+                if stop.requested:
+                    run.stop_reason = "stopped by the user"
+                    break
         except UserFacingError as exc:
             yield (skip, skip, f"\u26a0 {exc}", *[skip] * (5 + VIEW_SIZE))
             return
+        finally:
+            stream.close()
+            stop.running = False
         yield self.finished(run)
+
+    @staticmethod
+    def request_stop(stop: StopRequest):
+        """The Stop button: the running generator finishes after the cycle in progress."""
+        if not stop.running:
+            return gr.skip()
+        stop.requested = True
+        return "Stopping after the current cycle\u2026"
 
     @staticmethod
     def _progress(run: RunTrace) -> str:
@@ -122,11 +145,6 @@ class Handlers:
         tour = tour_step(run, run.cycles[0], 0) if run.cycles else ""
         return (run, output_html(run), status, _slider(run), summary_text(run), summary_figure_or_blank(run, 0),
                 write_trace(run), tour, *_view_values(cycle_view(run, 0)))
-
-    def stopped(self, run: RunTrace | None) -> tuple:
-        if run is not None and not run.stop_reason:
-            run.stop_reason = "stopped by the user"
-        return self.finished(run)
 
     # ---------------------------------------------------------------- stepping through cycles
     @staticmethod
@@ -209,7 +227,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str =
     h = Handlers(hub)
     run_fn, race_fn, api_fn = gpu(h.run), gpu(h.race), gpu(h.api_generate)
     with gr.Blocks(title="eagleviz: EAGLE speculative decoding") as demo:
-        run_state, tour_state, playing = gr.State(None), gr.State(0), gr.State(False)
+        run_state, tour_state, playing, stop = gr.State(None), gr.State(0), gr.State(False), gr.State(StopRequest())
         gr.Markdown(INTRO + (f"\n\n{note}" if note else ""))
         with gr.Row():
             with gr.Column(scale=3):
@@ -286,8 +304,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str =
         preset.change(h.preset_chosen, preset, [prompt, preset_note])
         gr.on([k.change for k in knobs], h.knobs_changed, knobs, [validity, flags], show_progress="hidden")
         demo.load(h.knobs_changed, knobs, [validity, flags])
-        run_event = run_btn.click(run_fn, [prompt, *knobs], run_outputs, show_progress="minimal", **model)
-        stop_btn.click(h.stopped, run_state, run_outputs, cancels=[run_event])
+        run_btn.click(run_fn, [stop, prompt, *knobs], run_outputs, show_progress="minimal", **model)
+        stop_btn.click(h.request_stop, stop, status, show_progress="hidden")
         slider.release(h.show, [run_state, slider], [summary_plot, *view], show_progress="hidden")
         prev_btn.click(lambda r, i: h.step(r, i, -1), [run_state, slider], [slider, summary_plot, *view],
                        show_progress="hidden")

@@ -170,3 +170,15 @@ def test_run_step_rerun_and_import(page, tmp_path):
     check_cycle_figures(page, first["cycles"][0])
     assert "sglang.launch_server" in page.locator("#launch-flags").inner_text()
     shot(page, "06_imported.png", full=True)
+
+
+def test_stop_ends_a_long_run_cleanly(page):
+    set_number(page, "max-new-tokens", 256)
+    page.click("#run")
+    page.wait_for_function("() => document.querySelector('#status').innerText.startsWith('Running\u2026 cycle')",
+                           timeout=RUN_TIMEOUT_MS)
+    page.click("#stop")
+    page.wait_for_function("() => document.querySelector('#status').innerText.startsWith('Done: stopped by the user')",
+                           timeout=60_000)
+    assert "\u03c4 =" in page.locator("#summary").inner_text()
+    shot(page, "07_stopped.png")

@@ -11,7 +11,7 @@ from eagleviz import race as race_mod
 from eagleviz.errors import UserFacingError
 from eagleviz.session import MAX_TRACE_BYTES, EngineHub, Knobs, generate, read_trace, stream_run
 from eagleviz.trace import RunTrace
-from eagleviz.ui import PRESETS, VIEW_SIZE, Handlers, build_app
+from eagleviz.ui import PRESETS, VIEW_SIZE, Handlers, StopRequest, build_app
 from tiny import tiny_engine
 
 KNOBS = (4, 4, 16, 0.0, 1.0, 16, 0, "auto")  # steps, topk, draft_tokens, temperature, top_p, max_new, seed, attn
@@ -31,7 +31,7 @@ def handlers(hub):
 @pytest.fixture(scope="module")
 def finished(handlers):
     """The outputs of every step of one run, and the final run."""
-    steps = list(handlers.run("a prompt", *KNOBS))
+    steps = list(handlers.run(StopRequest(), "a prompt", *KNOBS))
     return steps, steps[-1][0]
 
 
@@ -92,22 +92,24 @@ def test_accepted_drafts_are_coloured_as_such(finished):
 
 
 def test_errors_are_shown_not_raised(handlers):
-    out = list(handlers.run("   ", *KNOBS))
+    out = list(handlers.run(StopRequest(), "   ", *KNOBS))
     assert len(out) == 1 and out[0][2].startswith("\u26a0") and "empty" in out[0][2]
-    out = list(handlers.run("a prompt", 0, 2, 8, 0.0, 1.0, 12, 0, "auto"))
+    out = list(handlers.run(StopRequest(), "a prompt", 0, 2, 8, 0.0, 1.0, 12, 0, "auto"))
     assert "steps must be in" in out[0][2]
 
 
-def test_stop_keeps_what_was_recorded(handlers):
-    stream = handlers.run("a prompt", *KNOBS)
-    for step in stream:
-        if step[0] is not None and step[0].cycles:
-            break
-    stream.close()
-    run = step[0]
-    out = handlers.stopped(run)
-    assert run.stop_reason == "stopped by the user" and out[2].startswith("Done: stopped")
-    assert handlers.stopped(None)[0] is None
+def test_stop_finishes_after_the_current_cycle(handlers):
+    stop = StopRequest()
+    assert handlers.request_stop(stop) == gr.skip()         # nothing running: nothing to stop
+    outputs = []
+    for out in handlers.run(stop, "a prompt", *KNOBS):
+        outputs.append(out)
+        if out[0] is not None and out[0].cycles and not stop.requested:
+            assert handlers.request_stop(stop).startswith("Stopping")
+    run = outputs[-1][0]
+    assert run.stop_reason == "stopped by the user" and outputs[-1][2].startswith("Done: stopped")
+    assert len(run.cycles) == 1 and not stop.running
+    assert outputs[-1][6] and outputs[-1][4]                 # export file and summary, as after a full run
 
 
 # ------------------------------------------------------------------ stepping, autoplay, tour
