@@ -61,7 +61,8 @@ def _view(base: Engine, attn_impl: str) -> Engine:
         engine = Engine(base.target, base.head, base.head_name, attn_impl)
     except ValueError as exc:
         raise UserFacingError(str(exc)) from exc
-    if engine.attn_impl == "triton" and engine.target.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    if engine.attn_impl == "triton" and engine.target.device.type == "cpu" and not interpreted:
         raise UserFacingError("The Triton kernel needs a CUDA GPU. On a CPU, start the app with TRITON_INTERPRET=1 "
                               "to run it in Triton's interpreter (slow, for demonstration), or choose 'torch'.")
     return engine
@@ -139,7 +140,8 @@ def read_trace(path: str | os.PathLike) -> RunTrace:
     path = Path(path)
     size = path.stat().st_size
     if size > MAX_TRACE_BYTES:
-        raise UserFacingError(f"the file has {size / 2**20:.1f} MB; traces are limited to {MAX_TRACE_BYTES // 2**20} MB")
+        raise UserFacingError(f"the file has {size / 2**20:.1f} MB; traces are limited to "
+                              f"{MAX_TRACE_BYTES // 2**20} MB")
     try:
         run = RunTrace.from_json(path.read_text(encoding="utf-8"))
         check_displayable(run)

@@ -141,7 +141,8 @@ class Handlers:
         if run is None:
             return (None, output_html(None), "", _slider(None), "", summary_figure_or_blank(None), None,
                     "", *_view_values(empty_view()))
-        status = f"Done: {run.stop_reason or 'stopped'}." + (f" {RANDOM_HEAD_NOTE}" if run.head.startswith("random") else "")
+        note = f" {RANDOM_HEAD_NOTE}" if run.head.startswith("random") else ""
+        status = f"Done: {run.stop_reason or 'stopped'}.{note}"
         tour = tour_step(run, run.cycles[0], 0) if run.cycles else ""
         return (run, output_html(run), status, _slider(run), summary_text(run), summary_figure_or_blank(run, 0),
                 write_trace(run), tour, *_view_values(cycle_view(run, 0)))
@@ -231,7 +232,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str =
         gr.Markdown(INTRO + (f"\n\n{note}" if note else ""))
         with gr.Row():
             with gr.Column(scale=3):
-                prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt", value=PRESETS["Code (high acceptance)"][0])
+                prompt = gr.Textbox(next(iter(PRESETS.values()))[0], label="Prompt", lines=3, elem_id="prompt")
                 preset = gr.Radio(list(PRESETS), label="Presets that teach", elem_id="preset")
                 preset_note = gr.Markdown(elem_id="preset-note")
                 with gr.Row():
@@ -248,12 +249,15 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str =
                                          label="draft tokens \u00b7 speculative_num_draft_tokens")
                 validity = gr.Markdown(d.validity(), elem_id="validity")
                 with gr.Row():
-                    temperature = gr.Slider(0, 1.5, d.temperature, step=0.05, label="temperature", elem_id="temperature")
+                    temperature = gr.Slider(0, 1.5, d.temperature, step=0.05, label="temperature",
+                                            elem_id="temperature")
                     top_p = gr.Slider(0.05, 1, d.top_p, step=0.05, label="top-p", elem_id="top-p")
                 with gr.Row():
-                    max_new = gr.Slider(1, 256, d.max_new_tokens, step=1, label="max new tokens", elem_id="max-new-tokens")
+                    max_new = gr.Slider(1, 256, d.max_new_tokens, step=1, label="max new tokens",
+                                        elem_id="max-new-tokens")
                     seed = gr.Number(d.seed, precision=0, minimum=0, label="seed", elem_id="seed")
-                attn = gr.Dropdown(list(IMPLS), value=d.attn_impl, label="attention implementation", elem_id="attn-impl")
+                attn = gr.Dropdown(list(IMPLS), value=d.attn_impl, label="attention implementation",
+                                   elem_id="attn-impl")
         with gr.Row():
             summary = gr.Markdown(elem_id="summary")
         summary_plot = gr.Plot(label="Run summary", elem_id="summary-plot", show_label=False)

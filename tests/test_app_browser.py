@@ -109,7 +109,8 @@ def check_cycle_figures(page, cycle: dict) -> None:
     names = {t["name"]: t["n"] for t in tree["traces"] if t["name"]}
     assert f"Cycle {cycle['index']}" in tree["title"]
     assert names.get("pruned by reranking", 0) == len(cycle["nodes"]) - kept
-    verified = sum(names.get(k, 0) for k in ("accepted by the target", "rejected by the target", "verified, not reached"))
+    tried = ("accepted by the target", "rejected by the target", "verified, not reached")
+    verified = sum(names.get(k, 0) for k in tried)
     assert verified == kept == len(cycle["tokens"]) - 1
     mask = figure(page, "attention-mask")
     heat = next(t for t in mask["traces"] if t["type"] == "heatmap")

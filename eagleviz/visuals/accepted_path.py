@@ -50,9 +50,10 @@ def _grid_cells(cycle: CycleTrace) -> list[dict]:
         parent = cycle.path[d - 1]
         if d <= cycle.accept_length:
             slot = cycle.path[d]
+            shown = token_html(cycle.texts[slot], 24)
             cells.append(dict(x=d, y=0, fill=ACCEPTED, text=f"{CHECK} {token_html(cycle.texts[slot], 10)}",
-                              font="white", hover=f"depth {d}: accepted draft token <b>{token_html(cycle.texts[slot], 24)}"
-                                                  f"</b> (slot {slot}) is committed"))
+                              font="white", hover=f"depth {d}: accepted draft token <b>{shown}</b> (slot {slot}) is "
+                                                  "committed"))
         else:
             how = "sampled from the residual after the rejections" if cycle.bonus_source == "residual" else \
                 "the target's own choice at the last accepted node"

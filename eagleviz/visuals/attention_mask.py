@@ -11,7 +11,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace
-from eagleviz.visuals.style import ACCEPTED, HIDDEN, INK, PREFIX, VISIBLE, layout, legend_swatches, token_html
+from eagleviz.visuals.style import (ACCEPTED, HIDDEN, INK, PREFIX, VISIBLE, layout, legend_on_top, legend_swatches,
+                                    token_html)
 
 # Cell values and their colours: hidden, visible (an ancestor or the token itself), the prefix block.
 HIDDEN_CELL, VISIBLE_CELL, PREFIX_CELL = 0, 1, 2
@@ -79,8 +80,7 @@ def attention_mask_figure(cycle: CycleTrace, height: int = 460) -> go.Figure:
     title = f"Cycle {cycle.index} \u00b7 tree mask {T}\u00d7{T}: {visible} visible (+ prefix {prefix})"
     tick = 13 if T <= 24 else 10
     return go.Figure(data=[heat] + _legend(), layout=layout(
-        title, height, shapes=shapes, margin=dict(l=10, r=10, t=80, b=10),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, font=dict(size=12)),
+        title, height, shapes=shapes, **legend_on_top(2),
         xaxis=dict(title="key: what is attended to (slot:token)", tickangle=-60, tickfont=dict(size=tick),
                    type="category"),
         yaxis=dict(title=dict(text="query (slot:token)", standoff=12), autorange="reversed", tickfont=dict(size=tick),

@@ -12,7 +12,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace
-from eagleviz.visuals.style import ACCEPTED, INK, NEUTRAL, PREFIX, PRUNED, chips, layout, legend_swatches, token_html
+from eagleviz.visuals.style import (ACCEPTED, INK, NEUTRAL, PREFIX, PRUNED, chips, layout, legend_on_top,
+                                    legend_swatches, token_html)
 
 ROWS = {"target_before": 4.6, "target_after": 3.2, "draft_before": 1.6, "draft_after": 0.6}
 ROW_NAMES = {"target_before": "target: verify", "target_after": "target: after commit",
@@ -108,8 +109,7 @@ def kv_rewind_figure(cycle: CycleTrace, height: int = 400) -> go.Figure:
     legend = [("committed prefix", PREFIX), ("root (written this cycle)", INK), ("accepted path", ACCEPTED),
               ("discarded slot", PRUNED), ("free slot", FREE)]
     return go.Figure(data=traces + legend_swatches(legend) + [moved], layout=layout(
-        title, height, annotations=_moves(cycle), margin=dict(l=10, r=10, t=80, b=10),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, font=dict(size=12)),
+        title, height, annotations=_moves(cycle), **legend_on_top(2),
         xaxis=dict(title="cache slot (after the prefix)", range=[-PREFIX_WIDTH - 0.7, width - 0.3],
                    tickvals=list(range(0, width, step)), ticktext=[str(S + k) for k in range(0, width, step)]),
         yaxis=dict(tickvals=list(ROWS.values()), ticktext=list(ROW_NAMES.values()), range=[0.1, 5.1],

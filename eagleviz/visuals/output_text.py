@@ -50,8 +50,8 @@ def output_html(run: RunTrace | None, placeholder: str = "The output appears her
             parts.append(SEPARATOR)
         last_cycle = tok.cycle
         where = f"cycle {tok.cycle}" if tok.cycle >= 0 else "before the first cycle"
-        tip = html.escape(f"token {k} \u00b7 {where} \u00b7 {MEANING.get(tok.source, tok.source)} \u00b7 id {tok.token}",
-                          quote=True)
+        meaning = MEANING.get(tok.source, tok.source)
+        tip = html.escape(f"token {k} \u00b7 {where} \u00b7 {meaning} \u00b7 id {tok.token}", quote=True)
         parts.append(f"<span title=\"{tip}\" data-cycle=\"{tok.cycle}\" data-source=\"{tok.source}\" "
                      f"style=\"{STYLE.get(tok.source, '')}\">{_token_html(tok.text)}</span>")
     return f"{legend_html()}<div style=\"{CONTAINER}\">{''.join(parts)}</div>"

@@ -21,7 +21,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace
-from eagleviz.visuals.style import BONUS, NEUTRAL, empty_figure, layout, token_html
+from eagleviz.visuals.style import BONUS, NEUTRAL, empty_figure, layout, legend_on_top, token_html
 
 OTHER = -1   # token id of the pooled "other" bucket
 DEFAULT_DRAWS = 10_000
@@ -104,8 +104,8 @@ def replay_figure(cycle: CycleTrace, draws: int = DEFAULT_DRAWS, seed: int = 0, 
                   height: int = 360) -> go.Figure:
     result = replay_acceptance(cycle, draws, seed)
     if result is None:
-        return empty_figure(NO_REPLAY_SAMPLING if any(c.uniform is not None for c in cycle.checks) else NO_REPLAY_GREEDY,
-                            height)
+        sampled = any(c.uniform is not None for c in cycle.checks)
+        return empty_figure(NO_REPLAY_SAMPLING if sampled else NO_REPLAY_GREEDY, height)
     order = [k for k in np.argsort(-result.target) if result.tokens[k] != OTHER][:top]
     order.append(result.tokens.index(OTHER))
     labels = [token_html(result.texts[k], 10) + (" (draft)" if result.tokens[k] in result.tried else "")
@@ -117,8 +117,7 @@ def replay_figure(cycle: CycleTrace, draws: int = DEFAULT_DRAWS, seed: int = 0, 
     title = (f"Cycle {cycle.index} \u00b7 first committed token over {draws:,} replays of the acceptance step "
              f"(total variation to p: {result.total_variation:.3f})")
     return go.Figure(data=traces, layout=layout(
-        title, height, barmode="group", margin=dict(l=10, r=10, t=80, b=10),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, font=dict(size=12)),
+        title, height, barmode="group", **legend_on_top(1),
         xaxis=dict(title="token (\u201c(draft)\u201d = a child the draft proposed, tried first)", tickangle=-30,
                    type="category"),
         yaxis=dict(title="probability", rangemode="tozero")))

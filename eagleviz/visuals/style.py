@@ -52,8 +52,15 @@ def layout(title: str, height: int, **extra) -> dict:
     Figures are assembled from dicts and validated once by `go.Figure(data=..., layout=...)`; the
     graph-object update methods re-walk the whole figure on every call and would cost more than the
     200 ms a step between cycles may take."""
-    return {"title": dict(text=title, x=0.01, xanchor="left", font=dict(size=16)), "template": TEMPLATE,
-            "height": height, "margin": dict(l=10, r=10, t=48, b=10)} | extra
+    return {"title": dict(text=title, x=0.01, xanchor="left", y=0.99, yanchor="top", yref="container",
+                          font=dict(size=16)),
+            "template": TEMPLATE, "height": height, "margin": dict(l=10, r=10, t=48, b=10)} | extra
+
+
+def legend_on_top(rows: int = 2) -> dict:
+    """Layout entries for a horizontal legend between the title and the plot (`rows` lines of entries)."""
+    return {"legend": dict(orientation="h", yanchor="bottom", y=1.01, x=0, font=dict(size=12)),
+            "margin": dict(l=10, r=10, t=44 + 22 * rows, b=10)}
 
 
 def empty_figure(message: str, height: int = 320) -> go.Figure:
