@@ -18,7 +18,8 @@ from eagleviz.train.features import FeatureShard
 @dataclass
 class Row:
     """R packed tokens: ids, pos, seq (R,) int64; mask (R,) bool; aux (R, 3H), final (R, H) bf16;
-    top (R,) int64 target argmax. seq[i] is the index of token i's sequence within the row."""
+    top_ids (R, K) int64 and top_p (R, K) fp32 the target's sparse next-token distribution.
+    seq[i] is the index of token i's sequence within the row."""
 
     ids: torch.Tensor
     pos: torch.Tensor
@@ -26,7 +27,12 @@ class Row:
     mask: torch.Tensor
     aux: torch.Tensor
     final: torch.Tensor
-    top: torch.Tensor
+    top_ids: torch.Tensor
+    top_p: torch.Tensor
+
+    @property
+    def top(self) -> torch.Tensor:
+        return self.top_ids[:, 0]
 
     def __len__(self) -> int:
         return self.ids.shape[0]
@@ -54,4 +60,5 @@ def make_row(shard: FeatureShard, sequences: list[int]) -> Row:
     cat = lambda t: torch.cat([t[s] for s in parts])  # noqa: E731
     return Row(ids=cat(shard.ids).long(), pos=torch.cat([torch.arange(s.stop - s.start) for s in parts]),
                seq=torch.cat([torch.full((s.stop - s.start,), j) for j, s in enumerate(parts)]),
-               mask=cat(shard.mask), aux=cat(shard.aux), final=cat(shard.final), top=cat(shard.top).long())
+               mask=cat(shard.mask), aux=cat(shard.aux), final=cat(shard.final), top_ids=cat(shard.top_ids).long(),
+               top_p=cat(shard.top_p).float())

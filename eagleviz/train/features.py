@@ -9,7 +9,9 @@ enough for every epoch and for both head architectures. A shard stores, for N to
     aux      (N, 3H) bf16   inputs of target layers (2, N//2, N-3): the EAGLE-3 feature [low, mid, high]
     final    (N, H) bf16    post-final-norm hidden state: the EAGLE-1 feature, and through the target's LM head
                             the target distribution the draft learns
-    top      (N,) int32     the target's argmax token at each position
+    top_ids  (N, K) int32   the target's K most likely next tokens at each position (argmax first)
+    top_p    (N, K) fp16    their probabilities: a sparse target distribution, K = 8 holds almost all of
+                            the mass of a 135M model's prediction and makes the training loss cheap
 
 Features come from batched forwards of the Hugging Face module (right padding, causal attention: padding
 never changes the real tokens' states); hooks record the inputs of the three layers, exactly the
@@ -35,7 +37,13 @@ class FeatureShard:
     offsets: torch.Tensor
     aux: torch.Tensor
     final: torch.Tensor
-    top: torch.Tensor
+    top_ids: torch.Tensor
+    top_p: torch.Tensor
+
+    @property
+    def top(self) -> torch.Tensor:
+        """(N,) the target's argmax at each position."""
+        return self.top_ids[:, 0]
 
     @property
     def num_sequences(self) -> int:
@@ -65,12 +73,13 @@ class FeatureShard:
             base += s.num_tokens
         return cls(torch.cat([s.ids for s in shards]), torch.cat([s.mask for s in shards]), torch.cat(offsets),
                    torch.cat([s.aux for s in shards]), torch.cat([s.final for s in shards]),
-                   torch.cat([s.top for s in shards]))
+                   torch.cat([s.top_ids for s in shards]), torch.cat([s.top_p for s in shards]))
 
 
 @torch.inference_mode()
-def target_features(target, batch: list[list[int]]) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(aux (L, 3H), final (L, H), top (L,)) for each token sequence of `batch`, from one padded forward."""
+def target_features(target, batch: list[list[int]], k: int = 8) -> list[tuple[torch.Tensor, ...]]:
+    """(aux (L, 3H), final (L, H), top_ids (L, k), top_p (L, k)) for each token sequence of `batch`, from one
+    padded forward."""
     hf = target.hf
     width = max(len(ids) for ids in batch)
     ids = torch.zeros(len(batch), width, dtype=torch.long)
@@ -89,9 +98,9 @@ def target_features(target, batch: list[list[int]]) -> list[tuple[torch.Tensor, 
             h.remove()
     final = out.last_hidden_state
     aux = torch.cat([captured[i] for i in target.eagle3_layers], dim=-1)
-    top = target.lm_head(final).argmax(-1)
+    top_p, top_ids = torch.softmax(target.lm_head(final).float(), dim=-1).topk(k, dim=-1)
     return [(aux[r, :len(seq)].to(torch.bfloat16).cpu(), final[r, :len(seq)].to(torch.bfloat16).cpu(),
-             top[r, :len(seq)].int().cpu()) for r, seq in enumerate(batch)]
+             top_ids[r, :len(seq)].int().cpu(), top_p[r, :len(seq)].half().cpu()) for r, seq in enumerate(batch)]
 
 
 def collect(target, samples: list[Sample], max_len: int, batch_tokens: int = 4096) -> FeatureShard:
@@ -113,7 +122,8 @@ def collect(target, samples: list[Sample], max_len: int, batch_tokens: int = 409
                         offsets=torch.cat((torch.zeros(1, dtype=torch.long), lengths.cumsum(0))),
                         aux=torch.cat([results[i][0] for i in range(len(cut))]),
                         final=torch.cat([results[i][1] for i in range(len(cut))]),
-                        top=torch.cat([results[i][2] for i in range(len(cut))]))
+                        top_ids=torch.cat([results[i][2] for i in range(len(cut))]),
+                        top_p=torch.cat([results[i][3] for i in range(len(cut))]))
 
 
 def load_dir(directory: Path, pattern: str = "*.pt") -> FeatureShard:

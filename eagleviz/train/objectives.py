@@ -13,7 +13,8 @@ token x_{p+1+k}, the head's own output of step k-1 as feature (target features o
 position p + k, and is trained on the target distribution at position p + 1 + k. Its attention sees the
 step-0 keys of anchors <= p (the committed prefix) and its own keys of steps 1..k (its ancestors in the
 draft tree): the mask is [causal | I | ... | I] over the concatenated keys of steps 0..k. Loss = sum_k
-0.8^k CE_k, CE only; positions whose target argmax lies outside the draft vocabulary are skipped.
+0.8^k CE_k, CE only; positions whose target argmax lies outside the draft vocabulary are skipped. The target
+distribution is the target's top-8 (stored with the features), renormalised over the draft vocabulary.
 """
 
 from __future__ import annotations
@@ -74,6 +75,13 @@ def valid_at(row: Row, k: int) -> torch.Tensor:
     return (shifted(row.seq, j, -1) == row.seq) & shifted(row.mask, j, False)
 
 
+def compute_dtype(head: DraftHead, device: torch.device) -> torch.dtype:
+    """The dtype activations should enter the head in: autocast's when it is on, else the weights'."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return head.fc.weight.dtype
+
+
 def _masked_mean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return (x * valid).sum() / valid.sum().clamp(min=1)
 
@@ -83,30 +91,71 @@ def _agreement(head: DraftHead, logits: torch.Tensor, target_top: torch.Tensor, 
     return int(((pred == target_top) & valid).sum()), int(valid.sum())
 
 
-def ttt_loss(head: DraftHead, row: Row, parts: TargetParts, steps: int = 5, decay: float = 0.8,
-             impl: str = "torch") -> StepResult:
-    """EAGLE-3 training-time test over `steps` unroll steps (any head arch; EAGLE-1 heads take their own
-    output through fc like at decoding time)."""
+def draft_index(head: DraftHead) -> torch.Tensor:
+    """(V,) int64: the draft id of each target id, -1 outside the draft vocabulary."""
     c = head.config
-    feats = row.aux if c.arch == "eagle3" else row.final
+    if c.arch == "eagle1" or c.draft_vocab_size == c.vocab_size:
+        return torch.arange(c.vocab_size)
+    draft_ids = torch.arange(c.draft_vocab_size)
+    index = torch.full((c.vocab_size,), -1, dtype=torch.long)
+    index[head.to_target_ids(draft_ids.to(head.d2t.device)).cpu()] = draft_ids
+    return index
+
+
+def sparse_targets(head: DraftHead, row: Row) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The target's top-K distribution in draft ids: (ids (R, K) draft ids, p (R, K) renormalised over the
+    draft vocabulary, in_vocab (R,) True where the target's argmax has a draft id)."""
+    ids = draft_index(head).to(row.top_ids.device)[row.top_ids]
+    p = row.top_p * (ids >= 0)
+    return ids.clamp(min=0), p / p.sum(-1, keepdim=True).clamp(min=1e-6), ids[:, 0] >= 0
+
+
+def sparse_cross_entropy(logits: torch.Tensor, ids: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """(R,) cross-entropy of log_softmax(logits) against a distribution with mass p on ids (both (R, K))."""
+    return torch.logsumexp(logits, dim=-1) - (p * logits.gather(1, ids)).sum(-1)
+
+
+def ttt_loss(head: DraftHead, row: Row, parts: TargetParts, steps: int = 5, decay: float = 0.8,
+             unroll_fraction: float = 1.0, gen: torch.Generator | None = None, impl: str = "torch") -> StepResult:
+    """EAGLE-3 training-time test over `steps` unroll steps (any head arch; EAGLE-1 heads take their own
+    output through fc as at decoding time).
+
+    Step 0 runs every anchor (its keys are everyone's prefix). With unroll_fraction < 1, steps >= 1 follow a
+    random subset of the anchors that have a prediction at some later step: an anchor's unrolled chain
+    attends only to step-0 keys and to itself, so dropping other chains changes nothing for it. The per-step losses stay
+    unbiased and the unrolled steps cost that fraction of a full row.
+    """
+    c = head.config
+    n_rows = len(row)
+    dtype = compute_dtype(head, row.ids.device)
     with torch.no_grad():
-        emb = F.embedding(row.ids, parts.embed)
-        w_draft = parts.lm_head.weight if c.arch == "eagle1" else parts.lm_head.weight[head.to_target_ids(
-            torch.arange(c.draft_vocab_size, device=row.ids.device))]
-        probs = torch.softmax((row.final @ w_draft.T).float(), dim=-1)
-        in_vocab = head.t2d[row.top] if c.arch == "eagle3" else torch.ones_like(row.mask)
+        emb = F.embedding(row.ids, parts.embed).to(dtype)
+        tgt_ids, tgt_p, in_vocab = sparse_targets(head, row)
+        causal = block_causal(row.seq)
+    feats = (row.aux if c.arch == "eagle3" else row.final).to(dtype)
+    anchors = torch.arange(n_rows, device=row.ids.device)
     cache = ListKVCache(len(head.blocks))
     result = StepResult(loss=torch.zeros((), device=row.ids.device))
     for k in range(steps):
-        h = head(feats, shifted(emb, 1 + k), row.pos + k, cache, ttt_mask(row.seq, k), impl)
+        at = (anchors + 1 + k).clamp(max=n_rows - 1)  # the token fed, and the position of the target output
+        n = anchors.numel()
+        mask = causal if k == 0 else torch.cat(
+            [causal[anchors]] + [torch.eye(n, dtype=torch.bool, device=causal.device)] * k, dim=1)
+        h = head(feats, emb[at], row.pos[anchors] + k, cache, mask, impl)
         logits = head.logits(h, parts.lm_head)
-        valid = valid_at(row, k) & shifted(in_vocab, 1 + k, False)
-        ce = F.cross_entropy(logits, shifted(probs, 1 + k), reduction="none")
+        valid = valid_at(row, k)[anchors] & in_vocab[at]
+        ce = sparse_cross_entropy(logits, tgt_ids[at], tgt_p[at])
         result.loss = result.loss + decay ** k * _masked_mean(ce, valid)
-        ok, n = _agreement(head, logits.detach(), shifted(row.top, 1 + k), valid)
+        ok, cnt = _agreement(head, logits.detach(), row.top[at], valid)
         result.correct.append(ok)
-        result.count.append(n)
+        result.count.append(cnt)
         feats = h
+        if k == 0 and unroll_fraction < 1.0:
+            later = torch.stack([valid_at(row, j) for j in range(1, steps)]).any(0)
+            keep = anchors[later]
+            keep = keep[torch.randperm(keep.numel(), generator=gen)[:max(1, int(unroll_fraction * n_rows))]]
+            anchors = keep.sort().values
+            feats = h[anchors]
     return result
 
 
@@ -116,12 +165,13 @@ def eagle1_loss(head: DraftHead, row: Row, parts: TargetParts, noise: float = 0.
     uniform noise U(-noise/2, noise/2) on the input features. Needs an EAGLE-1 head."""
     if head.config.arch != "eagle1":
         raise ValueError("the EAGLE-1 objective regresses the target's final feature: it needs an eagle1 head")
+    dtype = compute_dtype(head, row.ids.device)
     with torch.no_grad():
-        emb = F.embedding(row.ids, parts.embed)
+        emb = F.embedding(row.ids, parts.embed).to(dtype)
         jitter = (torch.rand(row.final.shape, generator=gen, device=row.final.device) - 0.5) * noise
-        feats = (row.final.float() + jitter).to(row.final.dtype)
+        feats = (row.final.float() + jitter).to(dtype)
         next_feat = shifted(row.final, 1)
-        probs = torch.softmax(parts.lm_head(next_feat).float(), dim=-1)
+        probs = torch.softmax(parts.lm_head(next_feat.to(parts.lm_head.weight.dtype)).float(), dim=-1)
     cache = ListKVCache(len(head.blocks))
     h = head(feats, shifted(emb, 1), row.pos, cache, block_causal(row.seq), impl)
     logits = head.logits(h, parts.lm_head)

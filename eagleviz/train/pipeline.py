@@ -1,0 +1,107 @@
+"""From conversations to a trained head: samples -> cached feature shards -> draft vocabulary -> Trainer.
+
+Everything slow is cached under `cache_dir` and resumable: self-distilled answers (one JSON-lines shard per
+240 prompts), target features (one shard per 200 sequences). A cache directory is keyed by its settings
+(answer source, max_len), so changing them never mixes incompatible shards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from eagleviz.train import data as D
+from eagleviz.train.features import FeatureShard, collect, load_dir
+from eagleviz.train.vocab import coverage, draft_vocab, smallest_covering, token_counts
+
+SEQS_PER_SHARD = 200
+DRAFT_VOCAB_SIZES = (4096, 8192, 16384)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """data: "sharegpt" or a FILE in ShareGPT format; answers: "original" (the file's) or "self" (the
+    target's greedy answers, generated and cached); heldout: conversations kept out of training."""
+
+    data: str = "sharegpt"
+    answers: str = "original"
+    max_conversations: int = 1600
+    max_len: int = 512
+    heldout: int = 200
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.answers not in ("original", "self"):
+            raise ValueError(f"answers must be 'original' or 'self', got {self.answers!r}")
+
+
+def train_samples(target, cfg: DataConfig, prompts: list[tuple[str, str]], train_idx: list[int], cache: Path,
+                  progress=None) -> list[D.Sample]:
+    eos = min(target.eos_token_ids)
+    if cfg.answers == "original":
+        return [D.render(target.tokenizer, prompts[i][0], prompts[i][1], eos)
+                for i in train_idx[:cfg.max_conversations] if prompts[i][1].strip()]
+    answers_dir = cache / "answers"
+    D.generate_answers(target, [prompts[i][0] for i in train_idx[:cfg.max_conversations]], answers_dir,
+                       progress=progress)
+    return D.read_answers(answers_dir)
+
+
+def build_features(target, samples: list[D.Sample], out_dir: Path, max_len: int, progress=None) -> FeatureShard:
+    """Feature shards of `samples` (SEQS_PER_SHARD sequences each); shards already on disk are reused."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for s in range(0, len(samples), SEQS_PER_SHARD):
+        chunk = samples[s:s + SEQS_PER_SHARD]
+        paths.append(out_dir / f"shard-{s // SEQS_PER_SHARD:05d}-{len(chunk)}.pt")  # a grown tail shard is redone
+        if not paths[-1].exists():
+            collect(target, chunk, max_len, batch_tokens=1024).save(paths[-1])
+        if progress is not None:
+            progress.update(len(chunk))
+    return FeatureShard.cat([FeatureShard.load(p) for p in paths])
+
+
+def heldout_features(target, cfg: DataConfig, prompts, held_idx: list[int], cache: Path) -> FeatureShard:
+    """Features of the held-out conversations with their original answers (the same split for every run)."""
+    path = cache / f"heldout-{cfg.heldout}-L{cfg.max_len}.pt"
+    if path.exists():
+        return FeatureShard.load(path)
+    eos = min(target.eos_token_ids)
+    samples = [D.render(target.tokenizer, prompts[i][0], prompts[i][1], eos) for i in held_idx if prompts[i][1].strip()]
+    shard = collect(target, samples, cfg.max_len)
+    cache.mkdir(parents=True, exist_ok=True)
+    shard.save(path)
+    return shard
+
+
+def choose_vocab(shard: FeatureShard, vocab_size: int, eos_ids, size: int | None, min_coverage: float = 0.99):
+    """(d2t, t2d, report): the draft vocabulary from the answer tokens of `shard`; size None picks the
+    smallest of DRAFT_VOCAB_SIZES covering `min_coverage` of them."""
+    counts = token_counts(shard.ids, shard.mask, vocab_size)
+    size = size or smallest_covering(counts, DRAFT_VOCAB_SIZES, min_coverage)
+    d2t, t2d = draft_vocab(counts, size, always=tuple(sorted(eos_ids)))
+    report = {f"coverage_{n}": round(coverage(counts, n), 4) for n in DRAFT_VOCAB_SIZES} | {"draft_vocab_size": size}
+    return d2t, t2d, report
+
+
+def load_cached(directory: Path) -> FeatureShard:
+    """All feature shards of a cache directory (for reuse outside the pipeline)."""
+    return load_dir(directory, "shard-*.pt")
+
+
+def target_parts(target):
+    from eagleviz.train.objectives import TargetParts
+
+    for p in target.hf.parameters():
+        p.requires_grad_(False)
+    return TargetParts(embed=target.hf.model.embed_tokens.weight.detach(), lm_head=target.lm_head)
+
+
+def set_threads(threads: int = 0) -> None:
+    """Intra-op threads: `threads`, or every core the process may run on when 0. On a CPU shared with other
+    busy processes, 1 thread can be several times faster than 2 (OpenMP threads spin waiting for each other)."""
+    import os
+
+    torch.set_num_threads(threads or max(1, len(os.sched_getaffinity(0))))

@@ -1,0 +1,234 @@
+"""Draft-head training: data parsing, loss masks, the training-time-test mask, learning, save/load."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from eagleviz.models.draft import load_head, save_head
+from eagleviz.models.target import TargetModel
+from eagleviz.train import data as D
+from eagleviz.train.batches import make_row, pack
+from eagleviz.train.cache import ListKVCache
+from eagleviz.train.features import FeatureShard, collect
+from eagleviz.train.objectives import TargetParts, block_causal, ttt_loss, ttt_mask, valid_at
+from eagleviz.train.trainer import Trainer, TrainConfig, lr_at, new_head
+from eagleviz.train.vocab import coverage, draft_vocab, smallest_covering, token_counts
+
+V = 96
+
+
+@pytest.fixture(scope="module")
+def tiny_target():
+    """An 8-layer Llama small enough for CPU tests, with a peaked output distribution (a learnable target)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=8,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      tie_word_embeddings=False)
+    torch.manual_seed(0)
+    hf = LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        hf.lm_head.weight.mul_(40.0)
+    return TargetModel(hf.eval(), None, "tiny")
+
+
+@pytest.fixture(scope="module")
+def tiny_shard(tiny_target):
+    gen = torch.Generator().manual_seed(1)
+    samples = []
+    for _ in range(24):
+        n = int(torch.randint(12, 40, (1,), generator=gen))
+        samples.append(D.Sample(torch.randint(0, V, (n,), generator=gen).tolist(), [0] * 4 + [1] * (n - 4)))
+    return collect(tiny_target, samples, max_len=64, batch_tokens=128)
+
+
+def _parts(target) -> TargetParts:
+    return TargetParts(embed=target.hf.model.embed_tokens.weight.detach(), lm_head=target.lm_head)
+
+
+# ------------------------------------------------------------------ data
+
+def test_truncated_json_array_yields_complete_records():
+    recs = [{"id": str(i), "conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": f"a{i}"}]}
+            for i in range(3)]
+    text = json.dumps(recs, indent=2)
+    cut = text[:text.rindex('"a2"') + 2]  # inside the last record
+    assert [r["id"] for r in D.iter_records(cut)] == ["0", "1"]
+    assert [r["id"] for r in D.iter_records(text)] == ["0", "1", "2"]
+    assert D.first_turns(D.iter_records(text))[1] == ("q1", "a1")
+
+
+def test_first_turns_skip_conversations_not_opened_by_a_human():
+    recs = [{"conversations": [{"from": "gpt", "value": "hi"}]}, {"conversations": []},
+            {"conversations": [{"from": "human", "value": "  "}]}, {"conversations": [{"from": "human", "value": "q"}]}]
+    assert D.first_turns(iter(recs)) == [("q", "")]
+
+
+def test_split_is_fixed_and_disjoint():
+    a, b = D.split(100, 10, seed=3)
+    assert (a, b) == D.split(100, 10, seed=3)
+    assert len(b) == 10 and not set(a) & set(b) and sorted(a + b) == list(range(100))
+
+
+def test_loss_mask_covers_exactly_the_assistant_answer():
+    from eagleviz.models.loading import _embedded_snapshot
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(_embedded_snapshot()))
+    except Exception as exc:  # the embedded model package is optional for this test
+        pytest.skip(f"embedded tokenizer unavailable: {exc}")
+    s = D.render(tok, "What is 2+2?", "It is 4.", eos_id=2)
+    answer = [t for t, m in zip(s.ids, s.loss_mask) if m]
+    context = [t for t, m in zip(s.ids, s.loss_mask) if not m]
+    assert tok.decode(answer) == "It is 4.<|im_end|>"
+    assert tok.decode(context).endswith("<|im_start|>assistant\n")
+    assert s.ids[:len(context)] == D.prompt_ids(tok, "What is 2+2?")
+
+
+# ------------------------------------------------------------------ features and packing
+
+def test_features_equal_the_engine_forward(tiny_target, tiny_shard):
+    sl = tiny_shard.sequence(5)
+    ids = tiny_shard.ids[sl].long()
+    n = ids.numel()
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    out = tiny_target.forward(ids, torch.arange(n), tiny_target.new_cache(n), causal,
+                              feature_layers=tiny_target.eagle3_layers)
+    torch.testing.assert_close(out.features.bfloat16(), tiny_shard.aux[sl], atol=2e-2, rtol=2e-2)
+    out = tiny_target.forward(ids, torch.arange(n), tiny_target.new_cache(n), causal)
+    torch.testing.assert_close(out.features.bfloat16(), tiny_shard.final[sl], atol=2e-2, rtol=2e-2)
+    assert (out.logits.argmax(-1) == tiny_shard.top[sl]).float().mean() > 0.95
+
+
+def test_packing_keeps_sequences_whole_and_apart(tiny_shard):
+    lengths = [int(n) for n in tiny_shard.offsets.diff()]
+    rows = pack(lengths, 80, seed=0)
+    assert sorted(i for r in rows for i in r) == list(range(len(lengths)))
+    assert all(sum(lengths[i] for i in r) <= 80 for r in rows if len(r) > 1)
+    row = make_row(tiny_shard, rows[0])
+    assert row.pos[0] == 0 and (row.pos[row.seq == 1] == torch.arange(lengths[rows[0][1]])).all()
+    m = block_causal(row.seq)
+    assert not m[row.seq == 1][:, row.seq == 0].any()
+
+
+# ------------------------------------------------------------------ the training-time test
+
+def test_ttt_mask_rows():
+    seq = torch.tensor([0, 0, 0, 1, 1])
+    r = seq.numel()
+    assert ttt_mask(seq, 0).shape == (r, r)
+    m = ttt_mask(seq, 2)
+    assert m.shape == (r, 3 * r)
+    # anchor 4 (second token of sequence 1): step-0 keys 3 and 4, then only its own keys at steps 1 and 2
+    assert m[4].nonzero().flatten().tolist() == [3, 4, r + 4, 2 * r + 4]
+    assert m[0].nonzero().flatten().tolist() == [0, r, 2 * r]
+
+
+def test_valid_positions_stay_inside_the_answer_of_their_sequence():
+    from eagleviz.train.batches import Row
+
+    seq = torch.tensor([0, 0, 0, 0, 1, 1, 1])
+    mask = torch.tensor([0, 0, 1, 1, 0, 1, 1], dtype=torch.bool)
+    n = seq.numel()
+    row = Row(ids=torch.zeros(n, dtype=torch.long), pos=torch.zeros(n, dtype=torch.long), seq=seq, mask=mask,
+              aux=torch.zeros(n, 3), final=torch.zeros(n, 1), top_ids=torch.zeros(n, 1, dtype=torch.long),
+              top_p=torch.ones(n, 1))
+    # step 0: anchor p predicts token p + 2
+    assert valid_at(row, 0).nonzero().flatten().tolist() == [0, 1, 4]
+    assert valid_at(row, 1).nonzero().flatten().tolist() == [0]
+
+
+def test_list_cache_is_autograd_safe():
+    cache = ListKVCache(1)
+    k = torch.randn(3, 2, 4, requires_grad=True)
+    cache.write(0, 0, k, k * 2)
+    cache.advance(3)
+    cache.write(0, 3, k[:1] * 3, k[:1])
+    keys, values = cache.view(0, 4)
+    (keys.sum() + values.sum()).backward()
+    assert keys.shape == (4, 2, 4) and k.grad is not None and float(k.grad[0, 0, 0]) == 7.0
+
+
+def test_unrolled_chain_does_not_depend_on_other_chains(tiny_target, tiny_shard):
+    """Dropping anchors from the unroll (unroll_fraction < 1) must not change the kept anchors' results."""
+    head = new_head(tiny_target, "eagle3")
+    row = make_row(tiny_shard, pack([int(n) for n in tiny_shard.offsets.diff()], 128, 0)[0])
+    parts = _parts(tiny_target)
+    full = ttt_loss(head, row, parts, steps=3)
+    gen = torch.Generator().manual_seed(0)
+    part = ttt_loss(head, row, parts, steps=3, unroll_fraction=0.999, gen=gen)
+    assert full.count == part.count and full.correct == part.correct
+    torch.testing.assert_close(full.loss, part.loss)
+
+
+@pytest.mark.parametrize("arch,objective", [("eagle3", "ttt"), ("eagle1", "eagle1")])
+def test_a_few_steps_reduce_the_loss(tiny_target, tiny_shard, tmp_path, arch, objective):
+    d2t = t2d = None
+    if arch == "eagle3":
+        d2t, t2d = draft_vocab(token_counts(tiny_shard.top.long(), tiny_shard.mask, V), 64)
+    head = new_head(tiny_target, arch, d2t, t2d)
+    cfg = TrainConfig(arch=arch, objective=objective, row_len=128, max_steps=40, lr=3e-3, warmup=2,
+                      eval_every=40, eval_rows=2, ttt_steps=3, autocast=False)
+    trainer = Trainer(cfg, head, _parts(tiny_target), tiny_shard, tiny_shard, tmp_path)
+    trainer.run()
+    first, last = trainer.history[0]["heldout"], trainer.history[-1]["heldout"]
+    assert last["loss"] < first["loss"] - 0.05
+    assert last["acc"][0] > first["acc"][0]
+    assert (tmp_path / "curve.html").stat().st_size < 200_000
+
+
+def test_resume_continues_the_same_run(tiny_target, tiny_shard, tmp_path):
+    cfg = TrainConfig(arch="eagle1", objective="eagle1", row_len=128, max_steps=6, warmup=1, eval_every=3,
+                      eval_rows=1, autocast=False)
+    parts = _parts(tiny_target)
+    a = Trainer(cfg, new_head(tiny_target, "eagle1"), parts, tiny_shard, tiny_shard, tmp_path / "a")
+    a.run()
+    b = Trainer(cfg, new_head(tiny_target, "eagle1"), parts, tiny_shard, tiny_shard, tmp_path / "b")
+    b.run(minutes=0)  # one step, then checkpoint
+    c = Trainer(cfg, new_head(tiny_target, "eagle1", seed=1), parts, tiny_shard, tiny_shard, tmp_path / "b")
+    c.load()
+    assert c.step == 1
+    c.run()
+    for (name, pa), pc in zip(a.head.named_parameters(), c.head.parameters()):
+        torch.testing.assert_close(pa, pc, msg=name)
+
+
+def test_saved_head_loads_with_the_engine_loader(tiny_target, tiny_shard, tmp_path):
+    d2t, t2d = draft_vocab(token_counts(tiny_shard.ids, tiny_shard.mask, V), 32, always=(0,))
+    head = new_head(tiny_target, "eagle3", d2t, t2d)
+    save_head(head, tmp_path)
+    loaded = load_head(tmp_path, tiny_target)
+    assert loaded.config.draft_vocab_size == 32 and t2d[0]
+    assert torch.equal(loaded.d2t, d2t) and torch.equal(loaded.t2d, t2d)
+    torch.testing.assert_close(loaded.lm_head.weight.float(), head.lm_head.weight.bfloat16().float())
+
+
+# ------------------------------------------------------------------ vocabulary and schedule
+
+def test_draft_vocabulary_maps_back_to_target_ids():
+    counts = torch.tensor([5, 0, 9, 1, 7, 0])
+    d2t, t2d = draft_vocab(counts, 3)
+    assert (torch.arange(3) + d2t).tolist() == [0, 2, 4] and t2d.tolist() == [1, 0, 1, 0, 1, 0]
+    assert coverage(counts, 3) == pytest.approx(21 / 22)
+    assert smallest_covering(counts, (1, 2, 3, 4), 0.95) == 3
+
+
+def test_schedule_warms_up_then_decays():
+    cfg = TrainConfig(lr=1e-3, warmup=10, min_lr_ratio=0.1)
+    assert lr_at(cfg, 0, 100) == pytest.approx(1e-4)
+    assert lr_at(cfg, 9, 100) == pytest.approx(1e-3)
+    assert lr_at(cfg, 100, 100) == pytest.approx(1e-4)
+    assert lr_at(cfg, 50, 100) < lr_at(cfg, 20, 100)
+
+
+def test_feature_shard_round_trip(tiny_shard, tmp_path):
+    tiny_shard.save(tmp_path / "s.pt")
+    back = FeatureShard.load(tmp_path / "s.pt")
+    both = FeatureShard.cat([back, back])
+    assert both.num_sequences == 2 * tiny_shard.num_sequences
+    assert torch.equal(both.ids[tiny_shard.num_tokens:], tiny_shard.ids)
+    assert int(both.offsets[-1]) == 2 * tiny_shard.num_tokens
