@@ -1,0 +1,120 @@
+"""Limits that protect a shared server (a public Space, a workshop of thirty), read once from the environment.
+
+    EAGLEVIZ_MAX_NEW_TOKENS     512    new tokens per request
+    EAGLEVIZ_MAX_DRAFT_TOKENS   64     verification budget (speculative_num_draft_tokens)
+    EAGLEVIZ_MAX_PROMPT_CHARS   8000   prompt length in characters
+    EAGLEVIZ_MAX_UPLOAD_MB      20     size of an imported trace
+    EAGLEVIZ_MAX_RUN_SECONDS    120    wall time of one request; the run stops (its partial trace is kept)
+    EAGLEVIZ_KV_BUDGET_MB       1024   target + draft KV cache of one request
+    EAGLEVIZ_CONCURRENCY        1      model runs at once (CPU: 1, see docs/performance.md section 1)
+    EAGLEVIZ_QUEUE_SIZE         64     requests waiting; beyond it a request is refused with a "busy" message
+    EAGLEVIZ_EXTRA_MODELS       ""     comma-separated model ids/directories added to the allowlist
+    EAGLEVIZ_EXTRA_HEADS        ""     comma-separated head directories added to the allowlist
+
+The browser never names a path: models and heads are chosen from the allowlist only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.errors import UserFacingError
+from eagleviz.kv_cache import KVCache
+
+
+def _env_int(name: str, default: int, lo: int = 1) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise UserFacingError(f"{name}={raw!r} is not an integer") from exc
+    if value < lo:
+        raise UserFacingError(f"{name} must be >= {lo}, got {value}")
+    return value
+
+
+def _env_list(name: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in os.environ.get(name, "").split(",") if x.strip())
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_new_tokens: int = 512
+    max_draft_tokens: int = 64
+    max_prompt_chars: int = 8000
+    max_upload_mb: int = 20
+    max_run_seconds: int = 120
+    kv_budget_mb: int = 1024
+    concurrency: int = 1
+    queue_size: int = 64
+    extra_models: tuple[str, ...] = field(default=())
+    extra_heads: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def from_env(cls) -> Limits:
+        d = cls()
+        return cls(max_new_tokens=_env_int("EAGLEVIZ_MAX_NEW_TOKENS", d.max_new_tokens),
+                   max_draft_tokens=_env_int("EAGLEVIZ_MAX_DRAFT_TOKENS", d.max_draft_tokens, lo=2),
+                   max_prompt_chars=_env_int("EAGLEVIZ_MAX_PROMPT_CHARS", d.max_prompt_chars),
+                   max_upload_mb=_env_int("EAGLEVIZ_MAX_UPLOAD_MB", d.max_upload_mb),
+                   max_run_seconds=_env_int("EAGLEVIZ_MAX_RUN_SECONDS", d.max_run_seconds),
+                   kv_budget_mb=_env_int("EAGLEVIZ_KV_BUDGET_MB", d.kv_budget_mb),
+                   concurrency=_env_int("EAGLEVIZ_CONCURRENCY", d.concurrency),
+                   queue_size=_env_int("EAGLEVIZ_QUEUE_SIZE", d.queue_size),
+                   extra_models=_env_list("EAGLEVIZ_EXTRA_MODELS"), extra_heads=_env_list("EAGLEVIZ_EXTRA_HEADS"))
+
+    def describe(self) -> str:
+        """One line for the UI: the limits in force on this server."""
+        return (f"Limits on this server: prompt <= {self.max_prompt_chars} characters, max new tokens <= "
+                f"{self.max_new_tokens}, draft tokens <= {self.max_draft_tokens}, {self.max_run_seconds} s per run, "
+                f"uploads <= {self.max_upload_mb} MB.")
+
+    def check_request(self, prompt: str, tree: TreeConfig | None, sampling: SamplingConfig) -> None:
+        """Refuse what a shared server should not run, with the limit named."""
+        if not prompt or not prompt.strip():
+            raise UserFacingError("the prompt is empty")
+        if len(prompt) > self.max_prompt_chars:
+            raise UserFacingError(f"the prompt has {len(prompt)} characters; this server accepts at most "
+                                  f"{self.max_prompt_chars} (EAGLEVIZ_MAX_PROMPT_CHARS)")
+        if sampling.max_new_tokens > self.max_new_tokens:
+            raise UserFacingError(f"max_new_tokens {sampling.max_new_tokens} is above this server's limit of "
+                                  f"{self.max_new_tokens} (EAGLEVIZ_MAX_NEW_TOKENS)")
+        if tree is not None and tree.draft_tokens > self.max_draft_tokens:
+            raise UserFacingError(f"draft_tokens {tree.draft_tokens} is above this server's limit of "
+                                  f"{self.max_draft_tokens} (EAGLEVIZ_MAX_DRAFT_TOKENS)")
+
+    def check_kv(self, engine, n_prompt: int, tree: TreeConfig | None, sampling: SamplingConfig) -> int:
+        """Bytes the request's KV caches would take; refuse a request over the budget (out-of-memory guard)."""
+        t = engine.target
+        capacity = n_prompt + sampling.max_new_tokens + (tree.draft_tokens if tree else 0) + 1
+        need = KVCache.bytes_for(t.num_layers, t.num_kv_heads, capacity, t.head_dim, t.dtype)
+        if tree is not None and engine.head is not None:
+            c = engine.head.config
+            need += KVCache.bytes_for(len(engine.head.blocks), c.num_kv_heads, capacity + tree.steps * tree.topk,
+                                      c.head_dim, t.dtype)
+        if need > self.kv_budget_mb * 2**20:
+            raise UserFacingError(f"this request needs {need / 2**20:.0f} MB of KV cache, above this server's "
+                                  f"budget of {self.kv_budget_mb} MB (EAGLEVIZ_KV_BUDGET_MB): shorten the prompt "
+                                  "or lower max_new_tokens")
+        return need
+
+    def allowed_models(self) -> tuple[str, ...]:
+        from eagleviz.models.loading import EMBEDDED, EMBEDDED_HUB_ID
+
+        return (EMBEDDED, EMBEDDED_HUB_ID, *self.extra_models)
+
+    def allowed_heads(self) -> tuple[str, ...]:
+        from eagleviz.models.loading import RANDOM_HEAD, SHIPPED_HEAD
+
+        return (str(SHIPPED_HEAD), RANDOM_HEAD, *self.extra_heads)
+
+    def check_choice(self, kind: str, value: str) -> str:
+        """A model or head chosen in the browser must be on the allowlist (never a free-form path)."""
+        allowed = self.allowed_models() if kind == "model" else self.allowed_heads()
+        if value not in allowed:
+            raise UserFacingError(f"{kind} {value!r} is not offered on this server (allowed: {', '.join(allowed)})")
+        return value

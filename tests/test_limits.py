@@ -1,0 +1,53 @@
+"""eagleviz/limits.py: server limits from the environment, refused requests name the limit, KV budget."""
+
+import pytest
+
+from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.errors import UserFacingError
+from eagleviz.limits import Limits
+from tiny import tiny_engine
+
+
+def test_defaults_and_environment(monkeypatch):
+    assert Limits.from_env() == Limits()
+    monkeypatch.setenv("EAGLEVIZ_MAX_NEW_TOKENS", "32")
+    monkeypatch.setenv("EAGLEVIZ_EXTRA_HEADS", "/srv/heads/a, /srv/heads/b")
+    lim = Limits.from_env()
+    assert lim.max_new_tokens == 32 and lim.extra_heads == ("/srv/heads/a", "/srv/heads/b")
+    monkeypatch.setenv("EAGLEVIZ_MAX_RUN_SECONDS", "soon")
+    with pytest.raises(UserFacingError, match="EAGLEVIZ_MAX_RUN_SECONDS"):
+        Limits.from_env()
+
+
+@pytest.mark.parametrize("prompt,tree,sampling,message", [
+    ("", None, SamplingConfig(), "empty"),
+    (" \n\t", None, SamplingConfig(), "empty"),
+    ("x" * 100_000, None, SamplingConfig(), "EAGLEVIZ_MAX_PROMPT_CHARS"),
+    ("hi", None, SamplingConfig(max_new_tokens=4096), "EAGLEVIZ_MAX_NEW_TOKENS"),
+    ("hi", TreeConfig.create(8, 8, 200), SamplingConfig(), "EAGLEVIZ_MAX_DRAFT_TOKENS"),
+])
+def test_requests_over_the_limits_are_refused(prompt, tree, sampling, message):
+    with pytest.raises(UserFacingError, match=message):
+        Limits().check_request(prompt, tree, sampling)
+
+
+def test_unicode_prompts_within_limits_pass():
+    for prompt in ("héllo 👋🏽", "مرحبا بالعالم", "a\u202eb\x00c\x1b[31m"):
+        Limits().check_request(prompt, TreeConfig(), SamplingConfig())
+
+
+def test_kv_budget_refuses_oversized_requests():
+    engine = tiny_engine()
+    need = Limits().check_kv(engine, 100, TreeConfig(), SamplingConfig(max_new_tokens=100))
+    assert need > 0
+    with pytest.raises(UserFacingError, match="EAGLEVIZ_KV_BUDGET_MB"):
+        Limits(kv_budget_mb=1).check_kv(engine, 100_000, TreeConfig(), SamplingConfig(max_new_tokens=8000))
+
+
+def test_choices_come_from_the_allowlist_only():
+    lim = Limits(extra_models=("/srv/models/x",))
+    assert lim.check_choice("model", "embedded") == "embedded"
+    assert lim.check_choice("model", "/srv/models/x") == "/srv/models/x"
+    for hostile in ("../../etc/passwd", "/tmp/evil", "https://example.com/m"):
+        with pytest.raises(UserFacingError, match="not offered"):
+            lim.check_choice("head", hostile)
