@@ -103,8 +103,9 @@ class Handlers:
         try:
             for run, cycle in stream:
                 if cycle is None:
+                    # The figures are left as they are until cycle 0 replaces them: one browser render less.
                     yield (run, output_html(None), "Running\u2026 (prefill)", _slider(None), "", skip, skip, skip,
-                           *_view_values(empty_view("Waiting for the first cycle\u2026")))
+                           "Waiting for the first cycle\u2026", *[skip] * (VIEW_SIZE - 1))
                 elif cycle.index == 0:
                     yield (run, output_html(run), self._progress(run), _slider(run), skip, skip, skip, skip,
                            *_view_values(cycle_view(run, 0)))

@@ -7,7 +7,8 @@ recorded cycles under 200 ms of server time).
 Server side, "first figures" is the time from calling the Run handler to the yield that carries cycle 0's
 figures, plus serialising those figures to JSON (what Gradio sends). "Step" is one Next-button handler
 call for every recorded cycle, with the same serialisation. The browser measurement is wall time from the
-click on Run until the draft-tree panel shows cycle 0 (network, queue, rendering included).
+click on Run until cycle 0's caption and figures are in the page and painted (network, queue, rendering
+included).
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import statistics
 import time
 
 import plotly.graph_objects as go
+import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.models.loading import load_engine
 from eagleviz.session import EngineHub
-from eagleviz.ui import CSS, Handlers, build_app
+from eagleviz.ui import CSS, Handlers, StopRequest, build_app
 
 PROMPT = "Write a Python function that returns the factorial of n, with a docstring."
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -39,7 +41,7 @@ def serialise(values) -> None:
 def first_figures_s(h: Handlers, knobs: tuple) -> tuple[float, object]:
     start = time.perf_counter()
     first, run = None, None
-    for out in h.run(PROMPT, *knobs):
+    for out in h.run(StopRequest(), PROMPT, *knobs):
         run = out[0]
         if first is None and isinstance(out[8], str) and out[8].startswith("**Cycle 0**"):
             serialise(out)
@@ -77,14 +79,14 @@ def browser_first_figures_s(h_engine, knobs: tuple, repeats: int) -> list[float]
             for _ in range(repeats):
                 start = time.perf_counter()
                 page.click("#run")
-                page.wait_for_function("() => { const g = document.querySelector('#draft-tree .js-plotly-plot'); "
-                                       "return g && g.layout && (g.layout.title.text || '').startsWith('Cycle 0'); }",
-                                       timeout=120_000)
+                # While streaming, cycle 0's caption reads "Cycle 0 of 1"; it arrives with the figures.
+                page.wait_for_function("() => document.querySelector('#cycle-caption').innerText"
+                                       ".startsWith('Cycle 0 of 1 ') && document.querySelector("
+                                       "'#draft-tree .js-plotly-plot')", timeout=120_000)
+                page.evaluate("() => new Promise(r => requestAnimationFrame(() => r()))")  # painted
                 times.append(time.perf_counter() - start)
                 page.wait_for_function("() => document.querySelector('#status').innerText.startsWith('Done')",
                                        timeout=300_000)
-                page.evaluate("() => { const g = document.querySelector('#draft-tree .js-plotly-plot'); "
-                              "if (g) g.layout.title.text = ''; }")
             browser.close()
     finally:
         demo.close()
@@ -96,7 +98,12 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--browser", action="store_true", help="also measure in headless Chromium (/usr/bin/chromium)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch CPU threads (0 = torch's default); on a core shared with another busy process, "
+                        "1 avoids threads waiting on a descheduled peer")
     args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     engine = load_engine()
     engine.generate("Hello", TreeConfig.create(), SamplingConfig(max_new_tokens=4))  # as app.py does at start-up
     hub = EngineHub(engine)
@@ -107,7 +114,8 @@ def main() -> None:
         first, run = first_figures_s(h, knobs)
         firsts.append(first)
         steps += step_ms(run)
-    print(f"engine: {engine.target.name}, {engine.target.dtype}, head {engine.head_name}; knobs steps=5 topk=4 "
+    print(f"engine: {engine.target.name}, {engine.target.dtype}, {torch.get_num_threads()} threads, head "
+          f"{engine.head_name}; knobs steps=5 topk=4 "
           f"draft_tokens=16, {args.max_new_tokens} new tokens, {len(run.cycles)} cycles per run")
     print(f"server: first cycle's figures after Run: median {statistics.median(firsts):.2f} s "
           f"(runs: {', '.join(f'{t:.2f}' for t in firsts)})")
