@@ -272,20 +272,20 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str =
                 play_btn = gr.Button("\u25b6 Play", elem_id="play", size="sm")
         caption = gr.Markdown(elem_id="cycle-caption")
         with gr.Row():
-            tree_plot = gr.Plot(label="Draft tree", elem_id="draft-tree", scale=3)
+            tree_plot = gr.Plot(label="Draft tree", elem_id="draft-tree", scale=3, show_label=False)
             tree_md = gr.Markdown(elem_classes="ev-explain")
         with gr.Row():
             with gr.Column():
-                mask_plot = gr.Plot(label="Attention mask", elem_id="attention-mask")
+                mask_plot = gr.Plot(label="Attention mask", elem_id="attention-mask", show_label=False)
                 mask_md = gr.Markdown(elem_classes="ev-explain")
             with gr.Column():
-                path_plot = gr.Plot(label="Accepted path", elem_id="accepted-path")
+                path_plot = gr.Plot(label="Accepted path", elem_id="accepted-path", show_label=False)
                 path_md = gr.Markdown(elem_classes="ev-explain")
         with gr.Row():
-            kv_plot = gr.Plot(label="KV rewind", elem_id="kv-rewind", scale=3)
+            kv_plot = gr.Plot(label="KV rewind", elem_id="kv-rewind", scale=3, show_label=False)
             kv_md = gr.Markdown(elem_classes="ev-explain")
         with gr.Accordion("Losslessness at T > 0: replay the acceptance step", open=False):
-            replay_plot = gr.Plot(label="Acceptance replay", elem_id="replay")
+            replay_plot = gr.Plot(label="Acceptance replay", elem_id="replay", show_label=False)
             replay_md = gr.Markdown(elem_classes="ev-explain")
         with gr.Accordion("Guided tour: one cycle in four steps", open=False):
             tour_md = gr.Markdown("Run a prompt, then step through draft, verify, accept and rewind.", elem_id="tour")
