@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import gradio as gr
 
@@ -45,6 +45,17 @@ STREAM_EVERY_S = 0.3      # minimum time between two streamed text updates
 AUTOPLAY_EVERY_S = 1.5
 CSS = "#output-text {min-height: 6em} .ev-explain {font-size: 15px}"
 KNOB_DEFAULTS = Knobs(max_new_tokens=48)
+
+
+def machine_defaults() -> Knobs:
+    """The knobs the page opens with: the fastest tree `python -m eagleviz tune` measured on this machine,
+    when it has been run, else the built-in defaults."""
+    from eagleviz.bench import load_tuned
+
+    tuned = load_tuned()
+    if tuned is None:
+        return KNOB_DEFAULTS
+    return replace(KNOB_DEFAULTS, steps=tuned.steps, topk=tuned.topk, draft_tokens=tuned.draft_tokens)
 
 
 def _knobs(steps, topk, draft_tokens, temperature, top_p, max_new_tokens, seed, attn_impl) -> Knobs:
@@ -243,7 +254,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str =
                 status = gr.Markdown(elem_id="status")
                 output = gr.HTML(output_html(None), elem_id="output-text")
             with gr.Column(scale=2):
-                d = KNOB_DEFAULTS
+                d = machine_defaults()
                 steps = gr.Slider(1, 8, d.steps, step=1, label="steps \u00b7 speculative_num_steps", elem_id="steps")
                 topk = gr.Slider(1, 8, d.topk, step=1, label="topk \u00b7 speculative_eagle_topk", elem_id="topk")
                 draft_tokens = gr.Slider(2, 64, d.draft_tokens, step=1, elem_id="draft-tokens",
