@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 from eagleviz.errors import UserFacingError
-
-def _slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9.]+", "-", name.lower().rsplit("/", 1)[-1]).strip("-")
-
 
 def train_head_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eagleviz train-head", description="Train an EAGLE draft head for a target "
@@ -75,7 +70,7 @@ def train_head_main(argv: list[str] | None = None) -> int:
 
     P.set_threads(args.threads)
     target = load_target(args.target, dtype=args.dtype)
-    cache = Path(args.cache) / _slug(target.name)
+    cache = Path(args.cache) / P.cache_name(target.name)
     prompts = load_prompts(args.data)
     train_idx, held_idx = split(len(prompts), dcfg.heldout, dcfg.seed)
     with tqdm(desc="answers", total=min(dcfg.max_conversations, len(train_idx)), disable=dcfg.answers == "original",

@@ -71,13 +71,12 @@ def heldout_top1(target, head, cfg: EvalConfig) -> dict:
     from eagleviz.train.batches import make_row, pack
     from eagleviz.train.data import load_prompts, split
     from eagleviz.train.objectives import ttt_loss
-    from eagleviz.train.pipeline import DataConfig, heldout_features, target_parts
-    from eagleviz.train.cli import _slug
+    from eagleviz.train.pipeline import DataConfig, cache_name, heldout_features, target_parts
 
     dcfg = DataConfig(heldout=cfg.heldout, max_len=cfg.max_len)
     prompts = load_prompts("sharegpt")
     _, held_idx = split(len(prompts), dcfg.heldout, dcfg.seed)
-    shard = heldout_features(target, dcfg, prompts, held_idx, Path(cfg.cache) / _slug(target.name))
+    shard = heldout_features(target, dcfg, prompts, held_idx, Path(cfg.cache) / cache_name(target.name))
     parts = target_parts(target)
     correct = count = None
     for seqs in pack([int(n) for n in shard.offsets.diff()], 2048, 0):

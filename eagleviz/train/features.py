@@ -124,11 +124,3 @@ def collect(target, samples: list[Sample], max_len: int, batch_tokens: int = 409
                         final=torch.cat([results[i][1] for i in range(len(cut))]),
                         top_ids=torch.cat([results[i][2] for i in range(len(cut))]),
                         top_p=torch.cat([results[i][3] for i in range(len(cut))]))
-
-
-def load_dir(directory: Path, pattern: str = "*.pt") -> FeatureShard:
-    """Every shard of a directory matching `pattern`, concatenated in name order."""
-    paths = sorted(directory.glob(pattern))
-    if not paths:
-        raise FileNotFoundError(f"no feature shards matching {pattern} in {directory}")
-    return FeatureShard.cat([FeatureShard.load(p) for p in paths])

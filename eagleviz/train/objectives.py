@@ -31,7 +31,7 @@ from eagleviz.train.cache import ListKVCache
 
 @dataclass
 class TargetParts:
-    """What training borrows from the frozen target: its embedding and LM head, both (V, H)."""
+    """What training borrows from the frozen target: its embedding weight (V, H) and its LM head module."""
 
     embed: torch.Tensor
     lm_head: torch.nn.Module
@@ -143,10 +143,11 @@ def ttt_loss(head: DraftHead, row: Row, parts: TargetParts, steps: int = 5, deca
             [causal[anchors]] + [torch.eye(n, dtype=torch.bool, device=causal.device)] * k, dim=1)
         h = head(feats, emb[at], row.pos[anchors] + k, cache, mask, impl)
         logits = head.logits(h, parts.lm_head)
-        valid = valid_at(row, k)[anchors] & in_vocab[at]
+        has_target = valid_at(row, k)[anchors]
         ce = sparse_cross_entropy(logits, tgt_ids[at], tgt_p[at])
-        result.loss = result.loss + decay ** k * _masked_mean(ce, valid)
-        ok, cnt = _agreement(head, logits.detach(), row.top[at], valid)
+        result.loss = result.loss + decay ** k * _masked_mean(ce, has_target & in_vocab[at])
+        # accuracy over every position: a target argmax without a draft id counts as a miss
+        ok, cnt = _agreement(head, logits.detach(), row.top[at], has_target)
         result.correct.append(ok)
         result.count.append(cnt)
         feats = h

@@ -7,13 +7,14 @@ Everything slow is cached under `cache_dir` and resumable: self-distilled answer
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from eagleviz.train import data as D
-from eagleviz.train.features import FeatureShard, collect, load_dir
+from eagleviz.train.features import FeatureShard, collect
 from eagleviz.train.vocab import coverage, draft_vocab, smallest_covering, token_counts
 
 SEQS_PER_SHARD = 200
@@ -86,9 +87,10 @@ def choose_vocab(shard: FeatureShard, vocab_size: int, eos_ids, size: int | None
     return d2t, t2d, report
 
 
-def load_cached(directory: Path) -> FeatureShard:
-    """All feature shards of a cache directory (for reuse outside the pipeline)."""
-    return load_dir(directory, "shard-*.pt")
+def cache_name(target_name: str) -> str:
+    """A directory name for a target's cached data ("HuggingFaceTB/SmolLM2-135M-Instruct" ->
+    "smollm2-135m-instruct")."""
+    return re.sub(r"[^a-z0-9.]+", "-", target_name.lower().rsplit("/", 1)[-1]).strip("-")
 
 
 def target_parts(target):
