@@ -6,6 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+# Sleeping (not spinning) OpenMP threads: robust when the cores are shared (docs/performance.md, section 3).
+export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: run test test-slow setup browser
 

@@ -165,6 +165,7 @@ def summarize(engine, encoded, samples, sampling: SamplingConfig, methods) -> di
 
 def machine_info(engine) -> dict:
     return {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
             "torch": torch.__version__, "dtype": str(engine.target.dtype).removeprefix("torch."),
             "device": str(engine.target.device), "model": engine.target.name, "head": engine.head_name}
 

@@ -6,6 +6,9 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# OpenMP threads that sleep instead of spinning: when another process holds a core, spinning threads make
+# torch 40-100x slower (docs/performance.md, section 3). Read when OpenMP starts, so before torch is imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).parent))
 
 import pytest  # noqa: E402
