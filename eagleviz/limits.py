@@ -10,6 +10,8 @@
     EAGLEVIZ_QUEUE_SIZE         64     requests waiting; beyond it a request is refused with a "busy" message
     EAGLEVIZ_EXTRA_MODELS       ""     comma-separated model ids/directories added to the allowlist
     EAGLEVIZ_EXTRA_HEADS        ""     comma-separated head directories added to the allowlist
+    EAGLEVIZ_THREADS            ""     torch threads per process (unset: torch's default, one per core); on a
+                                       shared machine give each concurrent run its own core (docs/operations.md)
 
 The browser never names a path: models and heads are chosen from the allowlist only.
 """
@@ -53,6 +55,7 @@ class Limits:
     queue_size: int = 64
     extra_models: tuple[str, ...] = field(default=())
     extra_heads: tuple[str, ...] = field(default=())
+    threads: int | None = None
 
     @classmethod
     def from_env(cls) -> Limits:
@@ -65,13 +68,19 @@ class Limits:
                    kv_budget_mb=_env_int("EAGLEVIZ_KV_BUDGET_MB", d.kv_budget_mb),
                    concurrency=_env_int("EAGLEVIZ_CONCURRENCY", d.concurrency),
                    queue_size=_env_int("EAGLEVIZ_QUEUE_SIZE", d.queue_size),
-                   extra_models=_env_list("EAGLEVIZ_EXTRA_MODELS"), extra_heads=_env_list("EAGLEVIZ_EXTRA_HEADS"))
+                   extra_models=_env_list("EAGLEVIZ_EXTRA_MODELS"), extra_heads=_env_list("EAGLEVIZ_EXTRA_HEADS"),
+                   threads=_env_int("EAGLEVIZ_THREADS", 0) or None)
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return self.max_upload_mb * 2**20
 
     def describe(self) -> str:
         """One line for the UI: the limits in force on this server."""
         return (f"Limits on this server: prompt <= {self.max_prompt_chars} characters, max new tokens <= "
-                f"{self.max_new_tokens}, draft tokens <= {self.max_draft_tokens}, {self.max_run_seconds} s per run, "
-                f"uploads <= {self.max_upload_mb} MB.")
+                f"{self.max_new_tokens}, draft tokens <= {self.max_draft_tokens}, {self.max_run_seconds} s per run "
+                f"(a longer run stops and keeps its partial trace), trace uploads <= {self.max_upload_mb} MB, "
+                f"{self.concurrency} run(s) at a time and {self.queue_size} waiting.")
 
     def check_request(self, prompt: str, tree: TreeConfig | None, sampling: SamplingConfig) -> None:
         """Refuse what a shared server should not run, with the limit named."""

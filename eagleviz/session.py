@@ -2,9 +2,11 @@
 
     EngineHub     the model, loaded once and shared read-only; one Engine view per attention implementation
     Knobs         the user's settings, validated into TreeConfig + SamplingConfig (SGLang's adjustments shown)
-    stream_run    a speculative run as a stream of (run, cycle) pairs, for live display
+    stream_run    a speculative run as a stream of (run, cycle) pairs, for live display, within the server's
+                  limits (eagleviz.limits): prompt, tokens, draft budget, KV budget, run time
     generate      the same run drained, as the API returns it
     read_trace    an uploaded trace, size-limited and validated before any figure touches it
+    write_trace   a run as a JSON file for download, in a temp folder that forgets files after an hour
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,12 +23,13 @@ from eagleviz.config import LIMITS, SamplingConfig, TreeConfig
 from eagleviz.engine import Engine
 from eagleviz.errors import UserFacingError
 from eagleviz.flags import launch_flags
+from eagleviz.limits import Limits
 from eagleviz.trace import CycleTrace, RunTrace
 from eagleviz.visuals import check_displayable
 from kernels.tree_attention import IMPLS
 
-MAX_TRACE_BYTES = 20 * 2**20      # imported traces: a 512-token run with 64-token trees is ~4 MB
-API_MAX_NEW_TOKENS = 512          # the shared server's budget per API call
+DEFAULT_LIMITS = Limits()
+TRACE_TTL_S = 3600                # exported trace files older than this are deleted (Gradio has its own copy)
 RANDOM_HEAD_NOTE = ("The draft head is **untrained (random)**: the target rejects almost every draft token, so "
                     "expect tau close to 1 and no speedup. Every figure is still real, and the output is still "
                     "exactly the target's.")
@@ -111,48 +115,98 @@ class Knobs:
         return launch_flags(hub.model_id or hub.get().target.name, hub.head_path, tree, sampling, arch)
 
 
-def stream_run(hub: EngineHub, prompt: str, knobs: Knobs) -> Iterator[tuple[RunTrace, CycleTrace | None]]:
+def stream_run(hub: EngineHub, prompt: str, knobs: Knobs, limits: Limits = DEFAULT_LIMITS,
+               clock: Callable[[], float] = time.monotonic) -> Iterator[tuple[RunTrace, CycleTrace | None]]:
     """Start a speculative run: yields (run, None) once the prompt is encoded, then (run, cycle) per cycle.
-    `run` is filled progressively by the engine (output tokens, cycles, timings)."""
+    `run` is filled progressively by the engine (output tokens, cycles, timings). A request over the server's
+    limits is refused before any computation; a run that outlives `limits.max_run_seconds` stops after the
+    cycle that crosses the deadline, with its partial trace and the reason in `run.stop_reason`."""
+    deadline = clock() + limits.max_run_seconds
     tree, sampling = knobs.configs()
+    limits.check_request(prompt, tree, sampling)
     engine = hub.get(knobs.attn_impl)
     ids = engine.encode_prompt(prompt)
+    limits.check_kv(engine, len(ids), tree, sampling)
     run = engine.new_run(prompt, ids, tree, sampling)
     yield run, None
+    cycles = engine.speculate(ids, tree, sampling, run)
     try:
-        for cycle in engine.speculate(ids, tree, sampling, run):
+        for cycle in cycles:
+            if clock() > deadline and not run.stop_reason:
+                run.stop_reason = (f"time limit of {limits.max_run_seconds} s per run on this server "
+                                   "(EAGLEVIZ_MAX_RUN_SECONDS); the run so far is kept")
+                yield run, cycle
+                return
             yield run, cycle
     except ValueError as exc:  # a kernel or shape check refused the input: say why
         raise UserFacingError(str(exc)) from exc
+    finally:
+        cycles.close()
 
 
-def generate(hub: EngineHub, prompt: str, knobs: Knobs, max_new_tokens_cap: int = API_MAX_NEW_TOKENS) -> RunTrace:
-    if knobs.max_new_tokens > max_new_tokens_cap:
-        raise UserFacingError(f"max_new_tokens is capped at {max_new_tokens_cap} on this server")
+def generate(hub: EngineHub, prompt: str, knobs: Knobs, limits: Limits = DEFAULT_LIMITS) -> RunTrace:
     run = None
-    for run, _ in stream_run(hub, prompt, knobs):
+    for run, _ in stream_run(hub, prompt, knobs, limits):
         pass
     return run
 
 
-def read_trace(path: str | os.PathLike) -> RunTrace:
-    """Load an exported trace: at most MAX_TRACE_BYTES, valid JSON of the current schema, internally consistent."""
+def read_trace(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS) -> RunTrace:
+    """Load an exported trace as data: at most `limits.max_upload_mb`, UTF-8 JSON of the current schema with
+    every field of its declared type, a usable configuration, internally consistent."""
     path = Path(path)
-    size = path.stat().st_size
-    if size > MAX_TRACE_BYTES:
-        raise UserFacingError(f"the file has {size / 2**20:.1f} MB; traces are limited to "
-                              f"{MAX_TRACE_BYTES // 2**20} MB")
     try:
-        run = RunTrace.from_json(path.read_text(encoding="utf-8"))
+        size = path.stat().st_size
+        if size > limits.max_upload_bytes:
+            raise UserFacingError(f"the file has {size / 2**20:.1f} MB; traces are limited to {limits.max_upload_mb} MB "
+                                  "on this server (EAGLEVIZ_MAX_UPLOAD_MB)")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UserFacingError(f"the uploaded file could not be read ({exc.__class__.__name__})") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserFacingError(f"this is not a valid eagleviz trace: not UTF-8 text (byte {exc.start})") from exc
+    try:
+        run = RunTrace.from_json(text)
+        _check_config(run.config)
         check_displayable(run)
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
+    except (ValueError, TypeError, KeyError) as exc:
         raise UserFacingError(f"this is not a valid eagleviz trace: {str(exc)[:300]}") from exc
     return run
 
 
-def write_trace(run: RunTrace) -> str:
-    """The run as a JSON file in the temp directory (for download); returns its path."""
-    fd, name = tempfile.mkstemp(prefix="eagleviz-trace-", suffix=".json")
+def _check_config(config: dict) -> None:
+    """The recorded settings must rebuild (the race and the replay read them)."""
+    if not isinstance(config.get("sampling"), dict):
+        raise ValueError("config.sampling is missing")
+    SamplingConfig(**config["sampling"])
+    if not isinstance(config.get("speculative"), bool):
+        raise ValueError("config.speculative must be true or false")
+    tree = config.get("tree")
+    if tree is not None:
+        if not isinstance(tree, dict):
+            raise ValueError("config.tree must be an object")
+        TreeConfig(**{k: tree[k] for k in ("steps", "topk", "draft_tokens")})
+
+
+def write_trace(run: RunTrace, folder: str | os.PathLike | None = None) -> str:
+    """The run as a JSON file for download; returns its path. Files live in one temp folder and are deleted
+    after TRACE_TTL_S (Gradio copies what it serves into its own cache)."""
+    folder = Path(folder or Path(tempfile.gettempdir()) / "eagleviz-traces")
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _forget_old(folder, TRACE_TTL_S)
+    fd, name = tempfile.mkstemp(prefix="eagleviz-trace-", suffix=".json", dir=folder)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(run.to_json())
     return name
+
+
+def _forget_old(folder: Path, ttl_s: float) -> None:
+    cutoff = time.time() - ttl_s
+    for old in folder.glob("eagleviz-trace-*.json"):
+        try:
+            if old.stat().st_mtime < cutoff:
+                old.unlink()
+        except OSError:  # another worker removed it first
+            pass

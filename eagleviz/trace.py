@@ -24,11 +24,18 @@ Stdlib and numpy only; `RunTrace.to_json()` / `RunTrace.from_json()` round-trip 
 
 from __future__ import annotations
 
+import functools
 import json
-from dataclasses import asdict, dataclass, field, fields
+import re
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+
+import numpy as np
 
 SCHEMA_VERSION = 1
 ROOT_TOP = 64
+MAX_JSON_DEPTH = 16       # a trace nests 5 levels; anything deeper is refused before parsing
 
 
 @dataclass
@@ -163,38 +170,83 @@ class RunTrace:
 
     @classmethod
     def from_json(cls, text: str) -> RunTrace:
+        """Parse a trace as data. The nesting depth is checked first, without recursion, so that a hostile
+        document cannot exhaust the parser's stack; then every field must have its declared type."""
+        depth = json_depth(text)
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"the JSON nests {depth} levels deep; a trace nests at most {MAX_JSON_DEPTH}")
         return cls.from_dict(json.loads(text))
 
 
-_NESTED = {
-    ("RunTrace", "cycles"): CycleTrace, ("RunTrace", "output"): OutputToken,
-    ("CycleTrace", "nodes"): TreeNode, ("CycleTrace", "checks"): NodeCheck,
-    ("CycleTrace", "kv_target"): KVMap, ("CycleTrace", "kv_draft"): KVMap,
-}
-_TUPLES = {("KVMap", "moves"), ("NodeCheck", "residual_top"), ("CycleTrace", "root_top")}
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
-def _build(cls, data: dict):
-    """Rebuild a dataclass tree from plain JSON data, rejecting unknown or missing fields."""
+def json_depth(text: str, chunk: int = 1 << 20) -> int:
+    """How deep the arrays and objects of a JSON text nest (strings skipped). No recursion and no parse:
+    one regex pass keeps the brackets, then a running sum over them, a chunk at a time, so memory stays a
+    small multiple of the text whatever the document."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)).encode("ascii")
+    level = deepest = 0
+    for start in range(0, len(brackets), chunk):
+        codes = np.frombuffer(brackets, np.uint8, count=min(chunk, len(brackets) - start), offset=start)
+        levels = level + np.cumsum(np.where((codes == ord("[")) | (codes == ord("{")), 1, -1), dtype=np.int64)
+        deepest, level = max(deepest, int(levels.max())), int(levels[-1])
+    return deepest
+
+
+def _build(cls, data):
+    """Rebuild a dataclass tree from plain JSON data, checking each value against the field's declared type
+    and rejecting unknown or missing fields."""
     if not isinstance(data, dict):
         raise ValueError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
-    names = {f.name for f in fields(cls)}
-    unknown = set(data) - names - {"summary"}
+    convert = _field_converters(cls)
+    unknown = set(data) - set(convert) - {"summary"}
     if unknown:
-        raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
-    kwargs = {}
-    for name in names & set(data):
-        value = data[name]
-        sub = _NESTED.get((cls.__name__, name))
-        if sub is not None:
-            value = [_build(sub, v) for v in value] if isinstance(value, list) else _build(sub, value)
-        elif (cls.__name__, name) in _TUPLES:
-            value = [tuple(v) for v in value]
-        kwargs[name] = value
+        raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)[:5]}")
+    kwargs = {name: convert[name](data[name]) for name in convert if name in data}
     try:
         return cls(**kwargs)
     except TypeError as exc:
         raise ValueError(f"{cls.__name__}: {exc}") from exc
+
+
+@functools.cache
+def _field_converters(cls) -> dict:
+    hints = typing.get_type_hints(cls)
+    return {f.name: _converter(hints[f.name], f"{cls.__name__}.{f.name}") for f in fields(cls)}
+
+
+def _converter(hint, where: str):
+    """A function that returns a JSON value as the type `hint` (a dataclass, int, float, str, bool, dict,
+    list[...], tuple[...] or X | None) or raises ValueError naming the field. Built once per field."""
+    def refuse(value):
+        raise ValueError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {type(value).__name__}")
+
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if is_dataclass(hint):
+        return lambda value: _build(hint, value)
+    if origin in (types.UnionType, typing.Union):
+        inner = _converter(next(a for a in args if a is not type(None)), where)
+        return lambda value: None if value is None else inner(value)
+    if hint is float:
+        return lambda value: float(value) if type(value) in (int, float) else refuse(value)
+    if hint in (int, str, bool, dict):
+        return lambda value: value if type(value) is hint else refuse(value)
+    if origin is list and args[0] in (int, str, bool):   # the long lists (masks, token ids): one pass, no copy
+        item = args[0]
+        return lambda value: value if type(value) is list and all(type(v) is item for v in value) else refuse(value)
+    if origin is list:
+        each = _converter(args[0], where)
+        return lambda value: [each(v) for v in value] if type(value) is list else refuse(value)
+    if origin is tuple:
+        parts = [_converter(a, where) for a in args]
+        return lambda value: (tuple(c(v) for c, v in zip(parts, value))
+                              if type(value) in (list, tuple) and len(value) == len(parts) else refuse(value))
+    if origin is dict:
+        key, val = _converter(args[0], where), _converter(args[1], where)
+        return lambda value: {key(k): val(v) for k, v in value.items()} if type(value) is dict else refuse(value)
+    raise TypeError(f"{where}: no JSON conversion for {hint}")
 
 
 def acceptance_by_depth(cycles: list[CycleTrace]) -> list[dict]:

@@ -1,6 +1,11 @@
 """The Gradio app: layout first, events second. Handlers are thin; the work lives in `session` (engine side)
 and `visuals` (trace -> figures). Per-user data (the recorded run, the tour step, autoplay) lives in
 gr.State; the model is loaded once and shared read-only by every tab through an `EngineHub`.
+
+A shared server (a public Space, a workshop) is protected by `Limits` (eagleviz.limits, read from EAGLEVIZ_*
+variables): they are stated on the page, enforced in the handlers (the API bypasses the page's sliders), and
+set the queue: `limits.concurrency` model runs at a time, `limits.queue_size` waiting, beyond which Gradio
+refuses a request with its "busy" message.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import gradio as gr
 from eagleviz import race as race_mod
 from eagleviz.engine import Engine
 from eagleviz.errors import UserFacingError
+from eagleviz.limits import Limits
 from eagleviz.session import RANDOM_HEAD_NOTE, EngineHub, Knobs, generate, read_trace, stream_run, write_trace
 from eagleviz.trace import RunTrace
 from eagleviz.visuals import CycleView, cycle_view, empty_view, summary_figure
@@ -43,7 +49,9 @@ INTRO = ("# eagleviz: EAGLE speculative decoding, cycle by cycle\n"
          "KV cache. Every figure below is drawn from the recorded run, nothing is simulated.")
 STREAM_EVERY_S = 0.3      # minimum time between two streamed text updates
 AUTOPLAY_EVERY_S = 1.5
-CSS = "#output-text {min-height: 6em} .ev-explain {font-size: 15px}"
+CSS = "#output-text {min-height: 6em} .ev-explain {font-size: 15px} .ev-limits {font-size: 12px; opacity: 0.8}"
+VIEW_CONCURRENCY = 4      # light events (stepping, knobs, import) of different users served side by side
+CACHE_TTL_S = 3600        # Gradio deletes its cached files (uploads, downloads) after this long
 KNOB_DEFAULTS = Knobs(max_new_tokens=48)
 
 
@@ -58,9 +66,23 @@ def machine_defaults() -> Knobs:
     return replace(KNOB_DEFAULTS, steps=tuned.steps, topk=tuned.topk, draft_tokens=tuned.draft_tokens)
 
 
-def _knobs(steps, topk, draft_tokens, temperature, top_p, max_new_tokens, seed, attn_impl) -> Knobs:
-    return Knobs(int(steps), int(topk), int(draft_tokens), float(temperature), float(top_p), int(max_new_tokens),
-                 int(seed or 0), attn_impl)
+def _number(name: str, value, kind: type):
+    """One knob from the page or the API: an int stays exact; a float or numeric string is converted, an
+    integral float to int; anything else is refused with the knob's name."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return kind(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UserFacingError(f"{name} must be a number, got {str(value)[:40]!r}") from None
+    return int(number) if kind is int and number.is_integer() else number
+
+
+def _knobs(steps, topk, draft_tokens, temperature, top_p, max_new_tokens, seed, attn_impl="auto") -> Knobs:
+    return Knobs(_number("steps", steps, int), _number("topk", topk, int),
+                 _number("draft_tokens", draft_tokens, int), _number("temperature", temperature, float),
+                 _number("top_p", top_p, float), _number("max_new_tokens", max_new_tokens, int),
+                 _number("seed", 0 if seed is None else seed, int), str(attn_impl))
 
 
 def _view_values(view: CycleView) -> tuple:
@@ -89,12 +111,15 @@ class StopRequest:
 class Handlers:
     """Event handlers. Each returns values in the order of the outputs it is wired to in `build_app`."""
 
-    def __init__(self, hub: EngineHub):
-        self.hub = hub
+    def __init__(self, hub: EngineHub, limits: Limits | None = None):
+        self.hub, self.limits = hub, limits or Limits()
 
     # ---------------------------------------------------------------- knobs and presets
     def knobs_changed(self, *values) -> tuple[str, str]:
-        knobs = _knobs(*values)
+        try:
+            knobs = _knobs(*values)
+        except UserFacingError as exc:
+            return f"**Invalid:** {exc}", f"# invalid knobs: {exc}"
         return knobs.validity(), knobs.flags(self.hub)
 
     @staticmethod
@@ -108,10 +133,10 @@ class Handlers:
     def run(self, stop: StopRequest, prompt: str, *values) -> Iterator[tuple]:
         """Outputs: run_state, output, status, slider, summary, summary plot, export, tour, *view."""
         skip = gr.skip()
-        last, run = 0.0, None
+        last, run, stream = 0.0, None, None
         stop.requested, stop.running = False, True
-        stream = stream_run(self.hub, prompt, _knobs(*values))
         try:
+            stream = stream_run(self.hub, _prompt(prompt), _knobs(*values), self.limits)
             for run, cycle in stream:
                 if cycle is None:
                     # The figures are left as they are until cycle 0 replaces them: one browser render less.
@@ -127,11 +152,12 @@ class Handlers:
                 if stop.requested:
                     run.stop_reason = "stopped by the user"
                     break
-        except UserFacingError as exc:
-            yield (skip, skip, f"\u26a0 {exc}", *[skip] * (5 + VIEW_SIZE))
+        except (UserFacingError, MemoryError) as exc:
+            yield (skip, skip, f"\u26a0 {_message(exc)}", *[skip] * (5 + VIEW_SIZE))
             return
         finally:
-            stream.close()
+            if stream is not None:
+                stream.close()
             stop.running = False
         yield self.finished(run)
 
@@ -209,7 +235,7 @@ class Handlers:
         if not path:
             return (gr.skip(),) * (8 + VIEW_SIZE)
         try:
-            run = read_trace(path)
+            run = read_trace(path, self.limits)
         except UserFacingError as exc:
             gr.Warning(str(exc))
             return (gr.skip(), gr.skip(), f"\u26a0 {exc}", *[gr.skip()] * (5 + VIEW_SIZE))
@@ -219,13 +245,28 @@ class Handlers:
 
     def api_generate(self, prompt: str, steps: int = 5, topk: int = 4, draft_tokens: int = 16,
                      temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0) -> dict:
-        """Run EAGLE speculative decoding and return the full trace (every cycle's tree, mask, checks, KV moves)."""
+        """Run EAGLE speculative decoding and return the full trace (every cycle's tree, mask, checks, KV moves).
+        The server's limits apply as on the page; a run over the time limit returns its partial trace with
+        `stop_reason` saying so."""
         try:
-            knobs = Knobs(int(steps), int(topk), int(draft_tokens), float(temperature), float(top_p),
-                          int(max_new_tokens), int(seed))
-            return generate(self.hub, prompt, knobs).to_dict()
-        except UserFacingError as exc:
-            raise gr.Error(str(exc)) from exc
+            knobs = _knobs(steps, topk, draft_tokens, temperature, top_p, max_new_tokens, seed)
+            return generate(self.hub, _prompt(prompt), knobs, self.limits).to_dict()
+        except (UserFacingError, MemoryError) as exc:
+            raise gr.Error(_message(exc)) from exc
+
+
+def _prompt(prompt) -> str:
+    if prompt is None:
+        return ""
+    if not isinstance(prompt, str):
+        raise UserFacingError(f"the prompt must be text, got {type(prompt).__name__}")
+    return prompt
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, MemoryError):
+        return "the server ran out of memory for this request: lower max new tokens or shorten the prompt"
+    return str(exc)
 
 
 def summary_figure_or_blank(run: RunTrace | None, selected: int | None = None):
@@ -233,18 +274,22 @@ def summary_figure_or_blank(run: RunTrace | None, selected: int | None = None):
 
 
 def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str = "", head_path: str | None = None,
-              note: str = "", gpu: Callable[[Callable], Callable] = lambda fn: fn) -> gr.Blocks:
-    """The app. `engine` is an Engine, a factory called once on first use, or a ready EngineHub. `gpu` wraps
-    the handlers that run the model (on ZeroGPU Spaces: `spaces.GPU`, which borrows a GPU per call)."""
+              note: str = "", gpu: Callable[[Callable], Callable] = lambda fn: fn,
+              limits: Limits | None = None) -> gr.Blocks:
+    """The app, with its queue configured. `engine` is an Engine, a factory called once on first use, or a
+    ready EngineHub. `gpu` wraps the handlers that run the model (on ZeroGPU Spaces: `spaces.GPU`, which
+    borrows a GPU per call). `limits` defaults to the EAGLEVIZ_* environment (Limits.from_env)."""
+    limits = limits or Limits.from_env()
     hub = engine if isinstance(engine, EngineHub) else EngineHub(engine, model_id, head_path)
-    h = Handlers(hub)
+    h = Handlers(hub, limits)
     run_fn, race_fn, api_fn = gpu(h.run), gpu(h.race), gpu(h.api_generate)
-    with gr.Blocks(title="eagleviz: EAGLE speculative decoding") as demo:
+    with gr.Blocks(title="eagleviz: EAGLE speculative decoding", delete_cache=(CACHE_TTL_S, CACHE_TTL_S)) as demo:
         run_state, tour_state, playing, stop = gr.State(None), gr.State(0), gr.State(False), gr.State(StopRequest())
         gr.Markdown(INTRO + (f"\n\n{note}" if note else ""))
         with gr.Row():
             with gr.Column(scale=3):
-                prompt = gr.Textbox(next(iter(PRESETS.values()))[0], label="Prompt", lines=3, elem_id="prompt")
+                prompt = gr.Textbox(next(iter(PRESETS.values()))[0], label="Prompt", lines=3, elem_id="prompt",
+                                    max_length=limits.max_prompt_chars)
                 preset = gr.Radio(list(PRESETS), label="Presets that teach", elem_id="preset")
                 preset_note = gr.Markdown(elem_id="preset-note")
                 with gr.Row():
@@ -252,12 +297,14 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str =
                     stop_btn = gr.Button("\u25a0 Stop", variant="stop", elem_id="stop")
                     race_btn = gr.Button("Race plain decoding", elem_id="race")
                 status = gr.Markdown(elem_id="status")
+                gr.Markdown(limits.describe(), elem_id="limits", elem_classes="ev-limits")
                 output = gr.HTML(output_html(None), elem_id="output-text")
             with gr.Column(scale=2):
                 d = machine_defaults()
                 steps = gr.Slider(1, 8, d.steps, step=1, label="steps \u00b7 speculative_num_steps", elem_id="steps")
                 topk = gr.Slider(1, 8, d.topk, step=1, label="topk \u00b7 speculative_eagle_topk", elem_id="topk")
-                draft_tokens = gr.Slider(2, 64, d.draft_tokens, step=1, elem_id="draft-tokens",
+                draft_tokens = gr.Slider(2, limits.max_draft_tokens, min(d.draft_tokens, limits.max_draft_tokens),
+                                         step=1, elem_id="draft-tokens",
                                          label="draft tokens \u00b7 speculative_num_draft_tokens")
                 validity = gr.Markdown(d.validity(), elem_id="validity")
                 with gr.Row():
@@ -265,7 +312,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str =
                                             elem_id="temperature")
                     top_p = gr.Slider(0.05, 1, d.top_p, step=0.05, label="top-p", elem_id="top-p")
                 with gr.Row():
-                    max_new = gr.Slider(1, 256, d.max_new_tokens, step=1, label="max new tokens",
+                    max_new = gr.Slider(1, limits.max_new_tokens, min(d.max_new_tokens, limits.max_new_tokens),
+                                        step=1, label="max new tokens",
                                         elem_id="max-new-tokens")
                     seed = gr.Number(d.seed, precision=0, minimum=0, label="seed", elem_id="seed")
                 attn = gr.Dropdown(list(IMPLS), value=d.attn_impl, label="attention implementation",
@@ -316,12 +364,13 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str =
         view = [caption, tree_plot, tree_md, mask_plot, mask_md, path_plot, path_md, kv_plot, kv_md, replay_plot,
                 replay_md]
         run_outputs = [run_state, output, status, slider, summary, summary_plot, export_btn, tour_md] + view
-        model = dict(concurrency_id="model", concurrency_limit=1)
+        model = dict(concurrency_id="model", concurrency_limit=limits.concurrency)
         preset.change(h.preset_chosen, preset, [prompt, preset_note])
         gr.on([k.change for k in knobs], h.knobs_changed, knobs, [validity, flags], show_progress="hidden")
         demo.load(h.knobs_changed, knobs, [validity, flags])
         run_btn.click(run_fn, [stop, prompt, *knobs], run_outputs, show_progress="minimal", **model)
-        stop_btn.click(h.request_stop, stop, status, show_progress="hidden")
+        # Stop skips the queue: it must reach the running generator even when the queue is full.
+        stop_btn.click(h.request_stop, stop, status, show_progress="hidden", queue=False)
         slider.release(h.show, [run_state, slider], [summary_plot, *view], show_progress="hidden")
         prev_btn.click(lambda r, i: h.step(r, i, -1), [run_state, slider], [slider, summary_plot, *view],
                        show_progress="hidden")
@@ -335,4 +384,4 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str =
         race_btn.click(race_fn, [run_state, attn], race_md, **model)
         import_file.upload(h.imported, import_file, run_outputs)
         gr.api(api_fn, api_name="generate", **model)
-    return demo
+    return demo.queue(max_size=limits.queue_size, default_concurrency_limit=VIEW_CONCURRENCY)

@@ -65,7 +65,7 @@ def browser_first_figures_s(h_engine, knobs: tuple, repeats: int) -> list[float]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
     times = []
     try:
         with sync_playwright() as pw:

