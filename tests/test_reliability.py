@@ -1,0 +1,171 @@
+"""A shared server under many users, bad input and faults: concurrent runs stay separate and correct, a burst
+is served or refused clearly, hostile uploads and knobs get a message, the server keeps serving, and no
+secret reaches a trace."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import re
+import resource
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+
+from eagleviz.errors import UserFacingError
+from eagleviz.limits import Limits
+from eagleviz.session import EngineHub, read_trace
+from eagleviz.trace import RunTrace
+from eagleviz.ui import Handlers, build_app
+from servers import serving
+from tiny import tiny_engine
+
+ROOT = Path(__file__).resolve().parents[1]
+ARGS = (3, 2, 6, 0.0, 1.0, 12)   # steps, topk, draft_tokens, temperature, top_p, max_new_tokens
+
+
+@pytest.fixture(scope="module")
+def hub():
+    return EngineHub(tiny_engine("llama", vocab=8), model_id="tiny")
+
+
+@pytest.fixture(scope="module")
+def server(hub):
+    limits = Limits(queue_size=8, max_new_tokens=64)
+    with serving(build_app(hub, limits=limits)) as url:
+        yield url
+
+
+def call(url: str, prompt: str, seed: int = 0):
+    return Client(url, verbose=False).predict(prompt, *ARGS, seed, api_name="/generate")
+
+
+def test_concurrent_users_get_their_own_correct_runs(server):
+    prompts = [f"user {i} asks something" for i in range(4)]
+    alone = {p: call(server, p)["output"] for p in prompts}
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        together = dict(zip(prompts, pool.map(lambda p: call(server, p), prompts)))
+    for p in prompts:
+        assert together[p]["prompt"] == p, "traces must never be mixed"
+        assert [t["token"] for t in together[p]["output"]] == [t["token"] for t in alone[p]]
+
+
+def test_a_burst_of_requests_is_served_or_refused_clearly(server):
+    """20 requests at once with a queue of 8: each completes or is refused with a message; none hangs."""
+    outcomes = []
+
+    def one(i):
+        try:
+            return "ok" if call(server, f"burst {i}")["output"] else "empty"
+        except Exception as exc:  # gradio_client raises on a refused or failed request
+            return f"refused: {exc}"
+
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        outcomes = list(pool.map(one, range(20), timeout=300))
+    assert len(outcomes) == 20
+    assert outcomes.count("ok") >= 8
+    for o in outcomes:
+        assert o == "ok" or re.search(r"queue|full|busy|try again", o, re.I), o
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS of the test process serving the burst: {peak_mb:.0f} MB")
+    assert call(server, "still serving?")["output"]
+
+
+@pytest.mark.parametrize("prompt,message", [
+    ("", "empty"), ("   \n", "empty"), ("x" * 100_000, "EAGLEVIZ_MAX_PROMPT_CHARS"),
+])
+def test_bad_prompts_through_the_api(server, prompt, message):
+    with pytest.raises(Exception, match=message):
+        call(server, prompt)
+
+
+@pytest.mark.parametrize("prompt", ["héllo 👋🏽 🦅", "مرحبا بالعالم", "a\u202eb\x00c\x1b[31m\r\n"])
+def test_unusual_text_is_decoded_like_any_other(server, prompt):
+    assert len(call(server, prompt)["output"]) == 12
+
+
+@pytest.mark.parametrize("knobs,message", [
+    ((0, 2, 6, 0.0, 1.0, 12, 0), "steps"), ((3, 2, 999, 0.0, 1.0, 12, 0), "draft_tokens"),
+    ((3, 2, 6, 2.5, 1.0, 12, 0), "temperature"), ((3, 2, 6, 1.0, 0.0, 12, 0), "top_p"),
+    ((3, 2, 6, 0.0, 1.0, 100_000, 0), "max_new_tokens"), ((3, 2, 6, 0.0, 1.0, 12, -1), "seed"),
+    ((3, 2, 6, 0.0, 1.0, 12, 2**70), "seed"), (("three", 2, 6, 0.0, 1.0, 12, 0), "steps"),
+])
+def test_knobs_beyond_bounds_through_the_api(server, knobs, message):
+    with pytest.raises(Exception, match=message):
+        Client(server, verbose=False).predict("hi", *knobs, api_name="/generate")
+
+
+@pytest.mark.parametrize("knobs", [(3, 2, 6, 0.0, 1.0, 1, 0), (3, 2, 6, 2.0, 1.0, 4, 2**62), (3, 2, 6, 1.0, 1.0, 4, 0),
+                                   (16, 1, 17, 0.0, 1.0, 4, 0)])
+def test_knobs_at_their_bounds_work(server, knobs):
+    data = Client(server, verbose=False).predict("hi", *knobs, api_name="/generate")
+    assert 1 <= len(data["output"]) <= knobs[5]
+
+
+def write(tmp_path: Path, name: str, data: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("name,data,message", [
+    ("t.json", b"not json at all", "not a valid"),
+    ("t.json", b"\xff\xfe\x00garbage", "UTF-8"),
+    ("t.json", b"[" * 100_000 + b"]" * 100_000, "nests"),
+    ("t.json", json.dumps({"schema_version": 99}).encode(), "schema"),
+    ("../../etc/passwd", b"{}", "schema"),
+    ("t.json", json.dumps({"schema_version": 1, "prompt": 5}).encode(), "prompt"),
+])
+def test_hostile_uploads_are_refused_as_data(tmp_path, name, data, message):
+    path = tmp_path / "up" / Path(name).name
+    path.parent.mkdir()
+    path.write_bytes(data)
+    with pytest.raises(UserFacingError, match=message):
+        read_trace(path)
+
+
+def test_an_oversized_upload_is_refused_before_parsing(tmp_path):
+    path = write(tmp_path, "big.json", b" " * (2 * 2**20))
+    with pytest.raises(UserFacingError, match="EAGLEVIZ_MAX_UPLOAD_MB"):
+        read_trace(path, Limits(max_upload_mb=1))
+
+
+def test_handler_errors_are_messages_and_the_next_request_works(hub):
+    h = Handlers(hub, Limits(max_prompt_chars=50))
+    with pytest.raises(Exception, match="EAGLEVIZ_MAX_PROMPT_CHARS"):
+        h.api_generate("y" * 51, *ARGS, 0)
+    assert RunTrace.from_dict(h.api_generate("fine", *ARGS, 0)).output
+
+
+def test_run_time_limit_keeps_the_partial_trace(hub):
+    from eagleviz.session import Knobs, stream_run
+
+    ticks = iter(range(0, 10_000, 50))
+    runs = list(stream_run(hub, "slow", Knobs(3, 2, 6, max_new_tokens=60), Limits(max_run_seconds=100),
+                           clock=lambda: next(ticks)))
+    run = runs[-1][0]
+    assert "EAGLEVIZ_MAX_RUN_SECONDS" in run.stop_reason and 0 < len(run.output) < 60
+
+
+def test_never_trust_remote_code():
+    hits = [f"{p}:{i}" for p in (ROOT / "eagleviz").rglob("*.py") for i, line in enumerate(p.read_text().splitlines())
+            if re.search(r"trust_remote_code\s*=\s*True", line)]
+    assert not hits
+
+
+def test_no_secret_reaches_a_trace(hub, monkeypatch):
+    secret = "hf_" + "S3cr3tT0k3nValue1234567890"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", secret)
+    data = Handlers(hub).api_generate("what is my token?", *ARGS, 0)
+    assert secret not in json.dumps(data) and secret not in str(os.environ.get("EAGLEVIZ_CACHE", ""))
+
+
+def test_hub_download_without_network_is_actionable(monkeypatch):
+    from eagleviz.models.loading import load_target
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UserFacingError, match="network|offline"):
+        load_target("someone/not-a-cached-model")
