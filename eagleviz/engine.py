@@ -203,7 +203,8 @@ class Engine:
             # 2) verify
             ids = torch.tensor(tree.tokens, device=dev)
             pos = torch.tensor(tree.depths, device=dev) + S
-            out = target.forward(ids, pos, tcache, tree.mask().to(dev), feature_layers=self.feature_layers,
+            mask = tree.mask()
+            out = target.forward(ids, pos, tcache, mask.to(dev), feature_layers=self.feature_layers,
                                  impl=self.attn_impl)
             t_verify = clock.lap()
             # 3) accept
@@ -224,7 +225,7 @@ class Engine:
             trace = CycleTrace(
                 index=cycle, nodes=self._nodes(draft.cands, tree, text) if record else [],
                 verify_nodes=tree.node_ids, tokens=tree.tokens, texts=[text(t) for t in tree.tokens],
-                parents=tree.parents, positions=pos.tolist(), mask=tree.mask().int().tolist() if record else [],
+                parents=tree.parents, positions=pos.tolist(), mask=mask.int().tolist() if record else [],
                 target_tokens=argmax,
                 target_texts=[text(t) for t in argmax], target_probs=tprobs, checks=result.checks,
                 path=result.path, bonus_token=result.bonus_token, bonus_text=text(result.bonus_token),
