@@ -207,6 +207,24 @@ def test_saved_head_loads_with_the_engine_loader(tiny_target, tiny_shard, tmp_pa
     torch.testing.assert_close(loaded.lm_head.weight.float(), head.lm_head.weight.bfloat16().float())
 
 
+def test_init_head_warm_starts_from_a_saved_head(tiny_target, tiny_shard, tmp_path):
+    from eagleviz.errors import UserFacingError
+    from eagleviz.train.pipeline import init_head
+
+    d2t, t2d = draft_vocab(token_counts(tiny_shard.ids, tiny_shard.mask, V), 32, always=(0,))
+    save_head(new_head(tiny_target, "eagle3", d2t, t2d, seed=3), tmp_path)
+    head = init_head(tiny_target, tmp_path, "eagle3")
+    assert head.training and all(p.dtype == torch.float32 for p in head.parameters())
+    assert torch.equal(head.d2t, d2t) and torch.equal(head.t2d, t2d)
+    before = head.lm_head.weight.clone()
+    cfg = TrainConfig(arch="eagle3", objective="ttt", row_len=128, max_steps=2, warmup=1, eval_every=2, eval_rows=1,
+                      autocast=False)
+    Trainer(cfg, head, _parts(tiny_target), tiny_shard, tiny_shard, tmp_path / "run").run()
+    assert not torch.equal(before, head.lm_head.weight)
+    with pytest.raises(UserFacingError, match="eagle3 head"):
+        init_head(tiny_target, tmp_path, "eagle1")
+
+
 # ------------------------------------------------------------------ vocabulary and schedule
 
 def test_draft_vocabulary_maps_back_to_target_ids():

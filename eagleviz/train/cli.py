@@ -37,6 +37,8 @@ def train_head_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="run directory (default runs/head-ARCH-OBJECTIVE)")
     p.add_argument("--cache", default="cache/train", help="where answers and features are cached")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    p.add_argument("--init", default=None, help="start from this head directory (its weights and draft vocabulary) "
+                   "with a fresh optimizer and schedule, e.g. to fine-tune a head on new data")
     p.add_argument("--prepare-only", action="store_true", help="build the cached answers and features, then stop")
     p.add_argument("--dtype", default="auto", help="target dtype (auto: bf16 where the CPU runs it fast)")
     p.add_argument("--seed", type=int, default=0)
@@ -67,6 +69,8 @@ def train_head_main(argv: list[str] | None = None) -> int:
         raise UserFacingError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
     if args.resume and not (out / "ckpt.pt").exists():
         raise UserFacingError(f"--resume: no checkpoint in {out}")
+    if args.resume and args.init:
+        raise UserFacingError("--init starts a new run from a head, --resume continues one: pass only one")
 
     P.set_threads(args.threads)
     target = load_target(args.target, dtype=args.dtype)
@@ -84,11 +88,14 @@ def train_head_main(argv: list[str] | None = None) -> int:
     if args.prepare_only:
         return 0
 
-    d2t = t2d = None
-    if args.arch == "eagle3":
-        d2t, t2d, report = P.choose_vocab(data, target.vocab_size, target.eos_token_ids, args.draft_vocab or None)
-        print("draft vocabulary:", json.dumps(report))
-    head = new_head(target, args.arch, d2t, t2d, seed=args.seed)
+    if args.init:
+        head = P.init_head(target, args.init, args.arch)
+    else:
+        d2t = t2d = None
+        if args.arch == "eagle3":
+            d2t, t2d, report = P.choose_vocab(data, target.vocab_size, target.eos_token_ids, args.draft_vocab or None)
+            print("draft vocabulary:", json.dumps(report))
+        head = new_head(target, args.arch, d2t, t2d, seed=args.seed)
     trainer = Trainer(tcfg, head, P.target_parts(target), data, heldout, out)
     if args.resume:
         trainer.load()

@@ -87,6 +87,17 @@ def choose_vocab(shard: FeatureShard, vocab_size: int, eos_ids, size: int | None
     return d2t, t2d, report
 
 
+def init_head(target, path: str | Path, arch: str):
+    """A trainable fp32 copy of the head in `path` (weights and, for EAGLE-3, its draft vocabulary)."""
+    from eagleviz.errors import UserFacingError
+    from eagleviz.models.draft import load_head
+
+    head = load_head(path, target)
+    if head.config.arch != arch:
+        raise UserFacingError(f"--init {path} is an {head.config.arch} head, but --arch is {arch}")
+    return head.float().train()
+
+
 def cache_name(target_name: str) -> str:
     """A directory name for a target's cached data ("HuggingFaceTB/SmolLM2-135M-Instruct" ->
     "smollm2-135m-instruct")."""
