@@ -27,8 +27,10 @@ browser:
 		(apt-get update -qq && apt-get install -y -qq chromium fonts-dejavu-core >/dev/null) || \
 		echo "note: /usr/bin/chromium unavailable; browser tests will be skipped"; }
 
+# One thread unless told otherwise: as fast as two sleeping threads are slow on an idle machine, and immune
+# to other processes (docs/performance.md, section 6).
 run: $(STAMP)
-	$(PY) app.py
+	EAGLEVIZ_THREADS=$${EAGLEVIZ_THREADS:-1} $(PY) app.py
 
 test: $(STAMP) browser
 	$(PY) -m pytest -q -m "not slow" --durations=15
