@@ -8,12 +8,14 @@ bench: for each prompt, interleaved and repeated, run
     eagle-tree       EAGLE with the default tree
 with the same model, dtype and thread count. Reports the median tokens/s per method, the median per-prompt
 speedup over hf-generate, tau and the mean time per phase, checks that the greedy methods agree (explaining
-bf16 differences by the target's top-2 gap where they diverge), and writes a Markdown table and a Plotly
-HTML figure.
+bf16 differences by the target's top-2 gap where they diverge), and writes JSON, a Markdown table and a
+Plotly HTML figure to --out; the JSON is also copied to <cache>/bench/, where the app's measured-speed
+section looks first (eagleviz.measured).
 
 tune: measures the verification cost curve cost(n) / cost(1) on this machine (why verifying 16 tokens costs
 about as much as 1), sweeps steps x topk x draft_tokens on a few prompts, and saves the fastest
-configuration for this machine (the app's default).
+configuration for this machine (the app's default) with the curve. `tune --curve-only` measures just the
+curve and writes it to --out (default <cache>/verify-cost.json).
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from pathlib import Path
 import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.measured import TUNED_FILE, bench_name, user_bench_path, user_verify_cost_path
 from eagleviz.models.loading import cache_dir
 from eagleviz.prompts import load_prompts
+from eagleviz.visuals.speed import bench_figure, markdown_table
 
 METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "eagle-chain", "eagle-tree")
 GREEDY_REFERENCE = "hf-generate"
@@ -170,38 +174,20 @@ def machine_info(engine) -> dict:
             "device": str(engine.target.device), "model": engine.target.name, "head": engine.head_name}
 
 
-def markdown_table(result: dict) -> str:
-    lines = ["| method | tokens/s (median) | speedup vs " + result["reference"] + " | tau | draft / verify ms per cycle |",
-             "|---|---:|---:|---:|---|"]
-    for m, row in result["rows"].items():
-        tau = f"{row['tau']:.2f}" if row["tau"] else "-"
-        ph = row["phase_ms"]
-        phases = f"{ph['draft']:.1f} / {ph['verify']:.1f}" if row["tau"] else "-"
-        lines.append(f"| {m} | {row['tokens_per_s']:.1f} | {row['speedup']:.2f}x | {tau} | {phases} |")
-    mm = result["greedy_mismatches"]
-    if result["sampling"]["temperature"] == 0:
-        lines.append("")
-        if not mm:
-            lines.append("All greedy methods produced identical tokens on every prompt.")
-        else:
-            gaps = ", ".join(f"{x['method']}@prompt{x['prompt']}:tok{x['position']} gap {x['top2_gap']:.3g}" for x in mm)
-            lines.append(f"{len(mm)} greedy outputs differ from {result['reference']} (first divergence, target top-2 "
-                         f"logit gap there): {gaps}")
-    return "\n".join(lines)
-
-
 def write_outputs(result: dict, out: Path, stem: str) -> None:
-    import plotly.graph_objects as go
-
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(result, indent=2))
     (out / f"{stem}.md").write_text(markdown_table(result) + "\n")
-    rows = result["rows"]
-    fig = go.Figure(go.Bar(x=list(rows), y=[r["tokens_per_s"] for r in rows.values()],
-                           text=[f"{r['speedup']:.2f}x" for r in rows.values()], textposition="outside"))
-    fig.update_layout(title=f"Median tokens/s, {result['prompts']} prompts ({result['machine']['dtype']}, "
-                            f"{result['machine']['threads']} threads)", yaxis_title="tokens/s")
-    fig.write_html(out / f"{stem}.html", include_plotlyjs=True)
+    bench_figure(result).write_html(out / f"{stem}.html", include_plotlyjs=True)
+
+
+def keep_latest(result: dict) -> Path:
+    """Copy the result where the app looks first (`eagleviz.measured`), so that the page shows this
+    machine's numbers instead of the shipped ones."""
+    path = user_bench_path(result["sampling"]["temperature"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
+    return path
 
 
 # ---------------------------------------------------------------------------------------------- tune
@@ -217,13 +203,22 @@ def verify_cost_curve(engine, prefix: int = 200, sizes=(1, 2, 4, 8, 16, 32, 64),
             target.forward(ids, torch.arange(prefix, device=target.device), cache,
                            torch.ones(prefix, prefix, dtype=torch.bool, device=target.device).tril(),
                            logit_rows=None)
-            x = torch.arange(n, device=target.device)
+            pos = torch.arange(n, device=target.device)
             mask = torch.ones(n, n, dtype=torch.bool, device=target.device).tril() if n > 1 else None
             t = time.perf_counter()
-            target.forward(x, prefix + x, cache, mask)
+            target.forward(pos % target.vocab_size, prefix + pos, cache, mask)
             runs.append(time.perf_counter() - t)
         times[n] = statistics.median(runs) * 1e3
     return {"prefix": prefix, "ms": times, "relative": {n: t / times[sizes[0]] for n, t in times.items()}}
+
+
+def write_curve(engine, out: Path, prefix: int = 200, command: str = "") -> dict:
+    """Measure only the verification cost curve and write it, with the machine, as JSON to `out` (the shape
+    `eagleviz.measured.latest_verify_cost` reads: {"verify_cost", "machine", "command"})."""
+    result = {"verify_cost": verify_cost_curve(engine, prefix), "machine": machine_info(engine), "command": command}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    return result
 
 
 def tune_grid() -> list[TreeConfig]:
@@ -239,7 +234,7 @@ def tune_grid() -> list[TreeConfig]:
 
 
 def tuned_path() -> Path:
-    return cache_dir() / "tuned.json"
+    return cache_dir() / TUNED_FILE
 
 
 def load_tuned() -> TreeConfig | None:
@@ -251,8 +246,8 @@ def load_tuned() -> TreeConfig | None:
         return None
 
 
-def tune(engine, prompts: list[str], sampling: SamplingConfig, progress=print) -> dict:
-    curve = verify_cost_curve(engine)
+def tune(engine, prompts: list[str], sampling: SamplingConfig, prefix: int = 200, progress=print) -> dict:
+    curve = verify_cost_curve(engine, prefix)
     encoded = [engine.encode_prompt(p) for p in prompts]
     grid = tune_grid()
     results = []
@@ -283,13 +278,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
 
 
-def _setup(args):
+def _setup(args, with_prompts: bool = True):
     from eagleviz.models.loading import load_engine
 
     if args.threads:
         torch.set_num_threads(args.threads)
     engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl)
-    prompts = load_prompts(args.prompts, args.limit)
+    prompts = load_prompts(args.prompts, args.limit) if with_prompts else []
     sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     return engine, prompts, sampling
 
@@ -316,11 +311,15 @@ def bench_main(argv: list[str]) -> int:
     result = bench(engine, prompts, sampling, tree, args.repeats, methods)
     result["tree"] = {"steps": tree.steps, "topk": tree.topk, "draft_tokens": tree.draft_tokens}
     result["command"] = "python -m eagleviz bench " + " ".join(argv)
-    stem = f"bench-T{args.temperature:g}"
+    stem = Path(bench_name(args.temperature)).stem
     write_outputs(result, args.out, stem)
     print(markdown_table(result))
-    print(f"wrote {args.out / stem}.md/.json/.html")
+    print(f"wrote {args.out / stem}.md/.json/.html; the app shows it from {keep_latest(result)}")
     return 0
+
+
+def _print_curve(curve: dict) -> None:
+    print("verify cost cost(n)/cost(1): " + ", ".join(f"n={n}: {r:.2f}" for n, r in curve["relative"].items()))
 
 
 def tune_main(argv: list[str]) -> int:
@@ -328,11 +327,23 @@ def tune_main(argv: list[str]) -> int:
     _common(p)
     p.set_defaults(limit=4, max_new_tokens=64)
     p.add_argument("--no-save", action="store_true", help=f"do not save the best configuration to {tuned_path()}")
+    p.add_argument("--curve-only", action="store_true",
+                   help="only measure the verification cost curve and write it to --out (no sweep, no tuned tree)")
+    p.add_argument("--out", type=Path, default=None,
+                   help=f"with --curve-only: the JSON file to write (default {user_verify_cost_path()})")
+    p.add_argument("--prefix", type=int, default=200, help="prompt tokens before the n verified ones")
     args = p.parse_args(argv)
-    engine, prompts, sampling = _setup(args)
-    result = tune(engine, prompts, sampling)
-    rel = result["verify_cost"]["relative"]
-    print("verify cost cost(n)/cost(1): " + ", ".join(f"n={n}: {r:.2f}" for n, r in rel.items()))
+    if args.out is not None and not args.curve_only:
+        p.error("--out goes with --curve-only")
+    engine, prompts, sampling = _setup(args, with_prompts=not args.curve_only)
+    if args.curve_only:
+        out = args.out or user_verify_cost_path()
+        result = write_curve(engine, out, args.prefix, "python -m eagleviz tune " + " ".join(argv))
+        _print_curve(result["verify_cost"])
+        print(f"wrote {out}")
+        return 0
+    result = tune(engine, prompts, sampling, args.prefix)
+    _print_curve(result["verify_cost"])
     print(f"fastest: {result['best']}")
     if not args.no_save:
         tuned_path().parent.mkdir(parents=True, exist_ok=True)

@@ -20,9 +20,10 @@ from eagleviz import race as race_mod
 from eagleviz.engine import Engine
 from eagleviz.errors import UserFacingError
 from eagleviz.limits import Limits
+from eagleviz.measured import latest_bench, latest_verify_cost
 from eagleviz.session import RANDOM_HEAD_NOTE, EngineHub, Knobs, generate, read_trace, stream_run, write_trace
 from eagleviz.trace import RunTrace
-from eagleviz.visuals import CycleView, cycle_view, empty_view, summary_figure
+from eagleviz.visuals import CycleView, SpeedView, cycle_view, empty_view, speed_view, summary_figure
 from eagleviz.visuals.explain import TOUR, summary_text, tour_step
 from eagleviz.visuals.output_text import output_html
 from kernels.tree_attention import IMPLS
@@ -49,7 +50,8 @@ INTRO = ("# eagleviz: EAGLE speculative decoding, cycle by cycle\n"
          "KV cache. Every figure below is drawn from the recorded run, nothing is simulated.")
 STREAM_EVERY_S = 0.3      # minimum time between two streamed text updates
 AUTOPLAY_EVERY_S = 1.5
-CSS = "#output-text {min-height: 6em} .ev-explain {font-size: 15px} .ev-limits {font-size: 12px; opacity: 0.8}"
+CSS = ("#output-text {min-height: 6em} .ev-explain {font-size: 15px} .ev-limits {font-size: 12px; opacity: 0.8} "
+       ".ev-bench th, .ev-bench td {white-space: nowrap; padding: 4px 12px}")
 VIEW_CONCURRENCY = 4      # light events (stepping, knobs, import) of different users served side by side
 CACHE_TTL_S = 3600        # Gradio deletes its cached files (uploads, downloads) after this long
 KNOB_DEFAULTS = Knobs(max_new_tokens=48)
@@ -64,6 +66,12 @@ def machine_defaults() -> Knobs:
     if tuned is None:
         return KNOB_DEFAULTS
     return replace(KNOB_DEFAULTS, steps=tuned.steps, topk=tuned.topk, draft_tokens=tuned.draft_tokens)
+
+
+def measured_speed() -> SpeedView:
+    """The measured-speed section: the latest bench at T = 0 and T = 1 and the verification cost curve, this
+    machine's where measured, else the shipped ones. Read once when the page is built; no model is needed."""
+    return speed_view([latest_bench(0), latest_bench(1)], latest_verify_cost())
 
 
 def _number(name: str, value, kind: type):
@@ -322,6 +330,13 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str =
             summary = gr.Markdown(elem_id="summary")
         summary_plot = gr.Plot(label="Run summary", elem_id="summary-plot", show_label=False)
         race_md = gr.Markdown(elem_id="race-result")
+        with gr.Accordion("Measured speed: EAGLE vs plain decoding vs peers", open=False, elem_id="measured-speed"):
+            speed = measured_speed()
+            for i, panel in enumerate(speed.benches):
+                gr.Markdown(panel.text, elem_id=f"bench-table-{i}", elem_classes="ev-bench")
+                gr.Plot(panel.figure, label="Measured tokens/s", elem_id=f"bench-plot-{i}", show_label=False)
+            gr.Markdown(speed.curve_text, elem_id="verify-cost-text")
+            gr.Plot(speed.curve, label="Verification cost", elem_id="verify-cost", show_label=False)
         with gr.Row():
             slider = gr.Slider(0, 1, 0, step=1, label="cycle", elem_id="cycle-slider", interactive=False, scale=6)
             with gr.Column(scale=2, min_width=240):

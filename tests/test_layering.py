@@ -1,5 +1,6 @@
 """The data flows one way (engine -> trace -> visuals -> UI): the engine never imports gradio or plotly, and
-the trace and the visuals never import torch."""
+the trace and the visuals never import torch; nor does the finder of measured results, read by the page at
+start-up without a model."""
 
 import subprocess
 import sys
@@ -10,6 +11,7 @@ CASES = [
     ("eagleviz.engine", {"gradio", "plotly"}),
     ("eagleviz.trace", {"torch", "gradio", "plotly", "transformers"}),
     ("eagleviz.visuals", {"torch", "gradio", "transformers"}),
+    ("eagleviz.measured", {"torch", "gradio", "plotly", "transformers"}),
 ]
 
 

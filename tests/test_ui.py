@@ -230,6 +230,39 @@ def test_build_app_has_the_stable_element_ids(hub):
     assert any(d.get("api_name") == "generate" for d in demo.config["dependencies"])
 
 
+def _inside(node: dict, target: int, within: bool = False) -> set[int]:
+    """Ids of the components laid out inside component `target` (walking Gradio's layout tree)."""
+    ids = set()
+    for child in node.get("children", []):
+        if within:
+            ids.add(child["id"])
+        ids |= _inside(child, target, within or child["id"] == target)
+    return ids
+
+
+def test_measured_speed_section_shows_the_bench_table_and_the_curve(hub, tmp_path, monkeypatch):
+    """Read once at build time, no model: the shipped bench (this machine has measured nothing), with the
+    mismatches summarised, and a clear message for the missing curve; once measured, this machine's curve."""
+    monkeypatch.setenv("EAGLEVIZ_CACHE", str(tmp_path))
+    demo = build_app(hub)
+    by_id = {c["props"]["elem_id"]: c for c in demo.config["components"] if c.get("props", {}).get("elem_id")}
+    section = by_id["measured-speed"]
+    assert section["props"]["label"] == "Measured speed: EAGLE vs plain decoding vs peers"
+    inside = _inside(demo.config["layout"], section["id"])
+    assert {by_id[e]["id"] for e in ("bench-table-0", "bench-plot-0", "verify-cost-text", "verify-cost")} <= inside
+    table = by_id["bench-table-0"]["props"]["value"]
+    assert "| eagle-tree |" in table and "greedy outputs differ" in table and "@prompt" not in table
+    assert "shipped with eagleviz" in table and "threads" in table and "python -m eagleviz bench --limit" in table
+    assert '"type":"bar"' in by_id["bench-plot-0"]["props"]["value"]["plot"]
+    assert "run `python -m eagleviz tune` to measure this machine" in by_id["verify-cost-text"]["props"]["value"]
+
+    curve = {"prefix": 200, "ms": {"1": 30.0, "16": 36.0}, "relative": {"1": 1.0, "16": 1.2}}
+    (tmp_path / "verify-cost.json").write_text(json.dumps({"verify_cost": curve, "machine": {"dtype": "bfloat16"}}))
+    by_id = {c["props"]["elem_id"]: c for c in build_app(hub).config["components"] if c.get("props", {}).get("elem_id")}
+    assert "measured on this machine" in by_id["verify-cost-text"]["props"]["value"]
+    assert "n = 16 costs 1.20x" in by_id["verify-cost"]["props"]["value"]["plot"]
+
+
 def test_factory_is_called_once_on_first_use():
     calls = []
 

@@ -1,0 +1,190 @@
+"""Measured speed: the `bench` table and bar chart, and the verification cost curve cost(n) / cost(1).
+
+Drawn from the JSON that `python -m eagleviz bench` and `python -m eagleviz tune` write (plain dicts; read back
+from JSON, the curve's integer keys are strings). The curve is the roofline argument for speculation: while a
+forward's time goes to reading the weights from memory, n tokens cost about what 1 costs, so verifying a tree
+of drafts is nearly free; once arithmetic dominates, cost grows with n and the tree stops paying.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+
+from eagleviz.measured import Measured
+from eagleviz.visuals.style import ACCEPTED, INK, NEUTRAL, REJECTED, VISIBLE, empty_figure, layout
+
+NO_CURVE = ("No verification cost curve is available: run `python -m eagleviz tune` to measure this machine "
+            "(`python -m eagleviz tune --curve-only` measures just the curve).")
+NO_CURVE_FIGURE = "No verification cost curve measured yet"
+NO_BENCH = "No bench result is available: run `python -m eagleviz bench` to measure this machine."
+CURVE_TITLE = "One forward verifies n tokens for about the price of 1"
+TEMPERATURE_TITLES = {0.0: "Greedy decoding (T = 0)", 1.0: "Sampling (T = 1)"}
+
+
+def method_colour(method: str) -> str:
+    """EAGLE in blue, eagleviz's own plain loop in sky blue, the Hugging Face peers in grey."""
+    if method.startswith("eagle"):
+        return ACCEPTED
+    return VISIBLE if method == "plain" else NEUTRAL
+
+
+def markdown_table(result: dict, mismatches: str = "list") -> str:
+    """The bench table; below it, at T = 0, the greedy outputs that differ from the reference, either each
+    one (`mismatches="list"`: method, prompt, first divergent token, the target's top-2 logit gap there) or
+    a count per method and the largest gap (`"summary"`)."""
+    if mismatches not in ("list", "summary"):
+        raise ValueError(f"mismatches must be 'list' or 'summary', got {mismatches!r}")
+    lines = [f"| method | tokens/s (median) | speedup vs {result['reference']} | tau | draft / verify ms per cycle |",
+             "|---|---:|---:|---:|---|"]
+    for m, row in result["rows"].items():
+        tau = f"{row['tau']:.2f}" if row["tau"] else "-"
+        ph = row.get("phase_ms", {})
+        phases = f"{ph['draft']:.1f} / {ph['verify']:.1f}" if row["tau"] and {"draft", "verify"} <= ph.keys() else "-"
+        lines.append(f"| {m} | {row['tokens_per_s']:.1f} | {row['speedup']:.2f}x | {tau} | {phases} |")
+    if result["sampling"]["temperature"] == 0:
+        lines += ["", _mismatch_text(result, mismatches)]
+    return "\n".join(lines)
+
+
+def _mismatch_text(result: dict, mode: str) -> str:
+    mm, ref = result["greedy_mismatches"], result["reference"]
+    if not mm:
+        return "All greedy methods produced identical tokens on every prompt."
+    if mode == "list":
+        gaps = ", ".join(f"{x['method']}@prompt{x['prompt']}:tok{x['position']} gap {x['top2_gap']:.3g}" for x in mm)
+        return (f"{len(mm)} greedy outputs differ from {ref} (first divergence, target top-2 logit gap there): "
+                f"{gaps}")
+    counts: dict[str, int] = {}
+    for x in mm:
+        counts[x["method"]] = counts.get(x["method"], 0) + 1
+    compared = result["prompts"] * (len(result["rows"]) - 1)
+    per_method = ", ".join(f"{m} {n}" for m, n in counts.items())
+    return (f"{len(mm)} of {compared} greedy outputs differ from {ref} ({per_method}). Where each first diverges, "
+            f"the target's top-2 logit gap is at most {max(x['top2_gap'] for x in mm):.3g}: a tie or near-tie, "
+            "which the rounding of a different batch shape can break either way.")
+
+
+def bench_caption(result: dict, origin: str) -> str:
+    """One line: what was measured, on what, with which command, and where the file comes from."""
+    mc, s, tree = result.get("machine", {}), result["sampling"], result.get("tree")
+    what = f"{result['prompts']:g} prompts, {s.get('max_new_tokens', '?')} new tokens"
+    if tree:
+        what += f", tree {tree['steps']}/{tree['topk']}/{tree['draft_tokens']} (steps/topk/draft tokens)"
+    where = (f"{mc.get('model', '?')} with head {mc.get('head', '?')}, {mc.get('dtype', '?')} on "
+             f"{mc.get('cpu', '?')} ({mc.get('device', 'cpu')}), {mc.get('threads', '?')} threads, "
+             f"torch {mc.get('torch', '?')}")
+    command = f" Command: `{result['command']}`." if result.get("command") else ""
+    return f"{what}; {where}.{command} Source: {origin}."
+
+
+def bench_figure(result: dict, height: int = 320) -> go.Figure:
+    """Median tokens/s per method, each bar labelled with its median per-prompt speedup over the reference."""
+    rows, mc = result["rows"], result.get("machine", {})
+    methods = list(rows)
+    tps = [rows[m]["tokens_per_s"] for m in methods]
+    taus = [f"{rows[m]['tau']:.2f}" if rows[m]["tau"] else "-" for m in methods]
+    bar = dict(type="bar", x=methods, y=tps, text=[f"{rows[m]['speedup']:.2f}x" for m in methods],
+               textposition="outside", cliponaxis=False, customdata=taus,
+               marker=dict(color=[method_colour(m) for m in methods], line=dict(color=INK, width=1)),
+               hovertemplate=(f"%{{x}}: %{{y:.1f}} tokens/s<br>%{{text}} vs {result['reference']} "
+                              "(median per prompt)<br>\u03c4 = %{customdata}<extra></extra>"))
+    title = (f"Median tokens/s, {result['prompts']:g} prompts, T = {result['sampling']['temperature']:g} "
+             f"({mc.get('dtype', '?')}, {mc.get('threads', '?')} threads)")
+    return go.Figure(data=[bar], layout=layout(
+        title, height, showlegend=False, xaxis=dict(title=f"method (bar label: speedup vs {result['reference']})"),
+        yaxis=dict(title="tokens/s", range=[0, max(tps) * 1.18], rangemode="tozero")))
+
+
+def _curve_points(verify_cost: dict) -> list[tuple[int, float, float]]:
+    """(n, ms, relative) sorted by n; keys may be ints or, after a JSON round trip, strings."""
+    ms = {int(n): v for n, v in verify_cost["ms"].items()}
+    rel = {int(n): v for n, v in verify_cost["relative"].items()}
+    return [(n, ms[n], rel[n]) for n in sorted(ms)]
+
+
+def verify_cost_figure(verify_cost: dict | None, height: int = 380) -> go.Figure:
+    """cost(n) / cost(1) against n on log2 axes, between the ideal (flat at 1: n tokens for the price of one)
+    and n separate forwards (y = n, what plain decoding pays for n tokens)."""
+    if verify_cost is None:
+        return empty_figure(NO_CURVE_FIGURE, 160)
+    pts = _curve_points(verify_cost)
+    sizes = [n for n, _, _ in pts]
+    top = max(max(sizes), math.ceil(max(r for _, _, r in pts)))
+    ticks = [2 ** k for k in range(top.bit_length() + 1) if 2 ** k <= 2 * top]
+    traces = [
+        dict(type="scatter", x=sizes, y=sizes, mode="lines", name="n separate forwards (cost n)",
+             line=dict(color=REJECTED, dash="dot", width=2),
+             hovertemplate="%{x} separate forwards: %{y}x<extra></extra>"),
+        dict(type="scatter", x=sizes, y=[1] * len(sizes), mode="lines", name="ideal: n tokens for the price of 1",
+             line=dict(color=INK, dash="dash", width=2), hoverinfo="skip"),
+        dict(type="scatter", x=sizes, y=[r for _, _, r in pts], mode="lines+markers+text",
+             name="measured: one forward of n tokens", line=dict(color=ACCEPTED, width=3), marker=dict(size=9),
+             text=[f"{r:.2f}x" for _, _, r in pts], textposition="top center", customdata=[m for _, m, _ in pts],
+             hovertemplate="n = %{x}: %{customdata:.1f} ms, %{y:.2f}x the cost of 1 token<extra></extra>")]
+    subtitle = dict(text=_curve_subtitle(pts), x=0, y=1.02, xref="paper", yref="paper",
+                    xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=13))
+    axis = dict(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks], showgrid=True, gridcolor="#EEEEEE")
+    return go.Figure(data=traces, layout=layout(
+        CURVE_TITLE, height, margin=dict(l=10, r=10, t=64, b=10), annotations=[subtitle],
+        legend=dict(x=0.01, y=0.99, xanchor="left", yanchor="top", bgcolor="rgba(255,255,255,0.85)",
+                    font=dict(size=12)),
+        xaxis=axis | dict(title="tokens verified in one forward (n)"),
+        yaxis=axis | dict(title="time relative to n = 1", range=[-0.15, math.log10(top) + 0.1])))
+
+
+def _curve_subtitle(pts: list[tuple[int, float, float]]) -> str:
+    shown = ", ".join(f"n = {n} costs {r:.2f}x" for n, _, r in pts if n in (16, pts[-1][0]))
+    return f"while reading the weights dominates; measured: {shown}"
+
+
+def verify_cost_text(found: Measured | None) -> str:
+    """What the curve shows and why it matters, with the machine it was measured on and where it comes from."""
+    if found is None:
+        return NO_CURVE
+    mc, curve = found.data.get("machine", {}), found.data["verify_cost"]
+    one = _curve_points(curve)[0]
+    return (f"**Why a tree is cheap to verify.** Each point is the median time of one target forward of n new "
+            f"tokens after a {curve.get('prefix', '?')}-token prefix, divided by the time for n = {one[0]} "
+            f"({one[1]:.1f} ms). At small n the forward's time goes to reading the weights from memory, once, "
+            "whatever n is: the extra tokens ride along almost for free until arithmetic catches up. EAGLE's "
+            "speedup over plain decoding is roughly \u03c4 divided by this relative cost plus the draft's time (in "
+            "single forwards), so the flatter the curve, the more a wide tree pays.\n\n"
+            f"{mc.get('model', '?')}, {mc.get('dtype', '?')} on {mc.get('cpu', '?')}, {mc.get('threads', '?')} "
+            f"threads, torch {mc.get('torch', '?')}. Source: {found.origin}.")
+
+
+@dataclass(frozen=True)
+class BenchPanel:
+    text: str
+    figure: go.Figure
+
+
+@dataclass(frozen=True)
+class SpeedView:
+    """Everything the page's measured-speed section shows: one panel per bench temperature, then the curve."""
+
+    benches: tuple[BenchPanel, ...]
+    curve_text: str
+    curve: go.Figure
+
+
+def bench_panel(found: Measured) -> BenchPanel:
+    r = found.data
+    t = float(r["sampling"]["temperature"])
+    heading = TEMPERATURE_TITLES.get(t, f"Sampling (T = {t:g})")
+    text = f"#### {heading}\n\n{markdown_table(r, mismatches='summary')}\n\n{bench_caption(r, found.origin)}"
+    if found.shipped:
+        text += " Run `python -m eagleviz bench` to measure this machine."
+    return BenchPanel(text, bench_figure(r))
+
+
+def speed_view(benches: list[Measured | None], curve: Measured | None) -> SpeedView:
+    """The section's contents from what `eagleviz.measured` found (None entries are skipped)."""
+    panels = tuple(bench_panel(b) for b in benches if b is not None)
+    if not panels:
+        panels = (BenchPanel(NO_BENCH, empty_figure(NO_BENCH, 200)),)
+    return SpeedView(panels, verify_cost_text(curve),
+                     verify_cost_figure(curve.data["verify_cost"] if curve is not None else None))

@@ -1,0 +1,57 @@
+"""eagleviz/bench.py on a tiny random engine: `bench` writes its files and keeps its JSON where the app looks
+first; `tune --curve-only` writes just the verification cost curve, in the shape the app reads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eagleviz import bench, measured
+from tiny import tiny_engine
+
+
+@pytest.fixture
+def tiny_cli(tmp_path, monkeypatch):
+    """The CLI's model loader returns a tiny engine; EAGLEVIZ_CACHE is a fresh directory."""
+    import eagleviz.models.loading as loading
+
+    monkeypatch.setattr(loading, "load_engine", lambda *args, **kwargs: tiny_engine("llama", vocab=8))
+    monkeypatch.setenv("EAGLEVIZ_CACHE", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def test_bench_writes_its_files_and_keeps_the_latest_for_the_app(tiny_cli, capsys):
+    prompts = tiny_cli / "prompts.txt"
+    prompts.write_text("abc\nhello there\n")
+    out = tiny_cli / "out"
+    assert bench.bench_main(["--prompts", str(prompts), "--max-new-tokens", "6", "--repeats", "1", "--steps", "2",
+                             "--topk", "2", "--draft-tokens", "4", "--methods", "hf-generate,plain,eagle-tree",
+                             "--out", str(out)]) == 0
+    result = json.loads((out / "bench-T0.json").read_text())
+    assert list(result["rows"]) == ["hf-generate", "plain", "eagle-tree"] and result["prompts"] == 2
+    assert (out / "bench-T0.md").read_text().startswith("| method |")
+    assert "plotly" in (out / "bench-T0.html").read_text()[:5000].lower()
+    found = measured.latest_bench(0)
+    assert found is not None and not found.shipped and found.data == result
+    assert str(found.path) in capsys.readouterr().out
+
+
+def test_tune_curve_only_writes_the_curve_the_app_reads(tiny_cli, capsys):
+    out = tiny_cli / "curve" / "verify-cost.json"
+    assert bench.tune_main(["--curve-only", "--prefix", "16", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    curve = data["verify_cost"]
+    assert curve["prefix"] == 16 and list(curve["ms"]) == ["1", "2", "4", "8", "16", "32", "64"]
+    assert curve["relative"]["1"] == 1.0 and all(ms > 0 for ms in curve["ms"].values())
+    assert data["machine"]["model"] == "tiny-llama" and "--curve-only" in data["command"]
+    assert "n=64" in capsys.readouterr().out
+    assert measured.latest_verify_cost() is None or measured.latest_verify_cost().path != out  # not in the cache
+    assert bench.tune_main(["--curve-only", "--prefix", "16"]) == 0      # default: this machine's cache
+    found = measured.latest_verify_cost()
+    assert found.path == measured.user_verify_cost_path() and not found.shipped
+
+
+def test_out_without_curve_only_is_refused(tiny_cli):
+    with pytest.raises(SystemExit):
+        bench.tune_main(["--out", str(tiny_cli / "x.json")])

@@ -1,0 +1,108 @@
+"""eagleviz/visuals/speed.py: the bench table and bar chart, the verification cost curve, and the section that
+holds them, drawn from `bench` / `tune` results as they come back from JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eagleviz.measured import SHIPPED_DIR, Measured
+from eagleviz.visuals.speed import (NO_BENCH, NO_CURVE, NO_CURVE_FIGURE, bench_caption, bench_figure, markdown_table,
+                                    speed_view, verify_cost_figure)
+
+BENCH = json.loads((SHIPPED_DIR / "bench-T0.json").read_text())
+CURVE = {"prefix": 200, "ms": {1: 34.0, 2: 34.5, 4: 35.2, 8: 38.0, 16: 40.0, 32: 45.0, 64: 54.0}}
+CURVE["relative"] = {n: ms / CURVE["ms"][1] for n, ms in CURVE["ms"].items()}
+
+
+def round_trip(d: dict) -> dict:
+    return json.loads(json.dumps(d))
+
+
+def by_name(fig, name: str):
+    return next(t for t in fig.data if t.name == name)
+
+
+def test_bench_figure_has_one_bar_per_method_labelled_with_its_speedup():
+    fig = bench_figure(BENCH)
+    (bar,) = fig.data
+    assert list(bar.x) == list(BENCH["rows"])
+    assert list(bar.y) == [r["tokens_per_s"] for r in BENCH["rows"].values()]
+    assert list(bar.text) == [f"{r['speedup']:.2f}x" for r in BENCH["rows"].values()]
+    assert bar.marker.color[0] != bar.marker.color[-1]          # peers and EAGLE are told apart
+    assert "20 prompts" in fig.layout.title.text and "bfloat16" in fig.layout.title.text
+    assert fig.layout.yaxis.range[1] > max(bar.y)                 # room for the labels above the bars
+
+
+def test_curve_from_json_string_keys_equals_curve_from_int_keys():
+    from_json = verify_cost_figure(round_trip(CURVE))
+    direct = verify_cost_figure(CURVE)
+    assert from_json.to_json() == direct.to_json()
+
+
+def test_curve_is_sorted_by_n_and_framed_by_the_ideal_and_n_forwards():
+    shuffled = {"prefix": 200, "ms": {"16": 40.0, "1": 34.0, "2": 34.5}, "relative": {"2": 1.01, "16": 1.18, "1": 1.0}}
+    fig = verify_cost_figure(shuffled)
+    measured = by_name(fig, "measured: one forward of n tokens")
+    assert list(measured.x) == [1, 2, 16] and list(measured.y) == [1.0, 1.01, 1.18]
+    assert list(measured.customdata) == [34.0, 34.5, 40.0]      # the hover shows milliseconds
+    assert "ms" in measured.hovertemplate
+    assert list(by_name(fig, "ideal: n tokens for the price of 1").y) == [1, 1, 1]
+    separate = by_name(fig, "n separate forwards (cost n)")
+    assert list(separate.y) == list(separate.x) == [1, 2, 16]
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    assert list(fig.layout.xaxis.tickvals) == [1, 2, 4, 8, 16, 32]
+    assert "price of 1" in fig.layout.title.text
+    assert "n = 16 costs 1.18x" in fig.layout.annotations[0].text
+
+
+def test_no_curve_says_so():
+    fig = verify_cost_figure(None)
+    assert not fig.data and NO_CURVE_FIGURE in fig.layout.annotations[0].text
+    assert "python -m eagleviz tune" in NO_CURVE and "measure this machine" in NO_CURVE
+
+
+def test_table_lists_every_mismatch_or_summarises_them():
+    full = markdown_table(BENCH)
+    short = markdown_table(BENCH, mismatches="summary")
+    mm = BENCH["greedy_mismatches"]
+    assert full.count("@prompt") == len(mm)
+    assert "@prompt" not in short and len(short) < len(full) / 2
+    assert f"{len(mm)} of {BENCH['prompts'] * (len(BENCH['rows']) - 1)} greedy outputs differ" in short
+    assert f"at most {max(x['top2_gap'] for x in mm):.3g}" in short
+    for method in {x["method"] for x in mm}:
+        assert f"{method} {sum(x['method'] == method for x in mm)}" in short
+    assert full.splitlines()[:7] == short.splitlines()[:7]         # the same table above
+    assert "| eagle-tree | 29.4 | 1.27x | 1.78 | 15.1 / 40.3 |" in short
+    with pytest.raises(ValueError):
+        markdown_table(BENCH, mismatches="some")
+
+
+def test_table_without_mismatches_and_at_t1():
+    clean = dict(BENCH, greedy_mismatches=[])
+    assert "identical tokens on every prompt" in markdown_table(clean, mismatches="summary")
+    sampled = dict(BENCH, sampling=dict(BENCH["sampling"], temperature=1.0))
+    assert "differ" not in markdown_table(sampled, mismatches="summary")
+
+
+def test_caption_names_machine_prompts_command_and_source():
+    text = bench_caption(BENCH, "shipped with eagleviz")
+    for part in ("20 prompts", "bfloat16", "2 threads", "tree 5/4/16", BENCH["command"], "shipped with eagleviz"):
+        assert part in text
+    assert "Command" not in bench_caption({k: v for k, v in BENCH.items() if k != "command"}, "x")
+
+
+def test_speed_view_holds_each_temperature_then_the_curve():
+    shipped = Measured(BENCH, SHIPPED_DIR / "bench-T0.json", True)
+    mine = Measured(dict(BENCH, sampling=dict(BENCH["sampling"], temperature=1.0)), Path("/c/bench-T1.json"), False)
+    curve = Measured({"verify_cost": round_trip(CURVE), "machine": BENCH["machine"]}, Path("/c/tuned.json"), False)
+    view = speed_view([shipped, None, mine], curve)
+    assert [p.text.splitlines()[0] for p in view.benches] == ["#### Greedy decoding (T = 0)", "#### Sampling (T = 1)"]
+    assert "Run `python -m eagleviz bench` to measure this machine" in view.benches[0].text
+    assert "measure this machine" not in view.benches[1].text and "measured on this machine" in view.benches[1].text
+    assert "@prompt" not in view.benches[0].text
+    assert len(view.curve.data) == 3 and "bfloat16" in view.curve_text and "/c/tuned.json" in view.curve_text
+    empty = speed_view([None, None], None)
+    assert empty.benches[0].text == NO_BENCH and empty.curve_text == NO_CURVE and not empty.curve.data
