@@ -26,7 +26,7 @@ import os
 import platform
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -117,25 +117,59 @@ def top2_gap(engine, ids: list[int]) -> float:
 
 
 def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig, repeats: int,
-          methods=METHODS, progress=print) -> dict:
-    """Interleaved runs: for each prompt and repeat, every method once, in rotating order."""
+          methods=METHODS, progress=print, journal: Path | None = None) -> dict:
+    """Interleaved runs: for each prompt and repeat, every method once, in rotating order.
+
+    `journal`: a JSON-lines file that records each finished prompt; a run with the same settings picks up
+    after the last recorded prompt (a long bench survives an interruption), and the file is removed at the
+    end. A journal written with other settings is started afresh."""
     samples: dict[str, list[list[Sample]]] = {m: [] for m in methods}
     encoded = [engine.encode_prompt(p) for p in prompts]
+    header = {"prompts": encoded, "methods": list(methods), "repeats": repeats, "sampling": vars(sampling),
+              "tree": [tree.steps, tree.topk, tree.draft_tokens], "machine": machine_info(engine)}
+    for per in _read_journal(journal, header):
+        for m in methods:
+            samples[m].append(per[m])
+    first = len(samples[methods[0]])
+    if first:
+        progress(f"[bench] resuming after prompt {first}/{len(encoded)} ({journal})")
+    elif journal is not None:
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        journal.write_text(json.dumps(header) + "\n")
     for m in methods:  # warm-up: first-call allocations and lazy initialisation
         run_method(engine, m, encoded[0], SamplingConfig(max_new_tokens=8), tree)
     start = time.perf_counter()
-    for i, ids in enumerate(encoded):
+    for i in range(first, len(encoded)):
         per = {m: [] for m in methods}
         for r in range(repeats):
             order = methods[r % len(methods):] + methods[: r % len(methods)]
             for m in order:
-                per[m].append(run_method(engine, m, ids, sampling, tree))
+                per[m].append(run_method(engine, m, encoded[i], sampling, tree))
         for m in methods:
             samples[m].append(per[m])
-        done = i + 1
-        eta = (time.perf_counter() - start) / done * (len(encoded) - done)
-        progress(f"[bench] prompt {done}/{len(encoded)}  ETA {eta:5.0f} s")
-    return summarize(engine, encoded, samples, sampling, methods)
+        if journal is not None:
+            with journal.open("a") as f:
+                f.write(json.dumps({m: [asdict(x) for x in per[m]] for m in methods}) + "\n")
+        done = i + 1 - first
+        eta = (time.perf_counter() - start) / done * (len(encoded) - i - 1)
+        progress(f"[bench] prompt {i + 1}/{len(encoded)}  ETA {eta:5.0f} s")
+    result = summarize(engine, encoded, samples, sampling, methods)
+    if journal is not None:
+        journal.unlink(missing_ok=True)
+    return result
+
+
+def _read_journal(journal: Path | None, header: dict) -> list[dict[str, list[Sample]]]:
+    """The finished prompts of a journal written with exactly `header`'s settings (else none)."""
+    if journal is None or not journal.exists():
+        return []
+    try:
+        lines = journal.read_text().splitlines()
+        if json.loads(lines[0]) != json.loads(json.dumps(header)):
+            return []
+        return [{m: [Sample(**x) for x in reps] for m, reps in json.loads(line).items()} for line in lines[1:]]
+    except (ValueError, TypeError, IndexError):  # a torn last line or a foreign file: start afresh
+        return []
 
 
 def summarize(engine, encoded, samples, sampling: SamplingConfig, methods) -> dict:
@@ -308,10 +342,10 @@ def bench_main(argv: list[str]) -> int:
               f"prompts ({', '.join(f'{r:.3f}' for r in res['per_prompt'])})")
         return 0
     methods = tuple(m for m in args.methods.split(",") if m)
-    result = bench(engine, prompts, sampling, tree, args.repeats, methods)
+    stem = Path(bench_name(args.temperature)).stem
+    result = bench(engine, prompts, sampling, tree, args.repeats, methods, journal=args.out / f"{stem}.journal.jsonl")
     result["tree"] = {"steps": tree.steps, "topk": tree.topk, "draft_tokens": tree.draft_tokens}
     result["command"] = "python -m eagleviz bench " + " ".join(argv)
-    stem = Path(bench_name(args.temperature)).stem
     write_outputs(result, args.out, stem)
     print(markdown_table(result))
     print(f"wrote {args.out / stem}.md/.json/.html; the app shows it from {keep_latest(result)}")

@@ -55,3 +55,39 @@ def test_tune_curve_only_writes_the_curve_the_app_reads(tiny_cli, capsys):
 def test_out_without_curve_only_is_refused(tiny_cli):
     with pytest.raises(SystemExit):
         bench.tune_main(["--out", str(tiny_cli / "x.json")])
+
+
+def test_an_interrupted_bench_resumes_after_its_last_finished_prompt(tmp_path):
+    from eagleviz.config import SamplingConfig, TreeConfig
+
+    engine = tiny_engine("llama", vocab=8)
+    prompts, sampling, tree = ["abc", "hello there", "xyz"], SamplingConfig(max_new_tokens=5), TreeConfig.create(2, 2, 4)
+    journal, methods = tmp_path / "bench.journal.jsonl", ("plain", "eagle-tree")
+    calls = []
+
+    def interrupt_at_third(message):
+        calls.append(message)
+        if "prompt 2/3" in message:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        bench.bench(engine, prompts, sampling, tree, 1, methods, progress=interrupt_at_third, journal=journal)
+    assert len(journal.read_text().splitlines()) == 3  # header + 2 finished prompts
+    seen = []
+    result = bench.bench(engine, prompts, sampling, tree, 1, methods, progress=seen.append, journal=journal)
+    assert "resuming after prompt 2/3" in seen[0] and seen[-1].startswith("[bench] prompt 3/3")
+    assert result["prompts"] == 3 and not journal.exists()
+    fresh = bench.bench(engine, prompts, sampling, tree, 1, methods, progress=lambda m: None)
+    assert result["rows"]["plain"]["tokens"] == fresh["rows"]["plain"]["tokens"]
+
+
+def test_a_journal_with_other_settings_is_started_afresh(tmp_path):
+    from eagleviz.config import SamplingConfig, TreeConfig
+
+    engine = tiny_engine("llama", vocab=8)
+    journal = tmp_path / "bench.journal.jsonl"
+    journal.write_text('{"prompts": [[1, 2]]}\n{"plain": []}\n')
+    seen = []
+    bench.bench(engine, ["abc"], SamplingConfig(max_new_tokens=4), TreeConfig.create(2, 2, 4), 1, ("plain",),
+                progress=seen.append, journal=journal)
+    assert not any("resuming" in m for m in seen) and not journal.exists()
