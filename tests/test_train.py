@@ -250,3 +250,12 @@ def test_feature_shard_round_trip(tiny_shard, tmp_path):
     assert both.num_sequences == 2 * tiny_shard.num_sequences
     assert torch.equal(both.ids[tiny_shard.num_tokens:], tiny_shard.ids)
     assert int(both.offsets[-1]) == 2 * tiny_shard.num_tokens
+
+
+def test_answer_sources():
+    from eagleviz.train.pipeline import DataConfig
+
+    assert DataConfig(answers="both").sources == ("original", "self")
+    assert DataConfig(answers="self").sources == ("self",)
+    with pytest.raises(ValueError, match="answers must be one of"):
+        DataConfig(answers="mine")

