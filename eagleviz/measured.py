@@ -26,8 +26,8 @@ TREE_KEYS = ("steps", "topk", "draft_tokens")
 
 
 def cache_dir() -> Path:
-    """EAGLEVIZ_CACHE, default ~/.cache/eagleviz: the same rule as `eagleviz.models.loading.cache_dir`, which
-    this module cannot import without importing torch (a test pins the two together)."""
+    """EAGLEVIZ_CACHE, default ~/.cache/eagleviz: where eagleviz keeps what it computes for this machine (the
+    dequantized embedded model, `tune` and `bench` results). The model loader uses it too."""
     return Path(os.environ.get("EAGLEVIZ_CACHE", Path.home() / ".cache" / "eagleviz"))
 
 

