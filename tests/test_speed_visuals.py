@@ -32,7 +32,7 @@ def test_bench_figure_has_one_bar_per_method_labelled_with_its_speedup():
     assert list(bar.y) == [r["tokens_per_s"] for r in BENCH["rows"].values()]
     assert list(bar.text) == [f"{r['speedup']:.2f}x" for r in BENCH["rows"].values()]
     assert bar.marker.color[0] != bar.marker.color[-1]          # peers and EAGLE are told apart
-    assert "20 prompts" in fig.layout.title.text and "bfloat16" in fig.layout.title.text
+    assert f"{BENCH['prompts']} prompts" in fig.layout.title.text and "bfloat16" in fig.layout.title.text
     assert fig.layout.yaxis.range[1] > max(bar.y)                 # room for the labels above the bars
 
 
@@ -75,7 +75,9 @@ def test_table_lists_every_mismatch_or_summarises_them():
     for method in {x["method"] for x in mm}:
         assert f"{method} {sum(x['method'] == method for x in mm)}" in short
     assert full.splitlines()[:7] == short.splitlines()[:7]         # the same table above
-    assert "| eagle-tree | 29.4 | 1.27x | 1.78 | 15.1 / 40.3 |" in short
+    tree = BENCH["rows"]["eagle-tree"]
+    assert (f"| eagle-tree | {tree['tokens_per_s']:.1f} | {tree['speedup']:.2f}x | {tree['tau']:.2f} | "
+            f"{tree['phase_ms']['draft']:.1f} / {tree['phase_ms']['verify']:.1f} |") in short
     with pytest.raises(ValueError):
         markdown_table(BENCH, mismatches="some")
 
@@ -89,7 +91,7 @@ def test_table_without_mismatches_and_at_t1():
 
 def test_caption_names_machine_prompts_command_and_source():
     text = bench_caption(BENCH, "shipped with eagleviz")
-    for part in ("20 prompts", "bfloat16", "2 threads", "tree 5/4/16", BENCH["command"], "shipped with eagleviz"):
+    for part in (f"{BENCH['prompts']} prompts", "bfloat16", "2 threads", "tree 5/4/16", BENCH["command"], "shipped with eagleviz"):
         assert part in text
     assert "Command" not in bench_caption({k: v for k, v in BENCH.items() if k != "command"}, "x")
 

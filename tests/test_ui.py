@@ -241,8 +241,8 @@ def _inside(node: dict, target: int, within: bool = False) -> set[int]:
 
 
 def test_measured_speed_section_shows_the_bench_table_and_the_curve(hub, tmp_path, monkeypatch):
-    """Read once at build time, no model: the shipped bench (this machine has measured nothing), with the
-    mismatches summarised, and a clear message for the missing curve; once measured, this machine's curve."""
+    """Read once at build time, no model: the shipped bench and curve (this machine has measured nothing),
+    with the mismatches summarised; a clear message when no curve exists; once measured, this machine's curve."""
     monkeypatch.setenv("EAGLEVIZ_CACHE", str(tmp_path))
     demo = build_app(hub)
     by_id = {c["props"]["elem_id"]: c for c in demo.config["components"] if c.get("props", {}).get("elem_id")}
@@ -254,6 +254,12 @@ def test_measured_speed_section_shows_the_bench_table_and_the_curve(hub, tmp_pat
     assert "| eagle-tree |" in table and "greedy outputs differ" in table and "@prompt" not in table
     assert "shipped with eagleviz" in table and "threads" in table and "python -m eagleviz bench --limit" in table
     assert '"type":"bar"' in by_id["bench-plot-0"]["props"]["value"]["plot"]
+    assert "shipped with eagleviz" in by_id["verify-cost-text"]["props"]["value"]
+
+    import eagleviz.measured as measured
+
+    monkeypatch.setattr(measured, "SHIPPED_DIR", tmp_path / "nothing-shipped")
+    by_id = {c["props"]["elem_id"]: c for c in build_app(hub).config["components"] if c.get("props", {}).get("elem_id")}
     assert "run `python -m eagleviz tune` to measure this machine" in by_id["verify-cost-text"]["props"]["value"]
 
     curve = {"prefix": 200, "ms": {"1": 30.0, "16": 36.0}, "relative": {"1": 1.0, "16": 1.2}}
