@@ -10,7 +10,9 @@ with the same model, dtype and thread count. Reports the median tokens/s per met
 speedup over hf-generate, tau and the mean time per phase, checks that the greedy methods agree (explaining
 bf16 differences by the target's top-2 gap where they diverge), and writes JSON, a Markdown table and a
 Plotly HTML figure to --out; the JSON is also copied to <cache>/bench/, where the app's measured-speed
-section looks first (eagleviz.measured).
+section looks first (eagleviz.measured). Two A/B modes measure one engineering lever each, interleaved in one
+process: `--trace-overhead` (recording the full trace) and `--packing` (oneDNN-packed linears,
+eagleviz.models.dense).
 
 tune: measures the verification cost curve cost(n) / cost(1) on this machine (why verifying 16 tokens costs
 about as much as 1), sweeps steps x topk x draft_tokens on a few prompts, and saves the fastest
@@ -94,18 +96,42 @@ def run_method(engine, method: str, ids: list[int], sampling: SamplingConfig, tr
     return _ours(engine, ids, tree, sampling)
 
 
-def tracing_overhead(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig, repeats: int) -> dict:
-    """Decode time with the full trace over decode time without it, interleaved, median of per-prompt ratios."""
-    ratios = []
+def ab_ratio(engine, prompts: list[str], run_a, run_b, repeats: int) -> dict:
+    """Decode time of variant a over variant b, interleaved (a b, then b a, ...), median of per-prompt ratios.
+    run_a, run_b: ids -> Sample. Also reports whether both produced the same tokens on every run."""
+    ratios, same = [], True
     for prompt in prompts:
         ids = engine.encode_prompt(prompt)
-        full, light = [], []
+        times: dict[int, list[float]] = {0: [], 1: []}
+        tokens: dict[int, list[int]] = {}
         for r in range(repeats):
-            pair = [(True, full), (False, light)][:: 1 if r % 2 == 0 else -1]
-            for record, out in pair:
-                out.append(_ours(engine, ids, tree, sampling, record).seconds)
-        ratios.append(statistics.median(full) / statistics.median(light))
-    return {"median_ratio": statistics.median(ratios), "per_prompt": ratios}
+            for which in ((0, 1) if r % 2 == 0 else (1, 0)):
+                sample = (run_a, run_b)[which](ids)
+                times[which].append(sample.seconds)
+                tokens[which] = sample.tokens
+        ratios.append(statistics.median(times[0]) / statistics.median(times[1]))
+        same = same and tokens[0] == tokens[1]
+    return {"median_ratio": statistics.median(ratios), "per_prompt": ratios, "same_tokens": same}
+
+
+def tracing_overhead(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig, repeats: int) -> dict:
+    """Decode time with the full trace over decode time without it (`ab_ratio`)."""
+    return ab_ratio(engine, prompts, lambda ids: _ours(engine, ids, tree, sampling, True),
+                    lambda ids: _ours(engine, ids, tree, sampling, False), repeats)
+
+
+def packing_speedup(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig, repeats: int) -> dict:
+    """Decode time with unpacked linears over packed ones (`eagleviz.models.dense`), for our plain loop and
+    the EAGLE tree: the same weights, one process, interleaved."""
+    from eagleviz.engine import Engine
+    from eagleviz.models.target import TargetModel
+
+    t = engine.target
+    unpacked = Engine(TargetModel(t.hf, t.tokenizer, t.name, pack=False), engine.head, engine.head_name,
+                      engine.attn_impl, pack=False)
+    return {name: ab_ratio(engine, prompts, lambda ids, cfg=cfg: _ours(unpacked, ids, cfg, sampling),
+                           lambda ids, cfg=cfg: _ours(engine, ids, cfg, sampling), repeats)
+            for name, cfg in (("plain", None), ("eagle-tree", tree))}
 
 
 def top2_gap(engine, ids: list[int]) -> float:
@@ -333,13 +359,18 @@ def bench_main(argv: list[str]) -> int:
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--out", type=Path, default=Path("runs/bench"))
     p.add_argument("--trace-overhead", action="store_true", help="only measure what recording the trace costs")
+    p.add_argument("--packing", action="store_true",
+                   help="only measure what packed linears gain (unpacked time / packed time, interleaved)")
     args = p.parse_args(argv)
     engine, prompts, sampling = _setup(args)
     tree = TreeConfig.create(args.steps, args.topk, args.draft_tokens)
     if args.trace_overhead:
         res = tracing_overhead(engine, prompts, sampling, tree, args.repeats)
-        print(f"decode time with the full trace / without: median {res['median_ratio']:.3f} over {len(prompts)} "
-              f"prompts ({', '.join(f'{r:.3f}' for r in res['per_prompt'])})")
+        _print_ratio("decode time with the full trace / without", res)
+        return 0
+    if args.packing:
+        for name, res in packing_speedup(engine, prompts, sampling, tree, args.repeats).items():
+            _print_ratio(f"{name}: decode time unpacked / packed", res)
         return 0
     methods = tuple(m for m in args.methods.split(",") if m)
     stem = Path(bench_name(args.temperature)).stem
@@ -350,6 +381,11 @@ def bench_main(argv: list[str]) -> int:
     print(markdown_table(result))
     print(f"wrote {args.out / stem}.md/.json/.html; the app shows it from {keep_latest(result)}")
     return 0
+
+
+def _print_ratio(what: str, res: dict) -> None:
+    print(f"{what}: median {res['median_ratio']:.3f} over {len(res['per_prompt'])} prompts "
+          f"({', '.join(f'{r:.3f}' for r in res['per_prompt'])}); same tokens: {res['same_tokens']}")
 
 
 def _print_curve(curve: dict) -> None:

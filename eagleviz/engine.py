@@ -29,6 +29,7 @@ import torch
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
 from eagleviz.kv_cache import KVCache
+from eagleviz.models.dense import for_inference
 from eagleviz.models.draft import DraftHead
 from eagleviz.models.target import TargetModel
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
@@ -79,10 +80,15 @@ class _Clock:
 
 
 class Engine:
-    """Target + draft head, shared read-only by every run; each run owns its caches and RNG."""
+    """Target + draft head, shared read-only by every run; each run owns its caches and RNG.
 
-    def __init__(self, target: TargetModel, head: DraftHead | None, head_name: str = "", attn_impl: str = "auto"):
-        self.target, self.head, self.head_name = target, head, head_name
+    The engine drafts with a frozen copy of `head` whose linears are packed where that pays
+    (`eagleviz.models.dense`); `pack` False keeps them unpacked (the reference of an A/B run)."""
+
+    def __init__(self, target: TargetModel, head: DraftHead | None, head_name: str = "", attn_impl: str = "auto",
+                 pack: bool | None = None):
+        self.target, self.head_name = target, head_name
+        self.head = None if head is None else for_inference(head, pack)
         self.attn_impl = resolve_impl(attn_impl, target.device)
         arch = head.config.arch if head is not None else "eagle1"
         self.feature_layers = target.eagle3_layers if arch == "eagle3" else None
@@ -279,7 +285,7 @@ class Engine:
 
     def _add_level(self, cands: Candidates, parents: list[int], hs: torch.Tensor, k: int) -> list[int]:
         """Children of each parent: the draft's top-k tokens by log-probability. Returns the new node ids."""
-        logp = torch.log_softmax(self.head.logits(hs, self.target.lm_head), dim=-1)
+        logp = torch.log_softmax(self.head.logits(hs, self.target.unembed), dim=-1)
         ids, lps = top_children(logp, k)
         mapped = self.head.to_target_ids(torch.tensor(ids, device=hs.device)).tolist()
         new = []

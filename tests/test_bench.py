@@ -37,6 +37,19 @@ def test_bench_writes_its_files_and_keeps_the_latest_for_the_app(tiny_cli, capsy
     assert str(found.path) in capsys.readouterr().out
 
 
+def test_ab_modes_report_ratios_and_same_tokens(tiny_cli, capsys):
+    prompts = tiny_cli / "prompts.txt"
+    prompts.write_text("abc\nhello there\n")
+    common = ["--prompts", str(prompts), "--max-new-tokens", "5", "--repeats", "2", "--steps", "2", "--topk", "2",
+              "--draft-tokens", "4"]
+    assert bench.bench_main(common + ["--packing"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["plain", "eagle-tree"]
+    assert all("over 2 prompts" in ln and ln.endswith("same tokens: True") for ln in lines)
+    assert bench.bench_main(common + ["--trace-overhead"]) == 0
+    assert "same tokens: True" in capsys.readouterr().out
+
+
 def test_tune_curve_only_writes_the_curve_the_app_reads(tiny_cli, capsys):
     out = tiny_cli / "curve" / "verify-cost.json"
     assert bench.tune_main(["--curve-only", "--prefix", "16", "--out", str(out)]) == 0

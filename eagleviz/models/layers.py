@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from eagleviz.kv_cache import KVCache
+from eagleviz.models.dense import Dense
 from kernels.tree_attention import tree_attention_masked
 
 
@@ -44,12 +45,13 @@ class AttentionWeights:
     """The projections of one attention layer, borrowed from an HF module or a draft layer.
 
     q_norm/k_norm are the per-head RMSNorms of Qwen3 (None for Llama, Qwen2 and Mistral). `qkv` is an optional
-    fused (weight, bias) whose rows are [q; k; v]: one matmul instead of three (see `fuse_linears`).
+    fused `Dense` whose rows are [q; k; v]: one matmul instead of three. `o_proj` is any (T, H) -> (T, H)
+    callable: the module, or a `Dense` of its weight.
     """
 
     def __init__(self, q_proj: nn.Linear, k_proj: nn.Linear, v_proj: nn.Linear, o_proj: nn.Linear,
                  num_heads: int, num_kv_heads: int, head_dim: int, q_norm=None, k_norm=None, norm_eps=1e-6,
-                 qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None):
+                 qkv: Dense | None = None):
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.q_norm, self.k_norm, self.norm_eps = q_norm, k_norm, norm_eps
@@ -61,28 +63,9 @@ class AttentionWeights:
         if self.qkv is None:
             return (self.q_proj(x).view(t, self.num_heads, d), self.k_proj(x).view(t, self.num_kv_heads, d),
                     self.v_proj(x).view(t, self.num_kv_heads, d))
-        out = nn.functional.linear(x, *self.qkv)
+        out = self.qkv(x)
         q, k, v = out.split([self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], dim=-1)
         return q.view(t, self.num_heads, d), k.view(t, self.num_kv_heads, d), v.view(t, self.num_kv_heads, d)
-
-
-def fuse_linears(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """Concatenate the weights (and biases) of linears sharing an input into one (weight, bias), and rebind
-    each module's parameters to views of it, so the fused copy costs no extra memory and the modules still
-    compute exactly what they did. Returns None (no fusion) when only some of them have a bias."""
-    has_bias = [lin.bias is not None for lin in linears]
-    if any(has_bias) and not all(has_bias):
-        return None
-    weight = torch.cat([lin.weight.detach() for lin in linears])
-    bias = torch.cat([lin.bias.detach() for lin in linears]) if all(has_bias) else None
-    row = 0
-    for lin in linears:
-        n = lin.weight.shape[0]
-        lin.weight = nn.Parameter(weight[row:row + n], requires_grad=False)
-        if bias is not None:
-            lin.bias = nn.Parameter(bias[row:row + n], requires_grad=False)
-        row += n
-    return weight, bias
 
 
 def cached_attention(w: AttentionWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -108,10 +91,11 @@ def cached_attention(w: AttentionWeights, x: torch.Tensor, cos: torch.Tensor, si
     return w.o_proj(out.reshape(t, w.num_heads * w.head_dim))
 
 
-def swiglu_mlp(mlp: nn.Module, x: torch.Tensor, gate_up=None) -> torch.Tensor:
-    """The gated MLP of Llama-family models: down(silu(gate(x)) * up(x)); `gate_up` is the optional fused
-    [gate; up] (weight, bias) from `fuse_linears` (one matmul instead of two)."""
+def swiglu_mlp(mlp: nn.Module, x: torch.Tensor, gate_up: Dense | None = None, down=None) -> torch.Tensor:
+    """The gated MLP of Llama-family models: down(silu(gate(x)) * up(x)). `gate_up` is the optional fused
+    [gate; up] `Dense` (one matmul instead of two); `down` optionally replaces mlp.down_proj (a `Dense`)."""
+    down = mlp.down_proj if down is None else down
     if gate_up is None:
-        return mlp.down_proj(nn.functional.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
-    gate, up = nn.functional.linear(x, *gate_up).chunk(2, dim=-1)
-    return mlp.down_proj(nn.functional.silu(gate) * up)
+        return down(nn.functional.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+    gate, up = gate_up(x).chunk(2, dim=-1)
+    return down(nn.functional.silu(gate) * up)

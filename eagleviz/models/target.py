@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from eagleviz.kv_cache import KVCache
-from eagleviz.models.layers import AttentionWeights, cached_attention, fuse_linears, rms_norm, swiglu_mlp
+from eagleviz.models.dense import Dense
+from eagleviz.models.layers import AttentionWeights, cached_attention, rms_norm, swiglu_mlp
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
@@ -32,9 +33,12 @@ class TargetOutput:
 
 
 class TargetModel:
-    """A read-only wrapper: shared by every run, it holds no per-run state (caches are arguments)."""
+    """A read-only wrapper: shared by every run, it holds no per-run state (caches are arguments).
 
-    def __init__(self, hf_model: nn.Module, tokenizer, name: str):
+    pack: how the forward's linears are run (`eagleviz.models.dense.Dense`): None packs bf16 CPU weights for
+    oneDNN once (bitwise the same results, ~1.3x faster decoding), False keeps plain `linear` calls."""
+
+    def __init__(self, hf_model: nn.Module, tokenizer, name: str, pack: bool | None = None):
         cfg = hf_model.config
         if cfg.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(f"model type {cfg.model_type!r} is not supported; use one of {SUPPORTED_MODEL_TYPES}")
@@ -56,15 +60,17 @@ class TargetModel:
         self._norm = base.norm
         self._rotary = base.rotary_emb
         self.lm_head = hf_model.lm_head
-        self._attn = [self._attention_weights(layer) for layer in base.layers]
-        self._gate_up = [fuse_linears(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in base.layers]
+        self.unembed = Dense.of(hf_model.lm_head, pack=pack)  # the LM head for inference (packed)
+        self._attn = [self._attention_weights(layer, pack) for layer in base.layers]
+        self._gate_up = [Dense.of(layer.mlp.gate_proj, layer.mlp.up_proj, pack=pack) for layer in base.layers]
+        self._down = [Dense.of(layer.mlp.down_proj, pack=pack) for layer in base.layers]
         self.eos_token_ids = _eos_ids(hf_model, tokenizer)
 
-    def _attention_weights(self, layer: nn.Module) -> AttentionWeights:
+    def _attention_weights(self, layer: nn.Module, pack: bool | None) -> AttentionWeights:
         a = layer.self_attn
-        return AttentionWeights(a.q_proj, a.k_proj, a.v_proj, a.o_proj, self.num_heads, self.num_kv_heads,
-                                self.head_dim, getattr(a, "q_norm", None), getattr(a, "k_norm", None), self.eps,
-                                qkv=fuse_linears(a.q_proj, a.k_proj, a.v_proj))
+        return AttentionWeights(a.q_proj, a.k_proj, a.v_proj, Dense.of(a.o_proj, pack=pack), self.num_heads,
+                                self.num_kv_heads, self.head_dim, getattr(a, "q_norm", None),
+                                getattr(a, "k_norm", None), self.eps, qkv=Dense.of(a.q_proj, a.k_proj, a.v_proj, pack=pack))
 
     @property
     def dtype(self) -> torch.dtype:
@@ -107,10 +113,10 @@ class TargetModel:
             x = rms_norm(h, layer.input_layernorm.weight, self.eps)
             h = h + cached_attention(self._attn[i], x, cos, sin, cache, i, tree_mask, impl)
             x = rms_norm(h, layer.post_attention_layernorm.weight, self.eps)
-            h = h + swiglu_mlp(layer.mlp, x, self._gate_up[i])
+            h = h + swiglu_mlp(layer.mlp, x, self._gate_up[i], self._down[i])
         cache.advance(ids.shape[0])
         normed = rms_norm(h, self._norm.weight, self.eps)
-        logits = None if logit_rows is None else self.lm_head(normed[logit_rows]).float()
+        logits = None if logit_rows is None else self.unembed(normed[logit_rows]).float()
         features = normed if feature_layers is None else torch.cat([captured[i] for i in feature_layers], dim=-1)
         return TargetOutput(logits=logits, features=features)
 

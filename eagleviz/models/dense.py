@@ -1,0 +1,105 @@
+"""Dense (linear) layers for inference, with weights prepacked for oneDNN where that pays.
+
+`torch.nn.functional.linear` on a bf16 CPU tensor hands the weight to oneDNN, which reorders it into its
+blocked (AMX) layout on every call. For the small products of decoding (1 to 64 rows against a 576-wide
+weight) that reorder costs as much as the product: the 120 matmuls of one SmolLM2 decode step take
+18.5 ms with `linear` and 12.8 ms with the weights packed once (2 threads, docs/performance.md entry 10).
+`Dense` packs a bf16 CPU weight once at construction and calls oneDNN's packed product; the result is
+bitwise the same (the same kernel runs, without the reorder). fp32 packing is not used: measured, it is
+slower for one row and changes the rounding. Everywhere else (CUDA, fp32, fp16, a torch build without
+oneDNN) `Dense` is a plain `linear`.
+
+The packed copy is extra memory (one more copy of the packed weights); the unpacked weight stays, because
+the Hugging Face module that owns it is still used (the `generate` peers, training).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+
+def packing_available(weight: torch.Tensor) -> bool:
+    """True when `weight` is a bf16 CPU tensor and this torch build has oneDNN's packed linear."""
+    return (weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+class Dense:
+    """y = x W^T + b with W: (out, in), b: (out,) or None; x: (T, in) -> (T, out).
+
+    pack: None packs when `packing_available`; False never packs (the unpacked reference for A/B runs);
+    True insists and raises when packing is not available."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, pack: bool | None = None):
+        self.weight = weight.detach()
+        self.bias = None if bias is None else bias.detach()
+        can = packing_available(self.weight)
+        if pack and not can:
+            raise ValueError("packed weights need a bf16 CPU tensor and a torch build with oneDNN")
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight) if (can if pack is None else pack) else None
+
+    @classmethod
+    def of(cls, *linears: nn.Linear, pack: bool | None = None) -> Dense | None:
+        """One Dense for linears that share an input (their outputs concatenated in order), or None when
+        only some of them have a bias (they cannot be fused)."""
+        fused = fuse_linears(*linears)
+        return None if fused is None else cls(*fused, pack=pack)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is None:
+            return nn.functional.linear(x, self.weight, self.bias)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+
+def fuse_linears(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """Concatenate the weights (and biases) of linears sharing an input into one (weight, bias), and rebind
+    each module's parameters to views of it, so the fused copy costs no extra memory and the modules still
+    compute exactly what they did. Returns None (no fusion) when only some of them have a bias."""
+    has_bias = [lin.bias is not None for lin in linears]
+    if any(has_bias) and not all(has_bias):
+        return None
+    if len(linears) == 1:
+        only = linears[0]
+        return only.weight.detach(), None if only.bias is None else only.bias.detach()
+    weight = torch.cat([lin.weight.detach() for lin in linears])
+    bias = torch.cat([lin.bias.detach() for lin in linears]) if all(has_bias) else None
+    row = 0
+    for lin in linears:
+        n = lin.weight.shape[0]
+        lin.weight = nn.Parameter(weight[row:row + n], requires_grad=False)
+        if bias is not None:
+            lin.bias = nn.Parameter(bias[row:row + n], requires_grad=False)
+        row += n
+    return weight, bias
+
+
+class DenseModule(nn.Module):
+    """A drop-in for an `nn.Linear` at inference: the same call, a `Dense` behind it (`weight` stays readable)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool | None = None):
+        super().__init__()
+        self.weight, self.bias = weight, bias
+        self.dense = Dense(weight, bias, pack)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dense(x)
+
+    def __deepcopy__(self, memo: dict) -> DenseModule:
+        # oneDNN's packed tensor has no storage to copy: copy the weights and pack again
+        return DenseModule(copy.deepcopy(self.weight, memo), copy.deepcopy(self.bias, memo),
+                           self.dense.packed is not None)
+
+
+def for_inference(module: nn.Module, pack: bool | None = None) -> nn.Module:
+    """A frozen copy of `module` whose `nn.Linear`s (and `DenseModule`s, re-made with this `pack`) are
+    `DenseModule`s, packed where that pays. The original is untouched: a head still being trained keeps its
+    own weights, and the copy is a snapshot."""
+    frozen = copy.deepcopy(module).eval().requires_grad_(False)
+    for parent in list(frozen.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, (nn.Linear, DenseModule)):
+                setattr(parent, name, DenseModule(child.weight, child.bias, pack))
+    return frozen

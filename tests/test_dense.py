@@ -1,0 +1,85 @@
+"""eagleviz/models/dense.py: packed linears compute bitwise what `linear` computes; fusing keeps the modules
+right; the inference copy of a head is a snapshot that leaves the original alone."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from eagleviz.models.dense import Dense, DenseModule, for_inference, fuse_linears, packing_available
+from eagleviz.models.target import TargetModel
+from tiny import tiny_target
+
+needs_packing = pytest.mark.skipif(not packing_available(torch.zeros(1, dtype=torch.bfloat16)),
+                                   reason="this torch build has no oneDNN packed linear")
+
+
+@needs_packing
+@pytest.mark.parametrize("rows", [1, 3, 16, 64, 200])
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_bf16_is_bitwise_linear(rows, bias):
+    gen = torch.Generator().manual_seed(rows)
+    w = torch.randn(96, 80, generator=gen).bfloat16()
+    b = torch.randn(96, generator=gen).bfloat16() if bias else None
+    x = torch.randn(rows, 80, generator=gen).bfloat16()
+    dense = Dense(w, b)
+    assert dense.packed is not None
+    assert torch.equal(dense(x), nn.functional.linear(x, w, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_other_dtypes_stay_unpacked(dtype):
+    w = torch.randn(8, 4).to(dtype)
+    assert Dense(w).packed is None
+    with pytest.raises(ValueError, match="bf16 CPU"):
+        Dense(w, pack=True)
+
+
+@needs_packing
+def test_pack_false_keeps_linear():
+    assert Dense(torch.randn(8, 4).bfloat16(), pack=False).packed is None
+
+
+def test_fused_linears_are_views_and_compute_the_same():
+    torch.manual_seed(0)
+    a, b = nn.Linear(6, 4), nn.Linear(6, 3)
+    x = torch.randn(5, 6)
+    want = torch.cat([a(x), b(x)], dim=-1).detach()
+    fused = Dense.of(a, b)
+    torch.testing.assert_close(fused(x), want)  # one product instead of two: fp32 rounding may differ
+    assert a.weight.data_ptr() == fused.weight.data_ptr()  # the modules now view the fused weight
+    assert torch.equal(torch.cat([a(x), b(x)], dim=-1), want)
+
+
+def test_mixed_biases_are_not_fused():
+    assert fuse_linears(nn.Linear(4, 2), nn.Linear(4, 2, bias=False)) is None
+    assert Dense.of(nn.Linear(4, 2), nn.Linear(4, 2, bias=False)) is None
+
+
+@needs_packing
+def test_target_forward_is_bitwise_the_same_packed_or_not():
+    target = tiny_target(dtype=torch.bfloat16)
+    plain = TargetModel(target.hf, target.tokenizer, target.name, pack=False)
+    assert target.unembed.packed is not None and plain.unembed.packed is None
+    ids = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
+    mask = torch.ones(8, 8, dtype=torch.bool).tril()
+    a = target.forward(ids, torch.arange(8), target.new_cache(16), mask, feature_layers=target.eagle3_layers)
+    b = plain.forward(ids, torch.arange(8), plain.new_cache(16), mask, feature_layers=plain.eagle3_layers)
+    assert torch.equal(a.logits, b.logits) and torch.equal(a.features, b.features)
+
+
+def test_inference_copy_is_a_snapshot():
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).bfloat16()
+    frozen = for_inference(model)
+    assert all(isinstance(frozen[i], DenseModule) for i in (0, 2)) and isinstance(model[0], nn.Linear)
+    x = torch.randn(3, 4).bfloat16()
+    want = model(x).detach()
+    assert torch.equal(frozen(x), want)
+    with torch.no_grad():
+        model[0].weight.zero_()  # training the original further does not reach the snapshot
+    assert torch.equal(frozen(x), want)
+    again = for_inference(frozen, pack=False)  # a copy of a copy, re-made unpacked
+    assert again[0].dense.packed is None and torch.equal(again(x), want)
+    assert torch.equal(copy.deepcopy(frozen)(x), want)
