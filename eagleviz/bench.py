@@ -11,8 +11,8 @@ speedup over hf-generate, tau and the mean time per phase, checks that the greed
 bf16 differences by the target's top-2 gap where they diverge), and writes JSON, a Markdown table and a
 Plotly HTML figure to --out; the JSON is also copied to <cache>/bench/, where the app's measured-speed
 section looks first (eagleviz.measured). Two A/B modes measure one engineering lever each, interleaved in one
-process: `--trace-overhead` (recording the full trace) and `--packing` (oneDNN-packed linears,
-eagleviz.models.dense).
+process: `--ab trace` (recording the full trace), `--ab packing` (oneDNN-packed linears,
+eagleviz.models.dense) and `--ab hot-vocab` (the hot draft vocabulary, eagleviz.models.hot_vocab).
 
 tune: measures the verification cost curve cost(n) / cost(1) on this machine (why verifying 16 tokens costs
 about as much as 1), sweeps steps x topk x draft_tokens on a few prompts, and saves the fastest
@@ -39,6 +39,7 @@ from eagleviz.models.loading import cache_dir
 from eagleviz.prompts import load_prompts
 from eagleviz.visuals.speed import bench_figure, markdown_table
 
+AB_LEVERS = ("trace", "packing", "hot-vocab")
 METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "eagle-chain", "eagle-tree")
 GREEDY_REFERENCE = "hf-generate"
 
@@ -120,18 +121,40 @@ def tracing_overhead(engine, prompts: list[str], sampling: SamplingConfig, tree:
                     lambda ids: _ours(engine, ids, tree, sampling, False), repeats)
 
 
-def packing_speedup(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig, repeats: int) -> dict:
-    """Decode time with unpacked linears over packed ones (`eagleviz.models.dense`), for our plain loop and
-    the EAGLE tree: the same weights, one process, interleaved."""
+def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig, repeats: int,
+             head_dir: str | None = None) -> dict:
+    """Decode time without `lever` over decode time with it (`ab_ratio`): the same weights, one process.
+
+    packing: unpacked linears vs packed ones (eagleviz.models.dense), for our plain loop and the EAGLE tree;
+    hot-vocab: the head's whole draft vocabulary vs the engine's hot one (eagleviz.models.hot_vocab), for the
+    tree (its tau with each is reported too)."""
     from eagleviz.engine import Engine
+    from eagleviz.models.draft import load_head
     from eagleviz.models.target import TargetModel
 
     t = engine.target
-    unpacked = Engine(TargetModel(t.hf, t.tokenizer, t.name, pack=False), engine.head, engine.head_name,
-                      engine.attn_impl, pack=False)
-    return {name: ab_ratio(engine, prompts, lambda ids, cfg=cfg: _ours(unpacked, ids, cfg, sampling),
-                           lambda ids, cfg=cfg: _ours(engine, ids, cfg, sampling), repeats)
-            for name, cfg in (("plain", None), ("eagle-tree", tree))}
+    if lever == "packing":
+        without = Engine(TargetModel(t.hf, t.tokenizer, t.name, pack=False), engine.head, engine.head_name,
+                         engine.attn_impl, pack=False)
+        runs = (("plain", None), ("eagle-tree", tree))
+    else:
+        without = Engine(t, load_head(head_dir, t), "whole draft vocabulary", engine.attn_impl)
+        runs = (("eagle-tree", tree),)
+    results = {}
+    for name, cfg in runs:
+        taus = {"without": [], "with": []}
+
+        def timed(eng, key, ids, cfg=cfg):
+            sample = _ours(eng, ids, cfg, sampling)
+            taus[key].append(sample.tau)
+            return sample
+
+        res = ab_ratio(engine, prompts, lambda ids: timed(without, "without", ids),
+                       lambda ids: timed(engine, "with", ids), repeats)
+        if cfg is not None:
+            res["tau"] = {k: round(statistics.mean(v), 3) for k, v in taus.items()}
+        results[name] = res
+    return results
 
 
 def top2_gap(engine, ids: list[int]) -> float:
@@ -343,7 +366,7 @@ def _setup(args, with_prompts: bool = True):
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl)
+    engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl, args.draft_vocab)
     prompts = load_prompts(args.prompts, args.limit) if with_prompts else []
     sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     return engine, prompts, sampling
@@ -358,19 +381,22 @@ def bench_main(argv: list[str]) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--out", type=Path, default=Path("runs/bench"))
-    p.add_argument("--trace-overhead", action="store_true", help="only measure what recording the trace costs")
-    p.add_argument("--packing", action="store_true",
-                   help="only measure what packed linears gain (unpacked time / packed time, interleaved)")
+    p.add_argument("--ab", choices=AB_LEVERS, default=None,
+                   help="only measure one lever, interleaved in one process: what recording the full trace costs "
+                        "(trace), what packed linears gain (packing), what the hot draft vocabulary gains (hot-vocab)")
     args = p.parse_args(argv)
     engine, prompts, sampling = _setup(args)
     tree = TreeConfig.create(args.steps, args.topk, args.draft_tokens)
-    if args.trace_overhead:
-        res = tracing_overhead(engine, prompts, sampling, tree, args.repeats)
-        _print_ratio("decode time with the full trace / without", res)
+    if args.ab == "trace":
+        _print_ratio("decode time with the full trace / without", tracing_overhead(engine, prompts, sampling, tree,
+                                                                                    args.repeats))
         return 0
-    if args.packing:
-        for name, res in packing_speedup(engine, prompts, sampling, tree, args.repeats).items():
-            _print_ratio(f"{name}: decode time unpacked / packed", res)
+    if args.ab:
+        from eagleviz.models.loading import default_head
+
+        head_dir = args.head or default_head(args.model)
+        for name, res in lever_ab(engine, args.ab, prompts, sampling, tree, args.repeats, head_dir).items():
+            _print_ratio(f"{name}: decode time without {args.ab} / with", res)
         return 0
     methods = tuple(m for m in args.methods.split(",") if m)
     stem = Path(bench_name(args.temperature)).stem
@@ -384,8 +410,9 @@ def bench_main(argv: list[str]) -> int:
 
 
 def _print_ratio(what: str, res: dict) -> None:
+    tau = f"; tau without {res['tau']['without']:.3f}, with {res['tau']['with']:.3f}" if "tau" in res else ""
     print(f"{what}: median {res['median_ratio']:.3f} over {len(res['per_prompt'])} prompts "
-          f"({', '.join(f'{r:.3f}' for r in res['per_prompt'])}); same tokens: {res['same_tokens']}")
+          f"({', '.join(f'{r:.3f}' for r in res['per_prompt'])}); same tokens: {res['same_tokens']}{tau}")
 
 
 def _print_curve(curve: dict) -> None:

@@ -1,4 +1,4 @@
-"""Command line: `python -m eagleviz generate | train-head | eval-head | bench | tune`.
+"""Command line: `python -m eagleviz generate | train-head | eval-head | hot-tokens | bench | tune`.
 
 Errors the user can act on (bad knobs, empty prompt, missing model package, a head that does not fit)
 print one line to stderr and exit with status 2, never a traceback.
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
+from eagleviz.models.hot_vocab import DEFAULT_HOT_SIZE
 from eagleviz.models.loading import DTYPES, EMBEDDED
 
 DEFAULT_TREE = TreeConfig()
@@ -24,6 +25,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", choices=DTYPES)
     p.add_argument("--device", default="cpu")
     p.add_argument("--attn-impl", default="auto", choices=("auto", "torch", "triton"))
+    p.add_argument("--draft-vocab", type=int, default=None,
+                   help="draft among the N most frequent tokens (the head's hot-tokens.json); 0: the whole draft "
+                        f"vocabulary (default: {DEFAULT_HOT_SIZE} when the head ships a ranking)")
 
 
 def add_tree_args(p: argparse.ArgumentParser) -> None:
@@ -60,7 +64,7 @@ def run_generate(args) -> int:
         raise UserFacingError(str(exc)) from exc
     for note in (tree.adjustments if tree else ()):
         print(f"note: {note}", file=sys.stderr)
-    engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl)
+    engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl, args.draft_vocab)
     run = engine.generate(args.prompt, tree, sampling, chat=args.chat)
     summary = run.summary()
     text = engine.target.tokenizer.decode(run.token_ids, skip_special_tokens=True)
@@ -89,10 +93,11 @@ def _delegating_parser(sub, name: str, help_text: str) -> None:
 
 def _delegate(name: str, rest: list[str]) -> int:
     """Subcommands with their own argument parsers live next to the code they drive."""
-    if name in ("train-head", "eval-head"):
+    if name in ("train-head", "eval-head", "hot-tokens"):
         from eagleviz.train import cli as train_cli
 
-        entry = train_cli.train_head_main if name == "train-head" else train_cli.eval_head_main
+        entry = {"train-head": train_cli.train_head_main, "eval-head": train_cli.eval_head_main,
+                 "hot-tokens": train_cli.hot_tokens_main}[name]
     else:
         from eagleviz import bench
 
@@ -106,12 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     _generate_parser(sub)
     _delegating_parser(sub, "train-head", "train an EAGLE draft head for a target model")
     _delegating_parser(sub, "eval-head", "measure a draft head: tau, n-alpha, top-1 accuracy")
+    _delegating_parser(sub, "hot-tokens", "rank a head's draft vocabulary by frequency (its hot-tokens.json)")
     _delegating_parser(sub, "bench", "speed against plain decoding and peers, side by side")
     _delegating_parser(sub, "tune", "sweep the tree knobs and report the fastest configuration")
     return parser
 
 
-DELEGATED = ("train-head", "eval-head", "bench", "tune")
+DELEGATED = ("train-head", "eval-head", "hot-tokens", "bench", "tune")
 
 
 def main(argv: list[str] | None = None) -> int:

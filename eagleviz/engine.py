@@ -180,7 +180,7 @@ class Engine:
         """EAGLE speculative decoding; fills `run` (output tokens, cycles, timings) and yields each cycle.
 
         record=False leaves out what only the pictures need (candidate nodes, mask, token texts): it exists
-        to measure what tracing costs (`python -m eagleviz bench --trace-overhead`)."""
+        to measure what tracing costs (`python -m eagleviz bench --ab trace`)."""
         if self.head is None:
             raise UserFacingError("speculative decoding needs a draft head")
         start = time.perf_counter()

@@ -119,8 +119,11 @@ def default_head(model: str) -> str:
 
 
 def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "auto", device: str = "cpu",
-                attn_impl: str = "auto"):
-    """Target + draft head -> Engine. head None picks `default_head(model)`; "random" builds a random head."""
+                attn_impl: str = "auto", draft_vocab: int | None = None):
+    """Target + draft head -> Engine. head None picks `default_head(model)`; "random" builds a random head.
+
+    draft_vocab: draft among the N most frequent tokens (`eagleviz.models.hot_vocab`, needs the head's
+    hot-tokens.json); None uses DEFAULT_HOT_SIZE when the head ships a ranking, 0 the whole draft vocabulary."""
     from eagleviz.engine import Engine
     from eagleviz.models.draft import load_head, random_head
 
@@ -128,4 +131,32 @@ def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "au
     head = head or default_head(model)
     draft = random_head(target) if head == RANDOM_HEAD else load_head(head, target)
     name = "random (untrained)" if head == RANDOM_HEAD else Path(head).name
+    draft, name = _hot_vocabulary(draft, name, None if head == RANDOM_HEAD else Path(head), draft_vocab)
     return Engine(target, draft, name, attn_impl)
+
+
+def _hot_vocabulary(draft, name: str, head_dir: Path | None, size: int | None):
+    """The head restricted to its hot draft vocabulary as asked (see `load_engine`), and its display name."""
+    from eagleviz.models.hot_vocab import DEFAULT_HOT_SIZE, HOT_TOKENS_FILE, read_ranking, restrict
+
+    if size == 0:
+        return draft, name
+    if size is not None and size < 0:
+        raise UserFacingError(f"--draft-vocab must be 0 (whole draft vocabulary) or positive, got {size}")
+    try:
+        ranking = read_ranking(head_dir) if head_dir is not None else None
+    except ValueError as exc:
+        raise UserFacingError(str(exc)) from exc
+    usable = ranking is not None and draft.config.arch == "eagle3"
+    if size is None:
+        if not usable:
+            return draft, name
+        size = DEFAULT_HOT_SIZE
+    elif not usable:
+        why = ("it is an EAGLE-1 head (it drafts with the target's LM head)" if draft.config.arch != "eagle3" else
+               f"it has no {HOT_TOKENS_FILE}; make one with `python -m eagleviz hot-tokens --head {head_dir}`")
+        raise UserFacingError(f"--draft-vocab {size}: the head cannot draft from a hot vocabulary: {why}")
+    small = restrict(draft, ranking, size)
+    if small is draft:
+        return draft, name
+    return small, f"{name} ({small.config.draft_vocab_size:,} of {draft.config.draft_vocab_size:,} draft tokens)"

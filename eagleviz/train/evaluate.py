@@ -35,6 +35,7 @@ class EvalConfig:
     dtype: str = "auto"
     cache: str = "cache/train"
     threads: int = 0
+    draft_vocab: int = 0  # the head's whole draft vocabulary; N: its N most frequent tokens (hot-tokens.json)
 
 
 def run_prompts(engine, prompts: list[str], tree, temperature: float, max_new_tokens: int, progress=None) -> dict:
@@ -96,13 +97,13 @@ def evaluate_head(cfg: EvalConfig) -> dict:
 
     set_threads(cfg.threads)
     start = time.perf_counter()
-    engine = load_engine(cfg.target, cfg.head, cfg.dtype)
+    engine = load_engine(cfg.target, cfg.head, cfg.dtype, draft_vocab=cfg.draft_vocab)
     target, head = engine.target, engine.head
     prompts = load_prompts(cfg.prompts, cfg.limit)
     if not prompts:
         raise UserFacingError(f"no prompts in {cfg.prompts}")
     tree = TreeConfig.create()
-    report = {"head": str(cfg.head), "target": target.name, "dtype": str(target.dtype).removeprefix("torch."),
+    report = {"head": engine.head_name, "target": target.name, "dtype": str(target.dtype).removeprefix("torch."),
               "prompts": cfg.prompts, "num_prompts": len(prompts), "max_new_tokens": cfg.max_new_tokens,
               "tree": {"steps": tree.steps, "topk": tree.topk, "draft_tokens": tree.draft_tokens}, "runs": {}}
     runs = [(f"T={t:g}", tree, t) for t in cfg.temperatures]

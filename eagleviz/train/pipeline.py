@@ -95,6 +95,32 @@ def choose_vocab(shard: FeatureShard, vocab_size: int, eos_ids, size: int | None
     return d2t, t2d, report
 
 
+def write_hot_tokens(head, shard: FeatureShard, head_dir: Path, source: str) -> Path:
+    """Rank the EAGLE-3 head's draft vocabulary by its frequency among the answer tokens of `shard` and write
+    the head's hot-tokens.json (eagleviz.models.hot_vocab)."""
+    from eagleviz.models.hot_vocab import draft_target_ids, rank_tokens, write_ranking
+
+    counts = token_counts(shard.ids, shard.mask, head.config.vocab_size)
+    return write_ranking(head_dir, rank_tokens(counts, draft_target_ids(head).cpu()), source, int(counts.sum()))
+
+
+def rank_answer_tokens(target, head, head_dir: Path, data: str, conversations: int, heldout: int,
+                       seed: int = 0) -> tuple[Path, int]:
+    """hot-tokens.json for an existing head: count the answer tokens (target tokenizer) of the first
+    `conversations` training conversations of `data`, the held-out split excluded as in training."""
+    from eagleviz.models.hot_vocab import draft_target_ids, rank_tokens, write_ranking
+
+    prompts = D.load_prompts(data)
+    train_idx, _ = D.split(len(prompts), heldout, seed)
+    counts = torch.zeros(head.config.vocab_size, dtype=torch.long)
+    for i in train_idx[:conversations]:
+        ids = target.tokenizer(prompts[i][1], add_special_tokens=False)["input_ids"]
+        counts += torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=counts.numel())[:counts.numel()]
+    source = f"{data} answers of {min(conversations, len(train_idx))} training conversations"
+    counted = int(counts.sum())
+    return write_ranking(head_dir, rank_tokens(counts, draft_target_ids(head).cpu()), source, counted), counted
+
+
 def init_head(target, path: str | Path, arch: str):
     """A trainable fp32 copy of the head in `path` (weights and, for EAGLE-3, its draft vocabulary)."""
     from eagleviz.errors import UserFacingError
