@@ -329,23 +329,41 @@ def load_tuned() -> TreeConfig | None:
         return None
 
 
-def tune(engine, prompts: list[str], sampling: SamplingConfig, prefix: int = 200, progress=print) -> dict:
+def tune(engine, prompts: list[str], sampling: SamplingConfig, prefix: int = 200, progress=print,
+         grid: list[TreeConfig] | None = None) -> dict:
+    """The verification cost curve, then every tree of `grid` (default `tune_grid()`) on every prompt,
+    interleaved like `bench`: per prompt, our plain loop and each tree once, in an order rotated from prompt
+    to prompt, so that a machine drifting during the sweep slows every configuration alike. A tree's score is
+    its median per-prompt speedup over the plain loop; the best score wins."""
     curve = verify_cost_curve(engine, prefix)
+    grid = grid or tune_grid()
     encoded = [engine.encode_prompt(p) for p in prompts]
-    grid = tune_grid()
+    runs: list[TreeConfig | None] = [None, *grid]
+    samples: dict[int, list[Sample]] = {i: [] for i in range(len(runs))}
+    start, done, total = time.perf_counter(), 0, len(runs) * len(encoded)
+    for p, ids in enumerate(encoded):
+        shift = p * len(runs) // max(len(encoded), 1)
+        for i in [(j + shift) % len(runs) for j in range(len(runs))]:
+            samples[i].append(_ours(engine, ids, runs[i], sampling))
+            done += 1
+        eta = (time.perf_counter() - start) / done * (total - done)
+        progress(f"[tune] prompt {p + 1}/{len(encoded)}: {len(runs)} runs  ETA {eta:4.0f} s")
+    plain = samples[0]
     results = []
-    start = time.perf_counter()
-    for i, cfg in enumerate(grid):
-        samples = [_ours(engine, ids, cfg, sampling) for ids in encoded]
-        tokens = sum(len(s.tokens) for s in samples)
-        seconds = sum(s.seconds for s in samples)
+    for i, cfg in enumerate(grid, start=1):
+        mine = samples[i]
         results.append({"steps": cfg.steps, "topk": cfg.topk, "draft_tokens": cfg.draft_tokens,
-                        "tokens_per_s": tokens / seconds, "tau": statistics.mean(s.tau for s in samples)})
-        eta = (time.perf_counter() - start) / (i + 1) * (len(grid) - i - 1)
-        progress(f"[tune] {i + 1}/{len(grid)} steps={cfg.steps} topk={cfg.topk} draft_tokens={cfg.draft_tokens}: "
-                 f"{results[-1]['tokens_per_s']:.1f} tok/s, tau {results[-1]['tau']:.2f}  ETA {eta:4.0f} s")
-    best = max(results, key=lambda r: r["tokens_per_s"])
-    return {"verify_cost": curve, "grid": results,
+                        "speedup_vs_plain": statistics.median(m.tokens_per_s / max(q.tokens_per_s, 1e-9)
+                                                              for m, q in zip(mine, plain)),
+                        "tokens_per_s": sum(len(m.tokens) for m in mine) / sum(m.seconds for m in mine),
+                        "tau": statistics.mean(m.tau for m in mine)})
+    results.sort(key=lambda r: r["speedup_vs_plain"], reverse=True)
+    for r in results[:5]:
+        progress(f"[tune] steps={r['steps']} topk={r['topk']} draft_tokens={r['draft_tokens']}: "
+                 f"{r['speedup_vs_plain']:.3f}x plain, {r['tokens_per_s']:.1f} tok/s, tau {r['tau']:.2f}")
+    best = results[0]
+    return {"verify_cost": curve, "grid": results, "interleaved": True,
+            "plain_tokens_per_s": sum(len(q.tokens) for q in plain) / sum(q.seconds for q in plain),
             "best": {k: best[k] for k in ("steps", "topk", "draft_tokens")}, "machine": machine_info(engine)}
 
 

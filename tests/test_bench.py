@@ -50,6 +50,20 @@ def test_ab_modes_report_ratios_and_same_tokens(tiny_cli, capsys):
     assert "same tokens: True" in capsys.readouterr().out
 
 
+def test_tune_interleaves_the_trees_and_ranks_them_against_plain(tiny_cli, capsys):
+    from eagleviz.config import SamplingConfig, TreeConfig
+
+    engine = tiny_engine("llama", vocab=8)
+    grid = [TreeConfig.create(2, 1, 3), TreeConfig.create(2, 2, 4), TreeConfig.create(3, 2, 6)]
+    result = bench.tune(engine, ["abc", "hello there", "xyz"], SamplingConfig(max_new_tokens=6), prefix=8,
+                        grid=grid)
+    speedups = [r["speedup_vs_plain"] for r in result["grid"]]
+    assert result["interleaved"] and len(speedups) == 3 and speedups == sorted(speedups, reverse=True)
+    assert result["best"] == {k: result["grid"][0][k] for k in ("steps", "topk", "draft_tokens")}
+    assert all(r["tau"] >= 1 and r["tokens_per_s"] > 0 for r in result["grid"])
+    assert "[tune] prompt 3/3" in capsys.readouterr().out
+
+
 def test_tune_curve_only_writes_the_curve_the_app_reads(tiny_cli, capsys):
     out = tiny_cli / "curve" / "verify-cost.json"
     assert bench.tune_main(["--curve-only", "--prefix", "16", "--out", str(out)]) == 0
