@@ -6,6 +6,7 @@ bench: for each prompt, interleaved and repeated, run
     plain            eagleviz's own loop without speculation
     eagle-chain      EAGLE with topk = 1
     eagle-tree       EAGLE with the default tree
+    eagle-tuned      EAGLE with the tree `tune` found fastest on this machine (when it has been run)
 with the same model, dtype and thread count. Reports the median tokens/s per method, the median per-prompt
 speedup over hf-generate, tau and the mean time per phase, checks that the greedy methods agree (explaining
 bf16 differences by the target's top-2 gap where they diverge), and writes JSON, a Markdown table and a
@@ -34,6 +35,7 @@ from pathlib import Path
 import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.errors import UserFacingError
 from eagleviz.measured import TUNED_FILE, bench_name, user_bench_path, user_verify_cost_path
 from eagleviz.models.loading import cache_dir
 from eagleviz.prompts import load_prompts
@@ -41,6 +43,7 @@ from eagleviz.visuals.speed import bench_figure, markdown_table
 
 AB_LEVERS = ("trace", "packing", "hot-vocab")
 METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "eagle-chain", "eagle-tree")
+TUNED_METHOD = "eagle-tuned"
 GREEDY_REFERENCE = "hf-generate"
 
 
@@ -85,7 +88,8 @@ def _ours(engine, ids: list[int], tree: TreeConfig | None, sampling: SamplingCon
     return Sample(tokens=run.token_ids, seconds=seconds, tau=s["tau"], phases=s["mean_phase_ms"])
 
 
-def run_method(engine, method: str, ids: list[int], sampling: SamplingConfig, tree: TreeConfig) -> Sample:
+def run_method(engine, method: str, ids: list[int], sampling: SamplingConfig, tree: TreeConfig,
+               tuned: TreeConfig | None = None) -> Sample:
     if method == "hf-generate":
         return _hf_generate(engine, ids, sampling, None)
     if method == "hf-prompt-lookup":
@@ -94,7 +98,7 @@ def run_method(engine, method: str, ids: list[int], sampling: SamplingConfig, tr
         return _ours(engine, ids, None, sampling)
     if method == "eagle-chain":
         return _ours(engine, ids, TreeConfig.create(tree.steps, 1, tree.steps + 1), sampling)
-    return _ours(engine, ids, tree, sampling)
+    return _ours(engine, ids, tuned if method == "eagle-tuned" else tree, sampling)
 
 
 def ab_ratio(engine, prompts: list[str], run_a, run_b, repeats: int) -> dict:
@@ -172,10 +176,14 @@ def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig
     `journal`: a JSON-lines file that records each finished prompt; a run with the same settings picks up
     after the last recorded prompt (a long bench survives an interruption), and the file is removed at the
     end. A journal written with other settings is started afresh."""
+    tuned = load_tuned() if TUNED_METHOD in methods else None
+    if TUNED_METHOD in methods and tuned is None:
+        raise UserFacingError(f"{TUNED_METHOD} runs the tree `python -m eagleviz tune` found: run it first")
     samples: dict[str, list[list[Sample]]] = {m: [] for m in methods}
     encoded = [engine.encode_prompt(p) for p in prompts]
     header = {"prompts": encoded, "methods": list(methods), "repeats": repeats, "sampling": vars(sampling),
-              "tree": [tree.steps, tree.topk, tree.draft_tokens], "machine": machine_info(engine)}
+              "tree": [tree.steps, tree.topk, tree.draft_tokens], "machine": machine_info(engine),
+              "tuned": tuned and [tuned.steps, tuned.topk, tuned.draft_tokens]}
     for per in _read_journal(journal, header):
         for m in methods:
             samples[m].append(per[m])
@@ -186,14 +194,14 @@ def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig
         journal.parent.mkdir(parents=True, exist_ok=True)
         journal.write_text(json.dumps(header) + "\n")
     for m in methods:  # warm-up: first-call allocations and lazy initialisation
-        run_method(engine, m, encoded[0], SamplingConfig(max_new_tokens=8), tree)
+        run_method(engine, m, encoded[0], SamplingConfig(max_new_tokens=8), tree, tuned)
     start = time.perf_counter()
     for i in range(first, len(encoded)):
         per = {m: [] for m in methods}
         for r in range(repeats):
             order = methods[r % len(methods):] + methods[: r % len(methods)]
             for m in order:
-                per[m].append(run_method(engine, m, encoded[i], sampling, tree))
+                per[m].append(run_method(engine, m, encoded[i], sampling, tree, tuned))
         for m in methods:
             samples[m].append(per[m])
         if journal is not None:
@@ -203,6 +211,8 @@ def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig
         eta = (time.perf_counter() - start) / done * (len(encoded) - i - 1)
         progress(f"[bench] prompt {i + 1}/{len(encoded)}  ETA {eta:5.0f} s")
     result = summarize(engine, encoded, samples, sampling, methods)
+    if tuned is not None:
+        result["tuned_tree"] = {"steps": tuned.steps, "topk": tuned.topk, "draft_tokens": tuned.draft_tokens}
     if journal is not None:
         journal.unlink(missing_ok=True)
     return result
@@ -397,7 +407,9 @@ def bench_main(argv: list[str]) -> int:
     _common(p)
     add_tree_args(p)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--methods", default=None,
+                   help=f"comma-separated, from {', '.join(METHODS + (TUNED_METHOD,))} (default: all; "
+                        f"{TUNED_METHOD} once `tune` has run)")
     p.add_argument("--out", type=Path, default=Path("runs/bench"))
     p.add_argument("--ab", choices=AB_LEVERS, default=None,
                    help="only measure one lever, interleaved in one process: what recording the full trace costs "
@@ -416,7 +428,13 @@ def bench_main(argv: list[str]) -> int:
         for name, res in lever_ab(engine, args.ab, prompts, sampling, tree, args.repeats, head_dir).items():
             _print_ratio(f"{name}: decode time without {args.ab} / with", res)
         return 0
-    methods = tuple(m for m in args.methods.split(",") if m)
+    if args.methods is None:
+        methods = METHODS + ((TUNED_METHOD,) if load_tuned() else ())
+    else:
+        methods = tuple(m for m in args.methods.split(",") if m)
+    unknown = [m for m in methods if m not in METHODS + (TUNED_METHOD,)]
+    if unknown or not methods:
+        p.error(f"--methods: unknown {unknown}" if unknown else "--methods: none given")
     stem = Path(bench_name(args.temperature)).stem
     result = bench(engine, prompts, sampling, tree, args.repeats, methods, journal=args.out / f"{stem}.journal.jsonl")
     result["tree"] = {"steps": tree.steps, "topk": tree.topk, "draft_tokens": tree.draft_tokens}

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from eagleviz import bench, measured
+from eagleviz import errors
 from tiny import tiny_engine
 
 
@@ -62,6 +63,21 @@ def test_tune_interleaves_the_trees_and_ranks_them_against_plain(tiny_cli, capsy
     assert result["best"] == {k: result["grid"][0][k] for k in ("steps", "topk", "draft_tokens")}
     assert all(r["tau"] >= 1 and r["tokens_per_s"] > 0 for r in result["grid"])
     assert "[tune] prompt 3/3" in capsys.readouterr().out
+
+
+def test_eagle_tuned_runs_the_tree_tune_saved(tiny_cli, capsys):
+    prompts = tiny_cli / "prompts.txt"
+    prompts.write_text("abc\n")
+    args = ["--prompts", str(prompts), "--max-new-tokens", "5", "--repeats", "1", "--out", str(tiny_cli / "out")]
+    with pytest.raises(errors.UserFacingError, match="tune"):  # not tuned yet
+        bench.bench_main(args + ["--methods", "plain,eagle-tuned"])
+    bench.tuned_path().parent.mkdir(parents=True, exist_ok=True)
+    bench.tuned_path().write_text(json.dumps({"best": {"steps": 2, "topk": 2, "draft_tokens": 4}}))
+    assert bench.bench_main(args) == 0  # the default methods now include it
+    result = json.loads((tiny_cli / "out" / "bench-T0.json").read_text())
+    assert "eagle-tuned" in result["rows"] and result["tuned_tree"] == {"steps": 2, "topk": 2, "draft_tokens": 4}
+    with pytest.raises(SystemExit):
+        bench.bench_main(args + ["--methods", "plain,nonsense"])
 
 
 def test_tune_curve_only_writes_the_curve_the_app_reads(tiny_cli, capsys):

@@ -73,6 +73,8 @@ def bench_caption(result: dict, origin: str) -> str:
     what = f"{result['prompts']:g} prompts, {s.get('max_new_tokens', '?')} new tokens"
     if tree:
         what += f", tree {tree['steps']}/{tree['topk']}/{tree['draft_tokens']} (steps/topk/draft tokens)"
+    if tuned := result.get("tuned_tree"):
+        what += f", eagle-tuned {tuned['steps']}/{tuned['topk']}/{tuned['draft_tokens']} (found by tune)"
     where = (f"{mc.get('model', '?')} with head {mc.get('head', '?')}, {mc.get('dtype', '?')} on "
              f"{mc.get('cpu', '?')} ({mc.get('device', 'cpu')}), {mc.get('threads', '?')} threads, "
              f"torch {mc.get('torch', '?')}")
