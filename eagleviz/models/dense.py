@@ -4,9 +4,11 @@
 blocked (AMX) layout on every call. For the small products of decoding (1 to 64 rows against a 576-wide
 weight) that reorder costs as much as the product: the 120 matmuls of one SmolLM2 decode step take
 18.5 ms with `linear` and 12.8 ms with the weights packed once (2 threads, docs/performance.md entry 10).
-`Dense` packs a bf16 CPU weight once at construction and calls oneDNN's packed product; the result is
-bitwise the same (the same kernel runs, without the reorder). fp32 packing is not used: measured, it is
-slower for one row and changes the rounding. Everywhere else (CUDA, fp32, fp16, a torch build without
+`Dense` packs a bf16 CPU weight once at construction and calls oneDNN's packed product: the same AMX
+kernels without the reorder, bitwise equal to `linear` for the shapes of `tests/test_dense.py` and for
+decoding, though not for every prefill length (o/down products of 373+ rows differ; docs/performance.md
+entry 14).
+fp32 packing is not used: measured, it is slower for one row and changes the rounding. Everywhere else (CUDA, fp32, fp16, a torch build without
 oneDNN) `Dense` is a plain `linear`.
 
 The packed copy is extra memory (one more copy of the packed weights); the unpacked weight stays, because

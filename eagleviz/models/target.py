@@ -36,7 +36,8 @@ class TargetModel:
     """A read-only wrapper: shared by every run, it holds no per-run state (caches are arguments).
 
     pack: how the forward's linears are run (`eagleviz.models.dense.Dense`): None packs bf16 CPU weights for
-    oneDNN once (bitwise the same results, ~1.3x faster decoding), False keeps plain `linear` calls."""
+    oneDNN once (the same kernels without a per-call reorder, ~1.3x faster decoding), False keeps plain `linear`
+    calls."""
 
     def __init__(self, hf_model: nn.Module, tokenizer, name: str, pack: bool | None = None):
         cfg = hf_model.config
