@@ -34,7 +34,7 @@ from eagleviz.models.draft import DraftHead
 from eagleviz.models.target import TargetModel
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
 from eagleviz.tree import Candidates, VerifyTree, rerank, select_frontier, top_children
-from eagleviz.verify import greedy_verify, sample_verify, sampling_probs
+from eagleviz.verify import draw, greedy_verify, sample_verify, sampling_probs
 from kernels.tree_attention import resolve_impl
 
 
@@ -132,7 +132,7 @@ class Engine:
     def _choose(logits: torch.Tensor, sampling: SamplingConfig, gen: torch.Generator) -> int:
         if sampling.greedy:
             return int(logits.argmax())
-        return int(torch.multinomial(sampling_probs(logits, sampling.temperature, sampling.top_p), 1, generator=gen))
+        return draw(sampling_probs(logits, sampling.temperature, sampling.top_p), gen)
 
     @staticmethod
     def _emit(run: RunTrace, tokens: list[tuple[int, str]], cycle: int, eos: frozenset[int], limit: int,
@@ -214,8 +214,8 @@ class Engine:
                                  impl=self.attn_impl)
             t_verify = clock.lap()
             # 3) accept
-            result, argmax, tprobs = self._accept(tree, draft.cands, out.logits, sampling, gen, text)
-            root_top = [] if sampling.greedy else self._root_top(out.logits[0], sampling, text)
+            result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, gen, text)
+            root_top = [] if root_probs is None else self._root_top(root_probs, text)
             t_accept = clock.lap()
             # 4) rewind KV
             path_slots = [S + s for s in result.path]
@@ -297,27 +297,27 @@ class Engine:
 
     def _accept(self, tree: VerifyTree, cands: Candidates, logits: torch.Tensor, sampling: SamplingConfig,
                 gen: torch.Generator, text):
-        """Phase 3. logits: (T, V) fp32 target logits at each slot."""
-        temp = sampling.temperature if not sampling.greedy else 1.0
-        probs = torch.softmax(logits / temp, dim=-1)
+        """Phase 3. logits: (T, V) fp32 target logits at each slot. Returns the verdict, the target's argmax
+        and its probability at each slot, and (when sampling) the target's sampling distribution at the root."""
+        temp = 1.0 if sampling.greedy else sampling.temperature
+        probs = torch.softmax(logits if temp == 1.0 else logits / temp, dim=-1)
         top_p, top_i = probs.max(dim=-1)
         argmax, tprobs = top_i.tolist(), top_p.tolist()
         qs = [1.0] + [math.exp(cands.logprobs[n]) for n in tree.node_ids[1:]]
         if sampling.greedy:
-            return greedy_verify(tree, argmax, qs, tprobs, text), argmax, tprobs
+            return greedy_verify(tree, argmax, qs, tprobs, text), argmax, tprobs, None
         memo: dict[int, torch.Tensor] = {}
 
         def probs_at(s: int) -> torch.Tensor:
-            if s not in memo:
-                memo[s] = sampling_probs(logits[s], sampling.temperature, sampling.top_p)
+            if s not in memo:  # without nucleus truncation, the softmax above is the sampling distribution
+                memo[s] = probs[s] if sampling.top_p >= 1.0 else sampling_probs(logits[s], temp, sampling.top_p)
             return memo[s]
 
-        return sample_verify(tree, probs_at, qs, argmax, gen, text), argmax, tprobs
+        return sample_verify(tree, probs_at, qs, argmax, gen, text), argmax, tprobs, probs_at(0)
 
     @staticmethod
-    def _root_top(logits: torch.Tensor, sampling: SamplingConfig, text) -> list[tuple[int, str, float]]:
+    def _root_top(probs: torch.Tensor, text) -> list[tuple[int, str, float]]:
         """The target's sampling distribution at the root, truncated to its ROOT_TOP most likely tokens."""
-        probs = sampling_probs(logits, sampling.temperature, sampling.top_p)
         top_v, top_i = torch.topk(probs, min(ROOT_TOP, probs.numel()))
         return [(int(i), text(int(i)), float(v)) for v, i in zip(top_v, top_i) if v > 0]
 

@@ -40,6 +40,20 @@ def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float) -> to
     return trimmed / trimmed.sum(dim=-1, keepdim=True)
 
 
+def draw(weights: torch.Tensor, generator: torch.Generator) -> int:
+    """One index of a (V,) tensor of non-negative weights, drawn with probability weights[i] / weights.sum().
+
+    Inverse CDF in fp64 (a cumulative sum and a binary search): `torch.multinomial` does the same job but
+    costs about 1 ms for one draw over a 49k vocabulary on a CPU, more than the rest of a cycle's accept phase
+    (docs/performance.md entry 15). Zero weights are never drawn."""
+    cdf = torch.cumsum(weights, 0, dtype=torch.float64)
+    u = torch.rand(1, generator=generator, dtype=torch.float64, device=weights.device) * cdf[-1]
+    i = int(torch.searchsorted(cdf, u, right=True))
+    if i >= weights.numel():  # u rounded up to the total: the last token with weight
+        i = int(torch.nonzero(weights)[-1])
+    return i
+
+
 @dataclass
 class VerifyResult:
     path: list[int]            # accepted slots, root first
@@ -84,12 +98,16 @@ def sample_verify(tree: VerifyTree, probs_at: Callable[[int], torch.Tensor], dra
     while True:
         cur = path[-1]
         p = probs_at(cur).clone()
+        # the residual's most likely tokens are among p's top (RESIDUAL_TOP + siblings): rejecting a token
+        # zeroes it and rescales the rest, which keeps their order
+        top_i = torch.topk(p, min(RESIDUAL_TOP + len(kids[cur]), p.numel())).indices.tolist()
+        zeroed: set[int] = set()
         rejected = False
         nxt = None
         for s in kids[cur]:
             x = tree.tokens[s]
             px = float(p[x])
-            u = float(torch.rand((), generator=generator))
+            u = float(torch.rand((), generator=generator, device=p.device))
             ok = u < px
             check = NodeCheck(slot=s, depth=tree.depths[s], token=x, text=text(x), p=px, q=draft_probs[s],
                               accept_prob=px, uniform=u, accepted=ok, target_token=target_argmax[cur],
@@ -100,15 +118,15 @@ def sample_verify(tree: VerifyTree, probs_at: Callable[[int], torch.Tensor], dra
                 break
             rejected = True
             p[x] = 0.0
+            zeroed.add(x)
             total = float(p.sum())
             if total <= 0.0:
                 break
             p /= total
-            top_v, top_i = torch.topk(p, min(RESIDUAL_TOP, p.numel()))
-            check.residual_top = [(int(i), text(int(i)), float(v)) for v, i in zip(top_v, top_i)]
+            check.residual_top = [(i, text(i), float(p[i])) for i in top_i if i not in zeroed][:RESIDUAL_TOP]
         if nxt is not None:
             path.append(nxt)
             continue
-        bonus = int(torch.multinomial(p, 1, generator=generator))
+        bonus = draw(p, generator)
         return VerifyResult(path=path, bonus_token=bonus, bonus_source="residual" if rejected else "target",
                             checks=checks)

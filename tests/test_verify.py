@@ -6,7 +6,7 @@ import torch
 from scipy.stats import chisquare
 
 from eagleviz.tree import VerifyTree
-from eagleviz.verify import greedy_verify, sample_verify, sampling_probs
+from eagleviz.verify import draw, greedy_verify, sample_verify, sampling_probs
 
 V = 6
 # root(slot 0) -> slots 1, 2, 3 ; slot 1 -> 4, 5 ; slot 2 -> 6
@@ -82,3 +82,22 @@ def test_rejection_records_residual_and_uniform():
     assert all(not c.accepted and c.accept_prob == 0.0 and 0.0 <= c.uniform < 1.0 for c in res.checks)
     residual = {t: p for t, _, p in res.checks[-1].residual_top if p > 0}
     assert residual == pytest.approx({4: 0.5, 5: 0.5})
+
+
+def test_draw_follows_the_weights_and_never_draws_a_zero():
+    weights = torch.tensor([0.0, 3.0, 0.0, 1.0, 0.5, 0.0, 5.5])  # unnormalised, zeros inside and at the end
+    g = torch.Generator().manual_seed(1)
+    counts = np.bincount([draw(weights, g) for _ in range(20_000)], minlength=weights.numel())
+    assert counts[weights.numpy() == 0].sum() == 0
+    nz = weights.numpy() > 0
+    assert chisquare(counts[nz], weights.numpy()[nz] / 10.0 * 20_000).pvalue > 1e-3
+
+
+def test_draw_is_reproducible_and_handles_a_single_token():
+    weights = torch.softmax(torch.randn(1000), 0)
+    a = [draw(weights, torch.Generator().manual_seed(7)) for _ in range(3)]
+    assert len(set(a)) == 1
+    one = torch.zeros(50)
+    one[49] = 2.0
+    g = torch.Generator().manual_seed(0)
+    assert {draw(one, g) for _ in range(200)} == {49}
