@@ -138,7 +138,7 @@ def answer_batch(hf_model, pad_id: int, eos_ids: frozenset[int], prompts: list[l
     return answers
 
 
-def generate_answers(target, prompts: list[str], out_dir: Path, *, shard_size: int = 240, batch_size: int = 24,
+def generate_answers(target, prompts: list[str], out_dir: Path, *, shard_size: int = 240, batch_size: int = 64,
                      max_prompt_len: int = 256, max_new_tokens: int = 256, progress=None) -> None:
     """Answer `prompts` with the target, shard by shard; shards already on disk are skipped (resume).
 
