@@ -98,9 +98,7 @@ def sample_verify(tree: VerifyTree, probs_at: Callable[[int], torch.Tensor], dra
     while True:
         cur = path[-1]
         p = probs_at(cur).clone()
-        # the residual's most likely tokens are among p's top (RESIDUAL_TOP + siblings): rejecting a token
-        # zeroes it and rescales the rest, which keeps their order
-        top_i = torch.topk(p, min(RESIDUAL_TOP + len(kids[cur]), p.numel())).indices.tolist()
+        top_i: list[int] = []  # filled at the first rejection (an accepted first child never needs it)
         zeroed: set[int] = set()
         rejected = False
         nxt = None
@@ -123,6 +121,9 @@ def sample_verify(tree: VerifyTree, probs_at: Callable[[int], torch.Tensor], dra
             if total <= 0.0:
                 break
             p /= total
+            if not top_i:  # the residual's most likely tokens are among these: rejecting a token zeroes it and
+                # rescales the rest, which keeps their order
+                top_i = torch.topk(p, min(RESIDUAL_TOP + len(kids[cur]), p.numel())).indices.tolist()
             check.residual_top = [(i, text(i), float(p[i])) for i in top_i if i not in zeroed][:RESIDUAL_TOP]
         if nxt is not None:
             path.append(nxt)
