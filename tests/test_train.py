@@ -257,5 +257,49 @@ def test_answer_sources():
 
     assert DataConfig(answers="both").sources == ("original", "self")
     assert DataConfig(answers="self").sources == ("self",)
-    with pytest.raises(ValueError, match="answers must be one of"):
-        DataConfig(answers="mine")
+    assert DataConfig(answers="self+sampled").sources == ("self", "sampled")
+    for bad in ("mine", "self+self", "", "self+"):
+        with pytest.raises(ValueError, match="answers must be"):
+            DataConfig(answers=bad)
+
+
+def _first_tokens(hf, prompt: list[int], n: int, temperature: float, seed: int) -> list[int]:
+    torch.manual_seed(seed)
+    return [a[0] for a in D.answer_batch(hf, 0, frozenset({V - 1}), [prompt] * n, 1, temperature)]
+
+
+def test_sampled_answers_follow_the_tempered_target_without_truncation(tiny_target):
+    """At T = 40 the tiny target's logits (scaled by 40) are flat enough that a top-k of 50 (the library's
+    default) or a top-p would visibly cut the tail: the first answer tokens must follow softmax(logits / T)."""
+    from scipy.stats import chisquare
+
+    prompt, n = [3, 17, 42, 8], 4000
+    with torch.no_grad():
+        logits = tiny_target.hf(torch.tensor([prompt])).logits[0, -1].float()
+    p = torch.softmax(logits / 40.0, dim=-1)
+    assert float(p.sort(descending=True).values[50:].sum()) > 0.1  # the tail a default top-k would drop
+    assert float(p.min()) * n >= 5
+    obs = torch.bincount(torch.tensor(_first_tokens(tiny_target.hf, prompt, n, 40.0, 0)), minlength=V).double()
+    exp = p.double() / p.double().sum() * n
+    assert chisquare(obs.numpy(), exp.numpy()).pvalue > 1e-3
+    assert _first_tokens(tiny_target.hf, prompt, 64, 40.0, 0) == _first_tokens(tiny_target.hf, prompt, 64, 40.0, 0)
+
+
+def test_greedy_answers_are_the_argmax_continuation(tiny_target):
+    prompt = [5, 9, 11]
+    answer = D.answer_batch(tiny_target.hf, 0, frozenset({V - 1}), [prompt, [7] + prompt], 6)[0]
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in answer:
+            ids.append(int(tiny_target.hf(torch.tensor([ids])).logits[0, -1].argmax()))
+    assert answer == ids[len(prompt):]
+
+
+def test_read_answers_stops_at_the_prompts_asked_for(tmp_path):
+    for index, prompts in enumerate(((0, 1, 2), (3, 4))):
+        lines = [json.dumps({"prompt": i, "ids": [7, 8, 9 + i], "answer_start": 2}) for i in prompts]
+        (tmp_path / f"answers-{index:05d}.jsonl").write_text("\n".join(lines) + "\n")
+    assert [s.ids[-1] - 9 for s in D.read_answers(tmp_path, 4, shard_size=3)] == [0, 1, 2, 3]
+    assert D.read_answers(tmp_path, 2, shard_size=3)[1].loss_mask == [0, 0, 1]
+    with pytest.raises(FileNotFoundError, match="answers-00002"):
+        D.read_answers(tmp_path, 7, shard_size=3)

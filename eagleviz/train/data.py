@@ -2,8 +2,9 @@
 
 The EAGLE papers train on ShareGPT. EAGLE-3 regenerates the answers with the target: the head then learns
 the distribution it will have to predict at decoding time, not the style of the original answers. Here the
-target answers each first human turn greedily, in batches, and the answers are cached on disk in shards of
-JSON lines, so that an interrupted generation resumes where it stopped.
+target answers each first human turn, greedily or sampled at T = 1 (the contexts a head meets when decoding
+samples), in batches, and the answers are cached on disk in shards of JSON lines, so that an interrupted
+generation resumes where it stopped.
 
 A sample is (ids, loss_mask): the chat-template rendering of one user turn and the assistant's answer;
 loss_mask[i] is 1 when token i belongs to the answer (the head is trained to predict those tokens only).
@@ -120,17 +121,20 @@ def _shard_path(out_dir: Path, index: int) -> Path:
 
 @torch.inference_mode()
 def answer_batch(hf_model, pad_id: int, eos_ids: frozenset[int], prompts: list[list[int]],
-                 max_new_tokens: int) -> list[list[int]]:
-    """Greedy answers of the target to a batch of tokenized prompts (left padding); each answer ends at its
-    first end-of-turn token (kept) or at max_new_tokens."""
+                 max_new_tokens: int, temperature: float = 0.0) -> list[list[int]]:
+    """The target's answers to a batch of tokenized prompts (left padding): greedy at temperature 0, else
+    sampled from softmax(logits / temperature) with no top-k or top-p truncation (torch's global RNG). Each
+    answer ends at its first end-of-turn token (kept) or at max_new_tokens."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for r, p in enumerate(prompts):
         ids[r, width - len(p):] = torch.tensor(p)
         mask[r, width - len(p):] = 1
-    out = hf_model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                            pad_token_id=pad_id, eos_token_id=sorted(eos_ids))
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 else \
+        {"do_sample": False}
+    out = hf_model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                            pad_token_id=pad_id, eos_token_id=sorted(eos_ids), **sampling)
     answers = []
     for row in out[:, width:].tolist():
         cut = next((i + 1 for i, t in enumerate(row) if t in eos_ids), len(row))
@@ -139,8 +143,11 @@ def answer_batch(hf_model, pad_id: int, eos_ids: frozenset[int], prompts: list[l
 
 
 def generate_answers(target, prompts: list[str], out_dir: Path, *, shard_size: int = 240, batch_size: int = 64,
-                     max_prompt_len: int = 256, max_new_tokens: int = 256, progress=None) -> None:
-    """Answer `prompts` with the target, shard by shard; shards already on disk are skipped (resume).
+                     max_prompt_len: int = 256, max_new_tokens: int = 256, temperature: float = 0.0, seed: int = 0,
+                     progress=None) -> None:
+    """Answer `prompts` with the target (greedy, or sampled at `temperature`), shard by shard; shards already
+    on disk are skipped (resume). Sampling reseeds torch with seed + shard index before each shard, so a
+    resumed run writes the shards an uninterrupted one would.
 
     Prompts whose rendering exceeds max_prompt_len tokens are skipped. Within a shard the prompts are sorted
     by length so that a batch wastes little padding. A shard is written to a temporary file and renamed when
@@ -157,11 +164,12 @@ def generate_answers(target, prompts: list[str], out_dir: Path, *, shard_size: i
             continue
         rendered = [prompt_ids(tok, p) for p in prompts[s:s + shard_size]]
         order = sorted((i for i, r in enumerate(rendered) if len(r) <= max_prompt_len), key=lambda i: len(rendered[i]))
+        torch.manual_seed(seed + s // shard_size)
         lines = []
         for b in range(0, len(order), batch_size):
             batch = order[b:b + batch_size]
             answers = answer_batch(target.hf, pad_id, target.eos_token_ids, [rendered[i] for i in batch],
-                                   max_new_tokens)
+                                   max_new_tokens, temperature)
             for i, ans in zip(batch, answers):
                 lines.append(json.dumps({"prompt": s + i, "ids": rendered[i] + ans, "answer_start": len(rendered[i])}))
             if progress is not None:
@@ -173,13 +181,17 @@ def generate_answers(target, prompts: list[str], out_dir: Path, *, shard_size: i
         tmp.replace(path)
 
 
-def read_answers(out_dir: Path) -> list[Sample]:
-    """Every complete shard of self-distilled answers, as samples (loss on the answer tokens)."""
+def read_answers(out_dir: Path, prompts: int, shard_size: int = 240) -> list[Sample]:
+    """The self-distilled answers to the first `prompts` prompts, as samples (loss on the answer tokens).
+    Shards cached for a larger run are read only up to `prompts`, so a run trains on what it asked for."""
     samples = []
-    for path in sorted(out_dir.glob("answers-*.jsonl")):
+    for index in range(-(-prompts // shard_size)):
+        path = _shard_path(out_dir, index)
+        if not path.exists():
+            raise FileNotFoundError(f"missing answers shard {path}: generate_answers first")
         for line in path.read_text().splitlines():
             rec = json.loads(line)
             start = rec["answer_start"]
-            if len(rec["ids"]) > start:
+            if rec["prompt"] < prompts and len(rec["ids"]) > start:
                 samples.append(Sample(rec["ids"], [0] * start + [1] * (len(rec["ids"]) - start)))
     return samples

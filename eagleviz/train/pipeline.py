@@ -19,14 +19,16 @@ from eagleviz.train.vocab import coverage, draft_vocab, smallest_covering, token
 
 SEQS_PER_SHARD = 200
 DRAFT_VOCAB_SIZES = (4096, 8192, 16384)
-ANSWER_SOURCES = ("original", "self", "both")
+ANSWER_SOURCES = ("original", "self", "sampled")
+SAMPLED_TEMPERATURE = 1.0
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    """data: "sharegpt" or a FILE in ShareGPT format; answers: "original" (the file's), "self" (the
-    target's greedy answers, generated and cached) or "both" (each conversation twice, once with each);
-    heldout: conversations kept out of training."""
+    """data: "sharegpt" or a FILE in ShareGPT format; answers: one source or several joined by "+", each
+    conversation appearing once per source: "original" (the file's answers), "self" (the target's greedy
+    answers, generated and cached), "sampled" (the target's answers sampled at T = 1, generated and cached);
+    "both" means "original+self". heldout: conversations kept out of training."""
 
     data: str = "sharegpt"
     answers: str = "original"
@@ -36,26 +38,29 @@ class DataConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.answers not in ANSWER_SOURCES:
-            raise ValueError(f"answers must be one of {ANSWER_SOURCES}, got {self.answers!r}")
+        names = self.sources
+        if not names or any(n not in ANSWER_SOURCES for n in names) or len(set(names)) < len(names):
+            raise ValueError(f"answers must be 'both' or distinct sources from {ANSWER_SOURCES} joined by '+', "
+                             f"got {self.answers!r}")
 
     @property
     def sources(self) -> tuple[str, ...]:
         """The answer sources to train on, each cached on its own."""
-        return ("original", "self") if self.answers == "both" else (self.answers,)
+        return ("original", "self") if self.answers == "both" else tuple(self.answers.split("+"))
 
 
 def train_samples(target, cfg: DataConfig, prompts: list[tuple[str, str]], train_idx: list[int], cache: Path,
                   progress=None, source: str = "original") -> list[D.Sample]:
-    """The training conversations with the answers of `source` ("original" or "self", one of cfg.sources)."""
+    """The training conversations with the answers of `source` (one of cfg.sources)."""
     eos = min(target.eos_token_ids)
     if source == "original":
         return [D.render(target.tokenizer, prompts[i][0], prompts[i][1], eos)
                 for i in train_idx[:cfg.max_conversations] if prompts[i][1].strip()]
-    answers_dir = cache / "answers"
-    D.generate_answers(target, [prompts[i][0] for i in train_idx[:cfg.max_conversations]], answers_dir,
-                       progress=progress)
-    return D.read_answers(answers_dir)
+    temperature = SAMPLED_TEMPERATURE if source == "sampled" else 0.0
+    answers_dir = cache / ("answers" if source == "self" else f"answers-sampled-T{temperature:g}")
+    asked = [prompts[i][0] for i in train_idx[:cfg.max_conversations]]
+    D.generate_answers(target, asked, answers_dir, temperature=temperature, seed=cfg.seed, progress=progress)
+    return D.read_answers(answers_dir, len(asked))
 
 
 def build_features(target, samples: list[D.Sample], out_dir: Path, max_len: int, progress=None) -> FeatureShard:
