@@ -319,7 +319,7 @@ class Engine:
     def _root_top(probs: torch.Tensor, text) -> list[tuple[int, str, float]]:
         """The target's sampling distribution at the root, truncated to its ROOT_TOP most likely tokens."""
         top_v, top_i = torch.topk(probs, min(ROOT_TOP, probs.numel()))
-        return [(int(i), text(int(i)), float(v)) for v, i in zip(top_v, top_i) if v > 0]
+        return [(i, text(i), v) for v, i in zip(top_v.tolist(), top_i.tolist()) if v > 0]
 
     @staticmethod
     def _nodes(cands: Candidates, tree: VerifyTree, text) -> list[TreeNode]:

@@ -124,7 +124,8 @@ def sample_verify(tree: VerifyTree, probs_at: Callable[[int], torch.Tensor], dra
             if not top_i:  # the residual's most likely tokens are among these: rejecting a token zeroes it and
                 # rescales the rest, which keeps their order
                 top_i = torch.topk(p, min(RESIDUAL_TOP + len(kids[cur]), p.numel())).indices.tolist()
-            check.residual_top = [(i, text(i), float(p[i])) for i in top_i if i not in zeroed][:RESIDUAL_TOP]
+            shown = [i for i in top_i if i not in zeroed][:RESIDUAL_TOP]
+            check.residual_top = [(i, text(i), v) for i, v in zip(shown, p[shown].tolist())]
         if nxt is not None:
             path.append(nxt)
             continue
