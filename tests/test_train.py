@@ -296,10 +296,11 @@ def test_greedy_answers_are_the_argmax_continuation(tiny_target):
 
 
 def test_read_answers_stops_at_the_prompts_asked_for(tmp_path):
-    for index, prompts in enumerate(((0, 1, 2), (3, 4))):
+    for name, prompts in (("00000", (0, 1, 2)), ("00001", (3, 4, 5)), ("00002-1", (6,))):
         lines = [json.dumps({"prompt": i, "ids": [7, 8, 9 + i], "answer_start": 2}) for i in prompts]
-        (tmp_path / f"answers-{index:05d}.jsonl").write_text("\n".join(lines) + "\n")
+        (tmp_path / f"answers-{name}.jsonl").write_text("\n".join(lines) + "\n")
     assert [s.ids[-1] - 9 for s in D.read_answers(tmp_path, 4, shard_size=3)] == [0, 1, 2, 3]
+    assert [s.ids[-1] - 9 for s in D.read_answers(tmp_path, 7, shard_size=3)] == list(range(7))
     assert D.read_answers(tmp_path, 2, shard_size=3)[1].loss_mask == [0, 0, 1]
-    with pytest.raises(FileNotFoundError, match="answers-00002"):
-        D.read_answers(tmp_path, 7, shard_size=3)
+    with pytest.raises(FileNotFoundError, match="answers-00002-2"):  # the tail shard of a smaller run
+        D.read_answers(tmp_path, 8, shard_size=3)

@@ -115,8 +115,21 @@ def render(tokenizer, prompt: str, answer: str, eos_id: int) -> Sample:
 
 # ------------------------------------------------------------------ self-distilled answers
 
-def _shard_path(out_dir: Path, index: int) -> Path:
-    return out_dir / f"answers-{index:05d}.jsonl"
+def _shard_path(out_dir: Path, index: int, count: int, shard_size: int) -> Path:
+    """A full shard is answers-NNNNN.jsonl; a tail shard of fewer prompts carries its count."""
+    tail = "" if count == shard_size else f"-{count}"
+    return out_dir / f"answers-{index:05d}{tail}.jsonl"
+
+
+def _covering_shard(out_dir: Path, index: int, count: int, shard_size: int) -> Path | None:
+    """An existing shard number `index` holding at least its first `count` prompts (a full shard, or a tail
+    shard of a run that asked for as many or more), or None: a run asking for more prompts than a cached tail
+    shard holds regenerates it instead of silently training on fewer."""
+    for c in [shard_size] + list(range(shard_size - 1, count - 1, -1)):
+        path = _shard_path(out_dir, index, c, shard_size)
+        if path.exists():
+            return path
+    return None
 
 
 @torch.inference_mode()
@@ -157,10 +170,10 @@ def generate_answers(target, prompts: list[str], out_dir: Path, *, shard_size: i
     tok = target.tokenizer
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else min(target.eos_token_ids)
     for s in range(0, len(prompts), shard_size):
-        path = _shard_path(out_dir, s // shard_size)
-        if path.exists():
+        count = min(shard_size, len(prompts) - s)
+        if _covering_shard(out_dir, s // shard_size, count, shard_size) is not None:
             if progress is not None:
-                progress.update(min(shard_size, len(prompts) - s))
+                progress.update(count)
             continue
         rendered = [prompt_ids(tok, p) for p in prompts[s:s + shard_size]]
         order = sorted((i for i, r in enumerate(rendered) if len(r) <= max_prompt_len), key=lambda i: len(rendered[i]))
@@ -176,6 +189,7 @@ def generate_answers(target, prompts: list[str], out_dir: Path, *, shard_size: i
                 progress.update(len(batch))
         if progress is not None:
             progress.update(len(rendered) - len(order))
+        path = _shard_path(out_dir, s // shard_size, count, shard_size)
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(line + "\n" for line in lines))
         tmp.replace(path)
@@ -186,9 +200,11 @@ def read_answers(out_dir: Path, prompts: int, shard_size: int = 240) -> list[Sam
     Shards cached for a larger run are read only up to `prompts`, so a run trains on what it asked for."""
     samples = []
     for index in range(-(-prompts // shard_size)):
-        path = _shard_path(out_dir, index)
-        if not path.exists():
-            raise FileNotFoundError(f"missing answers shard {path}: generate_answers first")
+        count = min(shard_size, prompts - index * shard_size)
+        path = _covering_shard(out_dir, index, count, shard_size)
+        if path is None:
+            raise FileNotFoundError(f"missing answers shard {_shard_path(out_dir, index, count, shard_size)}: "
+                                    "generate_answers first")
         for line in path.read_text().splitlines():
             rec = json.loads(line)
             start = rec["answer_start"]
