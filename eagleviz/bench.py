@@ -36,7 +36,7 @@ import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
-from eagleviz.measured import TUNED_FILE, bench_name, user_bench_path, user_verify_cost_path
+from eagleviz.measured import bench_name, tuned_name, user_bench_path, user_verify_cost_path
 from eagleviz.models.loading import cache_dir
 from eagleviz.prompts import load_prompts
 from eagleviz.visuals.speed import bench_figure, markdown_table
@@ -176,7 +176,7 @@ def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig
     `journal`: a JSON-lines file that records each finished prompt; a run with the same settings picks up
     after the last recorded prompt (a long bench survives an interruption), and the file is removed at the
     end. A journal written with other settings is started afresh."""
-    tuned = load_tuned() if TUNED_METHOD in methods else None
+    tuned = load_tuned(sampling.temperature) if TUNED_METHOD in methods else None
     if TUNED_METHOD in methods and tuned is None:
         raise UserFacingError(f"{TUNED_METHOD} runs the tree `python -m eagleviz tune` found: run it first")
     samples: dict[str, list[list[Sample]]] = {m: [] for m in methods}
@@ -212,7 +212,8 @@ def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig
         progress(f"[bench] prompt {i + 1}/{len(encoded)}  ETA {eta:5.0f} s")
     result = summarize(engine, encoded, samples, sampling, methods)
     if tuned is not None:
-        result["tuned_tree"] = {"steps": tuned.steps, "topk": tuned.topk, "draft_tokens": tuned.draft_tokens}
+        result["tuned_tree"] = {"steps": tuned.steps, "topk": tuned.topk, "draft_tokens": tuned.draft_tokens,
+                                "source": tuned_source(sampling.temperature).name}
     if journal is not None:
         journal.unlink(missing_ok=True)
     return result
@@ -326,15 +327,26 @@ def tune_grid() -> list[TreeConfig]:
     return grid
 
 
-def tuned_path() -> Path:
-    return cache_dir() / TUNED_FILE
+def tuned_path(temperature: float = 0.0) -> Path:
+    """Where `tune` at this temperature saves its result."""
+    return cache_dir() / tuned_name(temperature)
 
 
-def load_tuned() -> TreeConfig | None:
-    """The fastest tree this machine measured with `tune`, if any."""
+def tuned_source(temperature: float = 0.0) -> Path | None:
+    """The `tune` result that applies at this temperature: the one measured at it, else (T > 0) the greedy
+    one, else None. Sampling accepts fewer drafted tokens than greedy decoding, so its fastest tree is often
+    smaller: `tune --temperature T` measures it."""
+    for path in dict.fromkeys((tuned_path(temperature), tuned_path(0.0))):
+        if path.is_file():
+            return path
+    return None
+
+
+def load_tuned(temperature: float = 0.0) -> TreeConfig | None:
+    """The fastest tree this machine measured with `tune` for this temperature (see `tuned_source`), if any."""
+    path = tuned_source(temperature)
     try:
-        data = json.loads(tuned_path().read_text())
-        return TreeConfig.create(**data["best"])
+        return TreeConfig.create(**json.loads(path.read_text())["best"]) if path else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -429,7 +441,7 @@ def bench_main(argv: list[str]) -> int:
             _print_ratio(f"{name}: decode time without {args.ab} / with", res)
         return 0
     if args.methods is None:
-        methods = METHODS + ((TUNED_METHOD,) if load_tuned() else ())
+        methods = METHODS + ((TUNED_METHOD,) if load_tuned(args.temperature) else ())
     else:
         methods = tuple(m for m in args.methods.split(",") if m)
     unknown = [m for m in methods if m not in METHODS + (TUNED_METHOD,)]
@@ -459,7 +471,9 @@ def tune_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m eagleviz tune", description="fastest tree on this machine")
     _common(p)
     p.set_defaults(limit=4, max_new_tokens=64)
-    p.add_argument("--no-save", action="store_true", help=f"do not save the best configuration to {tuned_path()}")
+    p.add_argument("--no-save", action="store_true",
+                   help=f"do not save the best configuration to {tuned_path()} (with --temperature T > 0, to "
+                        f"{tuned_path().with_name('tuned-T{T}.json')}: the tree `bench` runs as eagle-tuned at T)")
     p.add_argument("--curve-only", action="store_true",
                    help="only measure the verification cost curve and write it to --out (no sweep, no tuned tree)")
     p.add_argument("--out", type=Path, default=None,
@@ -479,9 +493,12 @@ def tune_main(argv: list[str]) -> int:
     _print_curve(result["verify_cost"])
     print(f"fastest: {result['best']}")
     if not args.no_save:
-        tuned_path().parent.mkdir(parents=True, exist_ok=True)
-        tuned_path().write_text(json.dumps(result, indent=2))
-        print(f"saved to {tuned_path()} (the app's default on this machine)")
+        path = tuned_path(args.temperature)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dict(result, sampling=vars(sampling)), indent=2))
+        use = ("the app's default on this machine" if args.temperature == 0
+               else f"`bench`'s eagle-tuned at T = {args.temperature:g}")
+        print(f"saved to {path} ({use})")
     return 0
 
 

@@ -4,6 +4,8 @@
                    shipped: assets/bench/bench-T{T}.json
     verify cost    `python -m eagleviz tune` saves it in <cache>/tuned.json, `tune --curve-only` in
                    <cache>/verify-cost.json (the newer of the two wins); shipped: assets/bench/verify-cost.json
+    tuned tree     `python -m eagleviz tune` saves the fastest tree in <cache>/tuned.json (T = 0) or
+                   <cache>/tuned-T{T}.json (`tune --temperature T`, T > 0)
 
 <cache> is EAGLEVIZ_CACHE, default ~/.cache/eagleviz. Stdlib only (no torch): the page reads these files at
 start-up without a model. A file that is missing, unreadable or not shaped like a result is skipped, never
@@ -34,6 +36,11 @@ def cache_dir() -> Path:
 def bench_name(temperature: float) -> str:
     """The file name of a bench result: bench-T0.json, bench-T1.json, bench-T0.7.json."""
     return f"bench-T{temperature:g}.json"
+
+
+def tuned_name(temperature: float) -> str:
+    """The file name of a `tune` result: tuned.json at T = 0 (greedy), tuned-T1.json, tuned-T0.7.json."""
+    return TUNED_FILE if temperature == 0 else f"tuned-T{temperature:g}.json"
 
 
 def user_bench_path(temperature: float) -> Path:

@@ -75,9 +75,35 @@ def test_eagle_tuned_runs_the_tree_tune_saved(tiny_cli, capsys):
     bench.tuned_path().write_text(json.dumps({"best": {"steps": 2, "topk": 2, "draft_tokens": 4}}))
     assert bench.bench_main(args) == 0  # the default methods now include it
     result = json.loads((tiny_cli / "out" / "bench-T0.json").read_text())
-    assert "eagle-tuned" in result["rows"] and result["tuned_tree"] == {"steps": 2, "topk": 2, "draft_tokens": 4}
+    assert "eagle-tuned" in result["rows"]
+    assert result["tuned_tree"] == {"steps": 2, "topk": 2, "draft_tokens": 4, "source": "tuned.json"}
     with pytest.raises(SystemExit):
         bench.bench_main(args + ["--methods", "plain,nonsense"])
+
+
+def test_tune_at_a_temperature_saves_the_tree_bench_runs_at_it(tiny_cli, monkeypatch):
+    def fake_tune(best):
+        return lambda *a, **k: {"verify_cost": {"relative": {1: 1.0}}, "grid": [], "best": best}
+
+    monkeypatch.setattr(bench, "tune", fake_tune({"steps": 3, "topk": 2, "draft_tokens": 6}))
+    assert bench.tune_main(["--prompts", "mtbench", "--limit", "1"]) == 0
+    assert bench.tuned_source(1.0) == bench.tuned_path(0.0)  # no sampled tune yet: the greedy one applies
+    monkeypatch.setattr(bench, "tune", fake_tune({"steps": 2, "topk": 1, "draft_tokens": 3}))
+    assert bench.tune_main(["--prompts", "mtbench", "--limit", "1", "--temperature", "1"]) == 0
+    saved = json.loads(bench.tuned_path(1.0).read_text())
+    assert bench.tuned_path(1.0).name == "tuned-T1.json" and saved["sampling"]["temperature"] == 1.0
+    assert bench.load_tuned(0.0) == bench.TreeConfig.create(3, 2, 6)
+    assert bench.load_tuned(1.0) == bench.TreeConfig.create(2, 1, 3)
+    assert bench.load_tuned(0.7) == bench.TreeConfig.create(3, 2, 6)  # none at 0.7: falls back to greedy's
+
+    prompts = tiny_cli / "prompts.txt"
+    prompts.write_text("abc\n")
+    args = ["--prompts", str(prompts), "--max-new-tokens", "4", "--repeats", "1", "--methods", "plain,eagle-tuned"]
+    for t, tree, source in (("0", [3, 2, 6], "tuned.json"), ("1", [2, 1, 3], "tuned-T1.json")):
+        assert bench.bench_main(args + ["--temperature", t, "--out", str(tiny_cli / "out")]) == 0
+        result = json.loads((tiny_cli / "out" / f"bench-T{t}.json").read_text())
+        assert [result["tuned_tree"][k] for k in ("steps", "topk", "draft_tokens")] == tree
+        assert result["tuned_tree"]["source"] == source
 
 
 def test_tune_curve_only_writes_the_curve_the_app_reads(tiny_cli, capsys):

@@ -94,6 +94,11 @@ def test_caption_names_machine_prompts_command_and_source():
     for part in (f"{BENCH['prompts']} prompts", "bfloat16", "2 threads", "tree 5/4/16", BENCH["command"], "shipped with eagleviz"):
         assert part in text
     assert "Command" not in bench_caption({k: v for k, v in BENCH.items() if k != "command"}, "x")
+    sampled = dict(BENCH, sampling=dict(BENCH["sampling"], temperature=1.0))
+    for source, said in ((None, "(found by tune)"), ("tuned.json", "(found by tune at T = 0)"),
+                         ("tuned-T1.json", "(found by tune at T = 1)")):
+        tuned = {"steps": 2, "topk": 1, "draft_tokens": 3} | ({"source": source} if source else {})
+        assert f"eagle-tuned 2/1/3 {said}" in bench_caption(dict(sampled, tuned_tree=tuned), "x")
 
 
 def test_speed_view_holds_each_temperature_then_the_curve():

@@ -74,7 +74,8 @@ def bench_caption(result: dict, origin: str) -> str:
     if tree:
         what += f", tree {tree['steps']}/{tree['topk']}/{tree['draft_tokens']} (steps/topk/draft tokens)"
     if tuned := result.get("tuned_tree"):
-        what += f", eagle-tuned {tuned['steps']}/{tuned['topk']}/{tuned['draft_tokens']} (found by tune)"
+        at = {None: "", "tuned.json": " at T = 0"}.get(tuned.get("source"), f" at T = {s.get('temperature', 0):g}")
+        what += f", eagle-tuned {tuned['steps']}/{tuned['topk']}/{tuned['draft_tokens']} (found by tune{at})"
     where = (f"{mc.get('model', '?')} with head {mc.get('head', '?')}, {mc.get('dtype', '?')} on "
              f"{mc.get('cpu', '?')} ({mc.get('device', 'cpu')}), {mc.get('threads', '?')} threads, "
              f"torch {mc.get('torch', '?')}")
