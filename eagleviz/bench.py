@@ -11,13 +11,14 @@ with the same model, dtype and thread count. Reports the median tokens/s per met
 speedup over hf-generate, tau and the mean time per phase, checks that the greedy methods agree (explaining
 bf16 differences by the target's top-2 gap where they diverge), and writes JSON, a Markdown table and a
 Plotly HTML figure to --out; the JSON is also copied to <cache>/bench/, where the app's measured-speed
-section looks first (eagleviz.measured). Two A/B modes measure one engineering lever each, interleaved in one
+section looks first (eagleviz.measured). Three A/B modes measure one engineering lever each, interleaved in one
 process: `--ab trace` (recording the full trace), `--ab packing` (oneDNN-packed linears,
 eagleviz.models.dense) and `--ab hot-vocab` (the hot draft vocabulary, eagleviz.models.hot_vocab).
 
 tune: measures the verification cost curve cost(n) / cost(1) on this machine (why verifying 16 tokens costs
 about as much as 1), sweeps steps x topk x draft_tokens on a few prompts, and saves the fastest
-configuration for this machine (the app's default) with the curve. `tune --curve-only` measures just the
+configuration for this machine (the app's default) with the curve; `tune --temperature T` (T > 0) saves the
+fastest tree when sampling, which `bench --temperature T` runs as eagle-tuned. `tune --curve-only` measures just the
 curve and writes it to --out (default <cache>/verify-cost.json).
 """
 

@@ -7,7 +7,7 @@
     EAGLEVIZ_MAX_RUN_SECONDS    120    wall time of one request; the run stops (its partial trace is kept)
     EAGLEVIZ_KV_BUDGET_MB       1024   target + draft KV cache of one request
     EAGLEVIZ_CONCURRENCY        1      model runs at once (CPU: 1, see docs/performance.md section 1)
-    EAGLEVIZ_QUEUE_SIZE         64     requests waiting; beyond it a request is refused with a "busy" message
+    EAGLEVIZ_QUEUE_SIZE         64     requests waiting; beyond it Gradio refuses a request ("Queue is full")
     EAGLEVIZ_EXTRA_MODELS       ""     comma-separated model ids/directories added to the allowlist
     EAGLEVIZ_EXTRA_HEADS        ""     comma-separated head directories added to the allowlist
     EAGLEVIZ_THREADS            ""     torch threads per process (unset: torch's default, one per core); on a

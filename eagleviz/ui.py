@@ -5,7 +5,7 @@ gr.State; the model is loaded once and shared read-only by every tab through an 
 A shared server (a public Space, a workshop) is protected by `Limits` (eagleviz.limits, read from EAGLEVIZ_*
 variables): they are stated on the page, enforced in the handlers (the API bypasses the page's sliders), and
 set the queue: `limits.concurrency` model runs at a time, `limits.queue_size` waiting, beyond which Gradio
-refuses a request with its "busy" message.
+refuses a request with its "Queue is full" message.
 """
 
 from __future__ import annotations

