@@ -1,5 +1,6 @@
-"""eagleviz/models/dense.py: packed linears compute bitwise what `linear` computes; fusing keeps the modules
-right; the inference copy of a head is a snapshot that leaves the original alone."""
+"""eagleviz/models/dense.py: packed bf16 linears compute bitwise what `linear` computes, packed fp32 ones run
+`linear` for few rows and agree with it for more; fusing keeps the modules right; the inference copy of a
+head is a snapshot that leaves the original alone."""
 
 import copy
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from eagleviz.models.dense import Dense, DenseModule, for_inference, fuse_linears, packing_available
+from eagleviz.models.dense import FP32_PACKED_FROM, Dense, DenseModule, for_inference, fuse_linears, packing_available
 from eagleviz.models.target import TargetModel
 from tiny import tiny_target
 
@@ -28,12 +29,30 @@ def test_packed_bf16_is_bitwise_linear(rows, bias):
     assert torch.equal(dense(x), nn.functional.linear(x, w, b))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_other_dtypes_stay_unpacked(dtype):
-    w = torch.randn(8, 4).to(dtype)
+def test_fp16_stays_unpacked():
+    w = torch.randn(8, 4).half()
     assert Dense(w).packed is None
-    with pytest.raises(ValueError, match="bf16 CPU"):
+    with pytest.raises(ValueError, match="bf16 or fp32 CPU"):
         Dense(w, pack=True)
+
+
+@needs_packing
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 16, 64])
+def test_packed_fp32_runs_linear_below_packed_from_rows(rows, monkeypatch):
+    gen = torch.Generator().manual_seed(rows)
+    w, b = torch.randn(96, 80, generator=gen), torch.randn(96, generator=gen)
+    x = torch.randn(rows, 80, generator=gen)
+    dense = Dense(w, b)
+    assert dense.packed is not None and dense.packed_from == FP32_PACKED_FROM == 4
+    want = nn.functional.linear(x, w, b)
+    calls, linear = [], nn.functional.linear
+    monkeypatch.setattr(nn.functional, "linear", lambda *a: calls.append(a) or linear(*a))
+    y = dense(x)
+    assert len(calls) == (rows < FP32_PACKED_FROM)  # `linear` for few rows, oneDNN's packed product for more
+    if rows < FP32_PACKED_FROM:
+        assert torch.equal(y, want)
+    else:  # oneDNN's fp32 kernel: the same product, rounded in another order
+        torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
 
 
 @needs_packing

@@ -8,8 +8,14 @@ weight) that reorder costs as much as the product: the 120 matmuls of one SmolLM
 kernels without the reorder, bitwise equal to `linear` for the shapes of `tests/test_dense.py` and for
 decoding, though not for every prefill length (o/down products of 373+ rows differ; docs/performance.md
 entry 14).
-fp32 packing is not used: measured, it is slower for one row and changes the rounding. Everywhere else (CUDA, fp32, fp16, a torch build without
-oneDNN) `Dense` is a plain `linear`.
+
+In fp32 it packs too, and uses the packed product from `FP32_PACKED_FROM` rows on. On a 2-core Ice Lake
+(no AMX, no AVX512-BF16, where `dtype="auto"` is fp32) `linear` is the faster of the two for 1-3 rows and
+3-4x slower from 4 rows on: the 4 linears of one SmolLM2 layer for 16 rows take 3.9 ms with `linear` and
+1.2 ms packed (2 threads; docs/performance.md entry 17). So plain decoding (1 row) runs as before and a
+tree verification (4-64 rows) gets oneDNN's kernel, whose fp32 rounding differs from `linear`'s in the last
+bits (greedy decoding stays the same but for ties: `tests/test_lossless_smollm.py`). Elsewhere (CUDA,
+fp16, a torch build without oneDNN) `Dense` is a plain `linear`.
 
 The packed copy is extra memory (one more copy of the packed weights); the unpacked weight stays, because
 the Hugging Face module that owns it is still used (the `generate` peers, training).
@@ -22,10 +28,13 @@ import copy
 import torch
 from torch import nn
 
+FP32_PACKED_FROM = 4  # rows from which oneDNN's packed fp32 product beats `linear` (see above)
+PACKABLE = (torch.bfloat16, torch.float32)
+
 
 def packing_available(weight: torch.Tensor) -> bool:
-    """True when `weight` is a bf16 CPU tensor and this torch build has oneDNN's packed linear."""
-    return (weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
+    """True when `weight` is a bf16 or fp32 CPU tensor and this torch build has oneDNN's packed linear."""
+    return (weight.device.type == "cpu" and weight.dtype in PACKABLE and torch.backends.mkldnn.is_available()
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
@@ -33,15 +42,17 @@ class Dense:
     """y = x W^T + b with W: (out, in), b: (out,) or None; x: (T, in) -> (T, out).
 
     pack: None packs when `packing_available`; False never packs (the unpacked reference for A/B runs);
-    True insists and raises when packing is not available."""
+    True insists and raises when packing is not available. A packed fp32 Dense still runs `linear` below
+    `FP32_PACKED_FROM` rows (`packed_from`)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, pack: bool | None = None):
         self.weight = weight.detach()
         self.bias = None if bias is None else bias.detach()
         can = packing_available(self.weight)
         if pack and not can:
-            raise ValueError("packed weights need a bf16 CPU tensor and a torch build with oneDNN")
+            raise ValueError("packed weights need a bf16 or fp32 CPU tensor and a torch build with oneDNN")
         self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight) if (can if pack is None else pack) else None
+        self.packed_from = FP32_PACKED_FROM if self.weight.dtype == torch.float32 else 1
 
     @classmethod
     def of(cls, *linears: nn.Linear, pack: bool | None = None) -> Dense | None:
@@ -51,7 +62,7 @@ class Dense:
         return None if fused is None else cls(*fused, pack=pack)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None:
+        if self.packed is None or x.numel() < self.packed_from * x.shape[-1]:
             return nn.functional.linear(x, self.weight, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
