@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -38,7 +37,7 @@ import torch
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
 from eagleviz.measured import bench_name, tuned_name, user_bench_path, user_verify_cost_path
-from eagleviz.models.loading import cache_dir
+from eagleviz.models.loading import cache_dir, cpu_description
 from eagleviz.prompts import load_prompts
 from eagleviz.visuals.speed import bench_figure, markdown_table
 
@@ -263,7 +262,7 @@ def summarize(engine, encoded, samples, sampling: SamplingConfig, methods) -> di
 
 
 def machine_info(engine) -> dict:
-    return {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+    return {"cpu": cpu_description(), "threads": torch.get_num_threads(),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
             "torch": torch.__version__, "dtype": str(engine.target.dtype).removeprefix("torch."),
             "device": str(engine.target.device), "model": engine.target.name, "head": engine.head_name}
