@@ -11,9 +11,10 @@ with the same model, dtype and thread count. Reports the median tokens/s per met
 speedup over hf-generate, tau and the mean time per phase, checks that the greedy methods agree (explaining
 bf16 differences by the target's top-2 gap where they diverge), and writes JSON, a Markdown table and a
 Plotly HTML figure to --out; the JSON is also copied to <cache>/bench/, where the app's measured-speed
-section looks first (eagleviz.measured). Three A/B modes measure one engineering lever each, interleaved in one
+section looks first (eagleviz.measured). Four A/B modes measure one engineering lever each, interleaved in one
 process: `--ab trace` (recording the full trace), `--ab packing` (oneDNN-packed linears,
-eagleviz.models.dense) and `--ab hot-vocab` (the hot draft vocabulary, eagleviz.models.hot_vocab).
+eagleviz.models.dense), `--ab hot-vocab` (the hot draft vocabulary, eagleviz.models.hot_vocab) and
+`--ab kv-fp32` (keys, values and attention in fp32 for a bf16 model, eagleviz.models.layers.attention_dtype).
 
 tune: measures the verification cost curve cost(n) / cost(1) on this machine (why verifying 16 tokens costs
 about as much as 1), sweeps steps x topk x draft_tokens on a few prompts, and saves the fastest
@@ -41,7 +42,7 @@ from eagleviz.models.loading import cache_dir, cpu_description
 from eagleviz.prompts import load_prompts
 from eagleviz.visuals.speed import bench_figure, markdown_table
 
-AB_LEVERS = ("trace", "packing", "hot-vocab")
+AB_LEVERS = ("trace", "packing", "hot-vocab", "kv-fp32")
 METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "eagle-chain", "eagle-tree")
 TUNED_METHOD = "eagle-tuned"
 GREEDY_REFERENCE = "hf-generate"
@@ -131,7 +132,9 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
 
     packing: unpacked linears vs packed ones (eagleviz.models.dense), for our plain loop and the EAGLE tree;
     hot-vocab: the head's whole draft vocabulary vs the engine's hot one (eagleviz.models.hot_vocab), for the
-    tree (its tau with each is reported too)."""
+    tree (its tau with each is reported too);
+    kv-fp32: keys, values and attention in the model's dtype vs in fp32 (whatever `attention_dtype` picked
+    for `engine`), for our plain loop and the EAGLE tree."""
     from eagleviz.engine import Engine
     from eagleviz.models.draft import load_head
     from eagleviz.models.target import TargetModel
@@ -140,6 +143,12 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
     if lever == "packing":
         without = Engine(TargetModel(t.hf, t.tokenizer, t.name, pack=False), engine.head, engine.head_name,
                          engine.attn_impl, pack=False)
+        runs = (("plain", None), ("eagle-tree", tree))
+    elif lever == "kv-fp32":
+        without = Engine(TargetModel(t.hf, t.tokenizer, t.name, kv_dtype=t.dtype), engine.head, engine.head_name,
+                         engine.attn_impl)
+        engine = Engine(TargetModel(t.hf, t.tokenizer, t.name, kv_dtype=torch.float32), engine.head,
+                        engine.head_name, engine.attn_impl)
         runs = (("plain", None), ("eagle-tree", tree))
     else:
         without = Engine(t, load_head(head_dir, t), "whole draft vocabulary", engine.attn_impl)
@@ -265,7 +274,7 @@ def machine_info(engine) -> dict:
     return {"cpu": cpu_description(), "threads": torch.get_num_threads(),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
             "torch": torch.__version__, "dtype": str(engine.target.dtype).removeprefix("torch."),
-            "device": str(engine.target.device), "model": engine.target.name, "head": engine.head_name}
+            "kv_dtype": str(engine.target.kv_dtype).removeprefix("torch."), "device": str(engine.target.device), "model": engine.target.name, "head": engine.head_name}
 
 
 def write_outputs(result: dict, out: Path, stem: str) -> None:
@@ -425,7 +434,8 @@ def bench_main(argv: list[str]) -> int:
     p.add_argument("--out", type=Path, default=Path("runs/bench"))
     p.add_argument("--ab", choices=AB_LEVERS, default=None,
                    help="only measure one lever, interleaved in one process: what recording the full trace costs "
-                        "(trace), what packed linears gain (packing), what the hot draft vocabulary gains (hot-vocab)")
+                        "(trace), what packed linears gain (packing), what the hot draft vocabulary gains (hot-vocab), "
+                        "what fp32 keys, values and attention gain for a bf16 model (kv-fp32)")
     args = p.parse_args(argv)
     engine, prompts, sampling = _setup(args)
     tree = TreeConfig.create(args.steps, args.topk, args.draft_tokens)

@@ -188,7 +188,7 @@ class Engine:
         gen = torch.Generator(device=dev).manual_seed(sampling.seed)
         capacity = self._capacity(len(prompt_ids), sampling, tree_cfg.draft_tokens)
         tcache = target.new_cache(capacity)
-        dcache = self.head.new_cache(capacity + tree_cfg.steps * tree_cfg.topk, target.dtype, dev)
+        dcache = self.head.new_cache(capacity + tree_cfg.steps * tree_cfg.topk, target.kv_dtype, dev)
         text = _TokenText(target.tokenizer) if record else (lambda token: "")
 
         root, feats = self._prefill(prompt_ids, tcache, sampling, gen)

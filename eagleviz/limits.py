@@ -100,11 +100,11 @@ class Limits:
         """Bytes the request's KV caches would take; refuse a request over the budget (out-of-memory guard)."""
         t = engine.target
         capacity = n_prompt + sampling.max_new_tokens + (tree.draft_tokens if tree else 0) + 1
-        need = KVCache.bytes_for(t.num_layers, t.num_kv_heads, capacity, t.head_dim, t.dtype)
+        need = KVCache.bytes_for(t.num_layers, t.num_kv_heads, capacity, t.head_dim, t.kv_dtype)
         if tree is not None and engine.head is not None:
             c = engine.head.config
             need += KVCache.bytes_for(len(engine.head.blocks), c.num_kv_heads, capacity + tree.steps * tree.topk,
-                                      c.head_dim, t.dtype)
+                                      c.head_dim, t.kv_dtype)
         if need > self.kv_budget_mb * 2**20:
             raise UserFacingError(f"this request needs {need / 2**20:.0f} MB of KV cache, above this server's "
                                   f"budget of {self.kv_budget_mb} MB (EAGLEVIZ_KV_BUDGET_MB): shorten the prompt "

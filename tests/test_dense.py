@@ -79,7 +79,7 @@ def test_mixed_biases_are_not_fused():
 @needs_packing
 def test_target_forward_is_bitwise_the_same_packed_or_not():
     target = tiny_target(dtype=torch.bfloat16)
-    plain = TargetModel(target.hf, target.tokenizer, target.name, pack=False)
+    plain = TargetModel(target.hf, target.tokenizer, target.name, pack=False, kv_dtype=target.kv_dtype)
     assert target.unembed.packed is not None and plain.unembed.packed is None
     ids = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
     mask = torch.ones(8, 8, dtype=torch.bool).tril()

@@ -8,6 +8,8 @@ import torch
 
 from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import DraftConfig, DraftHead, load_head, random_head, save_head
+from eagleviz.models.layers import attention_dtype
+from eagleviz.models.target import TargetModel
 from tiny import tiny_target
 
 
@@ -26,6 +28,33 @@ def test_forward_matches_hf_logits_and_features(model_type):
                         feature_layers=target.eagle3_layers).features
     want = torch.cat([ref.hidden_states[i][0] for i in (low, mid, high)], dim=-1)
     torch.testing.assert_close(e3, want, atol=1e-5, rtol=1e-5)
+
+
+def test_attention_dtype_is_only_measured_where_it_can_differ():
+    assert attention_dtype(torch.float32, "cpu", 4, 2, 16) == torch.float32
+    assert attention_dtype(torch.bfloat16, "cuda:0", 4, 2, 16) == torch.bfloat16  # CUDA: never probed
+    assert attention_dtype(torch.bfloat16, "cpu", 4, 2, 16) in (torch.bfloat16, torch.float32)
+
+
+def test_fp32_keys_and_values_of_a_bf16_model_lose_nothing():
+    """A bf16 model keeping its cache in fp32 stores exactly its bf16 keys and values, and its logits stay as
+    close to Hugging Face's bf16 forward as the all-bf16 path's."""
+    target = tiny_target(dtype=torch.bfloat16, layers=6)
+    ids = torch.tensor([1, 5, 2, 7, 3, 9, 4, 8])
+    n, causal = len(ids), torch.ones(len(ids), len(ids), dtype=torch.bool).tril()
+    with torch.no_grad():
+        ref = target.hf(ids[None]).logits[0].float()
+    errors = {}
+    for kv in (torch.bfloat16, torch.float32):
+        model = TargetModel(target.hf, target.tokenizer, target.name, kv_dtype=kv)
+        cache = model.new_cache(16)
+        out = model.forward(ids, torch.arange(n), cache, causal)
+        assert cache.k.dtype == kv and cache.v.dtype == kv
+        stored = cache.k[:, :, :n]
+        assert torch.equal(stored.bfloat16().to(kv), stored)  # bf16 values, whatever the storage
+        errors[kv] = (out.logits - ref).abs().max().item()
+    scale = ref.abs().max().item()
+    assert errors[torch.float32] < 0.02 * scale and errors[torch.bfloat16] < 0.02 * scale, (errors, scale)
 
 
 def official_eagle1_state(head: DraftHead, target) -> dict:

@@ -7,6 +7,9 @@ use the same tree attention (and the same `impl` switch).
 
 from __future__ import annotations
 
+import statistics
+import time
+
 import torch
 from torch import nn
 
@@ -67,6 +70,22 @@ class AttentionWeights:
         q, k, v = out.split([self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], dim=-1)
         return q.view(t, self.num_heads, d), k.view(t, self.num_kv_heads, d), v.view(t, self.num_kv_heads, d)
 
+    def project_rotated(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """x (T, Hin), cos/sin (T, D) -> q (T, Hq, D) and k (T, Hkv, D) normed (Qwen3) and rotated, v (T, Hkv, D).
+
+        With a fused projection and no per-head norms, q and k are adjacent in its output and rotated by one
+        RoPE call (seven small operations fewer per layer; a decode step is mostly small operations on CPU)."""
+        if self.qkv is None or self.q_norm is not None:
+            q, k, v = self.project(x)
+            if self.q_norm is not None:
+                q = rms_norm(q, self.q_norm.weight, self.norm_eps)
+                k = rms_norm(k, self.k_norm.weight, self.norm_eps)
+            return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+        t, d, hq, hkv = x.shape[0], self.head_dim, self.num_heads, self.num_kv_heads
+        qk, v = self.qkv(x).split([(hq + hkv) * d, hkv * d], dim=-1)
+        q, k = apply_rope(qk.view(t, hq + hkv, d), cos, sin).split([hq, hkv], dim=1)
+        return q, k, v.view(t, hkv, d)
+
 
 def cached_attention(w: AttentionWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                      cache: KVCache, layer: int, tree_mask: torch.Tensor | None, impl: str) -> torch.Tensor:
@@ -78,17 +97,57 @@ def cached_attention(w: AttentionWeights, x: torch.Tensor, cos: torch.Tensor, si
     Returns the o_proj output (T, H).
     """
     t = x.shape[0]
-    q, k, v = w.project(x)
-    if w.q_norm is not None:
-        q = rms_norm(q, w.q_norm.weight, w.norm_eps)
-        k = rms_norm(k, w.k_norm.weight, w.norm_eps)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    q, k, v = w.project_rotated(x, cos, sin)
     start = cache.length
     cache.write(layer, start, k, v)
     keys, values = cache.view(layer, start + t)
     tk = t if tree_mask is None else tree_mask.shape[1]
-    out = tree_attention_masked(q, keys, values, start + t - tk, tree_mask, impl=impl)
-    return w.o_proj(out.reshape(t, w.num_heads * w.head_dim))
+    out = tree_attention_masked(q.to(keys.dtype), keys, values, start + t - tk, tree_mask, impl=impl)
+    return w.o_proj(out.to(x.dtype).reshape(t, w.num_heads * w.head_dim))
+
+
+CLEARLY_FASTER = 0.8  # fp32 attention is chosen when its probe takes under 80% of the native dtype's
+
+
+def attention_dtype(dtype: torch.dtype, device: torch.device | str, num_heads: int, num_kv_heads: int,
+                    head_dim: int) -> torch.dtype:
+    """The dtype a model computing in `dtype` keeps its keys/values in and attends in.
+
+    On CUDA, and for fp32 models, it is `dtype`. On a CPU, PyTorch's bf16/fp16 SDPA kernel can cost several
+    times its fp32 kernel for the short queries of decoding (one token against a 200-token prefix: 96 us in
+    bf16 against 22 us in fp32 on a 2-core Zen 5; docs/performance.md entry 19). So the choice is measured,
+    never assumed: a short timed probe of both (a decode step and a 16-token tree over a 256-token cache)
+    takes fp32 only when it is clearly faster (`CLEARLY_FASTER`), so that a close call does not flip from
+    one load to the next. Keys and values are produced in `dtype`, so storing them in fp32 loses nothing; the
+    attention itself is then computed in fp32, more precise than in bf16."""
+    device = torch.device(device)
+    if device.type != "cpu" or dtype == torch.float32:
+        return dtype
+    native = _attention_probe_us(dtype, dtype, num_heads, num_kv_heads, head_dim)
+    fp32 = _attention_probe_us(dtype, torch.float32, num_heads, num_kv_heads, head_dim)
+    return torch.float32 if fp32 < CLEARLY_FASTER * native else dtype
+
+
+def _attention_probe_us(dtype: torch.dtype, kv_dtype: torch.dtype, num_heads: int, num_kv_heads: int,
+                        head_dim: int, prefix: int = 256, repeats: int = 15) -> float:
+    """Median microseconds of a 1-token and a 16-token tree attention over `prefix` cached keys, the queries
+    in `dtype` and the cache in `kv_dtype` (as `cached_attention` runs them)."""
+    gen = torch.Generator().manual_seed(0)
+    kv = [torch.randn(num_kv_heads, prefix + 16, head_dim, generator=gen).to(kv_dtype).transpose(0, 1)
+          for _ in range(2)]
+    total = 0.0
+    for t in (1, 16):
+        q = torch.randn(t, num_heads, head_dim, generator=gen).to(dtype)
+        mask = None if t == 1 else torch.ones(t, t, dtype=torch.bool).tril()
+        keys, values = kv[0][:prefix + t], kv[1][:prefix + t]
+        times = []
+        for i in range(repeats + 3):
+            begin = time.perf_counter()
+            tree_attention_masked(q.to(kv_dtype), keys, values, prefix, mask, impl="torch").to(dtype)
+            if i >= 3:
+                times.append(time.perf_counter() - begin)
+        total += statistics.median(times) * 1e6
+    return total
 
 
 def swiglu_mlp(mlp: nn.Module, x: torch.Tensor, gate_up: Dense | None = None, down=None) -> torch.Tensor:

@@ -18,7 +18,7 @@ from torch import nn
 
 from eagleviz.kv_cache import KVCache
 from eagleviz.models.dense import Dense
-from eagleviz.models.layers import AttentionWeights, cached_attention, rms_norm, swiglu_mlp
+from eagleviz.models.layers import AttentionWeights, attention_dtype, cached_attention, rms_norm, swiglu_mlp
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
@@ -38,9 +38,11 @@ class TargetModel:
     pack: how the forward's linears are run (`eagleviz.models.dense.Dense`): None packs bf16 and fp32 CPU
     weights for oneDNN once (bf16: the same kernels without a per-call reorder, ~1.3x faster decoding; fp32:
     oneDNN's kernel from 4 rows on, ~2x cheaper tree verification without AMX), False keeps plain `linear`
-    calls."""
+    calls. kv_dtype: the dtype of the KV caches and of attention; None measures which is faster on this
+    machine (`eagleviz.models.layers.attention_dtype`)."""
 
-    def __init__(self, hf_model: nn.Module, tokenizer, name: str, pack: bool | None = None):
+    def __init__(self, hf_model: nn.Module, tokenizer, name: str, pack: bool | None = None,
+                 kv_dtype: torch.dtype | None = None):
         cfg = hf_model.config
         if cfg.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(f"model type {cfg.model_type!r} is not supported; use one of {SUPPORTED_MODEL_TYPES}")
@@ -67,6 +69,8 @@ class TargetModel:
         self._gate_up = [Dense.of(layer.mlp.gate_proj, layer.mlp.up_proj, pack=pack) for layer in base.layers]
         self._down = [Dense.of(layer.mlp.down_proj, pack=pack) for layer in base.layers]
         self.eos_token_ids = _eos_ids(hf_model, tokenizer)
+        self.kv_dtype = kv_dtype or attention_dtype(self.dtype, self.device, self.num_heads, self.num_kv_heads,
+                                                    self.head_dim)
 
     def _attention_weights(self, layer: nn.Module, pack: bool | None) -> AttentionWeights:
         a = layer.self_attn
@@ -89,7 +93,8 @@ class TargetModel:
         return (2, n // 2, n - 3)
 
     def new_cache(self, capacity: int) -> KVCache:
-        return KVCache.allocate(self.num_layers, self.num_kv_heads, capacity, self.head_dim, self.dtype, self.device)
+        return KVCache.allocate(self.num_layers, self.num_kv_heads, capacity, self.head_dim, self.kv_dtype,
+                                self.device)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return self._embed(ids)
