@@ -502,6 +502,10 @@ def tune_main(argv: list[str]) -> int:
     result = tune(engine, prompts, sampling, args.prefix)
     _print_curve(result["verify_cost"])
     print(f"fastest: {result['best']}")
+    best = result["grid"][0]["speedup_vs_plain"] if result["grid"] else 1.0
+    if best < 1.0:
+        print(f"note: no tree beat plain decoding here (the fastest ran at {best:.2f}x plain): at these settings, "
+              "speculation costs this machine more than it saves")
     if not args.no_save:
         path = tuned_path(args.temperature)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -84,15 +84,18 @@ def test_eagle_tuned_runs_the_tree_tune_saved(tiny_cli, capsys):
         bench.bench_main(args + ["--methods", "plain,nonsense"])
 
 
-def test_tune_at_a_temperature_saves_the_tree_bench_runs_at_it(tiny_cli, monkeypatch):
-    def fake_tune(best):
-        return lambda *a, **k: {"verify_cost": {"relative": {1: 1.0}}, "grid": [], "best": best}
+def test_tune_at_a_temperature_saves_the_tree_bench_runs_at_it(tiny_cli, monkeypatch, capsys):
+    def fake_tune(best, speedup=1.2):
+        return lambda *a, **k: {"verify_cost": {"relative": {1: 1.0}}, "best": best,
+                                "grid": [dict(best, speedup_vs_plain=speedup)]}
 
     monkeypatch.setattr(bench, "tune", fake_tune({"steps": 3, "topk": 2, "draft_tokens": 6}))
     assert bench.tune_main(["--prompts", "mtbench", "--limit", "1"]) == 0
+    assert "no tree beat plain decoding" not in capsys.readouterr().out
     assert bench.tuned_source(1.0) == bench.tuned_path(0.0)  # no sampled tune yet: the greedy one applies
-    monkeypatch.setattr(bench, "tune", fake_tune({"steps": 2, "topk": 1, "draft_tokens": 3}))
+    monkeypatch.setattr(bench, "tune", fake_tune({"steps": 2, "topk": 1, "draft_tokens": 3}, speedup=0.85))
     assert bench.tune_main(["--prompts", "mtbench", "--limit", "1", "--temperature", "1"]) == 0
+    assert "no tree beat plain decoding here (the fastest ran at 0.85x plain)" in capsys.readouterr().out
     saved = json.loads(bench.tuned_path(1.0).read_text())
     assert bench.tuned_path(1.0).name == "tuned-T1.json" and saved["sampling"]["temperature"] == 1.0
     assert bench.load_tuned(0.0) == bench.TreeConfig.create(3, 2, 6)
