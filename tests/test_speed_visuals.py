@@ -94,6 +94,11 @@ def test_caption_names_machine_prompts_command_and_source():
     for part in (f"{BENCH['prompts']} prompts", "bfloat16", "2 threads", "tree 5/4/16", BENCH["command"], "shipped with eagleviz"):
         assert part in text
     assert "Command" not in bench_caption({k: v for k, v in BENCH.items() if k != "command"}, "x")
+    machine = {k: v for k, v in BENCH["machine"].items() if k != "kv_dtype"}
+    for kv, said in ((None, "bfloat16 on"), ("bfloat16", "bfloat16 on"),
+                     ("float32", "bfloat16 (attention in float32) on")):
+        mc = machine | ({"kv_dtype": kv} if kv else {})
+        assert said in bench_caption(dict(BENCH, machine=mc), "x")  # older results have no kv_dtype
     sampled = dict(BENCH, sampling=dict(BENCH["sampling"], temperature=1.0))
     for source, said in ((None, "(found by tune)"), ("tuned.json", "(found by tune at T = 0)"),
                          ("tuned-T1.json", "(found by tune at T = 1)")):

@@ -67,6 +67,13 @@ def _mismatch_text(result: dict, mode: str) -> str:
             "which the rounding of a different batch shape can break either way.")
 
 
+def _dtypes(machine: dict) -> str:
+    """The model's dtype, and the attention's where it differs (keys, values and attention in fp32 for a bf16
+    model on a CPU whose bf16 attention is slower, `eagleviz.models.layers.attention_dtype`)."""
+    dtype, kv = machine.get("dtype", "?"), machine.get("kv_dtype")
+    return dtype if kv in (None, dtype) else f"{dtype} (attention in {kv})"
+
+
 def bench_caption(result: dict, origin: str) -> str:
     """One line: what was measured, on what, with which command, and where the file comes from."""
     mc, s, tree = result.get("machine", {}), result["sampling"], result.get("tree")
@@ -76,7 +83,7 @@ def bench_caption(result: dict, origin: str) -> str:
     if tuned := result.get("tuned_tree"):
         at = {None: "", "tuned.json": " at T = 0"}.get(tuned.get("source"), f" at T = {s.get('temperature', 0):g}")
         what += f", eagle-tuned {tuned['steps']}/{tuned['topk']}/{tuned['draft_tokens']} (found by tune{at})"
-    where = (f"{mc.get('model', '?')} with head {mc.get('head', '?')}, {mc.get('dtype', '?')} on "
+    where = (f"{mc.get('model', '?')} with head {mc.get('head', '?')}, {_dtypes(mc)} on "
              f"{mc.get('cpu', '?')} ({mc.get('device', 'cpu')}), {mc.get('threads', '?')} threads, "
              f"torch {mc.get('torch', '?')}")
     command = f" Command: `{result['command']}`." if result.get("command") else ""
@@ -162,7 +169,7 @@ def verify_cost_text(found: Measured | None) -> str:
             "whatever n is: the extra tokens ride along almost for free until arithmetic catches up. EAGLE's "
             "speedup over plain decoding is roughly \u03c4 divided by this relative cost plus the draft's time (in "
             "single forwards), so the flatter the curve, the more a wide tree pays.\n\n"
-            f"{mc.get('model', '?')}, {mc.get('dtype', '?')} on {mc.get('cpu', '?')}, {mc.get('threads', '?')} "
+            f"{mc.get('model', '?')}, {_dtypes(mc)} on {mc.get('cpu', '?')}, {mc.get('threads', '?')} "
             f"threads, torch {mc.get('torch', '?')}. Source: {found.origin}.")
 
 
