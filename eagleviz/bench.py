@@ -133,22 +133,25 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
     packing: unpacked linears vs packed ones (eagleviz.models.dense), for our plain loop and the EAGLE tree;
     hot-vocab: the head's whole draft vocabulary vs the engine's hot one (eagleviz.models.hot_vocab), for the
     tree (its tau with each is reported too);
-    kv-fp32: keys, values and attention in the model's dtype vs in fp32 (whatever `attention_dtype` picked
-    for `engine`), for our plain loop and the EAGLE tree."""
+    kv-fp32: keys, values and attention in the model's dtype vs in fp32 (both forced, whatever
+    `attention_dtype` picked at load), for our plain loop and the EAGLE tree."""
     from eagleviz.engine import Engine
     from eagleviz.models.draft import load_head
     from eagleviz.models.target import TargetModel
 
     t = engine.target
     if lever == "packing":
-        without = Engine(TargetModel(t.hf, t.tokenizer, t.name, pack=False), engine.head, engine.head_name,
-                         engine.attn_impl, pack=False)
+        without = Engine(TargetModel(t.hf, t.tokenizer, t.name, pack=False, kv_dtype=t.kv_dtype), engine.head,
+                         engine.head_name, engine.attn_impl, pack=False)
         runs = (("plain", None), ("eagle-tree", tree))
     elif lever == "kv-fp32":
-        without = Engine(TargetModel(t.hf, t.tokenizer, t.name, kv_dtype=t.dtype), engine.head, engine.head_name,
-                         engine.attn_impl)
-        engine = Engine(TargetModel(t.hf, t.tokenizer, t.name, kv_dtype=torch.float32), engine.head,
-                        engine.head_name, engine.attn_impl)
+        if t.dtype == torch.float32 or t.device.type != "cpu":
+            raise UserFacingError("--ab kv-fp32 compares a bf16/fp16 model's attention dtypes on a CPU")
+
+        def variant(kv):  # reuse the loaded target for the dtype it already has
+            return engine if t.kv_dtype == kv else Engine(TargetModel(t.hf, t.tokenizer, t.name, kv_dtype=kv),
+                                                          engine.head, engine.head_name, engine.attn_impl)
+        without, engine = variant(t.dtype), variant(torch.float32)
         runs = (("plain", None), ("eagle-tree", tree))
     else:
         without = Engine(t, load_head(head_dir, t), "whole draft vocabulary", engine.attn_impl)
@@ -274,7 +277,8 @@ def machine_info(engine) -> dict:
     return {"cpu": cpu_description(), "threads": torch.get_num_threads(),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
             "torch": torch.__version__, "dtype": str(engine.target.dtype).removeprefix("torch."),
-            "kv_dtype": str(engine.target.kv_dtype).removeprefix("torch."), "device": str(engine.target.device), "model": engine.target.name, "head": engine.head_name}
+            "kv_dtype": str(engine.target.kv_dtype).removeprefix("torch."), "device": str(engine.target.device),
+            "model": engine.target.name, "head": engine.head_name}
 
 
 def write_outputs(result: dict, out: Path, stem: str) -> None:
@@ -415,7 +419,8 @@ def _setup(args, with_prompts: bool = True):
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl, args.draft_vocab)
+    engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl, args.draft_vocab,
+                         args.kv_dtype)
     prompts = load_prompts(args.prompts, args.limit) if with_prompts else []
     sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     return engine, prompts, sampling
@@ -505,7 +510,8 @@ def tune_main(argv: list[str]) -> int:
     best = result["grid"][0]["speedup_vs_plain"] if result["grid"] else 1.0
     if best < 1.0:
         print(f"note: no tree beat plain decoding here (the fastest ran at {best:.2f}x plain): at these settings, "
-              "speculation costs this machine more than it saves")
+              "speculation costs this machine more than it saves (the fastest tree is saved all the same, "
+              "for `bench` to show)")
     if not args.no_save:
         path = tuned_path(args.temperature)
         path.parent.mkdir(parents=True, exist_ok=True)

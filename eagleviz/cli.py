@@ -14,7 +14,7 @@ from pathlib import Path
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
 from eagleviz.models.hot_vocab import DEFAULT_HOT_SIZE
-from eagleviz.models.loading import DTYPES, EMBEDDED
+from eagleviz.models.loading import DTYPES, EMBEDDED, KV_DTYPES
 
 DEFAULT_TREE = TreeConfig()
 
@@ -25,6 +25,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", choices=DTYPES)
     p.add_argument("--device", default="cpu")
     p.add_argument("--attn-impl", default="auto", choices=("auto", "torch", "triton"))
+    p.add_argument("--kv-dtype", default="auto", choices=KV_DTYPES,
+                   help="dtype of the KV caches and attention: auto measures whether fp32 is faster than the model's "
+                        "dtype on this CPU, model keeps the model's, float32 forces fp32")
     p.add_argument("--draft-vocab", type=int, default=None,
                    help="draft among the N most frequent tokens (the head's hot-tokens.json); 0: the whole draft "
                         f"vocabulary (default: {DEFAULT_HOT_SIZE} when the head ships a ranking)")
@@ -64,7 +67,8 @@ def run_generate(args) -> int:
         raise UserFacingError(str(exc)) from exc
     for note in (tree.adjustments if tree else ()):
         print(f"note: {note}", file=sys.stderr)
-    engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl, args.draft_vocab)
+    engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl, args.draft_vocab,
+                         args.kv_dtype)
     run = engine.generate(args.prompt, tree, sampling, chat=args.chat)
     summary = run.summary()
     text = engine.target.tokenizer.decode(run.token_ids, skip_special_tokens=True)
@@ -76,6 +80,7 @@ def run_generate(args) -> int:
                           "acceptance_by_depth": summary["acceptance_by_depth"],
                           "tokens_per_s": summary["tokens_per_s"], "wall_s": summary["wall_s"],
                           "stop_reason": run.stop_reason, "config": run.config, "dtype": run.dtype,
+                          "kv_dtype": str(engine.target.kv_dtype).removeprefix("torch."),
                           "attn_impl": run.attn_impl, "head": run.head}, ensure_ascii=False))
     else:
         print(text)

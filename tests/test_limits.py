@@ -1,10 +1,13 @@
 """eagleviz/limits.py: server limits from the environment, refused requests name the limit, KV budget."""
 
 import pytest
+import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
 from eagleviz.limits import Limits
+from eagleviz.engine import Engine
+from eagleviz.models.target import TargetModel
 from tiny import tiny_engine
 
 
@@ -42,6 +45,16 @@ def test_kv_budget_refuses_oversized_requests():
     assert need > 0
     with pytest.raises(UserFacingError, match="EAGLEVIZ_KV_BUDGET_MB"):
         Limits(kv_budget_mb=1).check_kv(engine, 100_000, TreeConfig(), SamplingConfig(max_new_tokens=8000))
+
+
+def test_kv_budget_counts_the_caches_dtype():
+    """A bf16 model keeping its caches in fp32 needs twice the bytes of one keeping them in bf16."""
+    base = tiny_engine(dtype=torch.bfloat16)
+    t = base.target
+    need = {kv: Limits().check_kv(Engine(TargetModel(t.hf, t.tokenizer, t.name, kv_dtype=kv), base.head),
+                                  50, TreeConfig(), SamplingConfig(max_new_tokens=50))
+            for kv in (torch.bfloat16, torch.float32)}
+    assert need[torch.float32] == 2 * need[torch.bfloat16]
 
 
 def test_choices_come_from_the_allowlist_only():

@@ -8,7 +8,9 @@ import torch
 
 from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import DraftConfig, DraftHead, load_head, random_head, save_head
+from eagleviz.models import layers
 from eagleviz.models.layers import attention_dtype
+from eagleviz.models.loading import resolve_kv_dtype
 from eagleviz.models.target import TargetModel
 from tiny import tiny_target
 
@@ -16,6 +18,12 @@ from tiny import tiny_target
 @pytest.mark.parametrize("model_type", ["llama", "qwen2", "qwen3", "mistral"])
 def test_forward_matches_hf_logits_and_features(model_type):
     target = tiny_target(model_type, layers=8)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # HF initialises biases to 0 and norms to 1: make them count
+        for name, param in target.hf.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.5 + (1.0 if "norm" in name else 0.0))
+    target = TargetModel(target.hf, target.tokenizer, target.name)  # fuse and pack the new values
     ids = torch.tensor([1, 5, 2, 7, 3, 9, 4])
     n = len(ids)
     with torch.no_grad():
@@ -30,10 +38,33 @@ def test_forward_matches_hf_logits_and_features(model_type):
     torch.testing.assert_close(e3, want, atol=1e-5, rtol=1e-5)
 
 
-def test_attention_dtype_is_only_measured_where_it_can_differ():
+def test_attention_dtype_takes_fp32_only_where_it_wins_clearly(monkeypatch):
+    calls = []
+
+    def probe(dtype, kv_dtype, *shape):  # microseconds: fp32 costs `ratio` of the native dtype
+        calls.append(kv_dtype)
+        return 100.0 * (ratio if kv_dtype == torch.float32 else 1.0)
+
+    monkeypatch.setattr(layers, "_attention_probe_us", probe)
+    for ratio, want in ((0.5, torch.float32), (0.79, torch.float32), (0.9, torch.bfloat16), (1.5, torch.bfloat16)):
+        assert attention_dtype(torch.bfloat16, "cpu", 4, 2, 16) == want
+    calls.clear()
     assert attention_dtype(torch.float32, "cpu", 4, 2, 16) == torch.float32
-    assert attention_dtype(torch.bfloat16, "cuda:0", 4, 2, 16) == torch.bfloat16  # CUDA: never probed
-    assert attention_dtype(torch.bfloat16, "cpu", 4, 2, 16) in (torch.bfloat16, torch.float32)
+    assert attention_dtype(torch.bfloat16, "cuda:0", 4, 2, 16) == torch.bfloat16
+    assert calls == []  # fp32 models and CUDA are never probed
+
+
+def test_the_real_probe_times_both_dtypes():
+    assert all(layers._attention_probe_us(torch.bfloat16, kv, 4, 2, 16, prefix=32, repeats=2) > 0
+               for kv in (torch.bfloat16, torch.float32))
+
+
+def test_kv_dtype_choices_resolve():
+    assert resolve_kv_dtype("auto", torch.bfloat16) is None
+    assert resolve_kv_dtype("model", torch.bfloat16) == torch.bfloat16
+    assert resolve_kv_dtype("float32", torch.bfloat16) == torch.float32
+    with pytest.raises(UserFacingError, match="kv_dtype"):
+        resolve_kv_dtype("int8", torch.bfloat16)
 
 
 def test_fp32_keys_and_values_of_a_bf16_model_lose_nothing():
@@ -50,11 +81,22 @@ def test_fp32_keys_and_values_of_a_bf16_model_lose_nothing():
         cache = model.new_cache(16)
         out = model.forward(ids, torch.arange(n), cache, causal)
         assert cache.k.dtype == kv and cache.v.dtype == kv
-        stored = cache.k[:, :, :n]
-        assert torch.equal(stored.bfloat16().to(kv), stored)  # bf16 values, whatever the storage
+        for stored in (cache.k[:, :, :n], cache.v[:, :, :n]):
+            assert torch.equal(stored.bfloat16().to(kv), stored)  # bf16 values, whatever the storage
         errors[kv] = (out.logits - ref).abs().max().item()
     scale = ref.abs().max().item()
     assert errors[torch.float32] < 0.02 * scale and errors[torch.bfloat16] < 0.02 * scale, (errors, scale)
+
+
+def test_a_bf16_head_drafts_over_an_fp32_cache():
+    from eagleviz.config import SamplingConfig, TreeConfig
+    from eagleviz.engine import Engine
+
+    target = tiny_target(dtype=torch.bfloat16)
+    fp32kv = TargetModel(target.hf, target.tokenizer, target.name, kv_dtype=torch.float32)
+    engine = Engine(fp32kv, random_head(fp32kv, "eagle3", seed=1, std=0.5), "random")
+    run = engine.generate("abcde", TreeConfig.create(3, 2, 6), SamplingConfig(max_new_tokens=12), chat=False)
+    assert len(run.output) == 12 and run.cycles and all(len(c.tokens) <= 6 for c in run.cycles)
 
 
 def official_eagle1_state(head: DraftHead, target) -> dict:

@@ -70,7 +70,8 @@ class AttentionWeights:
         q, k, v = out.split([self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], dim=-1)
         return q.view(t, self.num_heads, d), k.view(t, self.num_kv_heads, d), v.view(t, self.num_kv_heads, d)
 
-    def project_rotated(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    def project_rotated(self, x: torch.Tensor, cos: torch.Tensor,
+                        sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (T, Hin), cos/sin (T, D) -> q (T, Hq, D) and k (T, Hkv, D) normed (Qwen3) and rotated, v (T, Hkv, D).
 
         With a fused projection and no per-head norms, q and k are adjacent in its output and rotated by one
@@ -94,7 +95,8 @@ def cached_attention(w: AttentionWeights, x: torch.Tensor, cos: torch.Tensor, si
     x: (T, Hin) layer input; cos/sin: (T, D); tree_mask: (T, Tk) bool over the last Tk cache slots (the
     tokens of the current tree or block, new ones included), None when every slot is visible.
     Writes this layer's K/V but does not advance `cache.length`: the caller does once all layers ran.
-    Returns the o_proj output (T, H).
+    Attention runs in the cache's dtype (q is converted to it, the output back to x's). Returns the o_proj
+    output (T, H).
     """
     t = x.shape[0]
     q, k, v = w.project_rotated(x, cos, sin)
@@ -117,9 +119,10 @@ def attention_dtype(dtype: torch.dtype, device: torch.device | str, num_heads: i
     times its fp32 kernel for the short queries of decoding (one token against a 200-token prefix: 96 us in
     bf16 against 22 us in fp32 on a 2-core Zen 5; docs/performance.md entry 19). So the choice is measured,
     never assumed: a short timed probe of both (a decode step and a 16-token tree over a 256-token cache)
-    takes fp32 only when it is clearly faster (`CLEARLY_FASTER`), so that a close call does not flip from
-    one load to the next. Keys and values are produced in `dtype`, so storing them in fp32 loses nothing; the
-    attention itself is then computed in fp32, more precise than in bf16."""
+    takes fp32 only when it wins clearly (`CLEARLY_FASTER`), which keeps the choice away from a near-even
+    call that could go either way from one load to the next (`--kv-dtype` pins it). Keys and values are
+    produced in `dtype`, so storing them in fp32 loses nothing; the attention itself is then computed in
+    fp32, more precise than in bf16."""
     device = torch.device(device)
     if device.type != "cpu" or dtype == torch.float32:
         return dtype
@@ -130,8 +133,8 @@ def attention_dtype(dtype: torch.dtype, device: torch.device | str, num_heads: i
 
 def _attention_probe_us(dtype: torch.dtype, kv_dtype: torch.dtype, num_heads: int, num_kv_heads: int,
                         head_dim: int, prefix: int = 256, repeats: int = 15) -> float:
-    """Median microseconds of a 1-token and a 16-token tree attention over `prefix` cached keys, the queries
-    in `dtype` and the cache in `kv_dtype` (as `cached_attention` runs them)."""
+    """The median microseconds of a 1-token attention plus those of a 16-token tree attention over `prefix`
+    cached keys, the queries in `dtype` and the cache in `kv_dtype` (as `cached_attention` runs them)."""
     gen = torch.Generator().manual_seed(0)
     kv = [torch.randn(num_kv_heads, prefix + 16, head_dim, generator=gen).to(kv_dtype).transpose(0, 1)
           for _ in range(2)]

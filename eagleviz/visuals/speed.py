@@ -102,7 +102,7 @@ def bench_figure(result: dict, height: int = 320) -> go.Figure:
                hovertemplate=(f"%{{x}}: %{{y:.1f}} tokens/s<br>%{{text}} vs {result['reference']} "
                               "(median per prompt)<br>\u03c4 = %{customdata}<extra></extra>"))
     title = (f"Median tokens/s, {result['prompts']:g} prompts, T = {result['sampling']['temperature']:g} "
-             f"({mc.get('dtype', '?')}, {mc.get('threads', '?')} threads)")
+             f"({_dtypes(mc)}, {mc.get('threads', '?')} threads)")
     return go.Figure(data=[bar], layout=layout(
         title, height, showlegend=False, xaxis=dict(title=f"method (bar label: speedup vs {result['reference']})"),
         yaxis=dict(title="tokens/s", range=[0, max(tps) * 1.18], rangemode="tozero")))
