@@ -14,7 +14,8 @@ Plotly HTML figure to --out; the JSON is also copied to <cache>/bench/, where th
 section looks first (eagleviz.measured). Four A/B modes measure one engineering lever each, interleaved in one
 process: `--ab trace` (recording the full trace), `--ab packing` (oneDNN-packed linears,
 eagleviz.models.dense), `--ab hot-vocab` (the hot draft vocabulary, eagleviz.models.hot_vocab) and
-`--ab kv-fp32` (keys, values and attention in fp32 for a bf16 model, eagleviz.models.layers.attention_dtype).
+`--ab kv-fp32` (keys, values and attention in fp32 for a bf16 model, eagleviz.models.layers.attention_dtype)
+and `--ab fused` (each layer's small operations as compiled C calls, kernels.cpu_ops).
 
 tune: measures the verification cost curve cost(n) / cost(1) on this machine (why verifying 16 tokens costs
 about as much as 1), sweeps steps x topk x draft_tokens on a few prompts, and saves the fastest
@@ -42,7 +43,7 @@ from eagleviz.models.loading import cache_dir, cpu_description
 from eagleviz.prompts import load_prompts
 from eagleviz.visuals.speed import bench_figure, markdown_table
 
-AB_LEVERS = ("trace", "packing", "hot-vocab", "kv-fp32")
+AB_LEVERS = ("trace", "packing", "hot-vocab", "kv-fp32", "fused")
 METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "eagle-chain", "eagle-tree")
 TUNED_METHOD = "eagle-tuned"
 GREEDY_REFERENCE = "hf-generate"
@@ -134,7 +135,9 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
     hot-vocab: the head's whole draft vocabulary vs the engine's hot one (eagleviz.models.hot_vocab), for the
     tree (its tau with each is reported too);
     kv-fp32: keys, values and attention in the model's dtype vs in fp32 (both forced, whatever
-    `attention_dtype` picked at load), for our plain loop and the EAGLE tree."""
+    `attention_dtype` picked at load; PyTorch's operations in both), for our plain loop and the EAGLE tree;
+    fused: PyTorch's small operations vs the compiled layer (kernels.cpu_ops), the same fp32 cache, for our
+    plain loop and the EAGLE tree."""
     from eagleviz.engine import Engine
     from eagleviz.models.draft import load_head
     from eagleviz.models.target import TargetModel
@@ -148,10 +151,17 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
         if t.dtype == torch.float32 or t.device.type != "cpu":
             raise UserFacingError("--ab kv-fp32 compares a bf16/fp16 model's attention dtypes on a CPU")
 
-        def variant(kv):  # reuse the loaded target for the dtype it already has
-            return engine if t.kv_dtype == kv else Engine(TargetModel(t.hf, t.tokenizer, t.name, kv_dtype=kv),
-                                                          engine.head, engine.head_name, engine.attn_impl)
+        def variant(kv):  # PyTorch's attention in both: the fused layer reads fp32 only
+            return Engine(TargetModel(t.hf, t.tokenizer, t.name, kv_dtype=kv, fused=False), engine.head,
+                          engine.head_name, engine.attn_impl)
         without, engine = variant(t.dtype), variant(torch.float32)
+        runs = (("plain", None), ("eagle-tree", tree))
+    elif lever == "fused":
+        if t.ops is None:
+            raise UserFacingError("--ab fused needs the fused CPU layer, which this model or machine cannot run "
+                                  "(a CPU, bf16 or fp32, a C compiler: kernels/cpu_ops.py)")
+        without = Engine(TargetModel(t.hf, t.tokenizer, t.name, kv_dtype=t.kv_dtype, fused=False), engine.head,
+                         engine.head_name, engine.attn_impl)
         runs = (("plain", None), ("eagle-tree", tree))
     else:
         without = Engine(t, load_head(head_dir, t), "whole draft vocabulary", engine.attn_impl)
@@ -440,7 +450,8 @@ def bench_main(argv: list[str]) -> int:
     p.add_argument("--ab", choices=AB_LEVERS, default=None,
                    help="only measure one lever, interleaved in one process: what recording the full trace costs "
                         "(trace), what packed linears gain (packing), what the hot draft vocabulary gains (hot-vocab), "
-                        "what fp32 keys, values and attention gain for a bf16 model (kv-fp32)")
+                        "what fp32 keys, values and attention gain for a bf16 model (kv-fp32), what the compiled layer "
+                        "operations gain (fused)")
     args = p.parse_args(argv)
     engine, prompts, sampling = _setup(args)
     tree = TreeConfig.create(args.steps, args.topk, args.draft_tokens)

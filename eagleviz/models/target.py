@@ -17,10 +17,14 @@ import torch
 from torch import nn
 
 from eagleviz.kv_cache import KVCache
+from eagleviz.measured import cache_dir
 from eagleviz.models.dense import Dense
 from eagleviz.models.layers import AttentionWeights, attention_dtype, cached_attention, rms_norm, swiglu_mlp
+from kernels import cpu_ops
+from kernels.tree_attention import resolve_impl
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+FUSED_MAX_ROWS = 16  # forwards of up to this many tokens run the fused CPU layer (decoding, draft trees)
 
 
 @dataclass
@@ -38,11 +42,15 @@ class TargetModel:
     pack: how the forward's linears are run (`eagleviz.models.dense.Dense`): None packs bf16 and fp32 CPU
     weights for oneDNN once (bf16: the same kernels without a per-call reorder, ~1.3x faster decoding; fp32:
     oneDNN's kernel from 4 rows on, ~2x cheaper tree verification without AMX), False keeps plain `linear`
-    calls. kv_dtype: the dtype of the KV caches and of attention; None measures which is faster on this
-    machine (`eagleviz.models.layers.attention_dtype`)."""
+    calls. fused: whether forwards of up to `FUSED_MAX_ROWS` tokens run the small operations of each layer
+    (norms, RoPE, cache write, attention, SiLU) as 4 compiled C calls (`kernels.cpu_ops`) instead of ~65
+    PyTorch operations: None when the C library builds and the model allows it (a CPU, bf16 or fp32, fused
+    q/k/v, no per-head norms, a head size that is a multiple of 16), False never, True insists. kv_dtype: the
+    dtype of the KV caches and of attention; None takes fp32 when the fused layer runs (its attention reads
+    fp32), else measures which is faster on this machine (`eagleviz.models.layers.attention_dtype`)."""
 
     def __init__(self, hf_model: nn.Module, tokenizer, name: str, pack: bool | None = None,
-                 kv_dtype: torch.dtype | None = None):
+                 kv_dtype: torch.dtype | None = None, fused: bool | None = None):
         cfg = hf_model.config
         if cfg.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(f"model type {cfg.model_type!r} is not supported; use one of {SUPPORTED_MODEL_TYPES}")
@@ -69,8 +77,30 @@ class TargetModel:
         self._gate_up = [Dense.of(layer.mlp.gate_proj, layer.mlp.up_proj, pack=pack) for layer in base.layers]
         self._down = [Dense.of(layer.mlp.down_proj, pack=pack) for layer in base.layers]
         self.eos_token_ids = _eos_ids(hf_model, tokenizer)
-        self.kv_dtype = kv_dtype or attention_dtype(self.dtype, self.device, self.num_heads, self.num_kv_heads,
-                                                    self.head_dim)
+        self.ops = self._fused_ops(fused, kv_dtype)
+        self.kv_dtype = kv_dtype or (torch.float32 if self.ops else attention_dtype(
+            self.dtype, self.device, self.num_heads, self.num_kv_heads, self.head_dim))
+
+    def _fused_ops(self, fused: bool | None, kv_dtype: torch.dtype | None) -> cpu_ops.CpuOps | None:
+        """The compiled layer operations when `fused` allows them and this model can use them, else None."""
+        if fused is False:
+            return None
+        norms = [w for layer in self._layers for w in (layer.input_layernorm.weight,
+                                                       layer.post_attention_layernorm.weight)]
+        reasons = [why for bad, why in (
+            (self.device.type != "cpu", "the model is not on a CPU"),
+            (self.dtype not in cpu_ops.DTYPES, f"the model's dtype is {self.dtype}"),
+            (kv_dtype not in (None, torch.float32), f"the KV cache is pinned to {kv_dtype}"),
+            (self.head_dim % 16 != 0, f"the head size {self.head_dim} is not a multiple of 16"),
+            (any(a.qkv is None or a.q_norm is not None for a in self._attn), "q/k/v are not fused or have per-head norms"),
+            (any(w.dtype != self.dtype or not w.is_contiguous() for w in norms + [self._norm.weight]),
+             "a norm weight differs in dtype or layout"),
+        ) if bad]
+        ops = None if reasons else cpu_ops.load(cache_dir() / "kernels")
+        if ops is None and fused:
+            raise ValueError("the fused CPU layer is unavailable: "
+                             + "; ".join(reasons or [cpu_ops.last_error(cache_dir() / "kernels") or "unknown"]))
+        return ops
 
     def _attention_weights(self, layer: nn.Module, pack: bool | None) -> AttentionWeights:
         a = layer.self_attn
@@ -110,6 +140,9 @@ class TargetModel:
         the post-norm hidden state; a tuple returns the concatenated inputs of those layers (EAGLE-3).
         Advances cache.length by T.
         """
+        if (self.ops is not None and ids.shape[0] <= FUSED_MAX_ROWS and cache.k.dtype == torch.float32
+                and resolve_impl(impl, cache.k.device) == "torch"):
+            return self._forward_fused(ids, positions, cache, tree_mask, logit_rows, feature_layers)
         h = self._embed(ids)
         cos, sin = self._rotary(h, positions[None])
         cos, sin = cos[0], sin[0]
@@ -125,6 +158,35 @@ class TargetModel:
         normed = rms_norm(h, self._norm.weight, self.eps)
         logits = None if logit_rows is None else self.unembed(normed[logit_rows]).float()
         features = normed if feature_layers is None else torch.cat([captured[i] for i in feature_layers], dim=-1)
+        return TargetOutput(logits=logits, features=features)
+
+
+    def _forward_fused(self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                       tree_mask: torch.Tensor | None, logit_rows: slice | None,
+                       feature_layers: tuple[int, ...] | None) -> TargetOutput:
+        """`forward` with each layer's small operations in `kernels.cpu_ops`: the residual stream h is updated
+        in place by the norms that follow each add, and the products stay `Dense` calls."""
+        ops, eps, t, start = self.ops, self.eps, ids.shape[0], cache.length
+        h = self._embed(ids)
+        cos, sin = self._rotary(h, positions[None])
+        cos, sin = cos[0].contiguous(), sin[0].contiguous()
+        mask = None if tree_mask is None else tree_mask.contiguous()
+        scale = self.head_dim ** -0.5
+        norms = [layer.input_layernorm.weight for layer in self._layers[1:]] + [self._norm.weight]
+        captured = {}
+        x = ops.rms_norm(h, self._layers[0].input_layernorm.weight, eps)
+        for i, layer in enumerate(self._layers):
+            if feature_layers is not None and i in feature_layers:
+                captured[i] = h.clone()
+            attn = self._attn[i]
+            q = ops.rope_to_cache(attn.qkv(x), cos, sin, cache.k, cache.v, i, start, self.num_heads,
+                                  self.num_kv_heads)
+            out = ops.attention(q, cache.k, cache.v, i, start + t, mask, h.dtype, scale)
+            x = ops.rms_norm(h, layer.post_attention_layernorm.weight, eps, delta=attn.o_proj(out))
+            x = ops.rms_norm(h, norms[i], eps, delta=self._down[i](ops.silu_mul(self._gate_up[i](x))))
+        cache.advance(t)
+        logits = None if logit_rows is None else self.unembed(x[logit_rows]).float()
+        features = x if feature_layers is None else torch.cat([captured[i] for i in feature_layers], dim=-1)
         return TargetOutput(logits=logits, features=features)
 
 

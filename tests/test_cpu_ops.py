@@ -1,0 +1,158 @@
+"""kernels/cpu_ops.py: each compiled operation against the PyTorch code it replaces (bitwise in bf16 where
+that code rounds step by step, within float tolerance for sums), attention against the tree-attention
+reference over every branch of its loops, the build (one library per CPU, a clear reason when there is no
+compiler), and TargetModel's use of it (the same logits as its PyTorch layer, the fallback, `fused=True`)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import cpu_ops
+from kernels.tree_attention import tree_attention_torch
+from eagleviz.models.layers import apply_rope, rms_norm
+from eagleviz.models.target import FUSED_MAX_ROWS, TargetModel
+from tiny import tiny_target
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory):
+    built = cpu_ops.load(tmp_path_factory.mktemp("kernels"))
+    if built is None:
+        pytest.skip("no C compiler on this machine")
+    return built
+
+
+def _randn(*shape, dtype=torch.float32, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("with_delta", [False, True])
+def test_rms_norm_matches_torch(ops, dtype, with_delta):
+    h, delta = _randn(5, 576, dtype=dtype), _randn(5, 576, dtype=dtype, seed=1)
+    weight = (1 + 0.3 * _randn(576, seed=2)).to(dtype)
+    want_h = h + delta if with_delta else h.clone()
+    want = rms_norm(want_h, weight, 1e-5)
+    got = ops.rms_norm(h, weight, 1e-5, delta=delta if with_delta else None)
+    assert torch.equal(h, want_h)  # the residual add happened in place, rounded like `h + delta`
+    if dtype == torch.bfloat16:
+        assert torch.equal(got, want)
+    else:  # the sum of squares runs in another order
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_rope_to_cache_rotates_q_and_writes_k_v_at_their_slots(ops, dtype):
+    t, hq, hkv, d, cap, start, layer = 3, 6, 2, 32, 40, 17, 1
+    qkv, cos, sin = _randn(t, (hq + 2 * hkv) * d, dtype=dtype), _randn(t, d, dtype=dtype, seed=1), _randn(t, d, dtype=dtype, seed=2)
+    k_cache, v_cache = torch.full((3, hkv, cap, d), 7.0), torch.full((3, hkv, cap, d), 7.0)
+    q = ops.rope_to_cache(qkv, cos, sin, k_cache, v_cache, layer, start, hq, hkv)
+    q_ref, k_ref, v_ref = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+    want_q, want_k = apply_rope(q_ref.view(t, hq, d), cos, sin), apply_rope(k_ref.view(t, hkv, d), cos, sin)
+    exact = dtype == torch.bfloat16  # fp32 may fuse a multiply-add where PyTorch rounds twice
+    check = torch.testing.assert_close if not exact else (lambda a, b: torch.testing.assert_close(a, b, atol=0, rtol=0))
+    check(q, want_q.float())
+    check(k_cache[layer, :, start:start + t], want_k.float().transpose(0, 1))
+    assert torch.equal(v_cache[layer, :, start:start + t], v_ref.view(t, hkv, d).float().transpose(0, 1))
+    written = torch.zeros_like(k_cache, dtype=torch.bool)
+    written[layer, :, start:start + t] = True
+    assert (k_cache[~written] == 7.0).all() and (v_cache[~written] == 7.0).all()  # nothing else touched
+
+
+def test_rope_to_cache_refuses_to_overflow(ops):
+    cache = torch.zeros(1, 1, 4, 16)
+    with pytest.raises(RuntimeError, match="overflow"):
+        ops.rope_to_cache(_randn(2, 48), _randn(2, 16), _randn(2, 16), cache, cache.clone(), 0, 3, 1, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_silu_mul_matches_torch(ops, dtype):
+    gate_up = _randn(4, 2 * 1536, dtype=dtype) * 4
+    gate, up = gate_up.chunk(2, dim=-1)
+    want = torch.nn.functional.silu(gate) * up
+    got = ops.silu_mul(gate_up)
+    if dtype == torch.bfloat16:  # exp differs from PyTorch's in the last float bits: a rare bf16 rounding flip
+        assert (got != want).float().mean() < 0.01
+        torch.testing.assert_close(got, want, atol=0, rtol=1e-2)
+    else:
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("rows,prefix,tree,d,group", [
+    (1, 200, 1, 64, 3),    # a decode step, 201 keys: 12 tiles of 16 and a remainder of 9
+    (8, 200, 8, 64, 3),    # an 8-token tree
+    (16, 31, 16, 128, 1),  # a head size with its own copy of the loops, no grouping
+    (5, 0, 5, 48, 2),      # the generic copy (48), no prefix: every key under the mask
+    (3, 16, 3, 16, 4),     # the smallest head size
+])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_attention_matches_the_reference(ops, rows, prefix, tree, d, group, dtype):
+    hkv, cap, layer = 2, prefix + tree + 5, 1
+    hq = hkv * group
+    k_cache, v_cache = _randn(3, hkv, cap, d), _randn(3, hkv, cap, d, seed=1)
+    q = _randn(rows, hq, d, seed=2)
+    gen = torch.Generator().manual_seed(3)
+    mask = None if rows == 1 else (torch.rand(rows, tree, generator=gen) < 0.5) | torch.eye(rows, tree, dtype=torch.bool)
+    n = prefix + tree
+    scale = d ** -0.5
+    got = ops.attention(q, k_cache, v_cache, layer, n, mask, dtype, scale)
+    keys, values = k_cache[layer, :, :n].transpose(0, 1), v_cache[layer, :, :n].transpose(0, 1)
+    want = tree_attention_torch(q, keys, values, prefix if mask is not None else n, mask, scale)
+    want = want.reshape(rows, hq * d).to(dtype)
+    assert got.dtype == dtype
+    if dtype == torch.bfloat16:
+        torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)
+    else:
+        torch.testing.assert_close(got, want, atol=2e-6, rtol=2e-5)
+
+
+def test_a_library_per_cpu_and_a_reason_without_a_compiler(tmp_path, monkeypatch):
+    first = cpu_ops._build(tmp_path)
+    assert cpu_ops._build(tmp_path) == first  # built once
+    monkeypatch.setattr(cpu_ops, "_cpu_signature", lambda: "flags : another cpu")
+    other = cpu_ops._build(tmp_path)
+    assert other != first and other.exists()  # a cache shared with another CPU never loads this one's build
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    assert cpu_ops.load(tmp_path / "empty") is None
+    assert "no-such-compiler" in cpu_ops.last_error(tmp_path / "empty")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_target_model_runs_the_fused_layer_with_the_same_results(ops, dtype):
+    base = tiny_target("llama", layers=4, dtype=dtype)
+    fused = TargetModel(base.hf, base.tokenizer, base.name, fused=True)
+    plain = TargetModel(base.hf, base.tokenizer, base.name, fused=False, kv_dtype=torch.float32)
+    assert fused.ops is not None and plain.ops is None and fused.kv_dtype == torch.float32
+    tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 0.1, "rtol": 0.05}
+    caches = [model.new_cache(64) for model in (fused, plain)]
+    ids, n = torch.tensor([3, 9, 4, 1, 7]), 5
+    for tokens, mask in ((ids, torch.ones(n, n, dtype=torch.bool).tril()), (torch.tensor([2]), None),
+                         (torch.tensor([5, 6, 8]), torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool))):
+        start = caches[0].length
+        positions = torch.arange(start, start + len(tokens))
+        outs = [model.forward(tokens, positions, cache, mask, feature_layers=model.eagle3_layers)
+                for model, cache in zip((fused, plain), caches)]
+        torch.testing.assert_close(outs[0].logits, outs[1].logits, **tol)
+        torch.testing.assert_close(outs[0].features, outs[1].features, **tol)
+        assert caches[0].length == caches[1].length == start + len(tokens)
+    torch.testing.assert_close(caches[0].k, caches[1].k, **tol)
+    torch.testing.assert_close(caches[0].v, caches[1].v, **tol)
+
+
+def test_long_forwards_and_unsupported_models_keep_torch(ops):
+    base = tiny_target("llama", layers=2)
+    model = TargetModel(base.hf, base.tokenizer, base.name)
+    calls = []
+    model.ops = type("Spy", (), {"__getattr__": lambda self, name: calls.append(name) or getattr(ops, name)})()
+    n = FUSED_MAX_ROWS + 1
+    model.forward(torch.arange(n) % 7, torch.arange(n), model.new_cache(64), torch.ones(n, n, dtype=torch.bool).tril())
+    assert calls == []  # a prefill longer than FUSED_MAX_ROWS runs PyTorch's operations
+    model.forward(torch.tensor([1]), torch.tensor([0]), model.new_cache(8), None)
+    assert "attention" in calls
+    qwen3 = tiny_target("qwen3", layers=2)  # per-head q/k norms
+    assert TargetModel(qwen3.hf, qwen3.tokenizer, qwen3.name).ops is None
+    with pytest.raises(ValueError, match="per-head norms"):
+        TargetModel(qwen3.hf, qwen3.tokenizer, qwen3.name, fused=True)
+    with pytest.raises(ValueError, match="pinned"):
+        TargetModel(base.hf, base.tokenizer, base.name, fused=True, kv_dtype=torch.bfloat16)
