@@ -29,7 +29,6 @@ import torch
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
 from eagleviz.kv_cache import KVCache
-from eagleviz.models.dense import for_inference
 from eagleviz.models.draft import DraftHead
 from eagleviz.models.target import TargetModel
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
@@ -82,13 +81,14 @@ class _Clock:
 class Engine:
     """Target + draft head, shared read-only by every run; each run owns its caches and RNG.
 
-    The engine drafts with a frozen copy of `head` whose linears are packed where that pays
-    (`eagleviz.models.dense`); `pack` False keeps them unpacked (the reference of an A/B run)."""
+    The engine drafts with a frozen copy of `head` (`DraftHead.for_drafting`): linears packed where that pays
+    (`eagleviz.models.dense`; `pack` False keeps them unpacked, the reference of an A/B run), projections
+    fused, and the target's compiled layer operations when it has them (`TargetModel.ops`)."""
 
     def __init__(self, target: TargetModel, head: DraftHead | None, head_name: str = "", attn_impl: str = "auto",
                  pack: bool | None = None):
         self.target, self.head_name = target, head_name
-        self.head = None if head is None else for_inference(head, pack)
+        self.head = None if head is None else head.for_drafting(pack, target.ops)
         self.attn_impl = resolve_impl(attn_impl, target.device)
         arch = head.config.arch if head is not None else "eagle1"
         self.feature_layers = target.eagle3_layers if arch == "eagle3" else None

@@ -103,6 +103,9 @@ class CpuOps:
             fn.argtypes, fn.restype = argtypes, None
         self._lib = lib
 
+    def __deepcopy__(self, memo: dict) -> CpuOps:
+        return self  # a handle on a loaded library, with no state: copies of a model share it
+
     @staticmethod
     def _is_bf16(x: torch.Tensor) -> int:
         if x.dtype not in DTYPES or not x.is_contiguous() or x.device.type != "cpu":

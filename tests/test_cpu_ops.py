@@ -156,3 +156,24 @@ def test_long_forwards_and_unsupported_models_keep_torch(ops):
         TargetModel(qwen3.hf, qwen3.tokenizer, qwen3.name, fused=True)
     with pytest.raises(ValueError, match="pinned"):
         TargetModel(base.hf, base.tokenizer, base.name, fused=True, kv_dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("arch", ["eagle1", "eagle3"])
+def test_the_drafting_copy_of_a_head_runs_the_fused_layer_with_the_same_results(ops, arch):
+    from eagleviz.models.draft import random_head
+
+    target = tiny_target("llama", layers=4)
+    head = random_head(target, arch, seed=1, num_layers=2 if arch == "eagle1" else 1, std=0.3)
+    fused, plain = head.for_drafting(ops=ops), head.for_drafting()
+    assert fused.ops is ops and plain.ops is None and head.ops is None  # the trained head is untouched
+    feature = 3 * 64 if arch == "eagle3" else 64
+    caches = [h.new_cache(32, torch.float32, "cpu") for h in (fused, plain)]
+    steps = ((_randn(4, feature), torch.ones(4, 4, dtype=torch.bool).tril()),  # the pending tokens
+             (_randn(2, 64, seed=5), torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 1]], dtype=torch.bool)))
+    for features, mask in steps:
+        start = caches[0].length
+        embeds, positions = _randn(len(features), 64, seed=7), torch.arange(start, start + len(features))
+        with torch.inference_mode():
+            outs = [h(features, embeds, positions, cache, mask[:, -mask.shape[1]:]) for h, cache in zip((fused, plain), caches)]
+        torch.testing.assert_close(outs[0], outs[1], atol=1e-4, rtol=1e-4)  # fp32 sums in another order
+    torch.testing.assert_close(caches[0].k[:, :, :6], caches[1].k[:, :, :6], atol=1e-4, rtol=1e-4)

@@ -61,6 +61,10 @@ class Dense:
         fused = fuse_linears(*linears)
         return None if fused is None else cls(*fused, pack=pack)
 
+    def __deepcopy__(self, memo: dict) -> Dense:
+        # oneDNN's packed tensor has no storage to copy: copy the weights and pack again
+        return Dense(copy.deepcopy(self.weight, memo), copy.deepcopy(self.bias, memo), self.packed is not None)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None or x.numel() < self.packed_from * x.shape[-1]:
             return nn.functional.linear(x, self.weight, self.bias)
@@ -101,7 +105,6 @@ class DenseModule(nn.Module):
         return self.dense(x)
 
     def __deepcopy__(self, memo: dict) -> DenseModule:
-        # oneDNN's packed tensor has no storage to copy: copy the weights and pack again
         return DenseModule(copy.deepcopy(self.weight, memo), copy.deepcopy(self.bias, memo),
                            self.dense.packed is not None)
 

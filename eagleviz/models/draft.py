@@ -21,8 +21,13 @@ from torch import nn
 
 from eagleviz.errors import UserFacingError
 from eagleviz.kv_cache import KVCache
+from eagleviz.models.dense import Dense, for_inference
 from eagleviz.models.layers import (AttentionWeights, cached_attention, rms_norm, rope_cos_sin, rope_inv_freq,
                                     swiglu_mlp)
+from kernels import cpu_ops
+from kernels.tree_attention import resolve_impl
+
+FUSED_MAX_ROWS = 32  # draft forwards of up to this many rows run the compiled layer operations
 
 ARCHS = ("eagle1", "eagle3")
 
@@ -158,6 +163,23 @@ class DraftHead(nn.Module):
             self.register_buffer("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
             self.register_buffer("t2d", torch.ones(c.vocab_size, dtype=torch.bool))
         self.register_buffer("inv_freq", rope_inv_freq(c.head_dim, c.rope_theta), persistent=False)
+        self.ops: cpu_ops.CpuOps | None = None  # set on the frozen copy `for_drafting` makes
+
+    def for_drafting(self, pack: bool | None = None, ops: cpu_ops.CpuOps | None = None) -> DraftHead:
+        """A frozen copy to draft with: linears packed where that pays (`eagleviz.models.dense`), q/k/v and
+        gate/up each fused into one product, and, given `ops` (the target's `kernels.cpu_ops`), each layer's
+        small operations compiled, as in the target's forward. This head is untouched (training goes on)."""
+        frozen = for_inference(self, pack)
+        for layer in frozen.blocks:
+            a, m = layer.self_attn, layer.mlp
+            a.qkv = Dense.of(a.q_proj, a.k_proj, a.v_proj, pack=pack)
+            m.gate_up = Dense.of(m.gate_proj, m.up_proj, pack=pack)
+        weights = [p for p in frozen.parameters()]
+        fits = (ops is not None and self.config.head_dim % 16 == 0 and weights[0].dtype in cpu_ops.DTYPES
+                and all(w.dtype == weights[0].dtype and w.device.type == "cpu" for w in weights)
+                and all(layer.self_attn.qkv is not None for layer in frozen.blocks))
+        frozen.ops = ops if fits else None
+        return frozen
 
     @property
     def blocks(self) -> list[_Layer]:
@@ -175,25 +197,60 @@ class DraftHead(nn.Module):
         advances cache.length by T."""
         c = self.config
         cos, sin = rope_cos_sin(positions, self.inv_freq, token_embeds.dtype)
+        if (self.ops is not None and features.shape[0] <= FUSED_MAX_ROWS and cache.k.dtype == torch.float32
+                and resolve_impl(impl, cache.k.device) == "torch"):
+            return self._forward_fused(features, token_embeds, cos, sin, cache, tree_mask)
         if c.arch == "eagle1":
             h = self.fc(torch.cat((token_embeds, features), dim=-1))
             for i, layer in enumerate(self.layers):
                 x = h if i == 0 else rms_norm(h, layer.input_layernorm.weight, c.rms_norm_eps)
                 h = h + cached_attention(self._attn(layer), x, cos, sin, cache, i, tree_mask, impl)
-                h = h + swiglu_mlp(layer.mlp, rms_norm(h, layer.post_attention_layernorm.weight, c.rms_norm_eps))
+                h = h + swiglu_mlp(layer.mlp, rms_norm(h, layer.post_attention_layernorm.weight, c.rms_norm_eps),
+                                   getattr(layer.mlp, "gate_up", None))
         else:
             layer = self.midlayer
             g = self.fc(features) if features.shape[-1] != c.hidden_size else features
             a = torch.cat((rms_norm(token_embeds, layer.input_layernorm.weight, c.rms_norm_eps),
                            rms_norm(g, layer.hidden_norm.weight, c.rms_norm_eps)), dim=-1)
             h = g + cached_attention(self._attn(layer), a, cos, sin, cache, 0, tree_mask, impl)
-            h = h + swiglu_mlp(layer.mlp, rms_norm(h, layer.post_attention_layernorm.weight, c.rms_norm_eps))
+            h = h + swiglu_mlp(layer.mlp, rms_norm(h, layer.post_attention_layernorm.weight, c.rms_norm_eps),
+                               getattr(layer.mlp, "gate_up", None))
         cache.advance(features.shape[0])
         return h
 
+    def _forward_fused(self, features: torch.Tensor, token_embeds: torch.Tensor, cos: torch.Tensor,
+                       sin: torch.Tensor, cache: KVCache, tree_mask: torch.Tensor | None) -> torch.Tensor:
+        """`forward` through the compiled operations (`for_drafting`); the same arithmetic as the PyTorch path."""
+        c, ops = self.config, self.ops
+        mask = None if tree_mask is None else tree_mask.contiguous()
+        if c.arch == "eagle1":
+            h = self.fc(torch.cat((token_embeds, features), dim=-1))
+            for i, layer in enumerate(self.layers):
+                x = h if i == 0 else ops.rms_norm(h, layer.input_layernorm.weight, c.rms_norm_eps)
+                h = self._block_fused(layer, i, x, h.clone(), cos, sin, cache, mask)
+        else:
+            layer = self.midlayer
+            g = self.fc(features) if features.shape[-1] != c.hidden_size else features.contiguous()
+            x = torch.cat((ops.rms_norm(token_embeds.contiguous(), layer.input_layernorm.weight, c.rms_norm_eps),
+                           ops.rms_norm(g, layer.hidden_norm.weight, c.rms_norm_eps)), dim=-1)
+            h = self._block_fused(layer, 0, x, g.clone(), cos, sin, cache, mask)
+        cache.advance(features.shape[0])
+        return h
+
+    def _block_fused(self, layer: _Layer, index: int, x: torch.Tensor, h: torch.Tensor, cos: torch.Tensor,
+                     sin: torch.Tensor, cache: KVCache, mask: torch.Tensor | None) -> torch.Tensor:
+        """h + attn(x), then + mlp(post-norm), updating h in place (h is the caller's copy of the residual)."""
+        c, ops, a, m = self.config, self.ops, layer.self_attn, layer.mlp
+        q = ops.rope_to_cache(a.qkv(x), cos, sin, cache.k, cache.v, index, cache.length, c.num_heads,
+                              c.num_kv_heads)
+        out = ops.attention(q, cache.k, cache.v, index, cache.length + x.shape[0], mask, h.dtype, c.head_dim ** -0.5)
+        y = ops.rms_norm(h, layer.post_attention_layernorm.weight, c.rms_norm_eps, delta=a.o_proj(out))
+        return h.add_(m.down_proj(ops.silu_mul(m.gate_up(y))))
+
     def _attn(self, layer: _Layer) -> AttentionWeights:
         a, c = layer.self_attn, self.config
-        return AttentionWeights(a.q_proj, a.k_proj, a.v_proj, a.o_proj, c.num_heads, c.num_kv_heads, c.head_dim)
+        return AttentionWeights(a.q_proj, a.k_proj, a.v_proj, a.o_proj, c.num_heads, c.num_kv_heads, c.head_dim,
+                                qkv=getattr(a, "qkv", None))
 
     def logits(self, h: torch.Tensor, target_lm_head: nn.Module) -> torch.Tensor:
         """(T, H) -> (T, Vd) fp32 draft logits (Vd = V for EAGLE-1: the target's own LM head)."""
