@@ -136,32 +136,66 @@ void rope_to_cache(const void *qkv, const void *cos_, const void *sin_, float *q
     free(x);
 }
 
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define SHUFFLE __builtin_shufflevector
+/* Lane l of the result = the sum of p[l]'s 16 lanes: four rounds that each add the halves of pairs of
+ * vectors (16 -> 8 -> 4 -> 2 -> 1 vectors), leaving the sums in bit-reversed lane order, then one shuffle. */
+static inline v16 sum_lanes16(const v16 *p) {
+    v16 a[8], b[4], c[2];
+    for (int i = 0; i < 8; i++)
+        a[i] = SHUFFLE(p[2 * i], p[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+               SHUFFLE(p[2 * i], p[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    for (int i = 0; i < 4; i++)
+        b[i] = SHUFFLE(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27) +
+               SHUFFLE(a[2 * i], a[2 * i + 1], 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+    for (int i = 0; i < 2; i++)
+        c[i] = SHUFFLE(b[2 * i], b[2 * i + 1], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) +
+               SHUFFLE(b[2 * i], b[2 * i + 1], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+    v16 d = SHUFFLE(c[0], c[1], 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30) +
+            SHUFFLE(c[0], c[1], 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+    return SHUFFLE(d, d, 0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
+}
+#else
+static inline v16 sum_lanes16(const v16 *p) {
+    v16 out;
+    for (int l = 0; l < 16; l++) {
+        float t = 0.0f;
+        for (int m = 0; m < 16; m++) t += p[l][m];
+        out[l] = t;
+    }
+    return out;
+}
+#endif
+
 /* Scores of `rows` queries (rows, d) against keys [0, n) of k (n, d): s (rows, n) = scale * q k^T. Keys go
  * 16 at a time: each query's 16 partial products (one vector of d/16-chunk sums per key) are summed across
- * lanes together, and a key tile is read from memory once for all the rows of one KV head. */
+ * lanes together (`sum_lanes16`), and a key tile is read from memory once for all the rows of a KV head. */
 static inline __attribute__((always_inline)) void scores(const float *q, const float *k, float *s, int rows,
                                                           int n, int d, float scale) {
     int chunks = d / 16, full = n - n % 16;
-    for (int j = 0; j < full; j += 16) { /* a tile of 16 keys (16 d floats) stays in L1 over the rows */
-        for (int r = 0; r < rows; r++) {
-            v16 qv[MAX_CHUNKS];
-            for (int c = 0; c < chunks; c++) memcpy(&qv[c], q + (long)r * d + 16 * c, sizeof(v16));
-            float partial[16][16];
+    for (int j = 0; j < full; j += 16) {
+        for (int r = 0; r < rows; r += 2) { /* two rows at a time share each key's loads */
+            int second = r + 1 < rows ? r + 1 : r;
+            v16 qa[MAX_CHUNKS], qb[MAX_CHUNKS], pa[16], pb[16];
+            for (int c = 0; c < chunks; c++) {
+                memcpy(&qa[c], q + (long)r * d + 16 * c, sizeof(v16));
+                memcpy(&qb[c], q + (long)second * d + 16 * c, sizeof(v16));
+            }
             for (int l = 0; l < 16; l++) {
                 const float *kj = k + (long)(j + l) * d;
-                v16 acc = {0}, kc;
+                v16 a = {0}, b = {0}, kc;
                 for (int c = 0; c < chunks; c++) {
                     memcpy(&kc, kj + 16 * c, sizeof(v16));
-                    acc += qv[c] * kc;
+                    a += qa[c] * kc;
+                    b += qb[c] * kc;
                 }
-                memcpy(partial[l], &acc, sizeof(v16));
+                pa[l] = a;
+                pb[l] = b;
             }
-            float *sr = s + (long)r * n + j;
-            for (int l = 0; l < 16; l++) {
-                float dot = 0.0f;
-                for (int m = 0; m < 16; m++) dot += partial[l][m];
-                sr[l] = dot * scale;
-            }
+            v16 dots = sum_lanes16(pa) * scale;
+            memcpy(s + (long)r * n + j, &dots, sizeof(v16));
+            dots = sum_lanes16(pb) * scale;
+            memcpy(s + (long)second * n + j, &dots, sizeof(v16));
         }
     }
     for (int r = 0; r < rows; r++)
@@ -182,8 +216,8 @@ static inline __attribute__((always_inline)) void attention_d(
         const float *q, const float *kc, const float *vc, const uint8_t *mask, void *out, int rows, int hq, int hkv,
         int d, int cap, int n_keys, int prefix, float scale, int bf) {
     int group = hq / hkv, tree = n_keys - prefix, r_count = rows * group, chunks = d / 16;
-    float *qg = malloc(sizeof(float) * (size_t)r_count * ((size_t)n_keys + 2 * d));
-    float *s = qg + (long)r_count * d, *acc = s + (long)r_count * n_keys;
+    float *qg = malloc(sizeof(float) * (size_t)r_count * ((size_t)n_keys + 2 * d + 1));
+    float *s = qg + (long)r_count * d, *acc = s + (long)r_count * n_keys, *inv_sum = acc + (long)r_count * d;
     for (int g = 0; g < hkv; g++) {
         for (int t = 0; t < rows; t++) /* row t * group + e is query head g * group + e of token t */
             memcpy(qg + (long)t * group * d, q + ((long)t * hq + g * group) * d, sizeof(float) * (size_t)(group * d));
@@ -193,14 +227,14 @@ static inline __attribute__((always_inline)) void attention_d(
             const uint8_t *row_mask = mask ? mask + (long)(r / group) * tree : NULL;
             if (row_mask)
                 for (int j = 0; j < tree; j++) sr[prefix + j] = row_mask[j] ? sr[prefix + j] : -INFINITY;
+#pragma omp simd reduction(max : m)
             for (int j = 0; j < n_keys; j++) m = sr[j] > m ? sr[j] : m;
 #pragma omp simd reduction(+ : sum)
             for (int j = 0; j < n_keys; j++) {
                 sr[j] = exp_neg(sr[j] - m);
                 sum += sr[j];
             }
-            float inv = 1.0f / sum;
-            for (int j = 0; j < n_keys; j++) sr[j] *= inv;
+            inv_sum[r] = 1.0f / sum; /* applied to the output row */
         }
         const float *v = vc + (long)g * cap * d;
         for (int r0 = 0; r0 < r_count; r0 += 4) { /* 4 rows' accumulators stay in registers over the values */
@@ -217,6 +251,7 @@ static inline __attribute__((always_inline)) void attention_d(
         }
         for (int r = 0; r < r_count; r++) {
             float *ar = acc + (long)r * d;
+            for (int i = 0; i < d; i++) ar[i] *= inv_sum[r];
             if (bf)
                 for (int i = 0; i < d; i++) ar[i] = round_bf16(ar[i]);
             int t = r / group, h = g * group + r % group;
