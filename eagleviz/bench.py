@@ -288,6 +288,7 @@ def machine_info(engine) -> dict:
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
             "torch": torch.__version__, "dtype": str(engine.target.dtype).removeprefix("torch."),
             "kv_dtype": str(engine.target.kv_dtype).removeprefix("torch."), "device": str(engine.target.device),
+            "cpu_layer": "compiled" if engine.target.ops is not None else "torch",
             "model": engine.target.name, "head": engine.head_name}
 
 

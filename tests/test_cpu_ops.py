@@ -177,3 +177,18 @@ def test_the_drafting_copy_of_a_head_runs_the_fused_layer_with_the_same_results(
             outs = [h(features, embeds, positions, cache, mask[:, -mask.shape[1]:]) for h, cache in zip((fused, plain), caches)]
         torch.testing.assert_close(outs[0], outs[1], atol=1e-4, rtol=1e-4)  # fp32 sums in another order
     torch.testing.assert_close(caches[0].k[:, :, :6], caches[1].k[:, :, :6], atol=1e-4, rtol=1e-4)
+
+
+def test_a_failed_build_is_a_warning_and_torch_takes_over(monkeypatch):
+    from eagleviz.models import target as target_module
+
+    base = tiny_target("llama", layers=2)
+    monkeypatch.setattr(target_module.cpu_ops, "load", lambda build_dir: None)
+    monkeypatch.setattr(target_module.cpu_ops, "last_error", lambda build_dir: "OSError: no cc here")
+    with pytest.warns(RuntimeWarning, match="no cc here"):
+        model = TargetModel(base.hf, base.tokenizer, base.name)
+    assert model.ops is None
+    out = model.forward(torch.tensor([1, 2]), torch.arange(2), model.new_cache(8), torch.ones(2, 2, dtype=torch.bool).tril())
+    assert out.logits.shape == (2, 32)
+    with pytest.raises(ValueError, match="no cc here"):
+        TargetModel(base.hf, base.tokenizer, base.name, fused=True)

@@ -11,6 +11,7 @@ Llama, Mistral, Qwen2 (q/k/v biases live in the Linear modules) and Qwen3 (per-h
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -97,9 +98,13 @@ class TargetModel:
              "a norm weight differs in dtype or layout"),
         ) if bad]
         ops = None if reasons else cpu_ops.load(cache_dir() / "kernels")
+        if ops is None and not reasons:
+            reasons = [cpu_ops.last_error(cache_dir() / "kernels") or "unknown"]
+            if not fused:  # the model could use it, the machine cannot build it: say so, once, and go on
+                warnings.warn(f"eagleviz: the fused CPU layer (kernels/cpu_ops.c) could not be built, so decoding "
+                              f"runs PyTorch's operations (~1.2x slower): {reasons[0]}", RuntimeWarning, stacklevel=3)
         if ops is None and fused:
-            raise ValueError("the fused CPU layer is unavailable: "
-                             + "; ".join(reasons or [cpu_ops.last_error(cache_dir() / "kernels") or "unknown"]))
+            raise ValueError("the fused CPU layer is unavailable: " + "; ".join(reasons))
         return ops
 
     def _attention_weights(self, layer: nn.Module, pack: bool | None) -> AttentionWeights:
