@@ -107,7 +107,7 @@ def test_attention_matches_the_reference(ops, rows, prefix, tree, d, group, dtyp
         torch.testing.assert_close(got, want, atol=2e-6, rtol=2e-5)
 
 
-def test_a_library_per_cpu_and_a_reason_without_a_compiler(tmp_path, monkeypatch):
+def test_a_library_per_cpu_and_a_reason_without_a_compiler(ops, tmp_path, monkeypatch):  # ops: skip without cc
     first = cpu_ops._build(tmp_path)
     assert cpu_ops._build(tmp_path) == first  # built once
     monkeypatch.setattr(cpu_ops, "_cpu_signature", lambda: "flags : another cpu")
