@@ -80,7 +80,7 @@ def run_generate(args) -> int:
                           "acceptance_by_depth": summary["acceptance_by_depth"],
                           "tokens_per_s": summary["tokens_per_s"], "wall_s": summary["wall_s"],
                           "stop_reason": run.stop_reason, "config": run.config, "dtype": run.dtype,
-                          "kv_dtype": str(engine.target.kv_dtype).removeprefix("torch."),
+                          "kv_dtype": run.kv_dtype, "cpu_layer": run.cpu_layer,
                           "attn_impl": run.attn_impl, "head": run.head}, ensure_ascii=False))
     else:
         print(text)

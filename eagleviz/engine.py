@@ -112,7 +112,9 @@ class Engine:
         return RunTrace(prompt=prompt, prompt_tokens=len(prompt_ids), config=config, seed=sampling.seed,
                         device=str(self.target.device), dtype=str(self.target.dtype).removeprefix("torch."),
                         attn_impl=self.attn_impl, model=self.target.name,
-                        head=self.head_name if tree is not None else "")
+                        head=self.head_name if tree is not None else "",
+                        kv_dtype=str(self.target.kv_dtype).removeprefix("torch."),
+                        cpu_layer="compiled" if self.target.ops is not None else "torch")
 
     def _capacity(self, n_prompt: int, sampling: SamplingConfig, extra: int) -> int:
         limit = self.target.max_positions

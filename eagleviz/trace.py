@@ -140,6 +140,8 @@ class RunTrace:
     prefill_ms: float = 0.0
     wall_s: float = 0.0
     stop_reason: str = ""
+    kv_dtype: str = ""   # the KV caches' and attention's dtype ("" in traces written before it was recorded)
+    cpu_layer: str = ""  # "compiled" (kernels/cpu_ops) or "torch": how each layer's small operations ran
     schema_version: int = SCHEMA_VERSION
 
     @property

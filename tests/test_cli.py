@@ -26,6 +26,8 @@ def test_generate_json_and_baseline_agree_in_fp32(tmp_path):
     assert sum(a["accept_lengths"]) + a["num_cycles"] + 1 >= len(a["token_ids"])
     trace = json.loads((tmp_path / "t.json").read_text())
     assert len(trace["cycles"]) == a["num_cycles"]
+    assert a["kv_dtype"] == trace["kv_dtype"] == "float32"  # an fp32 model keeps fp32 caches
+    assert a["cpu_layer"] == trace["cpu_layer"] and a["cpu_layer"] in ("compiled", "torch")
 
 
 @pytest.mark.parametrize("args,message", [

@@ -112,6 +112,10 @@ def test_trace_json_round_trip():
     assert back.to_dict() == RunTrace.from_json(back.to_json()).to_dict()
     assert back.token_ids == trace.token_ids and len(back.cycles) == len(trace.cycles)
     assert back.cycles[0].kv_target.moves == trace.cycles[0].kv_target.moves
+    assert back.kv_dtype == str(engine.target.kv_dtype).removeprefix("torch.")
+    assert back.cpu_layer == ("compiled" if engine.target.ops is not None else "torch")
+    older = {k: v for k, v in trace.to_dict().items() if k not in ("kv_dtype", "cpu_layer")}
+    assert RunTrace.from_dict(older).kv_dtype == ""  # traces written before these fields still load
     with pytest.raises(ValueError, match="schema"):
         RunTrace.from_dict(trace.to_dict() | {"schema_version": 99})
     with pytest.raises(ValueError, match="unknown"):
