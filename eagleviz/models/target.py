@@ -3,7 +3,9 @@
 We borrow the weights of the HF module (embedding, decoder layers, final norm, LM head, rotary embedding)
 and run the layers ourselves so that
   * keys and values live in our preallocated `KVCache` (explicit length, cheap rewind);
-  * every attention goes through the tree-attention dispatcher (`impl` = torch or triton);
+  * every attention goes through the tree-attention dispatcher (`impl` = torch or triton), except that on a
+    CPU the short forwards of decoding and verification run each layer's norms, RoPE, cache write,
+    attention and SiLU as compiled C calls (`kernels.cpu_ops`, `_forward_fused`);
   * the forward returns the features EAGLE needs: the post-norm last hidden state (EAGLE-1/2) and the
     inputs of layers 2, N//2 and N-3 (EAGLE-3).
 Llama, Mistral, Qwen2 (q/k/v biases live in the Linear modules) and Qwen3 (per-head q/k norms) share it.
