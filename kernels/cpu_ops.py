@@ -30,6 +30,10 @@ import torch
 SOURCE = Path(__file__).with_suffix(".c")
 FLAG_SETS = (("-O3", "-march=native", "-fopenmp-simd"), ("-O3", "-fopenmp-simd"))  # the second where -march=native is unknown
 DTYPES = (torch.bfloat16, torch.float32)
+# Forwards of up to this many tokens are worth the compiled layer: over a 200-token prefix it was 1.36x
+# PyTorch's operations for 1 token, 1.10x for 16, 1.02x for 32 and 0.94x for 64 (PyTorch's threads win on
+# long inputs such as a prefill; docs/performance.md entry 20).
+MAX_ROWS = 32
 
 _loaded: dict[str, CpuOps | None] = {}
 _errors: dict[str, str] = {}
@@ -151,6 +155,15 @@ class CpuOps:
                             None if mask is None else _ptr(mask), _ptr(out), t, hq, k_cache.shape[1], d,
                             k_cache.shape[2], n_keys, n_keys - tree, scale, self._is_bf16(out))
         return out
+
+    def self_attention(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+                       v_cache: torch.Tensor, layer: int, start: int, tree_mask: torch.Tensor | None,
+                       num_heads: int, num_kv_heads: int) -> torch.Tensor:
+        """`rope_to_cache` then `attention` of the T new tokens over slots [0, start + T) of `layer`: the
+        attention of one layer from its fused q|k|v output. Returns (T, Hq * D) in qkv's dtype."""
+        q = self.rope_to_cache(qkv, cos, sin, k_cache, v_cache, layer, start, num_heads, num_kv_heads)
+        return self.attention(q, k_cache, v_cache, layer, start + qkv.shape[0], tree_mask, qkv.dtype,
+                              q.shape[-1] ** -0.5)
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """gate_up (T, 2 I) = [gate | up] -> silu(gate) * up (T, I)."""

@@ -11,7 +11,7 @@ import torch
 from kernels import cpu_ops
 from kernels.tree_attention import tree_attention_torch
 from eagleviz.models.layers import apply_rope, rms_norm
-from eagleviz.models.target import FUSED_MAX_ROWS, TargetModel
+from eagleviz.models.target import TargetModel
 from tiny import tiny_target
 
 
@@ -145,11 +145,11 @@ def test_long_forwards_and_unsupported_models_keep_torch(ops):
     model = TargetModel(base.hf, base.tokenizer, base.name)
     calls = []
     model.ops = type("Spy", (), {"__getattr__": lambda self, name: calls.append(name) or getattr(ops, name)})()
-    n = FUSED_MAX_ROWS + 1
+    n = cpu_ops.MAX_ROWS + 1
     model.forward(torch.arange(n) % 7, torch.arange(n), model.new_cache(64), torch.ones(n, n, dtype=torch.bool).tril())
-    assert calls == []  # a prefill longer than FUSED_MAX_ROWS runs PyTorch's operations
+    assert calls == []  # a prefill longer than MAX_ROWS runs PyTorch's operations
     model.forward(torch.tensor([1]), torch.tensor([0]), model.new_cache(8), None)
-    assert "attention" in calls
+    assert "self_attention" in calls
     qwen3 = tiny_target("qwen3", layers=2)  # per-head q/k norms
     assert TargetModel(qwen3.hf, qwen3.tokenizer, qwen3.name).ops is None
     with pytest.raises(ValueError, match="per-head norms"):

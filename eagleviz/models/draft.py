@@ -27,8 +27,6 @@ from eagleviz.models.layers import (AttentionWeights, cached_attention, rms_norm
 from kernels import cpu_ops
 from kernels.tree_attention import resolve_impl
 
-FUSED_MAX_ROWS = 32  # draft forwards of up to this many rows run the compiled layer operations
-
 ARCHS = ("eagle1", "eagle3")
 
 
@@ -174,7 +172,7 @@ class DraftHead(nn.Module):
             a, m = layer.self_attn, layer.mlp
             a.qkv = Dense.of(a.q_proj, a.k_proj, a.v_proj, pack=pack)
             m.gate_up = Dense.of(m.gate_proj, m.up_proj, pack=pack)
-        weights = [p for p in frozen.parameters()]
+        weights = list(frozen.parameters())
         fits = (ops is not None and self.config.head_dim % 16 == 0 and weights[0].dtype in cpu_ops.DTYPES
                 and all(w.dtype == weights[0].dtype and w.device.type == "cpu" for w in weights)
                 and all(layer.self_attn.qkv is not None for layer in frozen.blocks))
@@ -197,7 +195,7 @@ class DraftHead(nn.Module):
         advances cache.length by T."""
         c = self.config
         cos, sin = rope_cos_sin(positions, self.inv_freq, token_embeds.dtype)
-        if (self.ops is not None and features.shape[0] <= FUSED_MAX_ROWS and cache.k.dtype == torch.float32
+        if (self.ops is not None and features.shape[0] <= cpu_ops.MAX_ROWS and cache.k.dtype == torch.float32
                 and resolve_impl(impl, cache.k.device) == "torch"):
             return self._forward_fused(features, token_embeds, cos, sin, cache, tree_mask)
         if c.arch == "eagle1":
@@ -241,9 +239,8 @@ class DraftHead(nn.Module):
                      sin: torch.Tensor, cache: KVCache, mask: torch.Tensor | None) -> torch.Tensor:
         """h + attn(x), then + mlp(post-norm), updating h in place (h is the caller's copy of the residual)."""
         c, ops, a, m = self.config, self.ops, layer.self_attn, layer.mlp
-        q = ops.rope_to_cache(a.qkv(x), cos, sin, cache.k, cache.v, index, cache.length, c.num_heads,
-                              c.num_kv_heads)
-        out = ops.attention(q, cache.k, cache.v, index, cache.length + x.shape[0], mask, h.dtype, c.head_dim ** -0.5)
+        out = ops.self_attention(a.qkv(x), cos, sin, cache.k, cache.v, index, cache.length, mask, c.num_heads,
+                                 c.num_kv_heads)
         y = ops.rms_norm(h, layer.post_attention_layernorm.weight, c.rms_norm_eps, delta=a.o_proj(out))
         return h.add_(m.down_proj(ops.silu_mul(m.gate_up(y))))
 

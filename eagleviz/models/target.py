@@ -27,7 +27,6 @@ from kernels import cpu_ops
 from kernels.tree_attention import resolve_impl
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-FUSED_MAX_ROWS = 32  # forwards of up to this many tokens run the fused CPU layer: 1.10x at 16, 1.02x at 32, 0.94x at 64 (entry 20)
 
 
 @dataclass
@@ -45,7 +44,7 @@ class TargetModel:
     pack: how the forward's linears are run (`eagleviz.models.dense.Dense`): None packs bf16 and fp32 CPU
     weights for oneDNN once (bf16: the same kernels without a per-call reorder, ~1.3x faster decoding; fp32:
     oneDNN's kernel from 4 rows on, ~2x cheaper tree verification without AMX), False keeps plain `linear`
-    calls. fused: whether forwards of up to `FUSED_MAX_ROWS` tokens run the small operations of each layer
+    calls. fused: whether forwards of up to `kernels.cpu_ops.MAX_ROWS` tokens run the small operations of each layer
     (norms, RoPE, cache write, attention, SiLU) as 4 compiled C calls (`kernels.cpu_ops`) instead of ~65
     PyTorch operations: None when the C library builds and the model allows it (a CPU, bf16 or fp32, fused
     q/k/v, no per-head norms, a head size that is a multiple of 16), False never, True insists. kv_dtype: the
@@ -79,6 +78,8 @@ class TargetModel:
         self._attn = [self._attention_weights(layer, pack) for layer in base.layers]
         self._gate_up = [Dense.of(layer.mlp.gate_proj, layer.mlp.up_proj, pack=pack) for layer in base.layers]
         self._down = [Dense.of(layer.mlp.down_proj, pack=pack) for layer in base.layers]
+        # the norm after layer i's MLP: layer i + 1's input norm, the final norm after the last layer
+        self._next_norms = [layer.input_layernorm.weight for layer in base.layers[1:]] + [base.norm.weight]
         self.eos_token_ids = _eos_ids(hf_model, tokenizer)
         self.ops = self._fused_ops(fused, kv_dtype)
         self.kv_dtype = kv_dtype or (torch.float32 if self.ops else attention_dtype(
@@ -147,7 +148,7 @@ class TargetModel:
         the post-norm hidden state; a tuple returns the concatenated inputs of those layers (EAGLE-3).
         Advances cache.length by T.
         """
-        if (self.ops is not None and ids.shape[0] <= FUSED_MAX_ROWS and cache.k.dtype == torch.float32
+        if (self.ops is not None and ids.shape[0] <= cpu_ops.MAX_ROWS and cache.k.dtype == torch.float32
                 and resolve_impl(impl, cache.k.device) == "torch"):
             return self._forward_fused(ids, positions, cache, tree_mask, logit_rows, feature_layers)
         h = self._embed(ids)
@@ -167,7 +168,6 @@ class TargetModel:
         features = normed if feature_layers is None else torch.cat([captured[i] for i in feature_layers], dim=-1)
         return TargetOutput(logits=logits, features=features)
 
-
     def _forward_fused(self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                        tree_mask: torch.Tensor | None, logit_rows: slice | None,
                        feature_layers: tuple[int, ...] | None) -> TargetOutput:
@@ -178,19 +178,16 @@ class TargetModel:
         cos, sin = self._rotary(h, positions[None])
         cos, sin = cos[0].contiguous(), sin[0].contiguous()
         mask = None if tree_mask is None else tree_mask.contiguous()
-        scale = self.head_dim ** -0.5
-        norms = [layer.input_layernorm.weight for layer in self._layers[1:]] + [self._norm.weight]
         captured = {}
         x = ops.rms_norm(h, self._layers[0].input_layernorm.weight, eps)
         for i, layer in enumerate(self._layers):
             if feature_layers is not None and i in feature_layers:
                 captured[i] = h.clone()
             attn = self._attn[i]
-            q = ops.rope_to_cache(attn.qkv(x), cos, sin, cache.k, cache.v, i, start, self.num_heads,
-                                  self.num_kv_heads)
-            out = ops.attention(q, cache.k, cache.v, i, start + t, mask, h.dtype, scale)
+            out = ops.self_attention(attn.qkv(x), cos, sin, cache.k, cache.v, i, start, mask, self.num_heads,
+                                     self.num_kv_heads)
             x = ops.rms_norm(h, layer.post_attention_layernorm.weight, eps, delta=attn.o_proj(out))
-            x = ops.rms_norm(h, norms[i], eps, delta=self._down[i](ops.silu_mul(self._gate_up[i](x))))
+            x = ops.rms_norm(h, self._next_norms[i], eps, delta=self._down[i](ops.silu_mul(self._gate_up[i](x))))
         cache.advance(t)
         logits = None if logit_rows is None else self.unembed(x[logit_rows]).float()
         features = x if feature_layers is None else torch.cat([captured[i] for i in feature_layers], dim=-1)
