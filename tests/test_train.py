@@ -304,3 +304,78 @@ def test_read_answers_stops_at_the_prompts_asked_for(tmp_path):
     assert D.read_answers(tmp_path, 2, shard_size=3)[1].loss_mask == [0, 0, 1]
     with pytest.raises(FileNotFoundError, match="answers-00002-2"):  # the tail shard of a smaller run
         D.read_answers(tmp_path, 8, shard_size=3)
+
+
+# ------------------------------------------------------------------ later stages: new prompts, hot vocabulary, dense target
+
+def test_first_conversation_skips_the_prompts_of_earlier_stages():
+    from eagleviz.train.pipeline import DataConfig
+
+    idx = list(range(100, 120))
+    assert DataConfig(max_conversations=5).chosen(idx) == idx[:5]
+    later = DataConfig(max_conversations=5, first_conversation=4)
+    assert later.chosen(idx) == idx[4:9] and later.cache_suffix == "-from4"
+    assert DataConfig().cache_suffix == ""  # a run from 0 keeps the cache directories it always had
+    with pytest.raises(ValueError, match="first_conversation"):
+        DataConfig(first_conversation=-1)
+
+
+def test_dense_target_is_the_target_distribution_over_the_draft_vocabulary(tiny_target, tiny_shard):
+    from eagleviz.train.objectives import dense_targets
+
+    d2t, t2d = draft_vocab(token_counts(tiny_shard.top.long(), tiny_shard.mask, V), 48)
+    head = new_head(tiny_target, "eagle3", d2t, t2d)
+    row = make_row(tiny_shard, [0, 1, 2])
+    p, in_vocab = dense_targets(head, row, _parts(tiny_target))
+    rows = head.to_target_ids(torch.arange(48))
+    full = torch.softmax(tiny_target.lm_head(row.final.to(tiny_target.dtype)).float(), dim=-1)
+    torch.testing.assert_close(p, full[:, rows] / full[:, rows].sum(-1, keepdim=True), atol=1e-5, rtol=1e-4)
+    assert torch.equal(in_vocab, t2d[row.top])
+    # the top-8 target is the dense one cut to 8 tokens: where those 8 hold all the mass, the losses agree
+    peaked = ttt_loss(head, row, _parts(tiny_target), steps=2, target_dist="dense")
+    sparse = ttt_loss(head, row, _parts(tiny_target), steps=2, target_dist="top8")
+    assert peaked.correct == sparse.correct and peaked.count == sparse.count
+    assert abs(float(peaked.loss.detach()) - float(sparse.loss.detach())) < 0.1 * float(sparse.loss.detach())
+    with pytest.raises(ValueError, match="target_dist"):
+        ttt_loss(head, row, _parts(tiny_target), steps=1, target_dist="kl")
+    with pytest.raises(ValueError, match="eagle3"):
+        TrainConfig(arch="eagle1", objective="ttt", target_dist="dense")
+
+
+def test_dense_target_trains(tiny_target, tiny_shard, tmp_path):
+    d2t, t2d = draft_vocab(token_counts(tiny_shard.top.long(), tiny_shard.mask, V), 64)
+    cfg = TrainConfig(arch="eagle3", objective="ttt", target_dist="dense", row_len=128, max_steps=40, lr=3e-3,
+                      warmup=2, eval_every=40, eval_rows=2, ttt_steps=3, autocast=False)
+    trainer = Trainer(cfg, new_head(tiny_target, "eagle3", d2t, t2d), _parts(tiny_target), tiny_shard, tiny_shard,
+                      tmp_path)
+    trainer.run()
+    first, last = trainer.history[0]["heldout"], trainer.history[-1]["heldout"]
+    assert last["loss"] < first["loss"] - 0.05 and last["acc"][0] > first["acc"][0]
+
+
+def test_init_head_keeps_only_the_hot_rows(tiny_target, tiny_shard, tmp_path):
+    from eagleviz.errors import UserFacingError
+    from eagleviz.models.hot_vocab import draft_target_ids, write_ranking
+    from eagleviz.train.pipeline import init_head
+
+    d2t, t2d = draft_vocab(token_counts(tiny_shard.ids, tiny_shard.mask, V), 32, always=(0,))
+    full = new_head(tiny_target, "eagle3", d2t, t2d, seed=3)
+    save_head(full, tmp_path)
+    with pytest.raises(UserFacingError, match="hot-tokens.json"):
+        init_head(tiny_target, tmp_path, "eagle3", hot=8)
+    ranking = draft_target_ids(full).flip(0).tolist()  # any order: the 8 last draft rows rank first
+    write_ranking(tmp_path, ranking, "test", 0)
+    head = init_head(tiny_target, tmp_path, "eagle3", hot=8)
+    assert head.training and head.config.draft_vocab_size == 8
+    assert sorted(draft_target_ids(head).tolist()) == sorted(ranking[:8])
+    assert int(head.t2d.sum()) == 8
+    loaded = load_head(tmp_path, tiny_target)
+    torch.testing.assert_close(head.lm_head.weight, loaded.lm_head.weight[24:].float())
+    assert init_head(tiny_target, tmp_path, "eagle3", hot=64).config.draft_vocab_size == 32  # nothing to cut
+
+
+def test_heldout_answers_are_original_or_the_targets_own(tiny_target, tmp_path):
+    from eagleviz.train.pipeline import DataConfig, heldout_features
+
+    with pytest.raises(ValueError, match="held-out answers"):
+        heldout_features(tiny_target, DataConfig(), [], [], tmp_path, answers="sampled")

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from eagleviz.errors import UserFacingError
+from eagleviz.models.hot_vocab import DEFAULT_HOT_SIZE as QUICK_DRAFT_VOCAB
 
 def train_head_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eagleviz train-head", description="Train an EAGLE draft head for a target "
@@ -23,8 +24,13 @@ def train_head_parser() -> argparse.ArgumentParser:
                         "sampled (the target's answers sampled at T = 1, generated and cached), several joined by "
                         "'+' (each conversation once per source, e.g. self+sampled), or both (= original+self)")
     p.add_argument("--max-conversations", type=int, default=1600)
+    p.add_argument("--first-conversation", type=int, default=0,
+                   help="skip this many training conversations (train a later stage on prompts not yet seen)")
     p.add_argument("--max-len", type=int, default=512, help="tokens per conversation (cut)")
     p.add_argument("--heldout", type=int, default=200, help="conversations held out for the top-1 metric")
+    p.add_argument("--heldout-answers", choices=("original", "self"), default="original",
+                   help="the held-out conversations' answers for the training curve: ShareGPT's own, or the "
+                        "target's greedy answers (the text greedy decoding reads; generated once and cached)")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--max-steps", type=int, default=0, help="length of the schedule in steps (overrides --epochs)")
     p.add_argument("--minutes", type=float, default=None, help="stop (with a checkpoint) after this much training")
@@ -35,7 +41,12 @@ def train_head_parser() -> argparse.ArgumentParser:
     p.add_argument("--unroll-fraction", type=float, default=0.25,
                    help="fraction of the anchors unrolled beyond step 0 (training-time test)")
     p.add_argument("--draft-vocab", type=int, default=0,
-                   help="EAGLE-3 draft vocabulary size (0: the smallest of 4096/8192/16384 covering 99%% of answers)")
+                   help="EAGLE-3 draft vocabulary size (0: the smallest of 4096/8192/16384 covering 99%% of answers); "
+                        "with --init, keep only the N most frequent tokens of that head's draft vocabulary "
+                        "(its hot-tokens.json), the ones the engine drafts among by default")
+    p.add_argument("--target-dist", choices=("top8", "dense"), default="top8",
+                   help="what the head learns to match: the target's top-8 renormalised over the draft vocabulary, "
+                        "or its whole distribution over the draft vocabulary (EAGLE-3)")
     p.add_argument("--out", default=None, help="run directory (default runs/head-ARCH-OBJECTIVE)")
     p.add_argument("--cache", default="cache/train", help="where answers and features are cached")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
@@ -62,9 +73,11 @@ def train_head_main(argv: list[str] | None = None) -> int:
     try:
         tcfg = TrainConfig(arch=args.arch, objective=objective, ttt_steps=args.ttt_steps, lr=args.lr,
                            warmup=args.warmup, row_len=args.row_len, epochs=args.epochs, max_steps=args.max_steps,
-                           unroll_fraction=args.unroll_fraction, seed=args.seed)
+                           unroll_fraction=args.unroll_fraction, target_dist=args.target_dist,
+                           seed=args.seed)
         dcfg = P.DataConfig(data=args.data, answers=args.answers, max_conversations=args.max_conversations,
-                            max_len=args.max_len, heldout=args.heldout, seed=args.seed)
+                            first_conversation=args.first_conversation, max_len=args.max_len,
+                            heldout=args.heldout, seed=args.seed)
     except ValueError as exc:
         raise UserFacingError(str(exc)) from exc
     out = Path(args.out or f"runs/head-{args.arch}-{objective}")
@@ -82,22 +95,22 @@ def train_head_main(argv: list[str] | None = None) -> int:
     train_idx, held_idx = split(len(prompts), dcfg.heldout, dcfg.seed)
     shards, samples = [], []
     for source in dcfg.sources:
-        with tqdm(desc="answers", total=min(dcfg.max_conversations, len(train_idx)), disable=source == "original",
+        with tqdm(desc="answers", total=len(dcfg.chosen(train_idx)), disable=source == "original",
                   mininterval=10) as bar:
             part = P.train_samples(target, dcfg, prompts, train_idx, cache, bar, source)
         with tqdm(desc=f"features ({source} answers)", total=len(part), unit="seq", mininterval=10) as bar:
-            shards.append(P.build_features(target, part, cache / f"features-{source}-L{dcfg.max_len}", dcfg.max_len,
-                                           bar))
+            features_dir = cache / f"features-{source}-L{dcfg.max_len}{dcfg.cache_suffix}"
+            shards.append(P.build_features(target, part, features_dir, dcfg.max_len, bar))
         samples += part
     data = shards[0] if len(shards) == 1 else FeatureShard.cat(shards)
-    heldout = P.heldout_features(target, dcfg, prompts, held_idx, cache)
+    heldout = P.heldout_features(target, dcfg, prompts, held_idx, cache, args.heldout_answers)
     print(f"training data: {len(samples)} conversations, {data.num_tokens} tokens "
           f"({int(data.mask.sum())} answer tokens); held-out: {heldout.num_sequences} conversations")
     if args.prepare_only:
         return 0
 
     if args.init:
-        head = P.init_head(target, args.init, args.arch)
+        head = P.init_head(target, args.init, args.arch, args.draft_vocab or None)
     else:
         d2t = t2d = None
         if args.arch == "eagle3":
@@ -126,23 +139,36 @@ def eval_head_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="embedded")
     p.add_argument("--prompts", default="mtbench",
                    help="'mtbench' (first turns) or a FILE (.jsonl with \"prompt\" fields, or one prompt per line)")
-    p.add_argument("--limit", type=int, default=None, help="use the first N prompts")
+    p.add_argument("--limit", type=int, default=None, help="use the first N prompts (--quick: 10)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--heldout", type=int, default=200, help="held-out ShareGPT conversations for top-1 (0: skip)")
+    p.add_argument("--heldout-answers", choices=("original", "self"), default=None,
+                   help="score top-1 on the held-out prompts with ShareGPT's answers (default) or the target's own "
+                        "greedy ones (--quick's default)")
+    p.add_argument("--quick", action="store_true",
+                   help="the fast proxy (a few minutes): 10 prompts, no chain run, top-1 on the target's own "
+                        "answers to the held-out prompts, drafting among the 4,096 hot tokens; explicit flags win")
     p.add_argument("--max-len", type=int, default=512)
     p.add_argument("--temperatures", default="0,1", help="comma-separated sampling temperatures for tau")
     p.add_argument("--no-chain", action="store_true", help="skip the chain-draft n-alpha measurement")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: one per core)")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
-    p.add_argument("--draft-vocab", type=int, default=0,
-                   help="draft among the N most frequent tokens (hot-tokens.json); 0: the head's whole vocabulary")
+    p.add_argument("--draft-vocab", type=int, default=None,
+                   help="draft among the N most frequent tokens (hot-tokens.json); 0: the head's whole vocabulary "
+                        f"(default; --quick: {QUICK_DRAFT_VOCAB:,}, as the engine drafts by default)")
     return p
 
 
 def eval_head_main(argv: list[str] | None = None) -> int:
-    args = eval_head_parser().parse_args(argv)
+    parser = eval_head_parser()
+    args = parser.parse_args(argv)
     from eagleviz.train.evaluate import EvalConfig, evaluate_head, format_report
+
+    quick = args.quick
+    limit = args.limit if args.limit is not None else (10 if quick else None)
+    heldout_answers = args.heldout_answers or ("self" if quick else "original")
+    draft_vocab = args.draft_vocab if args.draft_vocab is not None else (QUICK_DRAFT_VOCAB if quick else 0)
 
     try:
         temps = tuple(float(t) for t in args.temperatures.split(",") if t.strip())
@@ -150,10 +176,10 @@ def eval_head_main(argv: list[str] | None = None) -> int:
         raise UserFacingError(f"--temperatures: {exc}") from exc
     from eagleviz.models.loading import default_head
 
-    cfg = EvalConfig(head=args.head or default_head(args.target), target=args.target, prompts=args.prompts, limit=args.limit,
+    cfg = EvalConfig(head=args.head or default_head(args.target), target=args.target, prompts=args.prompts, limit=limit,
                      max_new_tokens=args.max_new_tokens, heldout=args.heldout, max_len=args.max_len,
-                     temperatures=temps, chain=not args.no_chain, dtype=args.dtype,
-                     threads=args.threads, draft_vocab=args.draft_vocab)
+                     temperatures=temps, chain=not (args.no_chain or quick), dtype=args.dtype,
+                     threads=args.threads, draft_vocab=draft_vocab, heldout_answers=heldout_answers)
     report = evaluate_head(cfg)
     print(format_report(report))
     if args.json:

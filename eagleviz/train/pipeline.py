@@ -28,11 +28,14 @@ class DataConfig:
     """data: "sharegpt" or a FILE in ShareGPT format; answers: one source or several joined by "+", each
     conversation appearing once per source: "original" (the file's answers), "self" (the target's greedy
     answers, generated and cached), "sampled" (the target's answers sampled at T = 1, generated and cached);
-    "both" means "original+self". heldout: conversations kept out of training."""
+    "both" means "original+self". heldout: conversations kept out of training. first_conversation: skip
+    that many training conversations (a later stage trains on prompts an earlier one never saw); its answers
+    and features are cached apart from those of a run starting at 0."""
 
     data: str = "sharegpt"
     answers: str = "original"
     max_conversations: int = 1600
+    first_conversation: int = 0
     max_len: int = 512
     heldout: int = 200
     seed: int = 0
@@ -42,11 +45,22 @@ class DataConfig:
         if not names or any(n not in ANSWER_SOURCES for n in names) or len(set(names)) < len(names):
             raise ValueError(f"answers must be 'both' or distinct sources from {ANSWER_SOURCES} joined by '+', "
                              f"got {self.answers!r}")
+        if self.first_conversation < 0:
+            raise ValueError(f"first_conversation must be >= 0, got {self.first_conversation}")
 
     @property
     def sources(self) -> tuple[str, ...]:
         """The answer sources to train on, each cached on its own."""
         return ("original", "self") if self.answers == "both" else tuple(self.answers.split("+"))
+
+    @property
+    def cache_suffix(self) -> str:
+        """Appended to the answer and feature cache directories of a run that skips conversations."""
+        return f"-from{self.first_conversation}" if self.first_conversation else ""
+
+    def chosen(self, train_idx: list[int]) -> list[int]:
+        """The training conversations this run uses, in order."""
+        return train_idx[self.first_conversation:self.first_conversation + self.max_conversations]
 
 
 def train_samples(target, cfg: DataConfig, prompts: list[tuple[str, str]], train_idx: list[int], cache: Path,
@@ -55,10 +69,10 @@ def train_samples(target, cfg: DataConfig, prompts: list[tuple[str, str]], train
     eos = min(target.eos_token_ids)
     if source == "original":
         return [D.render(target.tokenizer, prompts[i][0], prompts[i][1], eos)
-                for i in train_idx[:cfg.max_conversations] if prompts[i][1].strip()]
+                for i in cfg.chosen(train_idx) if prompts[i][1].strip()]
     temperature = SAMPLED_TEMPERATURE if source == "sampled" else 0.0
-    answers_dir = cache / ("answers" if source == "self" else f"answers-sampled-T{temperature:g}")
-    asked = [prompts[i][0] for i in train_idx[:cfg.max_conversations]]
+    answers_dir = cache / (("answers" if source == "self" else f"answers-sampled-T{temperature:g}") + cfg.cache_suffix)
+    asked = [prompts[i][0] for i in cfg.chosen(train_idx)]
     D.generate_answers(target, asked, answers_dir, temperature=temperature, seed=cfg.seed, progress=progress)
     return D.read_answers(answers_dir, len(asked))
 
@@ -77,13 +91,28 @@ def build_features(target, samples: list[D.Sample], out_dir: Path, max_len: int,
     return FeatureShard.cat([FeatureShard.load(p) for p in paths])
 
 
-def heldout_features(target, cfg: DataConfig, prompts, held_idx: list[int], cache: Path) -> FeatureShard:
-    """Features of the held-out conversations with their original answers (the same split for every run)."""
-    path = cache / f"heldout-{cfg.heldout}-L{cfg.max_len}.pt"
+HELDOUT_ANSWERS = ("original", "self")
+
+
+def heldout_features(target, cfg: DataConfig, prompts, held_idx: list[int], cache: Path,
+                     answers: str = "original", progress=None) -> FeatureShard:
+    """Features of the held-out conversations (the same split for every run) with their original answers, or
+    with the target's own greedy answers ("self": the text greedy decoding reads, generated once and cached)."""
+    if answers not in HELDOUT_ANSWERS:
+        raise ValueError(f"held-out answers must be one of {HELDOUT_ANSWERS}, got {answers!r}")
+    tag = "" if answers == "original" else f"-{answers}"
+    path = cache / f"heldout-{cfg.heldout}{tag}-L{cfg.max_len}.pt"
     if path.exists():
         return FeatureShard.load(path)
-    eos = min(target.eos_token_ids)
-    samples = [D.render(target.tokenizer, prompts[i][0], prompts[i][1], eos) for i in held_idx if prompts[i][1].strip()]
+    if answers == "self":
+        answers_dir = cache / f"answers-heldout-{cfg.heldout}"
+        asked = [prompts[i][0] for i in held_idx]
+        D.generate_answers(target, asked, answers_dir, progress=progress)
+        samples = D.read_answers(answers_dir, len(asked))
+    else:
+        eos = min(target.eos_token_ids)
+        samples = [D.render(target.tokenizer, prompts[i][0], prompts[i][1], eos)
+                   for i in held_idx if prompts[i][1].strip()]
     shard = collect(target, samples, cfg.max_len)
     cache.mkdir(parents=True, exist_ok=True)
     shard.save(path)
@@ -126,14 +155,25 @@ def rank_answer_tokens(target, head, head_dir: Path, data: str, conversations: i
     return write_ranking(head_dir, rank_tokens(counts, draft_target_ids(head).cpu()), source, counted), counted
 
 
-def init_head(target, path: str | Path, arch: str):
-    """A trainable fp32 copy of the head in `path` (weights and, for EAGLE-3, its draft vocabulary)."""
+def init_head(target, path: str | Path, arch: str, hot: int | None = None):
+    """A trainable fp32 copy of the head in `path` (weights and, for EAGLE-3, its draft vocabulary); given
+    `hot`, only the rows of its `hot` most frequent draft tokens (its hot-tokens.json), so that the head
+    trains in the vocabulary the engine drafts in."""
     from eagleviz.errors import UserFacingError
     from eagleviz.models.draft import load_head
+    from eagleviz.models.hot_vocab import HOT_TOKENS_FILE, read_ranking, restrict
 
     head = load_head(path, target)
     if head.config.arch != arch:
         raise UserFacingError(f"--init {path} is an {head.config.arch} head, but --arch is {arch}")
+    if hot is not None and hot < head.config.draft_vocab_size:
+        if arch != "eagle3":
+            raise UserFacingError("--draft-vocab with --init needs an EAGLE-3 head")
+        ranking = read_ranking(path)
+        if ranking is None:
+            raise UserFacingError(f"--draft-vocab {hot}: {path} has no {HOT_TOKENS_FILE} to rank its draft "
+                                  "vocabulary (write one with `python -m eagleviz hot-tokens --head ...`)")
+        head = restrict(head, ranking, hot)
     return head.float().train()
 
 

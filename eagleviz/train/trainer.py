@@ -23,7 +23,7 @@ import torch
 from eagleviz.models.draft import DraftConfig, DraftHead, save_head
 from eagleviz.train.batches import Row, make_row, pack
 from eagleviz.train.features import FeatureShard
-from eagleviz.train.objectives import StepResult, TargetParts, eagle1_loss, ttt_loss
+from eagleviz.train.objectives import TARGET_DISTS, StepResult, TargetParts, eagle1_loss, ttt_loss
 
 OBJECTIVES = ("ttt", "eagle1")
 
@@ -37,6 +37,7 @@ class TrainConfig:
     ttt_steps: int = 5
     ttt_decay: float = 0.8
     unroll_fraction: float = 0.25
+    target_dist: str = "top8"
     noise: float = 0.2
     lr: float = 6e-4
     min_lr_ratio: float = 0.1
@@ -57,6 +58,10 @@ class TrainConfig:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.objective == "eagle1" and self.arch != "eagle1":
             raise ValueError("the eagle1 objective regresses the target's final feature: use arch eagle1")
+        if self.target_dist not in TARGET_DISTS:
+            raise ValueError(f"target_dist must be one of {TARGET_DISTS}, got {self.target_dist!r}")
+        if self.target_dist == "dense" and self.arch != "eagle3":
+            raise ValueError("the dense target spans an EAGLE-3 draft vocabulary: use arch eagle3")
         if self.ttt_steps < 1 or self.row_len < 16:
             raise ValueError("ttt_steps must be >= 1 and row_len >= 16")
 
@@ -144,7 +149,7 @@ class Trainer:
         if cfg.objective == "eagle1" and train:
             return eagle1_loss(self.head, row, self.parts, noise=cfg.noise, gen=gen)
         return ttt_loss(self.head, row, self.parts, steps=cfg.ttt_steps, decay=cfg.ttt_decay,
-                        unroll_fraction=cfg.unroll_fraction if train else 1.0, gen=gen)
+                        unroll_fraction=cfg.unroll_fraction if train else 1.0, gen=gen, target_dist=cfg.target_dist)
 
     def train_step(self) -> StepResult:
         for group in self.opt.param_groups:
@@ -167,7 +172,8 @@ class Trainer:
         losses, correct, count = [], None, None
         with self._autocast():
             for row in self.heldout:
-                r = ttt_loss(self.head, row, self.parts, steps=self.cfg.ttt_steps, decay=self.cfg.ttt_decay)
+                r = ttt_loss(self.head, row, self.parts, steps=self.cfg.ttt_steps, decay=self.cfg.ttt_decay,
+                             target_dist=self.cfg.target_dist)
                 losses.append(float(r.loss))
                 correct = r.correct if correct is None else [a + b for a, b in zip(correct, r.correct)]
                 count = r.count if count is None else [a + b for a, b in zip(count, r.count)]
