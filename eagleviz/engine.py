@@ -98,13 +98,18 @@ class Engine:
         if not prompt or not prompt.strip():
             raise UserFacingError("the prompt is empty")
         tok = self.target.tokenizer
-        if chat and tok.chat_template:
+        if self.uses_chat(chat):
             text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
                                            add_generation_prompt=True)
             return tok(text, add_special_tokens=False)["input_ids"]
         return tok(prompt)["input_ids"]
 
-    def new_run(self, prompt: str, prompt_ids: list[int], tree: TreeConfig | None, sampling: SamplingConfig) -> RunTrace:
+    def uses_chat(self, chat: bool = True) -> bool:
+        """Whether `encode_prompt(prompt, chat)` renders the prompt through the chat template."""
+        return bool(chat and self.target.tokenizer.chat_template)
+
+    def new_run(self, prompt: str, prompt_ids: list[int], tree: TreeConfig | None, sampling: SamplingConfig,
+                chat: bool = True) -> RunTrace:
         config = {"sampling": vars(sampling).copy(), "speculative": tree is not None}
         if tree is not None:
             config["tree"] = {"steps": tree.steps, "topk": tree.topk, "draft_tokens": tree.draft_tokens,
@@ -114,7 +119,7 @@ class Engine:
                         attn_impl=self.attn_impl, model=self.target.name,
                         head=self.head_name if tree is not None else "",
                         kv_dtype=str(self.target.kv_dtype).removeprefix("torch."),
-                        cpu_layer="compiled" if self.target.ops is not None else "torch")
+                        cpu_layer="compiled" if self.target.ops is not None else "torch", chat=self.uses_chat(chat))
 
     def _capacity(self, n_prompt: int, sampling: SamplingConfig, extra: int) -> int:
         limit = self.target.max_positions
@@ -200,12 +205,13 @@ class Engine:
         cycle = 0
         while not done:
             S = tcache.length
-            if S + tree_cfg.draft_tokens >= capacity:
+            room = capacity - 1 - S  # the slots plain decoding would still fill: it stops at the same length
+            if room < 1:
                 run.stop_reason = "context"
                 break
             clock = _Clock(dev)
-            # 1) draft
-            draft = self._draft(feats, pend_tokens, dcache, tree_cfg, root)
+            # 1) draft (near the context limit, a tree cut to the room left)
+            draft = self._draft(feats, pend_tokens, dcache, tree_cfg, root, min(tree_cfg.draft_tokens, room))
             tree = draft.tree
             t_draft = clock.lap()
             # 2) verify
@@ -251,8 +257,9 @@ class Engine:
         run.wall_s = time.perf_counter() - start
 
     def _draft(self, feats: torch.Tensor, pend_tokens: list[int], dcache: KVCache, cfg: TreeConfig,
-               root: int) -> _Draft:
-        """Encode the pending positions, then grow and rerank the tree (EAGLE-2 expansion + reranking)."""
+               root: int, draft_tokens: int) -> _Draft:
+        """Encode the pending positions, then grow and rerank the tree (EAGLE-2 expansion + reranking) into a
+        verification tree of at most `draft_tokens` tokens (cfg.draft_tokens, or fewer near the context limit)."""
         head, target, dev = self.head, self.target, self.target.device
         n, stable = len(pend_tokens), dcache.length
         pos = torch.arange(stable, stable + n, device=dev)
@@ -281,7 +288,7 @@ class Engine:
             for r, node in enumerate(frontier):
                 out_of[node] = hs[r]
             frontier = self._add_level(cands, frontier, hs, cfg.topk)
-        kept = rerank(cands, cfg.draft_tokens - 1)
+        kept = rerank(cands, draft_tokens - 1)
         return _Draft(cands=cands, tree=VerifyTree.build(cands, kept, root),
                       expansion_slots=list(range(S, dcache.length)))
 
@@ -303,8 +310,8 @@ class Engine:
         and its probability at each slot, and (when sampling) the target's sampling distribution at the root."""
         temp = 1.0 if sampling.greedy else sampling.temperature
         probs = torch.softmax(logits if temp == 1.0 else logits / temp, dim=-1)
-        top_p, top_i = probs.max(dim=-1)
-        argmax, tprobs = top_i.tolist(), top_p.tolist()
+        top_i = logits.argmax(dim=-1)  # of the logits, as plain decoding chooses: rounded probabilities can tie
+        argmax, tprobs = top_i.tolist(), probs.gather(-1, top_i[:, None])[:, 0].tolist()
         qs = [1.0] + [math.exp(cands.logprobs[n]) for n in tree.node_ids[1:]]
         if sampling.greedy:
             return greedy_verify(tree, argmax, qs, tprobs, text), argmax, tprobs, None
@@ -335,7 +342,7 @@ class Engine:
     def generate(self, prompt: str, tree: TreeConfig | None, sampling: SamplingConfig, chat: bool = True) -> RunTrace:
         """Run to the end and return the trace (tree None = plain decoding)."""
         ids = self.encode_prompt(prompt, chat)
-        run = self.new_run(prompt, ids, tree, sampling)
+        run = self.new_run(prompt, ids, tree, sampling, chat)
         steps = self.plain(ids, sampling, run) if tree is None else self.speculate(ids, tree, sampling, run)
         for _ in steps:
             pass

@@ -11,6 +11,7 @@ different random numbers, so their texts differ by design.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -58,14 +59,31 @@ class RaceResult:
         return s / p if p > 0 else 0.0
 
 
-def plain_run(engine: Engine, run: RunTrace, chat: bool = True) -> RunTrace:
-    """Plain decoding with the speculative run's prompt and sampling settings, for as many tokens as the
-    speculative run produced (it may have been stopped early)."""
-    sampling = replace(SamplingConfig(**run.config["sampling"]), max_new_tokens=max(len(run.output), 1))
+def race_sampling(run: RunTrace) -> SamplingConfig:
+    """The speculative run's sampling settings, for as many tokens as it produced (it may have stopped early)."""
+    return replace(SamplingConfig(**run.config["sampling"]), max_new_tokens=max(len(run.output), 1))
+
+
+def race_chat(run: RunTrace) -> bool:
+    """Whether the run's prompt went through the chat template (traces that do not record it: assumed, as the
+    app and `generate` do by default)."""
+    return True if run.chat is None else run.chat
+
+
+def plain_run(engine: Engine, run: RunTrace, stop: Callable[[RunTrace], str] | None = None) -> RunTrace:
+    """Plain decoding of the speculative run's prompt, rendered as it was, with its sampling settings
+    (`race_sampling`). `stop(plain)`, asked after each token, ends the run early when it returns a reason."""
+    sampling = race_sampling(run)
+    chat = race_chat(run)
     ids = engine.encode_prompt(run.prompt, chat)
-    plain = engine.new_run(run.prompt, ids, None, sampling)
-    for _ in engine.plain(ids, sampling, plain):
-        pass
+    plain = engine.new_run(run.prompt, ids, None, sampling, chat)
+    steps = engine.plain(ids, sampling, plain)
+    for _ in steps:
+        reason = stop(plain) if stop is not None else ""
+        if reason:
+            plain.stop_reason = reason
+            steps.close()
+            break
     return plain
 
 
@@ -83,14 +101,15 @@ def top2_after(engine: Engine, ids: list[int]) -> list[tuple[int, str, float]]:
     return [(int(t), tok.decode([int(t)]), float(v)) for v, t in zip(values, tokens)]
 
 
-def race(engine: Engine, run: RunTrace, chat: bool = True) -> RaceResult:
-    plain = plain_run(engine, run, chat)
+def race(engine: Engine, run: RunTrace, stop: Callable[[RunTrace], str] | None = None) -> RaceResult:
+    """Plain decoding against the recorded speculative `run` (see `plain_run` for `stop`)."""
+    plain = plain_run(engine, run, stop)
     greedy = SamplingConfig(**run.config["sampling"]).greedy
     spec_ids, plain_ids = run.token_ids, plain.token_ids
     divergence = None
     first = next((i for i, (a, b) in enumerate(zip(spec_ids, plain_ids)) if a != b), None)
     if greedy and first is not None:
-        prefix = engine.encode_prompt(run.prompt, chat) + spec_ids[:first]
+        prefix = engine.encode_prompt(run.prompt, race_chat(run)) + spec_ids[:first]
         divergence = Divergence(position=first, speculative=run.output[first].text, plain=plain.output[first].text,
                                 top2=top2_after(engine, prefix), dtype=run.dtype)
     return RaceResult(speculative=run, plain=plain, greedy=greedy, divergence=divergence)
@@ -111,7 +130,10 @@ def describe(result: RaceResult) -> str:
         lines.append("**Identical outputs**: speculative decoding committed exactly the tokens plain greedy decoding "
                      "produces.")
     elif result.divergence is None:
-        lines.append("One output is a prefix of the other (a run stopped earlier); the common part is identical.")
+        stopped = f" (plain decoding stopped: {result.plain.stop_reason})" if result.plain.stop_reason not in (
+            "", "eos", "max_new_tokens") else ""
+        lines.append(f"One output is a prefix of the other (a run stopped earlier{stopped}); the common part is "
+                     "identical.")
     else:
         lines.append(_divergence_text(result.divergence))
     return "\n".join(lines)

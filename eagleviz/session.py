@@ -5,6 +5,7 @@
     stream_run    a speculative run as a stream of (run, cycle) pairs, for live display, within the server's
                   limits (eagleviz.limits): prompt, tokens, draft budget, KV budget, run time
     generate      the same run drained, as the API returns it
+    race_run      plain decoding against a recorded (maybe imported) run, within the same limits
     read_trace    an uploaded trace, size-limited and validated before any figure touches it
     write_trace   a run as a JSON file for download, in a temp folder that forgets files after an hour
 """
@@ -149,6 +150,32 @@ def generate(hub: EngineHub, prompt: str, knobs: Knobs, limits: Limits = DEFAULT
     for run, _ in stream_run(hub, prompt, knobs, limits):
         pass
     return run
+
+
+def race_run(hub: EngineHub, run: RunTrace, attn_impl: str = "auto", limits: Limits = DEFAULT_LIMITS,
+             clock: Callable[[], float] = time.monotonic):
+    """Race plain decoding against a recorded run (`eagleviz.race`) within the server's limits, as for a new
+    run: the run may be an imported trace, so its prompt, length and KV cache are checked before any
+    computation, and plain decoding stops at `limits.max_run_seconds` (the comparison covers what it made)."""
+    from eagleviz import race as race_mod
+
+    try:
+        sampling = race_mod.race_sampling(run)
+    except ValueError as exc:
+        raise UserFacingError(f"this run cannot be raced: {exc}") from exc
+    limits.check_request(run.prompt, None, sampling)
+    engine = hub.get(attn_impl)
+    limits.check_kv(engine, len(engine.encode_prompt(run.prompt, race_mod.race_chat(run))), None, sampling)
+    deadline = clock() + limits.max_run_seconds
+
+    def stop(_plain: RunTrace) -> str:
+        return (f"time limit of {limits.max_run_seconds} s per run on this server (EAGLEVIZ_MAX_RUN_SECONDS)"
+                if clock() > deadline else "")
+
+    try:
+        return race_mod.race(engine, run, stop)
+    except ValueError as exc:
+        raise UserFacingError(str(exc)) from exc
 
 
 def read_trace(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS) -> RunTrace:

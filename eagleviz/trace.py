@@ -96,7 +96,7 @@ class CycleTrace:
     mask: list[list[int]]               # (T, T) 1 where slot i may attend to slot j (ancestor-or-self)
     target_tokens: list[int]            # target argmax at each slot
     target_texts: list[str]
-    target_probs: list[float]           # target probability of that argmax (after temperature / top-p)
+    target_probs: list[float]           # target probability of that argmax (softmax at the temperature, before top-p)
     checks: list[NodeCheck]
     path: list[int]                     # accepted slots, root first
     bonus_token: int
@@ -142,6 +142,7 @@ class RunTrace:
     stop_reason: str = ""
     kv_dtype: str = ""   # the KV caches' and attention's dtype ("" in traces written before it was recorded)
     cpu_layer: str = ""  # "compiled" (kernels/cpu_ops) or "torch": how each layer's small operations ran
+    chat: bool | None = None  # whether the prompt went through the chat template (None: not recorded)
     schema_version: int = SCHEMA_VERSION
 
     @property

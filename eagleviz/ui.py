@@ -21,7 +21,8 @@ from eagleviz.engine import Engine
 from eagleviz.errors import UserFacingError
 from eagleviz.limits import Limits
 from eagleviz.measured import latest_bench, latest_verify_cost
-from eagleviz.session import RANDOM_HEAD_NOTE, EngineHub, Knobs, generate, read_trace, stream_run, write_trace
+from eagleviz.session import (RANDOM_HEAD_NOTE, EngineHub, Knobs, generate, race_run, read_trace, stream_run,
+                              write_trace)
 from eagleviz.trace import RunTrace
 from eagleviz.visuals import CycleView, SpeedView, cycle_view, empty_view, speed_view, summary_figure
 from eagleviz.visuals.explain import TOUR, summary_text, tour_step
@@ -235,7 +236,7 @@ class Handlers:
         if run is None:
             return "Run a prompt first; the race decodes the same prompt without speculation."
         try:
-            return race_mod.describe(race_mod.race(self.hub.get(attn_impl), run))
+            return race_mod.describe(race_run(self.hub, run, attn_impl, self.limits))
         except UserFacingError as exc:
             return f"\u26a0 {exc}"
 

@@ -162,3 +162,32 @@ def test_greedy_lossless_with_the_triton_kernel_in_the_interpreter():
     spec = run(engine, [1, 2, 3], TreeConfig.create(3, 2, 6), sampling)
     assert spec.attn_impl == "triton"
     assert spec.token_ids == run(ref, [1, 2, 3], None, sampling).token_ids
+
+
+def test_greedy_verification_takes_the_argmax_of_the_logits():
+    """Two logits one float step apart have the same softmax probability in fp32: the target's choice must be
+    the larger logit, as plain decoding's `logits.argmax()` picks, not the first of the tied probabilities."""
+    from eagleviz.engine import Engine
+    from eagleviz.tree import Candidates, VerifyTree
+
+    lo = torch.tensor(0.1)
+    logits = torch.tensor([[0.1, float(torch.nextafter(lo, torch.tensor(1.0))), -3.0, -4.0]])
+    probs = torch.softmax(logits, dim=-1)[0]
+    assert probs[0] == probs[1] and logits[0, 1] > logits[0, 0]  # the tie this test is about
+    root = VerifyTree(node_ids=[-1], tokens=[0], parents=[-1], depths=[0])
+    result, argmax, _, _ = Engine._accept(None, root, Candidates(), logits, SamplingConfig(), None, str)
+    assert argmax == [1] and result.bonus_token == 1 == int(logits[0].argmax())
+
+
+@pytest.mark.parametrize("tree", [TreeConfig.create(5, 4, 16), TreeConfig.create(3, 1, 4)])
+def test_speculation_runs_to_the_context_limit_like_plain_decoding(tree):
+    """Near the model's context limit (256 here) the tree is cut to the room left: speculation stops at the
+    same length as plain decoding instead of `draft_tokens` tokens earlier."""
+    engine = tiny_engine("llama", vocab=8)
+    ids = [1, 2, 3, 4] * 59  # 236 tokens, 20 from the limit
+    sampling = SamplingConfig(max_new_tokens=64)
+    plain = run(engine, ids, None, sampling)
+    spec = run(engine, ids, tree, sampling)
+    assert plain.stop_reason == spec.stop_reason == "context"
+    assert spec.token_ids == plain.token_ids and len(plain.token_ids) == 256 - len(ids)
+    check_trace(spec, tree)

@@ -192,6 +192,59 @@ def test_race_explains_a_divergence(hub, finished):
     assert f"from new token {position}" in text and "rounding" in text
 
 
+def test_race_refuses_an_imported_trace_over_the_limits(hub, finished):
+    """An imported trace is raced like a new request: length, prompt and KV budget are checked first."""
+    _, run = finished
+    handlers = Handlers(hub)
+    long = RunTrace.from_json(run.to_json())
+    long.output = long.output * (600 // len(long.output) + 1)  # 600+ tokens: above this server's 512
+    assert "EAGLEVIZ_MAX_NEW_TOKENS" in handlers.race(long, "auto")
+    huge = RunTrace.from_json(run.to_json())
+    huge.output = huge.output * (9000 // len(huge.output) + 1)  # above any run's 8,192
+    assert handlers.race(huge, "auto").startswith("\u26a0 this run cannot be raced: max_new_tokens")
+    long_prompt = RunTrace.from_json(run.to_json())
+    long_prompt.prompt = "x" * (Limits().max_prompt_chars + 1)
+    assert "EAGLEVIZ_MAX_PROMPT_CHARS" in handlers.race(long_prompt, "auto")
+    tiny_kv = Handlers(hub, Limits(kv_budget_mb=0))
+    assert "EAGLEVIZ_KV_BUDGET_MB" in tiny_kv.race(run, "auto")
+
+
+def test_race_stops_plain_decoding_at_the_time_limit(hub, finished):
+    from eagleviz.session import race_run
+
+    _, run = finished
+    ticks = iter(range(1000))
+    result = race_run(hub, run, "auto", Limits(max_run_seconds=3), clock=lambda: next(ticks))
+    assert "time limit" in result.plain.stop_reason and 0 < len(result.plain.output) < len(run.output)
+    assert "plain decoding stopped: time limit" in race_mod.describe(result)
+
+
+def test_race_renders_the_prompt_as_the_run_did(hub):
+    """A run made without the chat template (generate --no-chat) is raced without it, and says so in its trace;
+    a trace that does not record it is raced with the template, as runs are by default."""
+    from tiny import TinyTokenizer
+
+    class ChatTokenizer(TinyTokenizer):
+        chat_template = "user: {prompt}"
+
+        def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
+            return f"<user>{messages[0]['content']}<assistant>"
+
+    engine = tiny_engine("llama", vocab=8)
+    engine.target.tokenizer = ChatTokenizer()
+    from eagleviz.config import SamplingConfig, TreeConfig
+
+    sampling = SamplingConfig(max_new_tokens=8)
+    bare = engine.generate("a prompt", TreeConfig.create(3, 2, 6), sampling, chat=False)
+    chat = engine.generate("a prompt", TreeConfig.create(3, 2, 6), sampling)
+    assert (bare.chat, chat.chat) == (False, True) and bare.prompt_tokens < chat.prompt_tokens
+    for run in (bare, chat):
+        result = race_mod.race(engine, run)
+        assert result.plain.prompt_tokens == run.prompt_tokens and result.identical
+    old = RunTrace.from_dict({k: v for k, v in json.loads(chat.to_json()).items() if k != "chat"})
+    assert old.chat is None and race_mod.race(engine, old).plain.prompt_tokens == chat.prompt_tokens
+
+
 def test_rounding_steps_in_bf16():
     d = race_mod.Divergence(position=0, speculative="a", plain="b", dtype="bfloat16",
                             top2=[(1, "a", 20.125), (2, "b", 20.0)])

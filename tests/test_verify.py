@@ -101,3 +101,15 @@ def test_draw_is_reproducible_and_handles_a_single_token():
     one[49] = 2.0
     g = torch.Generator().manual_seed(0)
     assert {draw(one, g) for _ in range(200)} == {49}
+
+
+def test_a_rejection_that_leaves_no_residual_mass_draws_from_the_target():
+    """Rounding can make a token that holds all the mass look rejectable (p = 0.99999994, u above it): the
+    residual is then empty. Constructed here with p(x) = 0.5 on the only token with mass and a uniform drawn
+    above it; the bonus must come from the target's distribution, not crash."""
+    probs = torch.zeros(7, V)
+    probs[0, 1] = 0.5  # slot 1 carries token 1: the only token with mass at the root
+    seed = next(s for s in range(100) if float(torch.rand((), generator=torch.Generator().manual_seed(s))) >= 0.5)
+    res = sample_verify(TREE, lambda s: probs[s], [0.3] * 7, [1] * 7, torch.Generator().manual_seed(seed), text)
+    assert res.path == [0] and res.bonus_token == 1 and res.bonus_source == "target"
+    assert not res.checks[0].accepted and res.checks[0].residual_top == []
