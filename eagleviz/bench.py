@@ -425,16 +425,27 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
 
 
+def _knobs(args, tree_args: bool = False) -> tuple[SamplingConfig, TreeConfig | None]:
+    """The sampling settings (and the tree, given tree_args), validated before any model is loaded."""
+    try:
+        sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+        tree = TreeConfig.create(args.steps, args.topk, args.draft_tokens) if tree_args else None
+    except ValueError as exc:
+        raise UserFacingError(str(exc)) from exc
+    if args.limit is not None and args.limit < 1:
+        raise UserFacingError(f"--limit must be at least 1, got {args.limit}")
+    return sampling, tree
+
+
 def _setup(args, with_prompts: bool = True):
     from eagleviz.models.loading import load_engine
 
+    prompts = load_prompts(args.prompts, args.limit) if with_prompts else []
     if args.threads:
         torch.set_num_threads(args.threads)
     engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl, args.draft_vocab,
                          args.kv_dtype)
-    prompts = load_prompts(args.prompts, args.limit) if with_prompts else []
-    sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
-    return engine, prompts, sampling
+    return engine, prompts
 
 
 def bench_main(argv: list[str]) -> int:
@@ -454,8 +465,15 @@ def bench_main(argv: list[str]) -> int:
                         "what fp32 keys, values and attention gain for a bf16 model (kv-fp32), what the compiled layer "
                         "operations gain (fused)")
     args = p.parse_args(argv)
-    engine, prompts, sampling = _setup(args)
-    tree = TreeConfig.create(args.steps, args.topk, args.draft_tokens)
+    sampling, tree = _knobs(args, tree_args=True)
+    if args.methods is None:
+        methods = METHODS + ((TUNED_METHOD,) if load_tuned(args.temperature) else ())
+    else:
+        methods = tuple(m for m in args.methods.split(",") if m)
+    unknown = [m for m in methods if m not in METHODS + (TUNED_METHOD,)]
+    if unknown or not methods:
+        p.error(f"--methods: unknown {unknown}" if unknown else "--methods: none given")
+    engine, prompts = _setup(args)
     if args.ab == "trace":
         _print_ratio("decode time with the full trace / without", tracing_overhead(engine, prompts, sampling, tree,
                                                                                     args.repeats))
@@ -467,13 +485,6 @@ def bench_main(argv: list[str]) -> int:
         for name, res in lever_ab(engine, args.ab, prompts, sampling, tree, args.repeats, head_dir).items():
             _print_ratio(f"{name}: decode time without {args.ab} / with", res)
         return 0
-    if args.methods is None:
-        methods = METHODS + ((TUNED_METHOD,) if load_tuned(args.temperature) else ())
-    else:
-        methods = tuple(m for m in args.methods.split(",") if m)
-    unknown = [m for m in methods if m not in METHODS + (TUNED_METHOD,)]
-    if unknown or not methods:
-        p.error(f"--methods: unknown {unknown}" if unknown else "--methods: none given")
     stem = Path(bench_name(args.temperature)).stem
     result = bench(engine, prompts, sampling, tree, args.repeats, methods, journal=args.out / f"{stem}.journal.jsonl")
     result["tree"] = {"steps": tree.steps, "topk": tree.topk, "draft_tokens": tree.draft_tokens}
@@ -509,7 +520,8 @@ def tune_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.out is not None and not args.curve_only:
         p.error("--out goes with --curve-only")
-    engine, prompts, sampling = _setup(args, with_prompts=not args.curve_only)
+    sampling, _ = _knobs(args)
+    engine, prompts = _setup(args, with_prompts=not args.curve_only)
     if args.curve_only:
         out = args.out or user_verify_cost_path()
         result = write_curve(engine, out, args.prefix, "python -m eagleviz tune " + " ".join(argv))

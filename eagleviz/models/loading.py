@@ -50,10 +50,28 @@ def cpu_description() -> str:
     return f"{name}, {capability}, {'native bf16' if cpu_has_fast_bf16() else 'no native bf16'}"
 
 
+def check_device(device: str) -> torch.device:
+    """The device to load on, refused with one line where this machine has no such device."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise UserFacingError(f"--device {device!r} is not a device name (cpu, cuda, cuda:1, ...)") from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserFacingError(f"--device {device}: no CUDA GPU is visible to PyTorch here "
+                                  f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise UserFacingError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+    elif dev.type != "cpu":
+        raise UserFacingError(f"--device {device}: eagleviz runs on cpu or cuda")
+    return dev
+
+
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
     """'auto' -> bf16 on CUDA with bf16 support (fp16 otherwise), bf16 on a CPU with native bf16, else fp32."""
     if dtype not in DTYPES:
         raise UserFacingError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    check_device(device)
     if dtype != "auto":
         return getattr(torch, dtype)
     if device.startswith("cuda"):
@@ -150,15 +168,22 @@ def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "au
 
     draft_vocab: draft among the N most frequent tokens (`eagleviz.models.hot_vocab`, needs the head's
     hot-tokens.json); None uses DEFAULT_HOT_SIZE when the head ships a ranking, 0 the whole draft vocabulary."""
-    from eagleviz.engine import Engine
+    from eagleviz.engine import Engine, runnable_impl
     from eagleviz.models.draft import load_head, random_head
 
+    try:  # before minutes of loading
+        runnable_impl(attn_impl, check_device(device))
+    except ValueError as exc:
+        raise UserFacingError(str(exc)) from exc
     target = load_target(model, dtype, device, kv_dtype)
     head = head or default_head(model)
     draft = random_head(target) if head == RANDOM_HEAD else load_head(head, target)
     name = "random (untrained)" if head == RANDOM_HEAD else Path(head).name
     draft, name = _hot_vocabulary(draft, name, None if head == RANDOM_HEAD else Path(head), draft_vocab)
-    return Engine(target, draft, name, attn_impl)
+    try:
+        return Engine(target, draft, name, attn_impl)
+    except ValueError as exc:  # e.g. the Triton kernel asked for on a CPU
+        raise UserFacingError(str(exc)) from exc
 
 
 def _hot_vocabulary(draft, name: str, head_dir: Path | None, size: int | None):
