@@ -22,6 +22,9 @@
 typedef uint16_t bf16_t;
 typedef float v16 __attribute__((vector_size(64))); /* 16 fp32 lanes: AVX-512, 2 x AVX2, 4 x NEON */
 #define MAX_CHUNKS 16 /* head_dim <= 256 */
+/* Every entry returns 0, or one of these (the Python wrappers raise on them; they check shapes first). */
+#define ERR_NOMEM -1
+#define ERR_SHAPE -2
 
 static inline float bf16_to_f32(bf16_t x) {
     uint32_t u = (uint32_t)x << 16;
@@ -84,8 +87,9 @@ static inline float exp_neg(float x) {
 
 /* out = w * round(x * rsqrt(mean(x^2) + eps)) per row of `dim`; with delta, first h = round(h + delta)
  * (h updated in place). In bf16 the product with w is rounded too, as `weight * x.to(bf16)` is. */
-void rms_norm(void *h, const void *delta, const void *w, void *out, int rows, int dim, float eps, int bf) {
+int rms_norm(void *h, const void *delta, const void *w, void *out, int rows, int dim, float eps, int bf) {
     float *x = malloc(sizeof(float) * (size_t)dim * 3);
+    if (!x) return ERR_NOMEM;
     float *d = x + dim, *wf = x + 2 * dim;
     load_row(w, 0, dim, bf, wf);
     for (int t = 0; t < rows; t++) {
@@ -104,15 +108,18 @@ void rms_norm(void *h, const void *delta, const void *w, void *out, int rows, in
         store_row(out, off, dim, bf, x);
     }
     free(x);
+    return 0;
 }
 
 /* qkv: (rows, (hq + 2 hkv) d) the fused projection's output; cos, sin: (rows, d). Rotates q and k
  * (rotate-half: x * cos + [-x2, x1] * sin, each product and the sum rounded in bf16), writes q to
  * q_out (rows, hq, d) fp32 and k, v to slots [start, start + rows) of kc, vc: (hkv, cap, d) fp32. */
-void rope_to_cache(const void *qkv, const void *cos_, const void *sin_, float *q_out, float *kc, float *vc,
-                   int rows, int hq, int hkv, int d, int cap, int start, int bf) {
+int rope_to_cache(const void *qkv, const void *cos_, const void *sin_, float *q_out, float *kc, float *vc,
+                  int rows, int hq, int hkv, int d, int cap, int start, int bf) {
     int width = (hq + 2 * hkv) * d, half = d / 2;
+    if (d % 2 || start < 0 || start + rows > cap) return ERR_SHAPE;
     float *x = malloc(sizeof(float) * (size_t)(width + 3 * d));
+    if (!x) return ERR_NOMEM;
     float *c = x + width, *s = c + d, *y = s + d;
     for (int t = 0; t < rows; t++) {
         load_row(qkv, (long)t * width, width, bf, x);
@@ -134,6 +141,7 @@ void rope_to_cache(const void *qkv, const void *cos_, const void *sin_, float *q
             memcpy(vc + ((long)head * cap + start + t) * d, x + (hq + hkv + head) * d, sizeof(float) * (size_t)d);
     }
     free(x);
+    return 0;
 }
 
 #if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
@@ -212,11 +220,12 @@ static inline __attribute__((always_inline)) void scores(const float *q, const f
  * t when mask[t * (n_keys - prefix) + j] (mask NULL: all visible). Query head h reads KV head h / (hq / hkv).
  * Per KV head, its rows * group queries are gathered, scored against each key tile once, and their outputs
  * accumulated over each value row once. d must be a multiple of 16, at most 16 * MAX_CHUNKS. */
-static inline __attribute__((always_inline)) void attention_d(
+static inline __attribute__((always_inline)) int attention_d(
         const float *q, const float *kc, const float *vc, const uint8_t *mask, void *out, int rows, int hq, int hkv,
         int d, int cap, int n_keys, int prefix, float scale, int bf) {
     int group = hq / hkv, tree = n_keys - prefix, r_count = rows * group, chunks = d / 16;
     float *qg = malloc(sizeof(float) * (size_t)r_count * ((size_t)n_keys + 2 * d + 1));
+    if (!qg) return ERR_NOMEM;
     float *s = qg + (long)r_count * d, *acc = s + (long)r_count * n_keys, *inv_sum = acc + (long)r_count * d;
     for (int g = 0; g < hkv; g++) {
         for (int t = 0; t < rows; t++) /* row t * group + e is query head g * group + e of token t */
@@ -259,23 +268,27 @@ static inline __attribute__((always_inline)) void attention_d(
         }
     }
     free(qg);
+    return 0;
 }
 
 /* The entry: common head sizes get a copy of the loops compiled for their size (the vectors of a query
  * or value row then stay in registers; 1.6x faster for d = 64 than the generic copy). */
-void attention(const float *q, const float *kc, const float *vc, const uint8_t *mask, void *out, int rows,
-               int hq, int hkv, int d, int cap, int n_keys, int prefix, float scale, int bf) {
+int attention(const float *q, const float *kc, const float *vc, const uint8_t *mask, void *out, int rows,
+              int hq, int hkv, int d, int cap, int n_keys, int prefix, float scale, int bf) {
+    /* the register tiles hold MAX_CHUNKS vectors of 16: refuse what they cannot hold */
+    if (d <= 0 || d % 16 || d > 16 * MAX_CHUNKS || hkv <= 0 || hq % hkv || n_keys > cap || prefix < 0 || prefix > n_keys)
+        return ERR_SHAPE;
     if (d == 64)
-        attention_d(q, kc, vc, mask, out, rows, hq, hkv, 64, cap, n_keys, prefix, scale, bf);
-    else if (d == 128)
-        attention_d(q, kc, vc, mask, out, rows, hq, hkv, 128, cap, n_keys, prefix, scale, bf);
-    else
-        attention_d(q, kc, vc, mask, out, rows, hq, hkv, d, cap, n_keys, prefix, scale, bf);
+        return attention_d(q, kc, vc, mask, out, rows, hq, hkv, 64, cap, n_keys, prefix, scale, bf);
+    if (d == 128)
+        return attention_d(q, kc, vc, mask, out, rows, hq, hkv, 128, cap, n_keys, prefix, scale, bf);
+    return attention_d(q, kc, vc, mask, out, rows, hq, hkv, d, cap, n_keys, prefix, scale, bf);
 }
 
 /* gu: (rows, 2 * inter) = [gate | up] -> out (rows, inter) = round(round(silu(gate)) * up). */
-void silu_mul(const void *gu, void *out, int rows, int inter, int bf) {
+int silu_mul(const void *gu, void *out, int rows, int inter, int bf) {
     float *g = malloc(sizeof(float) * (size_t)inter * 2);
+    if (!g) return ERR_NOMEM;
     float *u = g + inter;
     for (int t = 0; t < rows; t++) {
         load_row(gu, (long)t * 2 * inter, inter, bf, g);
@@ -292,4 +305,5 @@ void silu_mul(const void *gu, void *out, int rows, int inter, int bf) {
         store_row(out, (long)t * inter, inter, bf, g);
     }
     free(g);
+    return 0;
 }

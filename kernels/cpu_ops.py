@@ -21,6 +21,8 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -35,25 +37,55 @@ DTYPES = (torch.bfloat16, torch.float32)
 # long inputs such as a prefill; docs/performance.md entry 20).
 MAX_ROWS = 32
 
-_loaded: dict[str, CpuOps | None] = {}
+MAX_HEAD_DIM = 256  # the C attention's register tiles (MAX_CHUNKS vectors of 16 floats)
+_ERRORS = {-1: (MemoryError, "out of memory"), -2: (ValueError, "shapes the C code refuses")}
+
+_loaded: dict[str, CpuOps] = {}
 _errors: dict[str, str] = {}
 
 
 def last_error(build_dir: str | Path) -> str | None:
-    """Why `load(build_dir)` returned None (None when it did not)."""
+    """Why the last `load(build_dir)` returned None (None when it did not)."""
     return _errors.get(str(build_dir))
 
 
 def load(build_dir: str | Path) -> CpuOps | None:
-    """The compiled operations, building them into `build_dir` on first use; None when they cannot be built.
-    Cached per process: later calls cost a dict lookup."""
+    """The compiled operations, building them into `build_dir` on first use; None when they cannot be built
+    or `build_dir` is not safe to load code from (`last_error` says why). A success is cached per process
+    (later calls cost a dict lookup); a failure is not, so a later call tries again (e.g. once a compiler
+    is installed)."""
     key = str(build_dir)
     if key not in _loaded:
         try:
-            _loaded[key] = CpuOps(ctypes.CDLL(str(_build(Path(build_dir)))))
-        except (OSError, subprocess.SubprocessError, RuntimeError) as err:
-            _loaded[key], _errors[key] = None, f"{type(err).__name__}: {err}"
+            path = _build(Path(build_dir))
+            _check_private(path)
+            _loaded[key] = CpuOps(ctypes.CDLL(str(path)))
+            _errors.pop(key, None)
+        except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as err:
+            _errors[key] = f"{type(err).__name__}: {err}"
+            return None
     return _loaded[key]
+
+
+def _check_private(path: Path) -> None:
+    """Loading a library runs its code: refuse one that another user could have written or replaced (the
+    file, or any folder from the build folder up to the user's own, writable by group or others, or owned
+    by someone else). Sticky folders such as /tmp protect their entries and are accepted."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    if uid is None:  # no POSIX ownership (Windows): nothing to check against
+        return
+    for place in (path, *path.parents):
+        st = place.stat()
+        if place != path and st.st_mode & stat.S_ISVTX:
+            break  # a sticky folder: others cannot rename or replace what we own inside it
+        if st.st_uid not in (uid, 0):
+            raise RuntimeError(f"refusing to load {path}: {place} belongs to another user (uid {st.st_uid})")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise RuntimeError(f"refusing to load {path}: {place} is writable by other users "
+                               f"(mode {stat.S_IMODE(st.st_mode):o}); make it private (chmod go-w) or set "
+                               "EAGLEVIZ_CACHE to a folder of your own")
+        if st.st_uid == 0 and place != path and uid != 0:
+            break  # a root-owned folder that only root can write: above it lies the system
 
 
 def _cpu_signature() -> str:
@@ -65,8 +97,8 @@ def _cpu_signature() -> str:
 
 
 def _build(build_dir: Path) -> Path:
-    compiler = os.environ.get("CC", "cc")
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    compiler = shlex.split(os.environ.get("CC", "cc") or "cc")  # e.g. CC="ccache gcc"
+    version = subprocess.run([*compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     source = SOURCE.read_bytes()
     failures = []
     for flags in FLAG_SETS:
@@ -74,12 +106,13 @@ def _build(build_dir: Path) -> Path:
         target = build_dir / f"cpu_ops-{digest.hexdigest()[:16]}.so"
         if target.exists():
             return target
-        build_dir.mkdir(parents=True, exist_ok=True)
+        build_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=build_dir) as tmp:
             out = Path(tmp) / target.name
-            done = subprocess.run([compiler, *flags, "-shared", "-fPIC", str(SOURCE), "-o", str(out), "-lm"],
+            done = subprocess.run([*compiler, *flags, "-shared", "-fPIC", str(SOURCE), "-o", str(out), "-lm"],
                                   capture_output=True, text=True, timeout=120)
             if done.returncode == 0:
+                os.chmod(out, 0o700)
                 os.replace(out, target)  # atomic: a concurrent build of the same library is harmless
                 return target
             failures.append(f"{' '.join(flags)}: {done.stderr.strip()[-500:]}")
@@ -90,9 +123,21 @@ def _ptr(t: torch.Tensor) -> int:
     return t.data_ptr()
 
 
+def _check(code: int, what: str) -> None:
+    if code:
+        kind, why = _ERRORS.get(code, (RuntimeError, f"error {code}"))
+        raise kind(f"cpu_ops.{what}: {why}")
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(f"cpu_ops: {what}")
+
+
 class CpuOps:
-    """Thin typed wrappers over the C functions. They check layouts cheaply (these run ~120 times per
-    decode step) and leave shape agreement to the caller, `eagleviz.models.target.TargetModel`."""
+    """Typed wrappers over the C functions. Every pointer handed to C is checked first (dtype, device,
+    contiguity, shape and bounds: a mismatch is a ValueError, never an out-of-bounds access), cheaply, since
+    these run ~120 times per decode step."""
 
     def __init__(self, lib: ctypes.CDLL):
         p, i, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
@@ -104,7 +149,7 @@ class CpuOps:
         }
         for name, argtypes in signatures.items():
             fn = getattr(lib, name)
-            fn.argtypes, fn.restype = argtypes, None
+            fn.argtypes, fn.restype = argtypes, ctypes.c_int
         self._lib = lib
 
     def __deepcopy__(self, memo: dict) -> CpuOps:
@@ -113,47 +158,90 @@ class CpuOps:
     @staticmethod
     def _is_bf16(x: torch.Tensor) -> int:
         if x.dtype not in DTYPES or not x.is_contiguous() or x.device.type != "cpu":
-            raise ValueError(f"expected a contiguous bf16 or fp32 CPU tensor, got {x.dtype} {tuple(x.stride())} on {x.device}")
+            raise ValueError(f"cpu_ops: expected a contiguous bf16 or fp32 CPU tensor, got {x.dtype} "
+                             f"{tuple(x.stride())} on {x.device}")
         return int(x.dtype == torch.bfloat16)
+
+    @staticmethod
+    def _like(x: torch.Tensor, ref: torch.Tensor, shape: tuple, name: str) -> None:
+        """x must have ref's dtype, be a contiguous CPU tensor and have `shape`."""
+        _need(x.dtype == ref.dtype and x.device.type == "cpu" and x.is_contiguous() and tuple(x.shape) == shape,
+              f"{name} must be a contiguous {ref.dtype} CPU tensor of shape {shape}, got {x.dtype} "
+              f"{tuple(x.shape)} strides {tuple(x.stride())} on {x.device}")
+
+    @staticmethod
+    def _cache(k_cache: torch.Tensor, v_cache: torch.Tensor, layer: int, num_kv_heads: int, d: int) -> int:
+        """Check the KV caches (layers, Hkv, capacity, D) fp32 and return the byte offset of `layer`."""
+        _need(k_cache.dim() == 4 and k_cache.dtype == torch.float32 and k_cache.is_contiguous()
+              and k_cache.device.type == "cpu", "the KV cache must be a contiguous fp32 CPU tensor "
+              f"(layers, Hkv, capacity, D), got {k_cache.dtype} {tuple(k_cache.shape)}")
+        _need(v_cache.shape == k_cache.shape and v_cache.dtype == k_cache.dtype and v_cache.is_contiguous()
+              and v_cache.device.type == "cpu", "the value cache must match the key cache")
+        _need(k_cache.shape[1] == num_kv_heads and k_cache.shape[3] == d,
+              f"the KV cache holds {k_cache.shape[1]} heads of {k_cache.shape[3]}, expected {num_kv_heads} of {d}")
+        _need(0 <= layer < k_cache.shape[0], f"layer {layer} is outside the cache's {k_cache.shape[0]} layers")
+        return layer * k_cache.stride(0) * k_cache.element_size()
 
     def rms_norm(self, h: torch.Tensor, weight: torch.Tensor, eps: float, delta: torch.Tensor | None = None,
                  out: torch.Tensor | None = None) -> torch.Tensor:
         """RMSNorm of h (T, H) with `weight` (H,), all one dtype. With `delta`, h += delta first, in place
         (the residual add before the norm). Returns the normed rows (into `out` when given)."""
         bf = self._is_bf16(h)
+        _need(h.dim() == 2, f"rms_norm expects (T, H) rows, got {tuple(h.shape)}")
+        self._like(weight, h, (h.shape[1],), "weight")
+        if delta is not None:
+            self._like(delta, h, tuple(h.shape), "delta")
         out = torch.empty_like(h) if out is None else out
-        self._lib.rms_norm(_ptr(h), None if delta is None else _ptr(delta), _ptr(weight), _ptr(out), h.shape[0],
-                           h.shape[1], eps, bf)
+        self._like(out, h, tuple(h.shape), "out")
+        _check(self._lib.rms_norm(_ptr(h), None if delta is None else _ptr(delta), _ptr(weight), _ptr(out),
+                                  h.shape[0], h.shape[1], eps, bf), "rms_norm")
         return out
 
     def rope_to_cache(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
                       v_cache: torch.Tensor, layer: int, start: int, num_heads: int, num_kv_heads: int) -> torch.Tensor:
-        """qkv (T, (Hq + 2 Hkv) D) fused projection output; cos, sin (T, D). Writes the rotated keys and the
-        values at slots [start, start + T) of `layer` in the caches (layers, Hkv, capacity, D) fp32 and
-        returns the rotated queries (T, Hq, D) fp32."""
+        """qkv (T, (Hq + 2 Hkv) D) fused projection output; cos, sin (T, D) in qkv's dtype. Writes the rotated
+        keys and the values at slots [start, start + T) of `layer` in the caches (layers, Hkv, capacity, D)
+        fp32 and returns the rotated queries (T, Hq, D) fp32."""
         bf = self._is_bf16(qkv)
-        t, d = qkv.shape[0], k_cache.shape[3]
-        if start + t > k_cache.shape[2]:
+        d = k_cache.shape[3] if k_cache.dim() == 4 else 0
+        offset = self._cache(k_cache, v_cache, layer, num_kv_heads, d)
+        t = qkv.shape[0]
+        _need(qkv.dim() == 2 and qkv.shape[1] == (num_heads + 2 * num_kv_heads) * d and d % 2 == 0,
+              f"qkv must be (T, (Hq + 2 Hkv) D) = (T, {(num_heads + 2 * num_kv_heads) * d}), got {tuple(qkv.shape)}")
+        self._like(cos, qkv, (t, d), "cos")
+        self._like(sin, qkv, (t, d), "sin")
+        if start < 0 or start + t > k_cache.shape[2]:
             raise RuntimeError(f"KV cache overflow: need {start + t} slots, capacity {k_cache.shape[2]}")
         q = torch.empty(t, num_heads, d, dtype=torch.float32)
-        stride = k_cache.stride(0) * 4
-        self._lib.rope_to_cache(_ptr(qkv), _ptr(cos), _ptr(sin), _ptr(q), _ptr(k_cache) + layer * stride,
-                                _ptr(v_cache) + layer * stride, t, num_heads, num_kv_heads, d, k_cache.shape[2],
-                                start, bf)
+        _check(self._lib.rope_to_cache(_ptr(qkv), _ptr(cos), _ptr(sin), _ptr(q), _ptr(k_cache) + offset,
+                                       _ptr(v_cache) + offset, t, num_heads, num_kv_heads, d, k_cache.shape[2],
+                                       start, bf), "rope_to_cache")
         return q
 
     def attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, layer: int, n_keys: int,
                   tree_mask: torch.Tensor | None, out_dtype: torch.dtype, scale: float) -> torch.Tensor:
         """q (T, Hq, D) fp32 over keys [0, n_keys) of `layer`; the last tree_mask.shape[1] keys are seen
         through tree_mask (T, Tk) bool (None: all keys visible). Returns (T, Hq * D) in `out_dtype`."""
+        _need(q.dim() == 3 and q.dtype == torch.float32 and q.is_contiguous() and q.device.type == "cpu",
+              f"q must be a contiguous fp32 CPU tensor (T, Hq, D), got {q.dtype} {tuple(q.shape)}")
         t, hq, d = q.shape
-        out = torch.empty(t, hq * d, dtype=out_dtype)
-        tree = 0 if tree_mask is None else tree_mask.shape[1]
+        _need(d % 16 == 0 and 0 < d <= MAX_HEAD_DIM, f"head size {d}: the C attention needs a multiple of 16 up "
+              f"to {MAX_HEAD_DIM}")
+        hkv = k_cache.shape[1] if k_cache.dim() == 4 else 0
+        offset = self._cache(k_cache, v_cache, layer, hkv, d)
+        _need(hkv > 0 and hq % hkv == 0, f"{hq} query heads cannot share {hkv} KV heads")
+        _need(0 < n_keys <= k_cache.shape[2], f"{n_keys} keys in a cache of {k_cache.shape[2]} slots")
+        tree = 0 if tree_mask is None else tree_mask.shape[-1]
         mask = None if tree_mask is None else tree_mask.contiguous()
-        stride = k_cache.stride(0) * 4
-        self._lib.attention(_ptr(q), _ptr(k_cache) + layer * stride, _ptr(v_cache) + layer * stride,
-                            None if mask is None else _ptr(mask), _ptr(out), t, hq, k_cache.shape[1], d,
-                            k_cache.shape[2], n_keys, n_keys - tree, scale, self._is_bf16(out))
+        if mask is not None:
+            _need(mask.dtype == torch.bool and mask.device.type == "cpu" and tuple(mask.shape) == (t, tree)
+                  and tree <= n_keys, f"tree_mask must be a bool CPU tensor (T, Tk) with Tk <= {n_keys}, got "
+                  f"{mask.dtype} {tuple(mask.shape)}")
+        _need(out_dtype in DTYPES, f"out_dtype must be one of {DTYPES}")
+        out = torch.empty(t, hq * d, dtype=out_dtype)
+        _check(self._lib.attention(_ptr(q), _ptr(k_cache) + offset, _ptr(v_cache) + offset,
+                                   None if mask is None else _ptr(mask), _ptr(out), t, hq, hkv, d, k_cache.shape[2],
+                                   n_keys, n_keys - tree, scale, int(out_dtype == torch.bfloat16)), "attention")
         return out
 
     def self_attention(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
@@ -168,7 +256,8 @@ class CpuOps:
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """gate_up (T, 2 I) = [gate | up] -> silu(gate) * up (T, I)."""
         bf = self._is_bf16(gate_up)
+        _need(gate_up.dim() == 2 and gate_up.shape[1] % 2 == 0, f"gate_up must be (T, 2 I), got {tuple(gate_up.shape)}")
         t, inter = gate_up.shape[0], gate_up.shape[1] // 2
         out = torch.empty(t, inter, dtype=gate_up.dtype)
-        self._lib.silu_mul(_ptr(gate_up), _ptr(out), t, inter, bf)
+        _check(self._lib.silu_mul(_ptr(gate_up), _ptr(out), t, inter, bf), "silu_mul")
         return out

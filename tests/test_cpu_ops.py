@@ -192,3 +192,86 @@ def test_a_failed_build_is_a_warning_and_torch_takes_over(monkeypatch):
     assert out.logits.shape == (2, 32)
     with pytest.raises(ValueError, match="no cc here"):
         TargetModel(base.hf, base.tokenizer, base.name, fused=True)
+
+
+# ------------------------------------------------------------------ memory safety: every pointer checked
+
+
+def _layer_inputs(t=3, hq=4, hkv=2, d=64, cap=16, layers=2, dtype=torch.float32):
+    qkv = _randn(t, (hq + 2 * hkv) * d, dtype=dtype)
+    cos, sin = _randn(t, d, dtype=dtype, seed=1), _randn(t, d, dtype=dtype, seed=2)
+    k = torch.zeros(layers, hkv, cap, d)
+    return qkv, cos, sin, k, torch.zeros_like(k)
+
+
+@pytest.mark.parametrize("break_it,message", [
+    (lambda a: a.update(cos=a["cos"].double()), "cos must be"),
+    (lambda a: a.update(sin=a["sin"].to(torch.bfloat16)), "sin must be"),  # the embeddings' dtype, not qkv's
+    (lambda a: a.update(cos=a["cos"][:, :32]), "cos must be"),
+    (lambda a: a.update(qkv=a["qkv"][:, :-64].contiguous()), "qkv must be"),
+    (lambda a: a.update(qkv=a["qkv"][:, :-64]), "contiguous bf16 or fp32"),
+    (lambda a: a.update(k_cache=a["k_cache"].transpose(2, 3)), "contiguous fp32"),
+    (lambda a: a.update(k_cache=a["k_cache"].half()), "contiguous fp32"),
+    (lambda a: a.update(v_cache=a["v_cache"][:, :, :8]), "value cache must match"),
+    (lambda a: a.update(layer=2), "outside the cache's 2 layers"),
+    (lambda a: a.update(num_kv_heads=3), "KV cache holds 2 heads"),
+    (lambda a: a.update(tree_mask=torch.ones(3, 3, dtype=torch.int32)), "tree_mask must be"),
+    (lambda a: a.update(tree_mask=torch.ones(2, 3, dtype=torch.bool)), "tree_mask must be"),
+])
+def test_the_wrappers_refuse_wrong_dtypes_layouts_and_shapes(ops, break_it, message):
+    qkv, cos, sin, k, v = _layer_inputs()
+    args = dict(qkv=qkv, cos=cos, sin=sin, k_cache=k, v_cache=v, layer=1, start=0, tree_mask=None, num_heads=4,
+                num_kv_heads=2)
+    ops.self_attention(**args)  # the unbroken call runs
+    break_it(args)
+    with pytest.raises(ValueError, match=message):
+        ops.self_attention(**args)
+
+
+@pytest.mark.parametrize("d", [272, 512, 20])
+def test_head_sizes_the_c_attention_cannot_hold_are_refused(ops, d):
+    """head_dim > 256 would overflow the C attention's register tiles on the stack: a ValueError instead."""
+    q = _randn(2, 4, d)
+    k = torch.zeros(1, 2, 8, d)
+    with pytest.raises(ValueError, match=f"head size {d}"):
+        ops.attention(q, k, torch.zeros_like(k), 0, 4, None, torch.float32, 0.1)
+
+
+def test_the_other_wrappers_refuse_mismatched_operands(ops):
+    h = _randn(3, 64)
+    with pytest.raises(ValueError, match="weight must be"):
+        ops.rms_norm(h, _randn(64, dtype=torch.bfloat16), 1e-5)
+    with pytest.raises(ValueError, match="weight must be"):
+        ops.rms_norm(h, _randn(32), 1e-5)
+    with pytest.raises(ValueError, match="delta must be"):
+        ops.rms_norm(h, _randn(64), 1e-5, delta=_randn(3, 64).t().contiguous().t())
+    with pytest.raises(ValueError, match="out must be"):
+        ops.rms_norm(h, _randn(64), 1e-5, out=torch.empty(2, 64))
+    with pytest.raises(ValueError, match="gate_up must be"):
+        ops.silu_mul(_randn(3, 63))
+    with pytest.raises(ValueError, match="contiguous bf16 or fp32"):
+        ops.silu_mul(_randn(64, 3).t())
+    q = _randn(2, 4, 64)
+    k = torch.zeros(1, 2, 8, 64)
+    with pytest.raises(ValueError, match="keys in a cache of 8"):
+        ops.attention(q, k, torch.zeros_like(k), 0, 9, None, torch.float32, 0.1)
+
+
+def test_a_library_in_a_folder_others_can_write_is_refused(ops, tmp_path):
+    shared = tmp_path / "shared"
+    cpu_ops._build(shared)  # a genuine build, then the folder is opened to everyone
+    shared.chmod(0o777)
+    assert cpu_ops.load(shared) is None and "writable by other users" in cpu_ops.last_error(shared)
+    shared.chmod(0o700)
+    lib = next(shared.glob("cpu_ops-*.so"))
+    lib.chmod(0o766)
+    assert cpu_ops.load(shared) is None and "writable by other users" in cpu_ops.last_error(shared)
+    lib.chmod(0o700)
+    assert cpu_ops.load(shared) is not None  # a refusal is not remembered: fixed, it loads
+
+
+def test_a_compiler_command_with_arguments_and_a_retry_after_a_failure(ops, tmp_path, monkeypatch):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    assert cpu_ops.load(tmp_path / "k") is None
+    monkeypatch.setenv("CC", "env cc")  # a wrapper and its compiler, as CC="ccache gcc" is
+    assert cpu_ops.load(tmp_path / "k") is not None and cpu_ops.last_error(tmp_path / "k") is None

@@ -220,6 +220,8 @@ class DraftHead(nn.Module):
                        sin: torch.Tensor, cache: KVCache, tree_mask: torch.Tensor | None) -> torch.Tensor:
         """`forward` through the compiled operations (`for_drafting`); the same arithmetic as the PyTorch path."""
         c, ops = self.config, self.ops
+        dtype = self.blocks[0].post_attention_layernorm.weight.dtype  # the compiled calls take one dtype
+        cos, sin = cos.to(dtype), sin.to(dtype)
         mask = None if tree_mask is None else tree_mask.contiguous()
         if c.arch == "eagle1":
             h = self.fc(torch.cat((token_embeds, features), dim=-1))
