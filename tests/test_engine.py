@@ -151,6 +151,7 @@ def test_reduced_draft_vocabulary_maps_to_target_ids():
     assert trace.token_ids == run(engine, [1, 2], None, SamplingConfig(max_new_tokens=12)).token_ids
 
 
+@pytest.mark.triton
 def test_greedy_lossless_with_the_triton_kernel_in_the_interpreter():
     """The Triton tree-attention kernel (TRITON_INTERPRET=1, see conftest) serves prefill, drafting and
     verification, and the trace records which implementation ran."""

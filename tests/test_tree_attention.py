@@ -95,6 +95,7 @@ def _check_grid_case(index: int):
     assert torch.allclose(lse.double(), ref_lse, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.triton
 @pytest.mark.parametrize("index", sorted(DEFAULT_CASES), ids=[_case_id(GRID[i]) for i in sorted(DEFAULT_CASES)])
 def test_kernel_matches_float64_reference(index):
     _check_grid_case(index)
@@ -103,10 +104,12 @@ def test_kernel_matches_float64_reference(index):
 @pytest.mark.slow
 @pytest.mark.parametrize("index", [i for i in range(len(GRID)) if i not in DEFAULT_CASES],
                          ids=[_case_id(c) for i, c in enumerate(GRID) if i not in DEFAULT_CASES])
+@pytest.mark.triton
 def test_kernel_matches_float64_reference_full_grid(index):
     _check_grid_case(index)
 
 
+@pytest.mark.triton
 @pytest.mark.parametrize("prefix_len,splits", [(130, 2), (130, 3), (700, 4), (700, 11)])
 def test_split_k_merge_matches_reference(prefix_len, splits):
     gen = torch.Generator().manual_seed(prefix_len * 100 + splits)
@@ -130,7 +133,7 @@ def _root_to_leaf_paths(parents: list[int]) -> list[list[int]]:
     return paths
 
 
-@pytest.mark.parametrize("impl", ["triton", "torch"])
+@pytest.mark.parametrize("impl", [pytest.param("triton", marks=pytest.mark.triton), "torch"])
 def test_every_path_equals_causal_attention_over_prefix_and_path(impl):
     gen = torch.Generator().manual_seed(7)
     p, t, hkv, g, d = 17, 16, 2, 2, 32
@@ -145,6 +148,7 @@ def test_every_path_equals_causal_attention_over_prefix_and_path(impl):
         _assert_close(out[rows], ref, torch.float32, what=f"path {path}")
 
 
+@pytest.mark.triton
 @pytest.mark.parametrize("tk,tq", [(10, 4), (100, 7)])
 def test_fewer_queries_than_tree_keys(tk, tq):
     """The draft's expansion step: the newest tq nodes query every tree key so far (tk > 64: 4 mask words)."""
@@ -157,6 +161,7 @@ def test_fewer_queries_than_tree_keys(tk, tq):
     _assert_close(out, reference(q, k, v, p, mask, d ** -0.5)[0], torch.float32)
 
 
+@pytest.mark.triton
 def test_strided_views_of_the_engine_cache():
     """k, v as the engine passes them, cache_k[layer, :, :n].transpose(0, 1); q sliced from a fused projection."""
     gen = torch.Generator().manual_seed(3)
@@ -173,6 +178,7 @@ def test_strided_views_of_the_engine_cache():
     torch.testing.assert_close(out, ta.tree_attention_masked(q, k, v, p, mask, impl="torch"), rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.triton
 @pytest.mark.parametrize("tq", [1, 3])
 def test_no_mask_means_every_key_visible(tq):
     gen = torch.Generator().manual_seed(tq)
@@ -181,6 +187,7 @@ def test_no_mask_means_every_key_visible(tq):
     _assert_close(out, reference(q, k, v, 50, None, 32 ** -0.5)[0], torch.float32)
 
 
+@pytest.mark.triton
 def test_bf16_runs_in_the_interpreter_through_fp32_tiles():
     gen = torch.Generator().manual_seed(11)
     q, k, v = _inputs(5, 35, 1, 2, 64, torch.bfloat16, gen)
@@ -202,6 +209,7 @@ def test_pack_mask_bits_is_lsb_first_with_one_word_per_32_keys():
     assert not unpacked.view(6, 96)[:, 70:].any()
 
 
+@pytest.mark.triton
 def test_default_tiling_keeps_every_dot_dimension_at_least_16():
     for rows, d in itertools.product((1, 3, 16, 17, 64, 100, 256, 512), (16, 32, 64, 80, 128, 256)):
         cfg = ta.kernel_config(rows, d)
@@ -237,7 +245,7 @@ def _bad_call(case: str, impl: str):
 
 
 @pytest.mark.parametrize("case", BAD_CALLS)
-@pytest.mark.parametrize("impl", ["torch", "triton"])
+@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=pytest.mark.triton)])
 def test_invalid_inputs_raise_value_error(case, impl):
     with pytest.raises(ValueError):
         _bad_call(case, impl)()
@@ -251,6 +259,7 @@ def _subprocess_env(**overrides) -> dict:
     return env
 
 
+@pytest.mark.triton
 def test_ahead_of_time_build_for_ampere_and_hopper_has_no_spills():
     """Compile for sm_80 and sm_90 (no GPU needed) at D = 64/128, fp16/bf16, at the default tilings."""
     proc = subprocess.run([sys.executable, "-m", "kernels.aot", "--json"], cwd=ROOT, env=_subprocess_env(),
@@ -268,6 +277,7 @@ def test_ahead_of_time_build_for_ampere_and_hopper_has_no_spills():
     assert proc.returncode == 0
 
 
+@pytest.mark.triton
 def test_benchmark_smoke_mode_runs_in_the_interpreter():
     proc = subprocess.run([sys.executable, "-m", "kernels.bench", "--smoke"], cwd=ROOT,
                           env=_subprocess_env(TRITON_INTERPRET="1"), capture_output=True, text=True, timeout=600)
