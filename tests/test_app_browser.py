@@ -23,7 +23,9 @@ pytestmark = [
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing: apt-get install -y chromium "
                                                            "fonts-dejavu-core"),
 ]
-playwright_sync = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is missing")
+# playwright is a declared test dependency (pyproject's `test` extra): its absence is a broken install, a
+# failure, not a skip. Only the browser binary, which comes from apt, may be missing.
+import playwright.sync_api as playwright_sync  # noqa: E402
 
 # Per-figure summaries read from the live Plotly objects in the page.
 FIGURE_JS = """(id) => {

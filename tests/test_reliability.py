@@ -52,6 +52,47 @@ def test_concurrent_users_get_their_own_correct_runs(server):
         assert [t["token"] for t in together[p]["output"]] == [t["token"] for t in alone[p]]
 
 
+def test_two_model_runs_at_once_give_the_tokens_each_gives_alone(smol_engine_fp32):
+    """EAGLEVIZ_CONCURRENCY=2 lets two runs share one engine at the same moment: the real model and tokenizer,
+    two threads, each run's tokens exactly those it produces alone (fp32), and the runs really overlapped."""
+    import threading
+    import time
+
+    from eagleviz.session import Knobs, generate
+
+    hub = EngineHub(smol_engine_fp32, model_id="embedded")
+    jobs = [("Name three fruits.", Knobs(max_new_tokens=24)),
+            ("Write a haiku about rain.", Knobs(max_new_tokens=24, temperature=0.8, seed=3))]
+    alone = [generate(hub, p, k).token_ids for p, k in jobs]
+    spans, results, start = {}, {}, threading.Barrier(2)
+
+    def one(i):
+        start.wait()
+        t0 = time.perf_counter()
+        results[i] = generate(hub, *jobs[i]).token_ids
+        spans[i] = (t0, time.perf_counter())
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert [results[0], results[1]] == alone
+    assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]  # the two runs overlapped in time
+
+
+def test_a_server_with_concurrency_2_keeps_runs_separate(hub):
+    limits = Limits(queue_size=8, max_new_tokens=64, concurrency=2)
+    prompts = [f"user {i} asks something else" for i in range(4)]
+    with serving(build_app(hub, limits=limits)) as url:
+        alone = {p: call(url, p)["output"] for p in prompts}
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            together = dict(zip(prompts, pool.map(lambda p: call(url, p), prompts)))
+    for p in prompts:
+        assert together[p]["prompt"] == p
+        assert [t["token"] for t in together[p]["output"]] == [t["token"] for t in alone[p]]
+
+
 def test_a_burst_of_requests_is_served_or_refused_clearly(server):
     """20 requests at once with a queue of 8: each completes or is refused with a message; none hangs."""
     outcomes = []
