@@ -184,11 +184,11 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
 
 
 def top2_gap(engine, ids: list[int]) -> float:
-    """The target's gap between its two best logits after `ids` (fp32 logits of the loaded dtype)."""
-    with torch.inference_mode():
-        logits = engine.target.hf(torch.tensor([ids], device=engine.target.device)).logits[0, -1].float()
-    top = torch.topk(logits, 2).values
-    return float(top[0] - top[1])
+    """The target's gap between its two best logits after `ids` (`eagleviz.race.top2_after`)."""
+    from eagleviz.race import top2_after
+
+    (_, _, first), (_, _, second) = top2_after(engine, ids)
+    return first - second
 
 
 def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig, repeats: int,

@@ -23,6 +23,17 @@ def _check_range(name: str, value, lo, hi) -> None:
         raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
 
 
+def tree_token_cap(steps: int, topk: int) -> int:
+    """The most tokens a tree can verify: the root + every candidate the drafting produces (topk at level 1,
+    topk^2 at each later level). SGLang's rule for speculative_num_draft_tokens."""
+    return 1 + topk + (steps - 1) * topk * topk
+
+
+def kv_slots(n_prompt: int, max_new_tokens: int, tree: TreeConfig | None) -> int:
+    """Target KV-cache slots a run needs: the prompt, every new token, and one tree beyond them."""
+    return n_prompt + max_new_tokens + (tree.draft_tokens if tree is not None else 0) + 1
+
+
 @dataclass(frozen=True)
 class TreeConfig:
     """The draft tree's shape. Build it with `TreeConfig.create(...)` to get SGLang's adjustments applied
@@ -42,8 +53,12 @@ class TreeConfig:
 
     @property
     def max_draft_tokens(self) -> int:
-        """Root + every candidate the drafting produces: topk at level 1, topk^2 at each later level."""
-        return 1 + self.topk + (self.steps - 1) * self.topk * self.topk
+        return tree_token_cap(self.steps, self.topk)
+
+    @property
+    def draft_expansion(self) -> int:
+        """Draft-cache slots a cycle's expansion takes beyond the committed tokens (topk per later step)."""
+        return self.steps * self.topk
 
     @classmethod
     def create(cls, steps: int = 5, topk: int = 4, draft_tokens: int = 16) -> TreeConfig:
@@ -55,7 +70,7 @@ class TreeConfig:
             notes.append(f"draft_tokens adjusted from {draft_tokens} to steps + 1 = {steps + 1} because topk == 1 "
                          "(a chain has exactly one candidate per step; SGLang does the same)")
             draft_tokens = steps + 1
-        cap = 1 + topk + (steps - 1) * topk * topk
+        cap = tree_token_cap(steps, topk)
         if draft_tokens > cap:
             notes.append(f"draft_tokens reduced from {draft_tokens} to {cap}: steps={steps} and topk={topk} "
                          f"produce only {cap - 1} candidate tokens plus the root")

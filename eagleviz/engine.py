@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.config import SamplingConfig, TreeConfig, kv_slots
 from eagleviz.errors import UserFacingError
 from eagleviz.kv_cache import KVCache
 from eagleviz.models.draft import DraftHead
@@ -35,7 +35,7 @@ from eagleviz.models.target import TargetModel
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
 from eagleviz.tree import Candidates, VerifyTree, rerank, select_frontier, top_children
 from eagleviz.verify import draw, greedy_verify, sample_verify, sampling_probs
-from kernels.tree_attention import resolve_impl
+from kernels.tree_attention import ancestor_mask, resolve_impl
 
 
 class _TokenText:
@@ -133,11 +133,11 @@ class Engine:
                         kv_dtype=str(self.target.kv_dtype).removeprefix("torch."),
                         cpu_layer="compiled" if self.target.ops is not None else "torch", chat=self.uses_chat(chat))
 
-    def _capacity(self, n_prompt: int, sampling: SamplingConfig, extra: int) -> int:
+    def _capacity(self, n_prompt: int, sampling: SamplingConfig, tree: TreeConfig | None) -> int:
         limit = self.target.max_positions
         if n_prompt + 1 >= limit:
             raise UserFacingError(f"the prompt has {n_prompt} tokens; the model's context limit is {limit}")
-        return min(limit, n_prompt + sampling.max_new_tokens + extra + 1)
+        return min(limit, kv_slots(n_prompt, sampling.max_new_tokens, tree))
 
     def _prefill(self, ids: list[int], cache: KVCache, sampling: SamplingConfig, gen: torch.Generator):
         """Target forward over the prompt: returns the first new token and the prompt's features."""
@@ -173,7 +173,7 @@ class Engine:
         """Target-only decoding with the same forward, dtype and sampling; yields each new token."""
         start = time.perf_counter()
         gen = torch.Generator(device=self.target.device).manual_seed(sampling.seed)
-        cache = self.target.new_cache(self._capacity(len(prompt_ids), sampling, 0))
+        cache = self.target.new_cache(self._capacity(len(prompt_ids), sampling, None))
         text = _TokenText(self.target.tokenizer)
         token, _ = self._prefill(prompt_ids, cache, sampling, gen)
         run.prefill_ms = (time.perf_counter() - start) * 1e3
@@ -208,9 +208,9 @@ class Engine:
         start = time.perf_counter()
         target, dev = self.target, self.target.device
         gen = torch.Generator(device=dev).manual_seed(sampling.seed)
-        capacity = self._capacity(len(prompt_ids), sampling, tree_cfg.draft_tokens)
+        capacity = self._capacity(len(prompt_ids), sampling, tree_cfg)
         tcache = target.new_cache(capacity)
-        dcache = self.head.new_cache(capacity + tree_cfg.steps * tree_cfg.topk, target.kv_dtype, dev)
+        dcache = self.head.new_cache(capacity + tree_cfg.draft_expansion, target.kv_dtype, dev)
         text = _TokenText(target.tokenizer) if record else (lambda token: "")
 
         root, feats = self._prefill(prompt_ids, tcache, sampling, gen)
@@ -290,12 +290,10 @@ class Engine:
             for node in frontier:
                 slot_of[node] = len(slot_of)
                 cands.expanded[node] = True
-            mask = torch.zeros(len(frontier), len(slot_of), dtype=torch.bool)
-            for r, node in enumerate(frontier):
-                a = node
-                while a >= 0:
-                    mask[r, slot_of[a]] = True
-                    a = cands.parents[a]
+            # the frontier's rows of the ancestor mask over every expanded node (a virtual root joins level 1)
+            expanded = list(slot_of)
+            parents = [-1] + [slot_of[cands.parents[n]] + 1 if cands.parents[n] >= 0 else 0 for n in expanded]
+            mask = ancestor_mask(torch.tensor(parents))[1 + len(expanded) - len(frontier):, 1:]
             x_feat = torch.stack([out_of[cands.parents[node]] for node in frontier])
             x_tok = torch.tensor([cands.tokens[node] for node in frontier], device=dev)
             x_pos = torch.full((len(frontier),), S + step - 1, device=dev)

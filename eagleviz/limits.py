@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.config import SamplingConfig, TreeConfig, kv_slots
 from eagleviz.errors import UserFacingError
 from eagleviz.kv_cache import KVCache
 
@@ -99,11 +99,11 @@ class Limits:
     def check_kv(self, engine, n_prompt: int, tree: TreeConfig | None, sampling: SamplingConfig) -> int:
         """Bytes the request's KV caches would take; refuse a request over the budget (out-of-memory guard)."""
         t = engine.target
-        capacity = n_prompt + sampling.max_new_tokens + (tree.draft_tokens if tree else 0) + 1
+        capacity = kv_slots(n_prompt, sampling.max_new_tokens, tree)
         need = KVCache.bytes_for(t.num_layers, t.num_kv_heads, capacity, t.head_dim, t.kv_dtype)
         if tree is not None and engine.head is not None:
             c = engine.head.config
-            need += KVCache.bytes_for(len(engine.head.blocks), c.num_kv_heads, capacity + tree.steps * tree.topk,
+            need += KVCache.bytes_for(len(engine.head.blocks), c.num_kv_heads, capacity + tree.draft_expansion,
                                       c.head_dim, t.kv_dtype)
         if need > self.kv_budget_mb * 2**20:
             raise UserFacingError(f"this request needs {need / 2**20:.0f} MB of KV cache, above this server's "

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagleviz.config import LIMITS, SamplingConfig, TreeConfig
+from eagleviz.config import LIMITS, SamplingConfig, TreeConfig, tree_token_cap
 from eagleviz.engine import Engine
 from eagleviz.errors import UserFacingError
 from eagleviz.flags import launch_flags
@@ -94,7 +94,7 @@ class Knobs:
             tree, _ = self.configs()
         except UserFacingError as exc:
             return f"**Invalid:** {exc}"
-        cap = 1 + self.topk + (self.steps - 1) * self.topk ** 2
+        cap = tree_token_cap(int(self.steps), int(self.topk))
         rule = (f"Rule: draft_tokens \u2264 1 + topk + (steps \u2212 1)\u00b7topk\u00b2 = **{cap}** "
                 f"(range {LIMITS['draft_tokens'][0]}..{LIMITS['draft_tokens'][1]}); topk = 1 means a chain with "
                 f"draft_tokens = steps + 1.")
