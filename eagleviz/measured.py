@@ -5,7 +5,9 @@
     verify cost    `python -m eagleviz tune` saves it in <cache>/tuned.json, `tune --curve-only` in
                    <cache>/verify-cost.json (the newer of the two wins); shipped: assets/bench/verify-cost.json
     tuned tree     `python -m eagleviz tune` saves the fastest tree in <cache>/tuned.json (T = 0) or
-                   <cache>/tuned-T{T}.json (`tune --temperature T`, T > 0)
+                   <cache>/tuned-T{T}.json (`tune --temperature T`, T > 0); shipped: assets/bench/tuned.json,
+                   the fastest tree for the shipped head on the project's own CPU (the page's default tree
+                   where this machine has not run `tune`)
 
 <cache> is EAGLEVIZ_CACHE, default ~/.cache/eagleviz. Stdlib only (no torch): the page reads these files at
 start-up without a model. A file that is missing, unreadable or not shaped like a result is skipped, never
@@ -83,6 +85,25 @@ def latest_verify_cost() -> Measured | None:
     mine.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     return _first_valid([(p, False) for p in mine] + [(SHIPPED_DIR / VERIFY_COST_FILE, True)],
                         lambda d: _is_curve(d.get("verify_cost")) and isinstance(d.get("machine", {}), dict))
+
+
+def default_tree() -> Measured | None:
+    """The tree the page opens with: this machine's `tune` result at T = 0, else the shipped one, else None.
+    `data["best"]` is {"steps", "topk", "draft_tokens"}."""
+    return _first_valid([(cache_dir() / TUNED_FILE, False), (SHIPPED_DIR / TUNED_FILE, True)], _is_tree_result)
+
+
+def _is_tree_result(d: dict) -> bool:
+    """{"best": {"steps", "topk", "draft_tokens"}} naming a tree the knobs allow, as SGLang would run it."""
+    from eagleviz.config import TreeConfig
+
+    best = d.get("best")
+    if not isinstance(best, dict) or not all(type(best.get(k)) is int for k in TREE_KEYS):
+        return False
+    try:
+        return not TreeConfig.create(**{k: best[k] for k in TREE_KEYS}).adjustments
+    except ValueError:
+        return False
 
 
 def _first_valid(candidates: list[tuple[Path, bool]], valid) -> Measured | None:

@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eagleviz.config import LIMITS, SamplingConfig, TreeConfig, tree_token_cap
@@ -25,6 +25,7 @@ from eagleviz.engine import Engine
 from eagleviz.errors import UserFacingError
 from eagleviz.flags import launch_flags
 from eagleviz.limits import Limits
+from eagleviz.measured import TREE_KEYS, default_tree
 from eagleviz.trace import CycleTrace, RunTrace
 from eagleviz.visuals import check_displayable
 from kernels.tree_attention import IMPLS
@@ -109,6 +110,20 @@ class Knobs:
         head = hub.get().head
         arch = head.config.arch if head is not None else "eagle1"
         return launch_flags(hub.model_id or hub.get().target.name, hub.head_path, tree, sampling, arch)
+
+
+def default_knobs(base: Knobs) -> tuple[Knobs, str]:
+    """`base` with the tree the page opens with, and where that tree comes from: the fastest tree `python -m
+    eagleviz tune` measured (on this machine, else the shipped result for the shipped head), else the textbook
+    tree of `base`."""
+    found = default_tree()
+    tree = TreeConfig.create(**{k: found.data["best"][k] for k in TREE_KEYS}) if found else None
+    if tree is None:
+        return base, (f"Default tree: the textbook {base.steps} / {base.topk} / {base.draft_tokens} "
+                      "(`python -m eagleviz tune` finds this machine's fastest).")
+    knobs = replace(base, steps=tree.steps, topk=tree.topk, draft_tokens=tree.draft_tokens)
+    return knobs, (f"Default tree {tree.steps} / {tree.topk} / {tree.draft_tokens}: the fastest `tune` found, "
+                   f"{found.origin}. The textbook tree is one click away.")
 
 
 def stream_run(hub: EngineHub, prompt: str, knobs: Knobs, limits: Limits = DEFAULT_LIMITS,

@@ -21,8 +21,8 @@ from eagleviz.engine import Engine
 from eagleviz.errors import UserFacingError
 from eagleviz.limits import Limits
 from eagleviz.measured import latest_bench, latest_verify_cost
-from eagleviz.session import (RANDOM_HEAD_NOTE, EngineHub, Knobs, generate, race_run, read_trace, stream_run,
-                              write_trace)
+from eagleviz.session import (RANDOM_HEAD_NOTE, EngineHub, Knobs, default_knobs, generate, race_run, read_trace,
+                              stream_run, write_trace)
 from eagleviz.trace import RunTrace
 from eagleviz.visuals import CycleView, SpeedView, cycle_view, empty_view, speed_view, summary_figure
 from eagleviz.visuals.explain import TOUR, summary_text, tour_step
@@ -56,17 +56,6 @@ CSS = ("#output-text {min-height: 6em} .ev-explain {font-size: 15px} .ev-limits 
 VIEW_CONCURRENCY = 4      # light events (stepping, knobs, import) of different users served side by side
 CACHE_TTL_S = 3600        # Gradio deletes its cached files (uploads, downloads) after this long
 KNOB_DEFAULTS = Knobs(max_new_tokens=48)
-
-
-def machine_defaults() -> Knobs:
-    """The knobs the page opens with: the fastest tree `python -m eagleviz tune` measured on this machine,
-    when it has been run, else the built-in defaults."""
-    from eagleviz.bench import load_tuned
-
-    tuned = load_tuned()
-    if tuned is None:
-        return KNOB_DEFAULTS
-    return replace(KNOB_DEFAULTS, steps=tuned.steps, topk=tuned.topk, draft_tokens=tuned.draft_tokens)
 
 
 def measured_speed() -> SpeedView:
@@ -309,12 +298,15 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str =
                 gr.Markdown(limits.describe(), elem_id="limits", elem_classes="ev-limits")
                 output = gr.HTML(output_html(None), elem_id="output-text")
             with gr.Column(scale=2):
-                d = machine_defaults()
+                d, d_origin = default_knobs(KNOB_DEFAULTS)
                 steps = gr.Slider(1, 8, d.steps, step=1, label="steps \u00b7 speculative_num_steps", elem_id="steps")
                 topk = gr.Slider(1, 8, d.topk, step=1, label="topk \u00b7 speculative_eagle_topk", elem_id="topk")
                 draft_tokens = gr.Slider(2, limits.max_draft_tokens, min(d.draft_tokens, limits.max_draft_tokens),
                                          step=1, elem_id="draft-tokens",
                                          label="draft tokens \u00b7 speculative_num_draft_tokens")
+                with gr.Row():
+                    gr.Markdown(d_origin, elem_id="default-tree", elem_classes="ev-limits")
+                    textbook = gr.Button("Textbook tree 5 / 4 / 16", size="sm", elem_id="textbook-tree")
                 validity = gr.Markdown(d.validity(), elem_id="validity")
                 with gr.Row():
                     temperature = gr.Slider(0, 1.5, d.temperature, step=0.05, label="temperature",
@@ -382,6 +374,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str =
         run_outputs = [run_state, output, status, slider, summary, summary_plot, export_btn, tour_md] + view
         model = dict(concurrency_id="model", concurrency_limit=limits.concurrency)
         preset.change(h.preset_chosen, preset, [prompt, preset_note])
+        textbook.click(lambda: (5, 4, 16), None, [steps, topk, draft_tokens], queue=False)
         gr.on([k.change for k in knobs], h.knobs_changed, knobs, [validity, flags], show_progress="hidden")
         demo.load(h.knobs_changed, knobs, [validity, flags])
         run_btn.click(run_fn, [stop, prompt, *knobs], run_outputs, show_progress="minimal", **model)

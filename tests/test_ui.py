@@ -333,3 +333,27 @@ def test_factory_is_called_once_on_first_use():
     assert not calls
     hub.get("auto"), hub.get("torch"), hub.get("auto")
     assert calls == [1] and hub.head_is_random
+
+
+def test_the_page_opens_on_the_tuned_tree_and_says_where_it_comes_from(tmp_path, monkeypatch):
+    """This machine's `tune` result first, else the shipped one (measured for the shipped head), else the
+    textbook tree; the caption names the source."""
+    from eagleviz import measured
+    from eagleviz.session import default_knobs
+
+    monkeypatch.setenv("EAGLEVIZ_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(measured, "SHIPPED_DIR", tmp_path / "shipped")
+    base = Knobs(max_new_tokens=48)
+    knobs, note = default_knobs(base)
+    assert knobs == base and "textbook 5 / 4 / 16" in note
+    (tmp_path / "shipped").mkdir()
+    (tmp_path / "shipped" / "tuned.json").write_text(json.dumps({"best": {"steps": 3, "topk": 4, "draft_tokens": 8}}))
+    knobs, note = default_knobs(base)
+    assert (knobs.steps, knobs.topk, knobs.draft_tokens, knobs.max_new_tokens) == (3, 4, 8, 48)
+    assert "3 / 4 / 8" in note and "shipped with eagleviz" in note
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "tuned.json").write_text(json.dumps({"best": {"steps": 4, "topk": 1, "draft_tokens": 5}}))
+    knobs, note = default_knobs(base)
+    assert (knobs.steps, knobs.topk, knobs.draft_tokens) == (4, 1, 5) and "measured on this machine" in note
+    (tmp_path / "cache" / "tuned.json").write_text(json.dumps({"best": {"steps": 99, "topk": 4, "draft_tokens": 8}}))
+    assert default_knobs(base)[0].steps == 3  # an unusable result is skipped: the shipped one applies
