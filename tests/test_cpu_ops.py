@@ -163,7 +163,7 @@ def test_the_drafting_copy_of_a_head_runs_the_fused_layer_with_the_same_results(
     from eagleviz.models.draft import random_head
 
     target = tiny_target("llama", layers=4)
-    head = random_head(target, arch, seed=1, num_layers=2 if arch == "eagle1" else 1, std=0.3)
+    head = random_head(target, arch, seed=1, num_layers=2, std=0.3)  # EAGLE-3: the midlayer and one more
     fused, plain = head.for_drafting(ops=ops), head.for_drafting()
     assert fused.ops is ops and plain.ops is None and head.ops is None  # the trained head is untouched
     feature = 3 * 64 if arch == "eagle3" else 64

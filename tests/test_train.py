@@ -382,3 +382,43 @@ def test_heldout_answers_are_original_or_the_targets_own(tiny_target, tmp_path):
 
     with pytest.raises(ValueError, match="held-out answers"):
         heldout_features(tiny_target, DataConfig(), [], [], tmp_path, answers="sampled")
+
+
+def test_a_deeper_eagle3_head_grows_from_a_trained_one_and_round_trips(tiny_target, tiny_shard, tmp_path):
+    """--add-layers: the grown head computes exactly what the one-layer head did (zero output projections),
+    trains, saves with its extra layers and loads back with the engine's loader, deeper."""
+    from eagleviz.engine import Engine
+    from eagleviz.train.pipeline import grow, init_head, resumed_head
+
+    d2t, t2d = draft_vocab(token_counts(tiny_shard.ids, tiny_shard.mask, V), 32, always=(0,))
+    one = new_head(tiny_target, "eagle3", d2t, t2d, seed=3)
+    save_head(one, tmp_path / "one")
+    deep = init_head(tiny_target, tmp_path / "one", "eagle3", add_layers=2)
+    assert deep.config.num_layers == 3 and len(deep.blocks) == 3
+    row = make_row(tiny_shard, [0, 1])
+    parts = _parts(tiny_target)
+    base = init_head(tiny_target, tmp_path / "one", "eagle3")
+    a, b = ttt_loss(base, row, parts, steps=3), ttt_loss(deep, row, parts, steps=3)
+    torch.testing.assert_close(a.loss, b.loss)
+    assert a.correct == b.correct
+    cfg = TrainConfig(arch="eagle3", objective="ttt", row_len=128, max_steps=3, warmup=1, eval_every=3, eval_rows=1,
+                      autocast=False)
+    trainer = Trainer(cfg, deep, parts, tiny_shard, tiny_shard, tmp_path / "run")
+    trainer.run()
+    assert float(deep.blocks[2].mlp.down_proj.weight.abs().sum()) > 0  # the new layers learn
+    back = load_head(tmp_path / "run" / "head", tiny_target)
+    assert back.config.num_layers == 3 and resumed_head(tmp_path / "run" / "ckpt.pt", "eagle3").config.num_layers == 3
+    assert back.new_cache(8, torch.float32, "cpu").k.shape[0] == 3  # a KV layer per decoder layer
+    from eagleviz.config import SamplingConfig, TreeConfig
+
+    from tiny import TinyTokenizer
+
+    target = TargetModel(tiny_target.hf, TinyTokenizer(), "tiny")
+    engine, tree, sampling = Engine(target, back, "deep"), TreeConfig.create(3, 2, 6), SamplingConfig(max_new_tokens=10)
+    ids = [1, 2, 3, 4]
+    spec, plain = engine.new_run("x", ids, tree, sampling), engine.new_run("x", ids, None, sampling)
+    list(engine.speculate(ids, tree, sampling, spec))  # drafts through all three layers
+    list(engine.plain(ids, sampling, plain))
+    assert spec.token_ids == plain.token_ids and len(spec.cycles) > 0
+    with pytest.raises(ValueError, match="add_layers"):
+        grow(one, -1, tiny_target)

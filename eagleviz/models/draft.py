@@ -54,8 +54,8 @@ class DraftConfig:
             raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError("num_heads must be a multiple of num_kv_heads")
-        if self.arch == "eagle3" and self.num_layers != 1:
-            raise ValueError("EAGLE-3 heads have exactly one layer (midlayer)")
+        if self.num_layers < 1:
+            raise ValueError(f"a head needs at least one layer, got {self.num_layers}")
 
     @property
     def feature_size(self) -> int:
@@ -87,7 +87,9 @@ class DraftConfig:
         return out
 
     @classmethod
-    def from_hf(cls, cfg: dict, arch: str) -> DraftConfig:
+    def from_hf(cls, cfg: dict, arch: str, eagle3_layers: int = 1) -> DraftConfig:
+        """eagle3_layers: the midlayer plus the extra layers found in the weights (published EAGLE-3 heads
+        have the midlayer only, whatever their config's num_hidden_layers says)."""
         hidden = cfg["hidden_size"]
         heads = cfg["num_attention_heads"]
         return cls(arch=arch, hidden_size=hidden, num_heads=heads,
@@ -95,7 +97,7 @@ class DraftConfig:
                    head_dim=cfg.get("head_dim") or hidden // heads, intermediate_size=cfg["intermediate_size"],
                    vocab_size=cfg["vocab_size"], draft_vocab_size=cfg.get("draft_vocab_size") or cfg["vocab_size"],
                    target_hidden_size=cfg.get("target_hidden_size") or hidden,
-                   num_layers=cfg.get("num_hidden_layers", 1) if arch == "eagle1" else 1,
+                   num_layers=cfg.get("num_hidden_layers", 1) if arch == "eagle1" else eagle3_layers,
                    rms_norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=float(_rope_theta(cfg)),
                    bias=cfg.get("bias", True), qkv_bias=cfg.get("qkv_bias", False))
 
@@ -130,17 +132,18 @@ class _MLP(nn.Module):
 
 
 class _Layer(nn.Module):
-    """EAGLE-1 layer i (input norm only when i > 0) or the EAGLE-3 midlayer (two input norms, 2H attention)."""
+    """EAGLE-1 layer i (input norm only when i > 0), the EAGLE-3 midlayer (two input norms, 2H attention), or
+    one of an EAGLE-3 head's extra layers after it (`wide` False: a plain pre-norm decoder layer)."""
 
-    def __init__(self, c: DraftConfig, index: int):
+    def __init__(self, c: DraftConfig, index: int, wide: bool | None = None):
         super().__init__()
-        eagle3 = c.arch == "eagle3"
-        self.self_attn = _Attention(c, 2 * c.hidden_size if eagle3 else c.hidden_size)
+        wide = c.arch == "eagle3" and index == 0 if wide is None else wide
+        self.self_attn = _Attention(c, 2 * c.hidden_size if wide else c.hidden_size)
         self.mlp = _MLP(c)
         self.post_attention_layernorm = _RMSNorm(c.hidden_size)
-        if eagle3:
+        if wide:
             self.hidden_norm = _RMSNorm(c.hidden_size)
-        if eagle3 or index > 0:
+        if wide or index > 0:
             self.input_layernorm = _RMSNorm(c.hidden_size)
 
 
@@ -156,6 +159,8 @@ class DraftHead(nn.Module):
             self.layers = nn.ModuleList(_Layer(c, i) for i in range(c.num_layers))
         else:
             self.midlayer = _Layer(c, 0)
+            if c.num_layers > 1:  # deeper EAGLE-3 heads: plain decoder layers after the midlayer
+                self.layers = nn.ModuleList(_Layer(c, i, wide=False) for i in range(1, c.num_layers))
             self.norm = _RMSNorm(c.hidden_size)
             self.lm_head = nn.Linear(c.hidden_size, c.draft_vocab_size, bias=False)
             self.register_buffer("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
@@ -181,7 +186,10 @@ class DraftHead(nn.Module):
 
     @property
     def blocks(self) -> list[_Layer]:
-        return list(self.layers) if self.config.arch == "eagle1" else [self.midlayer]
+        """Every decoder layer in order; block i owns layer i of the draft KV cache."""
+        if self.config.arch == "eagle1":
+            return list(self.layers)
+        return [self.midlayer] + (list(self.layers) if self.config.num_layers > 1 else [])
 
     def new_cache(self, capacity: int, dtype: torch.dtype, device) -> KVCache:
         c = self.config
@@ -213,6 +221,11 @@ class DraftHead(nn.Module):
             h = g + cached_attention(self._attn(layer), a, cos, sin, cache, 0, tree_mask, impl)
             h = h + swiglu_mlp(layer.mlp, rms_norm(h, layer.post_attention_layernorm.weight, c.rms_norm_eps),
                                getattr(layer.mlp, "gate_up", None))
+            for i, extra in enumerate(self.blocks[1:], start=1):
+                x = rms_norm(h, extra.input_layernorm.weight, c.rms_norm_eps)
+                h = h + cached_attention(self._attn(extra), x, cos, sin, cache, i, tree_mask, impl)
+                h = h + swiglu_mlp(extra.mlp, rms_norm(h, extra.post_attention_layernorm.weight, c.rms_norm_eps),
+                                   getattr(extra.mlp, "gate_up", None))
         cache.advance(features.shape[0])
         return h
 
@@ -234,6 +247,9 @@ class DraftHead(nn.Module):
             x = torch.cat((ops.rms_norm(token_embeds.contiguous(), layer.input_layernorm.weight, c.rms_norm_eps),
                            ops.rms_norm(g, layer.hidden_norm.weight, c.rms_norm_eps)), dim=-1)
             h = self._block_fused(layer, 0, x, g.clone(), cos, sin, cache, mask)
+            for i, extra in enumerate(self.blocks[1:], start=1):
+                x = ops.rms_norm(h, extra.input_layernorm.weight, c.rms_norm_eps)
+                h = self._block_fused(extra, i, x, h, cos, sin, cache, mask)
         cache.advance(features.shape[0])
         return h
 
@@ -309,8 +325,9 @@ def load_head(path: str | Path, target) -> DraftHead:
     except Exception as exc:  # any parse failure of a user-supplied file (JSON, pickle, safetensors header)
         raise UserFacingError(f"draft head {path} is unreadable or corrupt: {exc.__class__.__name__}: {exc}") from exc
     arch = "eagle3" if any(k.startswith("midlayer.") for k in state) else "eagle1"
+    extra = {k.split(".")[1] for k in state if k.startswith("layers.")} if arch == "eagle3" else set()
     try:
-        config = DraftConfig.from_hf(cfg, arch)
+        config = DraftConfig.from_hf(cfg, arch, 1 + len(extra))
     except (KeyError, ValueError) as exc:
         raise UserFacingError(f"draft head {path}: bad config.json ({exc})") from exc
     _check_fits(config, target, path)

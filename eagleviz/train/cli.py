@@ -44,6 +44,9 @@ def train_head_parser() -> argparse.ArgumentParser:
                    help="EAGLE-3 draft vocabulary size (0: the smallest of 4096/8192/16384 covering 99%% of answers); "
                         "with --init, keep only the N most frequent tokens of that head's draft vocabulary "
                         "(its hot-tokens.json), the ones the engine drafts among by default")
+    p.add_argument("--add-layers", type=int, default=0,
+                   help="with --init: make the head deeper by N decoder layers, started so that the deeper head "
+                        "computes what the --init head did (zero output projections)")
     p.add_argument("--target-dist", choices=("top8", "dense"), default="top8",
                    help="what the head learns to match: the target's top-8 renormalised over the draft vocabulary, "
                         "or its whole distribution over the draft vocabulary (EAGLE-3)")
@@ -87,6 +90,8 @@ def train_head_main(argv: list[str] | None = None) -> int:
         raise UserFacingError(f"--resume: no checkpoint in {out}")
     if args.resume and args.init:
         raise UserFacingError("--init starts a new run from a head, --resume continues one: pass only one")
+    if args.add_layers and not args.init:
+        raise UserFacingError("--add-layers grows the --init head: pass --init HEAD")
 
     P.set_threads(args.threads)
     target = load_target(args.target, dtype=args.dtype)
@@ -109,8 +114,10 @@ def train_head_main(argv: list[str] | None = None) -> int:
     if args.prepare_only:
         return 0
 
-    if args.init:
-        head = P.init_head(target, args.init, args.arch, args.draft_vocab or None)
+    if args.resume:  # the head's shape (vocabulary, layers) is the checkpoint's; its weights come in load()
+        head = P.resumed_head(out / "ckpt.pt", args.arch)
+    elif args.init:
+        head = P.init_head(target, args.init, args.arch, args.draft_vocab or None, args.add_layers)
     else:
         d2t = t2d = None
         if args.arch == "eagle3":

@@ -155,10 +155,11 @@ def rank_answer_tokens(target, head, head_dir: Path, data: str, conversations: i
     return write_ranking(head_dir, rank_tokens(counts, draft_target_ids(head).cpu()), source, counted), counted
 
 
-def init_head(target, path: str | Path, arch: str, hot: int | None = None):
+def init_head(target, path: str | Path, arch: str, hot: int | None = None, add_layers: int = 0):
     """A trainable fp32 copy of the head in `path` (weights and, for EAGLE-3, its draft vocabulary); given
     `hot`, only the rows of its `hot` most frequent draft tokens (its hot-tokens.json), so that the head
-    trains in the vocabulary the engine drafts in."""
+    trains in the vocabulary the engine drafts in; given `add_layers`, deeper by that many decoder layers
+    (`grow`), starting as exactly the same function."""
     from eagleviz.errors import UserFacingError
     from eagleviz.models.draft import load_head
     from eagleviz.models.hot_vocab import HOT_TOKENS_FILE, read_ranking, restrict
@@ -174,7 +175,48 @@ def init_head(target, path: str | Path, arch: str, hot: int | None = None):
             raise UserFacingError(f"--draft-vocab {hot}: {path} has no {HOT_TOKENS_FILE} to rank its draft "
                                   "vocabulary (write one with `python -m eagleviz hot-tokens --head ...`)")
         head = restrict(head, ranking, hot)
+    if add_layers:
+        head = grow(head, add_layers, target)
     return head.float().train()
+
+
+def resumed_head(ckpt: Path, arch: str):
+    """An fp32 head shaped like the one saved in a training checkpoint (weights not loaded)."""
+    from eagleviz.models.draft import DraftConfig, DraftHead
+
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    layers = 1 + len({k.split(".")[1] for k in state["head"] if k.startswith("layers.")}) if arch == "eagle3" else 1
+    return DraftHead(DraftConfig.from_hf(state["head_config"], arch, layers)).float().train()
+
+
+def grow(head, add_layers: int, target):
+    """`head` with `add_layers` more decoder layers after its last one. Each new layer's attention and MLP
+    inputs start from the target's last layer (features a decoder layer of this model computes) and its
+    two output projections (o_proj, down_proj) at zero, so each new layer adds nothing yet: the deeper head
+    computes exactly what `head` computed, and training moves it from there."""
+    import dataclasses
+
+    from eagleviz.models.draft import DraftHead
+
+    if add_layers < 0:
+        raise ValueError(f"add_layers must be >= 0, got {add_layers}")
+    c = head.config
+    config = dataclasses.replace(c, num_layers=c.num_layers + add_layers)
+    deeper = DraftHead(config).to(head.lm_head.weight.dtype if c.arch == "eagle3" else head.fc.weight.dtype)
+    missing, unexpected = deeper.load_state_dict(head.state_dict(), strict=False)
+    assert not unexpected, unexpected
+    source = target.hf.model.layers[-1]
+    with torch.no_grad():
+        for layer in deeper.blocks[c.num_layers:]:
+            for name in ("q_proj", "k_proj", "v_proj"):
+                getattr(layer.self_attn, name).weight.copy_(getattr(source.self_attn, name).weight)
+            for name in ("gate_proj", "up_proj"):
+                getattr(layer.mlp, name).weight.copy_(getattr(source.mlp, name).weight)
+            layer.input_layernorm.weight.copy_(source.input_layernorm.weight)
+            layer.post_attention_layernorm.weight.copy_(source.post_attention_layernorm.weight)
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return deeper
 
 
 def cache_name(target_name: str) -> str:
