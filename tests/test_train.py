@@ -422,3 +422,20 @@ def test_a_deeper_eagle3_head_grows_from_a_trained_one_and_round_trips(tiny_targ
     assert spec.token_ids == plain.token_ids and len(spec.cycles) > 0
     with pytest.raises(ValueError, match="add_layers"):
         grow(one, -1, tiny_target)
+
+
+def test_eval_head_quick_is_the_fast_proxy_and_explicit_flags_win(monkeypatch, capsys):
+    from eagleviz.train import cli as train_cli
+    from eagleviz.train import evaluate
+
+    seen = []
+    monkeypatch.setattr(evaluate, "evaluate_head", lambda cfg: seen.append(cfg) or {})
+    monkeypatch.setattr(evaluate, "format_report", lambda report: "")
+    train_cli.eval_head_main(["--quick", "--head", "h"])
+    quick = seen[-1]
+    assert (quick.limit, quick.chain, quick.heldout_answers, quick.draft_vocab) == (10, False, "self", 4096)
+    train_cli.eval_head_main(["--quick", "--head", "h", "--limit", "3", "--draft-vocab", "0",
+                              "--heldout-answers", "original"])
+    assert (seen[-1].limit, seen[-1].draft_vocab, seen[-1].heldout_answers) == (3, 0, "original")
+    train_cli.eval_head_main(["--head", "h"])
+    assert (seen[-1].limit, seen[-1].chain, seen[-1].heldout_answers, seen[-1].draft_vocab) == (None, True, "original", 0)
