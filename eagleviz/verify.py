@@ -9,9 +9,10 @@ deterministically by the draft (proposal probability 1). Let p be the target dis
 (after temperature and top-p). Try the children in draft-score order: accept child x with probability
 p(x); on rejection set p(x) = 0 and renormalise (the residual) before trying the next sibling. If every
 child is rejected, the bonus token is drawn from the residual; if a leaf is accepted, from the target's
-distribution at that leaf. (Should rounding reject a token holding all the remaining mass, the residual is
-empty and the bonus is drawn from the target's distribution at the node instead.) Trying x1, x2, ... this way draws exactly from p: P(x2) = (1 - p(x1)) *
-p(x2) / (1 - p(x1)) = p(x2), and so on, so the committed tokens follow the target distribution.
+distribution at that leaf. Trying x1, x2, ... this way draws exactly from p: P(x2) = (1 - p(x1)) *
+p(x2) / (1 - p(x1)) = p(x2), and so on, so the committed tokens follow the target distribution. (Should
+rounding reject a token holding all the remaining mass, the residual is empty and the bonus is drawn from
+the target's distribution at the node instead.)
 """
 
 from __future__ import annotations

@@ -438,4 +438,5 @@ def test_eval_head_quick_is_the_fast_proxy_and_explicit_flags_win(monkeypatch, c
                               "--heldout-answers", "original"])
     assert (seen[-1].limit, seen[-1].draft_vocab, seen[-1].heldout_answers) == (3, 0, "original")
     train_cli.eval_head_main(["--head", "h"])
-    assert (seen[-1].limit, seen[-1].chain, seen[-1].heldout_answers, seen[-1].draft_vocab) == (None, True, "original", 0)
+    last = seen[-1]
+    assert (last.limit, last.chain, last.heldout_answers, last.draft_vocab) == (None, True, "original", 0)

@@ -135,6 +135,7 @@ def format_report(report: dict) -> str:
         h = report["heldout"]
         steps = " ".join(f"{a:.3f}" for a in h["top1_by_unroll_step"])
         answers = "the target's own answers" if h.get("answers") == "self" else "ShareGPT's answers"
-        lines.append(f"held-out top-1 ({h['conversations']} ShareGPT prompts with {answers}, {h['positions']} positions), "
+        lines.append(f"held-out top-1 ({h['conversations']} ShareGPT prompts with {answers}, "
+                     f"{h['positions']} positions), "
                      f"by unroll step 0..4: {steps}")
     return "\n".join(lines)
