@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
+from eagleviz import presets
 from eagleviz import race as race_mod
 from eagleviz.engine import Engine
 from eagleviz.errors import UserFacingError
@@ -29,22 +30,6 @@ from eagleviz.visuals.explain import TOUR, summary_text, tour_step
 from eagleviz.visuals.output_text import output_html
 from kernels.tree_attention import IMPLS
 
-PRESETS = {
-    "Code (high acceptance)": (
-        "Write a Python function that returns the factorial of n, with a docstring and two examples.",
-        "Code is predictable (keywords, indentation, repeated names): with a trained head most cycles accept "
-        "several draft tokens and \u03c4 is high."),
-    "Open chat (low acceptance)": (
-        "What would you do on a rainy Sunday afternoon in a city you have never visited?",
-        "Open-ended answers have many good continuations: the draft often guesses a different but valid word, "
-        "so fewer tokens are accepted per cycle."),
-    "Repetitive list": (
-        "List the days of the week, one per line, each followed by its number.",
-        "A repeated pattern: after the first lines the draft can predict whole lines, so deep paths get accepted."),
-    "Math": (
-        "What is 17 times 23? Explain step by step.",
-        "The wording of each step is easy to guess, the digits are not: watch where in the tree the target says no."),
-}
 INTRO = ("# eagleviz: EAGLE speculative decoding, cycle by cycle\n"
          "A small **draft** head guesses a *tree* of next tokens; the big **target** model checks the whole tree "
          "in one forward, keeps the longest agreeing path, adds one **bonus** token of its own, and rewinds its "
@@ -122,10 +107,11 @@ class Handlers:
 
     @staticmethod
     def preset_chosen(name: str | None) -> tuple:
-        if name not in PRESETS:
-            return gr.skip(), ""
-        prompt, note = PRESETS[name]
-        return prompt, note
+        """The preset's prompt, its note and its temperature."""
+        preset = presets.by_name().get(name)
+        if preset is None:
+            return gr.skip(), "", gr.skip()
+        return preset.prompt, presets.note(preset), preset.temperature
 
     # ---------------------------------------------------------------- run, stop, finish
     def run(self, stop: StopRequest, prompt: str, *values) -> Iterator[tuple]:
@@ -286,10 +272,12 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str =
         gr.Markdown(INTRO + (f"\n\n{note}" if note else ""))
         with gr.Row():
             with gr.Column(scale=3):
-                prompt = gr.Textbox(next(iter(PRESETS.values()))[0], label="Prompt", lines=3, elem_id="prompt",
+                first = presets.PRESETS[0]
+                prompt = gr.Textbox(first.prompt, label="Prompt", lines=3, elem_id="prompt",
                                     max_length=limits.max_prompt_chars)
-                preset = gr.Radio(list(PRESETS), label="Presets that teach", elem_id="preset")
-                preset_note = gr.Markdown(elem_id="preset-note")
+                preset = gr.Radio([p.name for p in presets.PRESETS], value=first.name, label="Presets that teach",
+                                  elem_id="preset")
+                preset_note = gr.Markdown(presets.note(first), elem_id="preset-note")
                 with gr.Row():
                     run_btn = gr.Button("\u25b6 Run", variant="primary", elem_id="run")
                     stop_btn = gr.Button("\u25a0 Stop", variant="stop", elem_id="stop")
@@ -373,7 +361,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub, model_id: str =
                 replay_md]
         run_outputs = [run_state, output, status, slider, summary, summary_plot, export_btn, tour_md] + view
         model = dict(concurrency_id="model", concurrency_limit=limits.concurrency)
-        preset.change(h.preset_chosen, preset, [prompt, preset_note])
+        preset.change(h.preset_chosen, preset, [prompt, preset_note, temperature])
         textbook.click(lambda: (5, 4, 16), None, [steps, topk, draft_tokens], queue=False)
         gr.on([k.change for k in knobs], h.knobs_changed, knobs, [validity, flags], show_progress="hidden")
         demo.load(h.knobs_changed, knobs, [validity, flags])

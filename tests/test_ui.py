@@ -12,7 +12,8 @@ from eagleviz.errors import UserFacingError
 from eagleviz.limits import Limits
 from eagleviz.session import EngineHub, Knobs, generate, read_trace, stream_run
 from eagleviz.trace import RunTrace
-from eagleviz.ui import PRESETS, VIEW_SIZE, Handlers, StopRequest, build_app
+from eagleviz import presets
+from eagleviz.ui import VIEW_SIZE, Handlers, StopRequest, build_app
 from tiny import tiny_engine
 
 KNOBS = (4, 4, 16, 0.0, 1.0, 16, 0, "auto")  # steps, topk, draft_tokens, temperature, top_p, max_new, seed, attn
@@ -61,10 +62,12 @@ def test_launch_flags_name_sglang_and_vllm_knobs(hub):
     assert "temperature=0.7" in flags
 
 
-def test_presets_fill_the_prompt():
-    for name, (prompt, note) in PRESETS.items():
-        assert Handlers.preset_chosen(name) == (prompt, note)
+def test_presets_fill_the_prompt_and_the_temperature():
+    for p in presets.PRESETS:
+        prompt, note, temperature = Handlers.preset_chosen(p.name)
+        assert (prompt, temperature) == (p.prompt, p.temperature) and "{" not in note
     assert Handlers.preset_chosen(None)[1] == ""
+    assert {p.shows for p in presets.PRESETS} == {"high", "code", "low", "sampling"}
 
 
 # ------------------------------------------------------------------ a run, streamed
