@@ -35,7 +35,7 @@ from eagleviz.models.target import TargetModel
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
 from eagleviz.tree import Candidates, VerifyTree, rerank, select_frontier, top_children
 from eagleviz.verify import draw, greedy_verify, sample_verify, sampling_probs
-from kernels.tree_attention import ancestor_mask, resolve_impl
+from kernels.tree_attention import resolve_impl
 
 
 class _TokenText:
@@ -285,15 +285,18 @@ class Engine:
         out_of: dict[int, torch.Tensor] = {-1: h[-1]}
         frontier = self._add_level(cands, [-1], h[-1:], cfg.topk)
         slot_of: dict[int, int] = {}
+        seen: dict[int, list[int]] = {}  # expanded node -> the draft-cache slots of its expanded ancestors and itself
         for step in range(1, cfg.steps):
             frontier = select_frontier(cands, frontier, cfg.topk)
-            for node in frontier:
+            for node in frontier:  # a frontier node's parent was expanded at the step before (or is the root)
                 slot_of[node] = len(slot_of)
+                seen[node] = seen.get(cands.parents[node], []) + [slot_of[node]]
                 cands.expanded[node] = True
-            # the frontier's rows of the ancestor mask over every expanded node (a virtual root joins level 1)
-            expanded = list(slot_of)
-            parents = [-1] + [slot_of[cands.parents[n]] + 1 if cands.parents[n] >= 0 else 0 for n in expanded]
-            mask = ancestor_mask(torch.tensor(parents))[1 + len(expanded) - len(frontier):, 1:]
+            # the frontier's rows of the ancestor-or-self mask over the expanded nodes' draft-cache slots, kept
+            # incrementally (rebuilding tree attention's ancestor_mask each step costs twice the time)
+            mask = torch.zeros(len(frontier), len(slot_of), dtype=torch.bool)
+            mask[[r for r, node in enumerate(frontier) for _ in seen[node]],
+                 [s for node in frontier for s in seen[node]]] = True
             x_feat = torch.stack([out_of[cands.parents[node]] for node in frontier])
             x_tok = torch.tensor([cands.tokens[node] for node in frontier], device=dev)
             x_pos = torch.full((len(frontier),), S + step - 1, device=dev)

@@ -7,8 +7,8 @@ degenerate loop, sensible text. Re-run it whenever the head changes:
 
     python -m pytest tests/test_presets.py -q -s     # prints each preset's tau and text
 
-The figures quoted in the notes came from that test's printout on the project's machine (see
-docs/training.md, "Presets"); another CPU rounds bf16 differently, so a run elsewhere may differ slightly.
+The figures quoted in the notes (MEASURED_TAU) came from that printout on the project's machine; another
+CPU rounds bf16 differently, so a run elsewhere may differ slightly (the test allows 0.5).
 """
 
 from __future__ import annotations

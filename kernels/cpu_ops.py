@@ -129,15 +129,10 @@ def _check(code: int, what: str) -> None:
         raise kind(f"cpu_ops.{what}: {why}")
 
 
-def _need(ok: bool, what: str) -> None:
-    if not ok:
-        raise ValueError(f"cpu_ops: {what}")
-
-
 class CpuOps:
     """Typed wrappers over the C functions. Every pointer handed to C is checked first (dtype, device,
-    contiguity, shape and bounds: a mismatch is a ValueError, never an out-of-bounds access), cheaply, since
-    these run ~120 times per decode step."""
+    contiguity, shape and bounds: a mismatch is a ValueError, never an out-of-bounds access). These run ~120
+    times per decode step, so each check is a plain comparison and a message is only built on failure."""
 
     def __init__(self, lib: ctypes.CDLL):
         p, i, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
@@ -157,29 +152,34 @@ class CpuOps:
 
     @staticmethod
     def _is_bf16(x: torch.Tensor) -> int:
-        if x.dtype not in DTYPES or not x.is_contiguous() or x.device.type != "cpu":
+        if x.dtype not in DTYPES or not x.is_contiguous() or not x.is_cpu:
             raise ValueError(f"cpu_ops: expected a contiguous bf16 or fp32 CPU tensor, got {x.dtype} "
                              f"{tuple(x.stride())} on {x.device}")
         return int(x.dtype == torch.bfloat16)
 
     @staticmethod
-    def _like(x: torch.Tensor, ref: torch.Tensor, shape: tuple, name: str) -> None:
+    def _like(x: torch.Tensor, ref: torch.Tensor, shape, name: str) -> None:
         """x must have ref's dtype, be a contiguous CPU tensor and have `shape`."""
-        _need(x.dtype == ref.dtype and x.device.type == "cpu" and x.is_contiguous() and tuple(x.shape) == shape,
-              f"{name} must be a contiguous {ref.dtype} CPU tensor of shape {shape}, got {x.dtype} "
-              f"{tuple(x.shape)} strides {tuple(x.stride())} on {x.device}")
+        if not (x.dtype == ref.dtype and x.shape == shape and x.is_contiguous() and x.is_cpu):
+            raise ValueError(f"cpu_ops: {name} must be a contiguous {ref.dtype} CPU tensor of shape "
+                             f"{tuple(shape)}, got {x.dtype} {tuple(x.shape)} strides {tuple(x.stride())} on "
+                             f"{x.device}")
 
     @staticmethod
     def _cache(k_cache: torch.Tensor, v_cache: torch.Tensor, layer: int, num_kv_heads: int, d: int) -> int:
         """Check the KV caches (layers, Hkv, capacity, D) fp32 and return the byte offset of `layer`."""
-        _need(k_cache.dim() == 4 and k_cache.dtype == torch.float32 and k_cache.is_contiguous()
-              and k_cache.device.type == "cpu", "the KV cache must be a contiguous fp32 CPU tensor "
-              f"(layers, Hkv, capacity, D), got {k_cache.dtype} {tuple(k_cache.shape)}")
-        _need(v_cache.shape == k_cache.shape and v_cache.dtype == k_cache.dtype and v_cache.is_contiguous()
-              and v_cache.device.type == "cpu", "the value cache must match the key cache")
-        _need(k_cache.shape[1] == num_kv_heads and k_cache.shape[3] == d,
-              f"the KV cache holds {k_cache.shape[1]} heads of {k_cache.shape[3]}, expected {num_kv_heads} of {d}")
-        _need(0 <= layer < k_cache.shape[0], f"layer {layer} is outside the cache's {k_cache.shape[0]} layers")
+        if not (k_cache.dtype == torch.float32 and k_cache.dim() == 4 and k_cache.is_contiguous()
+                and k_cache.is_cpu):
+            raise ValueError("cpu_ops: the KV cache must be a contiguous fp32 CPU tensor (layers, Hkv, capacity, "
+                             f"D), got {k_cache.dtype} {tuple(k_cache.shape)}")
+        if not (v_cache.shape == k_cache.shape and v_cache.dtype == k_cache.dtype and v_cache.is_contiguous()
+                and v_cache.is_cpu):
+            raise ValueError("cpu_ops: the value cache must match the key cache")
+        if k_cache.shape[1] != num_kv_heads or k_cache.shape[3] != d:
+            raise ValueError(f"cpu_ops: the KV cache holds {k_cache.shape[1]} heads of {k_cache.shape[3]}, "
+                             f"expected {num_kv_heads} of {d}")
+        if not 0 <= layer < k_cache.shape[0]:
+            raise ValueError(f"cpu_ops: layer {layer} is outside the cache's {k_cache.shape[0]} layers")
         return layer * k_cache.stride(0) * k_cache.element_size()
 
     def rms_norm(self, h: torch.Tensor, weight: torch.Tensor, eps: float, delta: torch.Tensor | None = None,
@@ -187,12 +187,15 @@ class CpuOps:
         """RMSNorm of h (T, H) with `weight` (H,), all one dtype. With `delta`, h += delta first, in place
         (the residual add before the norm). Returns the normed rows (into `out` when given)."""
         bf = self._is_bf16(h)
-        _need(h.dim() == 2, f"rms_norm expects (T, H) rows, got {tuple(h.shape)}")
-        self._like(weight, h, (h.shape[1],), "weight")
+        if h.dim() != 2:
+            raise ValueError(f"cpu_ops: rms_norm expects (T, H) rows, got {tuple(h.shape)}")
+        self._like(weight, h, h.shape[1:], "weight")
         if delta is not None:
-            self._like(delta, h, tuple(h.shape), "delta")
-        out = torch.empty_like(h) if out is None else out
-        self._like(out, h, tuple(h.shape), "out")
+            self._like(delta, h, h.shape, "delta")
+        if out is None:
+            out = torch.empty_like(h)
+        else:
+            self._like(out, h, h.shape, "out")
         _check(self._lib.rms_norm(_ptr(h), None if delta is None else _ptr(delta), _ptr(weight), _ptr(out),
                                   h.shape[0], h.shape[1], eps, bf), "rms_norm")
         return out
@@ -202,12 +205,17 @@ class CpuOps:
         """qkv (T, (Hq + 2 Hkv) D) fused projection output; cos, sin (T, D) in qkv's dtype. Writes the rotated
         keys and the values at slots [start, start + T) of `layer` in the caches (layers, Hkv, capacity, D)
         fp32 and returns the rotated queries (T, Hq, D) fp32."""
+        return self._rope_to_cache(qkv, cos, sin, k_cache, v_cache, layer, start, num_heads, num_kv_heads)[0]
+
+    def _rope_to_cache(self, qkv, cos, sin, k_cache, v_cache, layer, start, num_heads, num_kv_heads):
+        """`rope_to_cache`, also returning the byte offset of `layer` in the checked caches."""
         bf = self._is_bf16(qkv)
         d = k_cache.shape[3] if k_cache.dim() == 4 else 0
         offset = self._cache(k_cache, v_cache, layer, num_kv_heads, d)
         t = qkv.shape[0]
-        _need(qkv.dim() == 2 and qkv.shape[1] == (num_heads + 2 * num_kv_heads) * d and d % 2 == 0,
-              f"qkv must be (T, (Hq + 2 Hkv) D) = (T, {(num_heads + 2 * num_kv_heads) * d}), got {tuple(qkv.shape)}")
+        if not (qkv.dim() == 2 and qkv.shape[1] == (num_heads + 2 * num_kv_heads) * d and d % 2 == 0):
+            raise ValueError(f"cpu_ops: qkv must be (T, (Hq + 2 Hkv) D) = (T, {(num_heads + 2 * num_kv_heads) * d}), "
+                             f"got {tuple(qkv.shape)}")
         self._like(cos, qkv, (t, d), "cos")
         self._like(sin, qkv, (t, d), "sin")
         if start < 0 or start + t > k_cache.shape[2]:
@@ -216,28 +224,37 @@ class CpuOps:
         _check(self._lib.rope_to_cache(_ptr(qkv), _ptr(cos), _ptr(sin), _ptr(q), _ptr(k_cache) + offset,
                                        _ptr(v_cache) + offset, t, num_heads, num_kv_heads, d, k_cache.shape[2],
                                        start, bf), "rope_to_cache")
-        return q
+        return q, offset
 
     def attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, layer: int, n_keys: int,
                   tree_mask: torch.Tensor | None, out_dtype: torch.dtype, scale: float) -> torch.Tensor:
         """q (T, Hq, D) fp32 over keys [0, n_keys) of `layer`; the last tree_mask.shape[1] keys are seen
         through tree_mask (T, Tk) bool (None: all keys visible). Returns (T, Hq * D) in `out_dtype`."""
-        _need(q.dim() == 3 and q.dtype == torch.float32 and q.is_contiguous() and q.device.type == "cpu",
-              f"q must be a contiguous fp32 CPU tensor (T, Hq, D), got {q.dtype} {tuple(q.shape)}")
-        t, hq, d = q.shape
-        _need(d % 16 == 0 and 0 < d <= MAX_HEAD_DIM, f"head size {d}: the C attention needs a multiple of 16 up "
-              f"to {MAX_HEAD_DIM}")
+        if not (q.dtype == torch.float32 and q.dim() == 3 and q.is_contiguous() and q.is_cpu):
+            raise ValueError(f"cpu_ops: q must be a contiguous fp32 CPU tensor (T, Hq, D), got {q.dtype} "
+                             f"{tuple(q.shape)}")
         hkv = k_cache.shape[1] if k_cache.dim() == 4 else 0
-        offset = self._cache(k_cache, v_cache, layer, hkv, d)
-        _need(hkv > 0 and hq % hkv == 0, f"{hq} query heads cannot share {hkv} KV heads")
-        _need(0 < n_keys <= k_cache.shape[2], f"{n_keys} keys in a cache of {k_cache.shape[2]} slots")
+        offset = self._cache(k_cache, v_cache, layer, hkv, q.shape[2])
+        return self._attention(q, k_cache, v_cache, offset, n_keys, tree_mask, out_dtype, scale)
+
+    def _attention(self, q, k_cache, v_cache, offset: int, n_keys: int, tree_mask, out_dtype, scale):
+        """`attention` over caches already checked (`_cache`) for q's head size; `offset` locates the layer."""
+        t, hq, d = q.shape
+        hkv = k_cache.shape[1]
+        if d % 16 or not 0 < d <= MAX_HEAD_DIM:
+            raise ValueError(f"cpu_ops: head size {d}: the C attention needs a multiple of 16 up to {MAX_HEAD_DIM}")
+        if hkv <= 0 or hq % hkv:
+            raise ValueError(f"cpu_ops: {hq} query heads cannot share {hkv} KV heads")
+        if not 0 < n_keys <= k_cache.shape[2]:
+            raise ValueError(f"cpu_ops: {n_keys} keys in a cache of {k_cache.shape[2]} slots")
         tree = 0 if tree_mask is None else tree_mask.shape[-1]
         mask = None if tree_mask is None else tree_mask.contiguous()
-        if mask is not None:
-            _need(mask.dtype == torch.bool and mask.device.type == "cpu" and tuple(mask.shape) == (t, tree)
-                  and tree <= n_keys, f"tree_mask must be a bool CPU tensor (T, Tk) with Tk <= {n_keys}, got "
-                  f"{mask.dtype} {tuple(mask.shape)}")
-        _need(out_dtype in DTYPES, f"out_dtype must be one of {DTYPES}")
+        if mask is not None and not (mask.dtype == torch.bool and mask.shape == (t, tree) and tree <= n_keys
+                                     and mask.is_cpu):
+            raise ValueError(f"cpu_ops: tree_mask must be a bool CPU tensor (T, Tk) with Tk <= {n_keys}, got "
+                             f"{mask.dtype} {tuple(mask.shape)}")
+        if out_dtype not in DTYPES:
+            raise ValueError(f"cpu_ops: out_dtype must be one of {DTYPES}")
         out = torch.empty(t, hq * d, dtype=out_dtype)
         _check(self._lib.attention(_ptr(q), _ptr(k_cache) + offset, _ptr(v_cache) + offset,
                                    None if mask is None else _ptr(mask), _ptr(out), t, hq, hkv, d, k_cache.shape[2],
@@ -248,15 +265,17 @@ class CpuOps:
                        v_cache: torch.Tensor, layer: int, start: int, tree_mask: torch.Tensor | None,
                        num_heads: int, num_kv_heads: int) -> torch.Tensor:
         """`rope_to_cache` then `attention` of the T new tokens over slots [0, start + T) of `layer`: the
-        attention of one layer from its fused q|k|v output. Returns (T, Hq * D) in qkv's dtype."""
-        q = self.rope_to_cache(qkv, cos, sin, k_cache, v_cache, layer, start, num_heads, num_kv_heads)
-        return self.attention(q, k_cache, v_cache, layer, start + qkv.shape[0], tree_mask, qkv.dtype,
-                              q.shape[-1] ** -0.5)
+        attention of one layer from its fused q|k|v output (the caches checked once). Returns (T, Hq * D) in
+        qkv's dtype."""
+        q, offset = self._rope_to_cache(qkv, cos, sin, k_cache, v_cache, layer, start, num_heads, num_kv_heads)
+        return self._attention(q, k_cache, v_cache, offset, start + qkv.shape[0], tree_mask, qkv.dtype,
+                               q.shape[-1] ** -0.5)
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """gate_up (T, 2 I) = [gate | up] -> silu(gate) * up (T, I)."""
         bf = self._is_bf16(gate_up)
-        _need(gate_up.dim() == 2 and gate_up.shape[1] % 2 == 0, f"gate_up must be (T, 2 I), got {tuple(gate_up.shape)}")
+        if gate_up.dim() != 2 or gate_up.shape[1] % 2:
+            raise ValueError(f"cpu_ops: gate_up must be (T, 2 I), got {tuple(gate_up.shape)}")
         t, inter = gate_up.shape[0], gate_up.shape[1] // 2
         out = torch.empty(t, inter, dtype=gate_up.dtype)
         _check(self._lib.silu_mul(_ptr(gate_up), _ptr(out), t, inter, bf), "silu_mul")
