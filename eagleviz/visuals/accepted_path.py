@@ -8,7 +8,8 @@ that depth (the residual). If every child is rejected, the bonus token is drawn 
 
 The top panel is a grid: one column per depth, rows = the committed token, the target's top choice, and
 the draft tokens tried in order. At T > 0 a second panel shows p(x), q(x) and u for every tried token and
-the residual distribution the bonus was drawn from.
+the residual distribution the bonus was drawn from. Nothing is accepted before the accept frame of a cycle
+(`eagleviz.visuals.phases`); a focused token's chips are outlined (`eagleviz.visuals.selection`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace, NodeCheck
-from eagleviz.visuals.style import ACCEPTED, BONUS, INK, NEUTRAL, PRUNED, REJECTED, chips, layout, token_html
+from eagleviz.visuals.phases import FINAL, Frame
+from eagleviz.visuals.selection import Focus
+from eagleviz.visuals.style import (ACCEPTED, BONUS, INK, NEUTRAL, PRUNED, REJECTED, chips, empty_figure, focus_box,
+                                    layout, token_html)
 
 TARGET_P = "#009E73"   # bluish green: the target's probability p(x)
 DRAFT_Q = "#CC79A7"    # reddish purple: the draft's probability q(x)
@@ -116,9 +120,26 @@ def _bars(cycle: CycleTrace) -> list[dict]:
     return traces
 
 
-def accepted_path_figure(cycle: CycleTrace, height: int | None = None) -> go.Figure:
+def focus_cells(cycle: CycleTrace, focus: Focus | None) -> list[tuple[int, int]]:
+    """(depth column, row) of the grid chips that show the focused token: its committed chip and its try."""
+    if focus is None:
+        return []
+    cells = [] if focus.path_column is None else [(focus.path_column, 0)]
+    if focus.check is not None:
+        check = cycle.checks[focus.check]
+        row = 2 + checks_by_depth(cycle)[check.depth].index(check)
+        cells.append((check.depth, row))
+    return cells
+
+
+def accepted_path_figure(cycle: CycleTrace, height: int | None = None, frame: Frame = FINAL,
+                         focus: Focus | None = None) -> go.Figure:
+    if not frame.reached("accept"):
+        what = "the target is verifying the tree" if frame.reached("verify") else "the tree is still being drafted"
+        return empty_figure(f"Cycle {cycle.index}: {what}; nothing is accepted yet.", height or 320)
     sampling = is_sampling(cycle)
     traces, xaxis, yaxis, grid_rows = _grid(cycle)
+    traces += [focus_box(x, y, 0.47, 0.44) for x, y in focus_cells(cycle, focus)]
     extra = {}
     if sampling:
         traces += _bars(cycle)

@@ -3,7 +3,9 @@
 Tree attention (SpecInfer; EAGLE section 3.2): the T tree tokens are verified in one target forward. Slot i
 sees the whole committed prefix and, inside the tree, only its ancestors and itself, so each root-to-leaf
 path computes exactly what plain causal decoding of that path would. The prefix is drawn as one collapsed,
-fully visible column labelled with its length.
+fully visible column labelled with its length. Before the verify frame of a cycle (`eagleviz.visuals.phases`)
+there is no mask yet; at it, the accepted rows are not known yet. A focused token's row and column are
+outlined (`eagleviz.visuals.selection`).
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace
-from eagleviz.visuals.style import (ACCEPTED, HIDDEN, INK, PREFIX, VISIBLE, layout, legend_on_top, legend_swatches,
-                                    token_html)
+from eagleviz.visuals.phases import FINAL, Frame
+from eagleviz.visuals.selection import Focus
+from eagleviz.visuals.style import (ACCEPTED, FOCUS, HIDDEN, INK, PREFIX, VISIBLE, empty_figure, layout,
+                                    legend_on_top, legend_swatches, token_html)
 
 # Cell values and their colours: hidden, visible (an ancestor or the token itself), the prefix block.
 HIDDEN_CELL, VISIBLE_CELL, PREFIX_CELL = 0, 1, 2
@@ -61,11 +65,15 @@ def slot_labels(cycle: CycleTrace, chars: int = 10) -> list[str]:
     return [f"{s}:{token_html(t, chars)}" for s, t in enumerate(cycle.texts)]
 
 
-def attention_mask_figure(cycle: CycleTrace, height: int = 460) -> go.Figure:
+def attention_mask_figure(cycle: CycleTrace, height: int = 460, frame: Frame = FINAL,
+                          focus: Focus | None = None) -> go.Figure:
+    if not frame.reached("verify"):
+        return empty_figure(f"Cycle {cycle.index}: the tree is still being drafted; the target has not run yet.",
+                            height)
     T = cycle.num_tree_tokens
     prefix = cycle.kv_target.before
     labels = slot_labels(cycle, 10 if T <= 24 else 5)
-    on_path = set(cycle.path)
+    on_path = set(cycle.path) if frame.reached("accept") else set()
     heat = dict(
         type="heatmap", z=mask_cells(cycle), x=[f"prefix ({prefix})"] + labels,
         y=[f"<b>{lab}</b>" if s in on_path else lab for s, lab in enumerate(labels)], zmin=0,
@@ -74,7 +82,13 @@ def attention_mask_figure(cycle: CycleTrace, height: int = 460) -> go.Figure:
         hovertemplate="%{customdata}<extra></extra>", texttemplate="%{text}", textfont=dict(color=INK, size=12),
         text=[[SELF_MARK if j == i + 1 else "" for j in range(T + 1)] for i in range(T)])
     shapes = [dict(type="rect", x0=-0.5, x1=T + 0.5, y0=s - 0.5, y1=s + 0.5, xref="x", yref="y", layer="above",
-                   line=dict(color=ACCEPTED, width=3), fillcolor="rgba(0,0,0,0)") for s in cycle.path]
+                   line=dict(color=ACCEPTED, width=3), fillcolor="rgba(0,0,0,0)") for s in sorted(on_path)]
+    if focus is not None and focus.kv_before is not None:
+        f = focus.slot
+        shapes += [dict(type="rect", x0=-0.5, x1=T + 0.5, y0=f - 0.5, y1=f + 0.5, xref="x", yref="y", layer="above",
+                        line=dict(color=FOCUS, width=4, dash="dot"), fillcolor="rgba(0,0,0,0)"),
+                   dict(type="rect", x0=f + 0.5, x1=f + 1.5, y0=-0.5, y1=T - 0.5, xref="x", yref="y", layer="above",
+                        line=dict(color=FOCUS, width=4, dash="dot"), fillcolor="rgba(0,0,0,0)")]
     shapes.append(dict(type="line", x0=0.5, x1=0.5, y0=-0.5, y1=T - 0.5, line=dict(color=INK, width=2)))
     visible = sum(map(sum, cycle.mask))
     title = f"Cycle {cycle.index} \u00b7 tree mask {T}\u00d7{T}: {visible} visible (+ prefix {prefix})"

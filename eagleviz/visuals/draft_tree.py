@@ -9,6 +9,9 @@ quantity reranking sorts by; shape = what happened to the node:
     pruned    proposed by the draft, cut by reranking, never verified (small hollow circle, dotted edge;
               unlabelled, the token is in the hover)
     bonus     the target's own token after the accepted path (orange star, dashed edge)
+Drawn at an earlier frame of the cycle (`eagleviz.visuals.phases`), the tree shows only the levels drafted
+so far, every candidate as "drafted", and, once verification starts, which ones were sent to the target.
+A focused token (`eagleviz.visuals.selection`) is ringed.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ import networkx as nx
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace
-from eagleviz.visuals.style import (ACCEPTED, BONUS, INK, NEUTRAL, PROB_SCALE, PRUNED, REJECTED, layout, token_html,
-                                    token_label)
+from eagleviz.visuals.phases import FINAL, Frame
+from eagleviz.visuals.selection import BONUS as BONUS_SLOT
+from eagleviz.visuals.selection import Focus
+from eagleviz.visuals.style import (ACCEPTED, BONUS, FOCUS, INK, NEUTRAL, PROB_SCALE, PRUNED, REJECTED, layout,
+                                    token_html, token_label)
 
 ROOT = "root"
 BONUS_NODE = "bonus"
@@ -37,6 +43,8 @@ STATUS_STYLE = {          # legend name, marker symbol, size, outline colour, ou
     "verified": ("verified, not reached", "circle", 18, NEUTRAL, 1.5),
     "pruned": ("pruned by reranking", "circle-open", 10, NEUTRAL, 1.5),
     "bonus": ("bonus token (from the target)", "star", 26, BONUS, 2),
+    "drafted": ("drafted (not yet verified)", "circle", 18, INK, 1),
+    "sent": ("sent to the target", "circle", 20, INK, 2),
 }
 
 
@@ -51,16 +59,24 @@ class TreeFigureCounts:
     rejected: int
 
 
-def build_graph(cycle: CycleTrace) -> nx.DiGraph:
+def build_graph(cycle: CycleTrace, frame: Frame = FINAL) -> nx.DiGraph:
     """The cycle's tree as a graph: node keys are candidate ids, plus ROOT and BONUS_NODE; each node carries
-    `status`, `depth`, `text` and (for candidates) its TreeNode as `node`."""
+    `status`, `depth`, `text` and (for candidates) its TreeNode as `node`. At an earlier `frame`, only what
+    had happened by then."""
     accepted_slots = set(cycle.path[1:])
     rejected_slots = {c.slot for c in cycle.checks if not c.accepted}
+    shown = frame.depth_shown
     g = nx.DiGraph()
     g.add_node(ROOT, status="root", depth=0, text=cycle.texts[0], slot=0, order=0.0)
     for n in cycle.nodes:
-        if not n.kept:
+        if shown is not None and n.depth > shown:
+            continue
+        if not frame.reached("verify"):
+            status = "drafted"
+        elif not n.kept:
             status = "pruned"
+        elif not frame.reached("accept"):
+            status = "sent"
         elif n.slot in accepted_slots:
             status = "accepted"
         elif n.slot in rejected_slots:
@@ -69,6 +85,8 @@ def build_graph(cycle: CycleTrace) -> nx.DiGraph:
             status = "verified"
         g.add_node(n.id, status=status, depth=n.depth, text=n.text, slot=n.slot, order=-n.score, node=n)
         g.add_edge(ROOT if n.parent < 0 else n.parent, n.id)
+    if not frame.reached("accept"):
+        return g
     last = cycle.path[-1]
     anchor = ROOT if last == 0 else cycle.verify_nodes[last]
     g.add_node(BONUS_NODE, status="bonus", depth=g.nodes[anchor]["depth"] + 1, text=cycle.bonus_text, slot=-1,
@@ -148,10 +166,13 @@ EDGE_STYLE = {"path": dict(color=ACCEPTED, width=5), "bonus": dict(color=BONUS, 
               "pruned": dict(color=PRUNED, width=1, dash="dot"), "other": dict(color=NEUTRAL, width=1.5)}
 
 
-def draft_tree_figure(cycle: CycleTrace, height: int = 440) -> go.Figure:
-    """The cycle's draft tree; one marker trace per status so the legend explains the shapes."""
-    g = build_graph(cycle)
-    pos = tidy_layout(g)
+def draft_tree_figure(cycle: CycleTrace, height: int = 440, frame: Frame = FINAL,
+                      focus: Focus | None = None) -> go.Figure:
+    """The cycle's draft tree at `frame`; one marker trace per status so the legend explains the shapes."""
+    g = build_graph(cycle, frame)
+    # Laid out as the whole tree, so that nodes stay in place while it grows frame by frame.
+    full = g if frame == FINAL else build_graph(cycle)
+    pos = tidy_layout(full)
     traces = [dict(type="scatter", x=xs, y=ys, mode="lines", line=EDGE_STYLE[key], hoverinfo="skip",
                    showlegend=False) for key, (xs, ys) in _edge_groups(g, pos).items() if xs]
     lo, hi = _x_range(pos)
@@ -162,10 +183,19 @@ def draft_tree_figure(cycle: CycleTrace, height: int = 440) -> go.Figure:
         members = [v for v in g if g.nodes[v]["status"] == status]
         if members:
             traces.append(_status_trace(cycle, g, pos, members, status, label_chars, sides))
+    ring = _focus_ring(g, pos, focus)
+    if ring:
+        traces.append(ring)
     c = counts(cycle)
-    depth = max(d["depth"] for _, d in g.nodes(data=True))
-    title = (f"Cycle {cycle.index} \u00b7 draft tree: {c.candidates} candidates, {c.verified} verified, "
-             f"{c.pruned} pruned, {c.accepted} accepted")
+    depth = max(d["depth"] for _, d in full.nodes(data=True))
+    if frame.phase == "draft":
+        title = (f"Cycle {cycle.index} \u00b7 drafting level {frame.level} of {frame.levels}: "
+                 f"{g.number_of_nodes() - 1} candidates so far")
+    elif frame.phase == "verify":
+        title = f"Cycle {cycle.index} \u00b7 reranked: {c.verified} sent to the target, {c.pruned} pruned"
+    else:
+        title = (f"Cycle {cycle.index} \u00b7 draft tree: {c.candidates} candidates, {c.verified} verified, "
+                 f"{c.pruned} pruned, {c.accepted} accepted")
     ticks = list(range(int(LOG_FLOOR), 1))
     return go.Figure(data=traces, layout=layout(
         title, height, legend=dict(orientation="h", yanchor="top", y=-0.02, x=0, font=dict(size=13)),
@@ -175,6 +205,18 @@ def draft_tree_figure(cycle: CycleTrace, height: int = 440) -> go.Figure:
         xaxis=dict(visible=False, range=_x_range(pos)),
         yaxis=dict(title="depth", tickvals=[-d for d in range(depth + 1)], ticktext=[str(d) for d in range(depth + 1)],
                    range=[-depth - 0.6, 0.6], showline=False)))
+
+
+def _focus_ring(g: nx.DiGraph, pos: dict, focus: Focus | None) -> dict | None:
+    """A ring around the focused token's node, when it is drawn at this frame."""
+    if focus is None:
+        return None
+    key = BONUS_NODE if focus.slot == BONUS_SLOT else ROOT if focus.slot == 0 else focus.node
+    if key not in pos:
+        return None
+    x, y = pos[key]
+    return dict(type="scatter", x=[x], y=[y], mode="markers", name="selected token", hoverinfo="skip",
+                marker=dict(symbol="circle-open", size=38, color=FOCUS, line=dict(width=4, color=FOCUS)))
 
 
 def label_sides(g: nx.DiGraph, pos: dict, label_chars: int, px_per_unit: float) -> dict:

@@ -5,6 +5,9 @@ Target: verification wrote the T tree tokens at slots S .. S+T-1. The commit gat
 slots to S, S+1, ... (arrows), sets the length to S + accept_length + 1, and leaves the rest to be
 overwritten (grey). Draft: its expansion slots (one per expanded node) are dropped; the draft cache only
 keeps positions encoded from target features, and the next cycle encodes the committed tokens afresh.
+At an earlier frame of the cycle (`eagleviz.visuals.phases`) only the slots written by then are drawn: the
+draft's expansion slots level by level, then the tree slots, their fate once accepted, and the compaction
+last. A focused token's slots are outlined before and after (`eagleviz.visuals.selection`).
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace
-from eagleviz.visuals.style import (ACCEPTED, INK, NEUTRAL, PREFIX, PRUNED, chips, layout, legend_on_top,
-                                    legend_swatches, token_html)
+from eagleviz.visuals.phases import FINAL, Frame
+from eagleviz.visuals.selection import Focus
+from eagleviz.visuals.style import (ACCEPTED, INK, NEUTRAL, PREFIX, PRUNED, VISIBLE, chips, focus_box, layout,
+                                    legend_on_top, legend_swatches, token_html)
 
 ROWS = {"target_before": 4.6, "target_after": 3.2, "draft_before": 1.6, "draft_after": 0.6}
 ROW_NAMES = {"target_before": "target: verify", "target_after": "target: after commit",
@@ -34,13 +39,19 @@ def _label(text: str, show: bool) -> str:
     return token_html(text, 6) if show else ""
 
 
-def _target_cells(cycle: CycleTrace, show: bool) -> list[dict]:
+def _target_cells(cycle: CycleTrace, show: bool, frame: Frame = FINAL) -> list[dict]:
     S, T, path = cycle.kv_target.before, cycle.num_tree_tokens, cycle.path
     dest = {src: i for i, src in enumerate(path)}
     cells = []
+    if not frame.reached("verify"):
+        return cells
     for s in range(T):
         where = f"target slot {S + s} (tree slot {s}, depth {cycle.positions[s] - S}) " \
                 f"<b>{token_html(cycle.texts[s], 24)}</b>"
+        if not frame.reached("accept"):
+            cells.append(dict(x=s, y=ROWS["target_before"], fill=VISIBLE, font=INK, text=_label(cycle.texts[s], show),
+                              hover=f"{where}<br>written by the verify forward; its fate is decided next"))
+            continue
         if s in dest:
             fate = "stays in place" if dest[s] == s else f"moves to slot {S + dest[s]}"
             fill, font, hover = (INK if s == 0 else ACCEPTED), "white", f"{where}<br>on the accepted path: {fate}"
@@ -48,6 +59,8 @@ def _target_cells(cycle: CycleTrace, show: bool) -> list[dict]:
             fill, font, hover = PRUNED, INK, f"{where}<br>not accepted: discarded (overwritten next cycle)"
         cells.append(dict(x=s, y=ROWS["target_before"], fill=fill, font=font, hover=hover,
                           text=_label(cycle.texts[s], show)))
+    if not frame.reached("rewind"):
+        return cells
     for i, src in enumerate(path):
         cells.append(dict(x=i, y=ROWS["target_after"], fill=INK if i == 0 else ACCEPTED, font="white",
                           text=_label(cycle.texts[src], show),
@@ -59,22 +72,35 @@ def _target_cells(cycle: CycleTrace, show: bool) -> list[dict]:
     return cells
 
 
-def _draft_cells(cycle: CycleTrace, show: bool) -> list[dict]:
+def written_expansions(cycle: CycleTrace, frame: Frame = FINAL) -> int:
+    """How many draft expansion slots had been written by `frame`: while level d is drafted, the expansions of
+    the nodes above it (level k's expansion proposes level k + 1)."""
+    if frame.phase != "draft":
+        return len(cycle.kv_draft.appended)
+    return sum(1 for n in cycle.nodes if n.expanded and n.depth < frame.level)
+
+
+def _draft_cells(cycle: CycleTrace, show: bool, frame: Frame = FINAL) -> list[dict]:
     labels = expansion_labels(cycle)
     cells = []
-    for k, (slot, text) in enumerate(zip(cycle.kv_draft.appended, labels)):
+    written = written_expansions(cycle, frame)
+    for k, (slot, text) in enumerate(list(zip(cycle.kv_draft.appended, labels))[:written]):
         hover = f"draft slot {slot}: expansion of <b>{token_html(text, 24)}</b>" if text else f"draft slot {slot}"
         cells.append(dict(x=k, y=ROWS["draft_before"], fill=PRUNED, font=INK, text=_label(text, show),
                           hover=hover + "<br>written while drafting; dropped by the rewind"))
-        cells.append(dict(x=k, y=ROWS["draft_after"], fill=FREE, font=NEUTRAL, text="",
-                          hover=f"draft slot {slot}: free (length back to {cycle.kv_draft.after})"))
+        if frame.reached("rewind"):
+            cells.append(dict(x=k, y=ROWS["draft_after"], fill=FREE, font=NEUTRAL, text="",
+                              hover=f"draft slot {slot}: free (length back to {cycle.kv_draft.after})"))
     return cells
 
 
-def _prefix_cells(cycle: CycleTrace) -> list[dict]:
-    """The collapsed prefix of each row, as one wide chip labelled with its length."""
+def _prefix_cells(cycle: CycleTrace, frame: Frame = FINAL) -> list[dict]:
+    """The collapsed prefix of each row, as one wide chip labelled with its length (the rows after the rewind
+    only once it happened)."""
     rows = (("target_before", cycle.kv_target.before), ("target_after", cycle.kv_target.before),
             ("draft_before", cycle.kv_draft.before), ("draft_after", cycle.kv_draft.after))
+    if not frame.reached("rewind"):
+        rows = rows[0], rows[2]
     return [dict(x=-PREFIX_WIDTH / 2 - 0.5, y=ROWS[key], fill=PREFIX, font="white", text=f"prefix: {n}",
                  hover=f"{ROW_NAMES[key]}: the committed prefix, slots 0 .. {n - 1} ({n} slots)") for key, n in rows]
 
@@ -94,22 +120,43 @@ def kv_counts(cycle: CycleTrace) -> dict[str, int]:
             "moved": len(cycle.kv_target.moves), "draft_dropped": len(cycle.kv_draft.appended)}
 
 
-def kv_rewind_figure(cycle: CycleTrace, height: int = 400) -> go.Figure:
+def focus_slots(cycle: CycleTrace, focus: Focus | None, frame: Frame = FINAL) -> list[tuple[float, float]]:
+    """(x, y) of the chips holding the focused token: its tree slot, and its place after the commit."""
+    if focus is None or focus.kv_before is None or not frame.reached("verify"):
+        return []
+    S = cycle.kv_target.before
+    cells = [(focus.kv_before - S, ROWS["target_before"])]
+    if focus.kv_after is not None and frame.reached("rewind"):
+        cells.append((focus.kv_after - S, ROWS["target_after"]))
+    return cells
+
+
+def kv_rewind_figure(cycle: CycleTrace, height: int = 400, frame: Frame = FINAL,
+                     focus: Focus | None = None) -> go.Figure:
     width = max(cycle.num_tree_tokens, len(cycle.kv_draft.appended), 4)
     show = width <= 24
-    traces = chips(_target_cells(cycle, show) + _draft_cells(cycle, show), half_width=0.45, half_height=0.38,
-                   text_size=12 if width <= 16 else 10)
-    traces += chips(_prefix_cells(cycle), half_width=PREFIX_WIDTH / 2 - 0.05, half_height=0.38, text_size=13)
+    cells = _target_cells(cycle, show, frame) + _draft_cells(cycle, show, frame)
+    traces = chips(cells, half_width=0.45, half_height=0.38, text_size=12 if width <= 16 else 10) if cells else []
+    traces += chips(_prefix_cells(cycle, frame), half_width=PREFIX_WIDTH / 2 - 0.05, half_height=0.38,
+                    text_size=13)
+    traces += [focus_box(x, y, 0.5, 0.45) for x, y in focus_slots(cycle, focus, frame)]
     c = kv_counts(cycle)
-    title = (f"Cycle {cycle.index} \u00b7 KV rewind: target keeps {c['kept']} of {c['tree_slots']} tree slots "
-             f"({c['moved']} moved), draft drops {c['draft_dropped']} expansion slots")
+    if frame.phase == "draft":
+        title = (f"Cycle {cycle.index} \u00b7 KV while drafting: {written_expansions(cycle, frame)} draft expansion "
+                 "slots written, the target's cache untouched")
+    elif frame.phase in ("verify", "accept"):
+        title = (f"Cycle {cycle.index} \u00b7 KV: the verify forward wrote {c['tree_slots']} target slots after the "
+                 f"prefix of {cycle.kv_target.before}")
+    else:
+        title = (f"Cycle {cycle.index} \u00b7 KV rewind: target keeps {c['kept']} of {c['tree_slots']} tree slots "
+                 f"({c['moved']} moved), draft drops {c['draft_dropped']} expansion slots")
     S, step = cycle.kv_target.before, max(1, width // 12)
     moved = dict(type="scatter", x=[None], y=[None], mode="lines", name="moved by the commit",
                  line=dict(color=ACCEPTED, width=2.5))
     legend = [("committed prefix", PREFIX), ("root (written this cycle)", INK), ("accepted path", ACCEPTED),
               ("discarded slot", PRUNED), ("free slot", FREE)]
     return go.Figure(data=traces + legend_swatches(legend) + [moved], layout=layout(
-        title, height, annotations=_moves(cycle), **legend_on_top(2),
+        title, height, annotations=_moves(cycle) if frame.reached("rewind") else [], **legend_on_top(2),
         xaxis=dict(title="cache slot (after the prefix)", range=[-PREFIX_WIDTH - 0.7, width - 0.3],
                    tickvals=list(range(0, width, step)), ticktext=[str(S + k) for k in range(0, width, step)]),
         yaxis=dict(tickvals=list(ROWS.values()), ticktext=list(ROW_NAMES.values()), range=[0.1, 5.1],

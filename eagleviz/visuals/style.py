@@ -20,6 +20,7 @@ NEUTRAL = "#999999"      # grey: verified but never reached
 PRUNED = "#CCCCCC"       # light grey: cut by reranking, or a discarded cache slot
 HIDDEN = "#F2F2F2"       # near white: attention not allowed
 INK = "#222222"          # text and the root
+FOCUS = "#CC79A7"        # reddish purple: the token selected on the page, outlined the same way in every view
 PROB_SCALE = "Cividis"   # sequential, designed for colour-vision deficiency
 
 FONT = dict(family="DejaVu Sans, Arial, sans-serif", size=14, color=INK)
@@ -101,3 +102,10 @@ def legend_swatches(entries: list[tuple[str, str]], symbol: str = "square") -> l
     return [dict(type="scatter", x=[None], y=[None], mode="markers", name=name,
                  marker=dict(symbol=symbol, size=14, color=colour, line=dict(color=INK, width=1)))
             for name, colour in entries]
+
+
+def focus_box(x: float, y: float, half_width: float, half_height: float, axes: tuple[str, str] = ("x", "y")) -> dict:
+    """The outline drawn around the selected token in the chip figures (path, KV)."""
+    x0, x1, y0, y1 = x - half_width, x + half_width, y - half_height, y + half_height
+    return dict(type="scatter", x=[x0, x1, x1, x0, x0], y=[y0, y0, y1, y1, y0], xaxis=axes[0], yaxis=axes[1],
+                mode="lines", line=dict(color=FOCUS, width=4), hoverinfo="skip", showlegend=False)

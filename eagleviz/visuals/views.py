@@ -1,9 +1,14 @@
 """Everything the app shows for one selected cycle, built in one call, and the checks an imported trace
-must pass before any figure is drawn from it."""
+must pass before any figure is drawn from it.
+
+    cycle_view      the cycle's four figures, their texts, the replay, its list of tokens (end state)
+    cycle_figures   the four figures alone at one frame of the cycle and with one token focused: what stepping
+                    through the phases or picking a token redraws (the replay does not change)
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
@@ -13,7 +18,10 @@ from eagleviz.visuals.accepted_path import accepted_path_figure
 from eagleviz.visuals.attention_mask import attention_mask_figure
 from eagleviz.visuals.draft_tree import draft_tree_figure
 from eagleviz.visuals.kv_rewind import kv_rewind_figure
+from eagleviz.visuals.phases import caption as phase_caption
+from eagleviz.visuals.phases import frame_at, frames
 from eagleviz.visuals.replay import replay_acceptance, replay_figure
+from eagleviz.visuals.selection import Focus, cycle_tokens, focus
 from eagleviz.visuals.style import empty_figure
 
 NO_RUN = "Run a prompt (or import a trace) to see the speculation cycles."
@@ -32,6 +40,20 @@ class CycleView:
     path_text: str
     kv_text: str
     replay_text: str
+    tokens: list[tuple[str, str]] = field(default_factory=list)   # the cycle's tokens to pick from
+    frames: int = 1                                               # frames of the cycle in motion
+
+
+@dataclass
+class CycleFigures:
+    """The four figures at one frame, with a focused token, and one line saying what happens then."""
+
+    tree: go.Figure
+    mask: go.Figure
+    path: go.Figure
+    kv: go.Figure
+    phase_text: str
+    focus_text: str
 
 
 def empty_view(message: str = NO_RUN) -> CycleView:
@@ -39,18 +61,48 @@ def empty_view(message: str = NO_RUN) -> CycleView:
     return CycleView(blank, blank, blank, blank, blank, message, "", "", "", "", "")
 
 
-def cycle_view(run: RunTrace | None, index: int, replay_draws: int = 10_000) -> CycleView:
-    """Figures and texts for cycle `index` of `run` (clamped to the recorded range)."""
+def _cycle(run: RunTrace | None, index: int):
     if run is None or not run.cycles:
-        return empty_view(NO_RUN if run is None else "This trace has no speculation cycles (plain decoding).")
-    cycle = run.cycles[max(0, min(index, len(run.cycles) - 1))]
+        return None
+    return run.cycles[max(0, min(int(index), len(run.cycles) - 1))]
+
+
+def _empty_message(run: RunTrace | None) -> str:
+    return NO_RUN if run is None else "This trace has no speculation cycles (plain decoding)."
+
+
+def cycle_figures(run: RunTrace | None, index: int, frame: int | None = None, slot: int | None = None) -> CycleFigures:
+    """The four figures of cycle `index` at frame `frame` (None: the end state), with token `slot` focused
+    (None: none; a slot outside the tree is ignored)."""
+    cycle = _cycle(run, index)
+    if cycle is None:
+        blank = empty_figure(_empty_message(run))
+        return CycleFigures(blank, blank, blank, blank, "", "")
+    at = frame_at(cycle, frame)
+    try:
+        chosen: Focus | None = None if slot is None else focus(cycle, int(slot))
+    except ValueError:
+        chosen = None
+    return CycleFigures(draft_tree_figure(cycle, frame=at, focus=chosen),
+                        attention_mask_figure(cycle, frame=at, focus=chosen),
+                        accepted_path_figure(cycle, frame=at, focus=chosen),
+                        kv_rewind_figure(cycle, frame=at, focus=chosen),
+                        phase_caption(cycle, at), chosen.describe() if chosen else "")
+
+
+def cycle_view(run: RunTrace | None, index: int, replay_draws: int = 10_000, slot: int | None = None) -> CycleView:
+    """Figures and texts for cycle `index` of `run` (clamped to the recorded range), at its end state."""
+    cycle = _cycle(run, index)
+    if cycle is None:
+        return empty_view(_empty_message(run))
+    figures = cycle_figures(run, cycle.index, None, slot)
     replay = replay_acceptance(cycle, replay_draws, seed=cycle.index)
     return CycleView(
-        tree=draft_tree_figure(cycle), mask=attention_mask_figure(cycle), path=accepted_path_figure(cycle),
-        kv=kv_rewind_figure(cycle), replay=replay_figure(cycle, replay_draws, seed=cycle.index),
+        tree=figures.tree, mask=figures.mask, path=figures.path, kv=figures.kv,
+        replay=replay_figure(cycle, replay_draws, seed=cycle.index),
         caption=explain.cycle_caption(run, cycle), tree_text=explain.tree_text(cycle, run.config.get("tree")),
         mask_text=explain.mask_text(cycle), path_text=explain.path_text(cycle), kv_text=explain.kv_text(cycle),
-        replay_text=explain.replay_text(cycle, replay))
+        replay_text=explain.replay_text(cycle, replay), tokens=cycle_tokens(cycle), frames=len(frames(cycle)))
 
 
 def check_displayable(run: RunTrace) -> None:
