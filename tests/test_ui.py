@@ -67,7 +67,7 @@ def test_presets_fill_the_prompt_and_the_temperature():
         prompt, note, temperature = Handlers.preset_chosen(p.name)
         assert (prompt, temperature) == (p.prompt, p.temperature) and "{" not in note
     assert Handlers.preset_chosen(None)[1] == ""
-    assert {p.shows for p in presets.PRESETS} == {"high", "code", "low", "sampling"}
+    assert {p.shows for p in presets.PRESETS} == {"high", "code", "low", "sampling", "near_tie"}
 
 
 # ------------------------------------------------------------------ a run, streamed
