@@ -177,3 +177,20 @@ def test_model_loads_with_our_kernels_package_importable(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(tmp_path)
     assert import_utils.is_kernels_available() is False
     assert model.config.model_type == "llama"
+
+
+@pytest.mark.parametrize("params", [
+    {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 8192},
+    {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
+], ids=["llama3", "linear"])
+def test_rope_scalings_match_transformers(params):
+    """The RoPE scalings a draft head may carry (its config's rope_scaling) rotate as Hugging Face's do."""
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    cfg = LlamaConfig(hidden_size=4096, num_attention_heads=32, head_dim=128, max_position_embeddings=131072,
+                      rope_parameters=params)
+    want, attention_scale = ROPE_INIT_FUNCTIONS[params["rope_type"]](cfg, "cpu")
+    assert attention_scale == 1.0  # only the angles change: what rope_inv_freq reproduces
+    torch.testing.assert_close(layers.rope_inv_freq(128, params["rope_theta"], params), want, rtol=0, atol=0)

@@ -5,9 +5,11 @@ EAGLE-1/2 (yuhuili/EAGLE-*):   x = fc(cat(embed(token), feature));  layers.i (la
 EAGLE-3   (yuhuili/EAGLE3-*):  g = fc(cat(low, mid, high)) for target features, g = own output otherwise;
                                a = cat(input_layernorm(embed(token)), hidden_norm(g))   (2H attention input)
                                h = g + attn(a); h = h + mlp(post_attention_layernorm(h))
+                               (speculators' norm_before_residual: h = hidden_norm(g) + attn(a))
                                logits = lm_head(norm(h)) over a draft vocabulary; target id = id + d2t[id]
 Draft position p pairs the target feature at p with the token at p + 1, so it predicts the token at p + 2.
-The embedding is always the target's (frozen, never saved with the head).
+The embedding is always the target's (frozen, never saved with the head). `load_head` reads every published
+layout (`eagleviz.models.layouts`) and refuses a head that does not fit its target (`eagleviz.models.compat`).
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from torch import nn
 
 from eagleviz.errors import UserFacingError
 from eagleviz.kv_cache import KVCache
+from eagleviz.models.compat import check_fits
 from eagleviz.models.dense import Dense, for_inference
 from eagleviz.models.layers import (AttentionWeights, cached_attention, rms_norm, rope_cos_sin, rope_inv_freq,
                                     swiglu_mlp)
+from eagleviz.models.layouts import read_checkpoint
 from kernels import cpu_ops
 from kernels.tree_attention import resolve_impl
 
@@ -48,6 +52,8 @@ class DraftConfig:
     rope_theta: float = 10000.0
     bias: bool = True
     qkv_bias: bool = False
+    norm_before_residual: bool = False  # EAGLE-3: the midlayer's residual is hidden_norm(g), not g (speculators)
+    rope_scaling: tuple[tuple[str, float | str], ...] = ()  # the (key, value) pairs of a config's rope_scaling
 
     def __post_init__(self):
         if self.arch not in ARCHS:
@@ -81,6 +87,10 @@ class DraftConfig:
                "rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta, "vocab_size": self.vocab_size,
                "bias": self.bias, "qkv_bias": self.qkv_bias, "tie_word_embeddings": False,
                "eagleviz_arch": self.arch}
+        if self.rope_scaling:
+            out["rope_scaling"] = dict(self.rope_scaling)
+        if self.norm_before_residual:
+            out["norm_before_residual"] = True
         if self.arch == "eagle3":
             out["draft_vocab_size"] = self.draft_vocab_size
             out["target_hidden_size"] = self.target_hidden_size
@@ -99,13 +109,24 @@ class DraftConfig:
                    target_hidden_size=cfg.get("target_hidden_size") or hidden,
                    num_layers=cfg.get("num_hidden_layers", 1) if arch == "eagle1" else eagle3_layers,
                    rms_norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=float(_rope_theta(cfg)),
-                   bias=cfg.get("bias", True), qkv_bias=cfg.get("qkv_bias", False))
+                   bias=bool(cfg.get("bias", True)) and arch == "eagle1", qkv_bias=cfg.get("qkv_bias", False),
+                   norm_before_residual=bool(cfg.get("norm_before_residual", False)),
+                   rope_scaling=_rope_scaling(cfg))
 
 
 def _rope_theta(cfg) -> float:
     get = cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
     params = get("rope_parameters") or get("rope_scaling") or {}
     return get("rope_theta") or params.get("rope_theta") or 10000.0
+
+
+def _rope_scaling(cfg: dict) -> tuple[tuple[str, float | str], ...]:
+    """A config's RoPE scaling as sorted (key, value) pairs; () for none (rope_scaling in transformers 4 configs,
+    rope_parameters in 5, where it also holds rope_theta)."""
+    params = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    if (params.get("rope_type") or params.get("type") or "default") == "default":
+        return ()
+    return tuple(sorted((k, v) for k, v in params.items() if k != "rope_theta" and isinstance(v, (int, float, str))))
 
 
 class _RMSNorm(nn.Module):
@@ -165,7 +186,8 @@ class DraftHead(nn.Module):
             self.lm_head = nn.Linear(c.hidden_size, c.draft_vocab_size, bias=False)
             self.register_buffer("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
             self.register_buffer("t2d", torch.ones(c.vocab_size, dtype=torch.bool))
-        self.register_buffer("inv_freq", rope_inv_freq(c.head_dim, c.rope_theta), persistent=False)
+        self.register_buffer("inv_freq", rope_inv_freq(c.head_dim, c.rope_theta, dict(c.rope_scaling)),
+                             persistent=False)
         self.ops: cpu_ops.CpuOps | None = None  # set on the frozen copy `for_drafting` makes
 
     def for_drafting(self, pack: bool | None = None, ops: cpu_ops.CpuOps | None = None) -> DraftHead:
@@ -216,9 +238,10 @@ class DraftHead(nn.Module):
         else:
             layer = self.midlayer
             g = self.fc(features) if features.shape[-1] != c.hidden_size else features
-            a = torch.cat((rms_norm(token_embeds, layer.input_layernorm.weight, c.rms_norm_eps),
-                           rms_norm(g, layer.hidden_norm.weight, c.rms_norm_eps)), dim=-1)
-            h = g + cached_attention(self._attn(layer), a, cos, sin, cache, 0, tree_mask, impl)
+            normed = rms_norm(g, layer.hidden_norm.weight, c.rms_norm_eps)
+            a = torch.cat((rms_norm(token_embeds, layer.input_layernorm.weight, c.rms_norm_eps), normed), dim=-1)
+            h = (normed if c.norm_before_residual else g) + cached_attention(self._attn(layer), a, cos, sin, cache, 0,
+                                                                              tree_mask, impl)
             h = h + swiglu_mlp(layer.mlp, rms_norm(h, layer.post_attention_layernorm.weight, c.rms_norm_eps),
                                getattr(layer.mlp, "gate_up", None))
             for i, extra in enumerate(self.blocks[1:], start=1):
@@ -244,9 +267,10 @@ class DraftHead(nn.Module):
         else:
             layer = self.midlayer
             g = self.fc(features) if features.shape[-1] != c.hidden_size else features.contiguous()
+            normed = ops.rms_norm(g, layer.hidden_norm.weight, c.rms_norm_eps)
             x = torch.cat((ops.rms_norm(token_embeds.contiguous(), layer.input_layernorm.weight, c.rms_norm_eps),
-                           ops.rms_norm(g, layer.hidden_norm.weight, c.rms_norm_eps)), dim=-1)
-            h = self._block_fused(layer, 0, x, g.clone(), cos, sin, cache, mask)
+                           normed), dim=-1)
+            h = self._block_fused(layer, 0, x, normed if c.norm_before_residual else g.clone(), cos, sin, cache, mask)
             for i, extra in enumerate(self.blocks[1:], start=1):
                 x = ops.rms_norm(h, extra.input_layernorm.weight, c.rms_norm_eps)
                 h = self._block_fused(extra, i, x, h, cos, sin, cache, mask)
@@ -304,36 +328,19 @@ def save_head(head: DraftHead, out_dir: str | Path, dtype: torch.dtype = torch.b
     save_file(state, str(out / "model.safetensors"))
 
 
-def _read_state(path: Path) -> dict[str, torch.Tensor]:
-    if (path / "model.safetensors").exists():
-        from safetensors.torch import load_file
-
-        return load_file(str(path / "model.safetensors"))
-    if (path / "pytorch_model.bin").exists():
-        return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise UserFacingError(f"{path} has neither model.safetensors nor pytorch_model.bin")
-
-
 def load_head(path: str | Path, target) -> DraftHead:
-    """Load a head directory (config.json + weights) for `target`, checking that its shapes fit."""
+    """Load a head directory in any published layout (`eagleviz.models.layouts`) for `target`, refused in one
+    line before any weight is used when it does not fit (`eagleviz.models.compat`)."""
     path = Path(path)
-    if not (path / "config.json").exists():
-        raise UserFacingError(f"draft head {path}: config.json not found")
+    ckpt = read_checkpoint(path)
+    check_fits(ckpt, target, str(path))
     try:
-        cfg = json.loads((path / "config.json").read_text())
-        state = _read_state(path)
-    except Exception as exc:  # any parse failure of a user-supplied file (JSON, pickle, safetensors header)
-        raise UserFacingError(f"draft head {path} is unreadable or corrupt: {exc.__class__.__name__}: {exc}") from exc
-    arch = "eagle3" if any(k.startswith("midlayer.") for k in state) else "eagle1"
-    extra = {k.split(".")[1] for k in state if k.startswith("layers.")} if arch == "eagle3" else set()
-    try:
-        config = DraftConfig.from_hf(cfg, arch, 1 + len(extra))
-    except (KeyError, ValueError) as exc:
-        raise UserFacingError(f"draft head {path}: bad config.json ({exc})") from exc
-    _check_fits(config, target, path)
+        config = DraftConfig.from_hf(ckpt.config, ckpt.arch, ckpt.num_layers)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserFacingError(f"draft head {path}: bad config.json ({exc.__class__.__name__}: {exc})") from exc
     head = DraftHead(config)
-    state.pop("embed_tokens.weight", None)
-    if arch == "eagle3" and "d2t" not in state:
+    state = {k: v for k, v in ckpt.state.items() if k != "embed_tokens.weight"}  # the target's embedding is used
+    if config.arch == "eagle3" and "d2t" not in state:
         state["d2t"] = head.d2t
         state["t2d"] = head.t2d
     own = head.state_dict()
@@ -345,14 +352,3 @@ def load_head(path: str | Path, target) -> DraftHead:
     if missing or unexpected:
         raise UserFacingError(f"draft head {path}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
     return head.to(dtype=target.dtype, device=target.device).eval()
-
-
-def _check_fits(config: DraftConfig, target, path: Path) -> None:
-    if config.target_hidden_size != target.hidden_size or config.vocab_size != target.vocab_size:
-        raise UserFacingError(
-            f"draft head {path} does not fit the target {target.name}: the head expects target features of width "
-            f"{config.target_hidden_size} and a vocabulary of {config.vocab_size}, the target has hidden size "
-            f"{target.hidden_size} and vocabulary {target.vocab_size}")
-    if config.arch == "eagle1" and config.hidden_size != target.hidden_size:
-        raise UserFacingError(f"draft head {path}: EAGLE-1 head hidden size {config.hidden_size} != target "
-                              f"hidden size {target.hidden_size} (it uses the target's LM head)")

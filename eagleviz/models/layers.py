@@ -7,6 +7,7 @@ use the same tree attention (and the same `impl` switch).
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -25,9 +26,27 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * xf.to(x.dtype)
 
 
-def rope_inv_freq(head_dim: int, theta: float) -> torch.Tensor:
-    """(head_dim/2,) fp32 inverse frequencies of the default RoPE."""
-    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None = None) -> torch.Tensor:
+    """(head_dim/2,) fp32 inverse frequencies of RoPE: the default, or with `scaling` (a config's rope_scaling)
+    of type "linear" (every frequency divided by `factor`) or "llama3" (Llama 3.1: wavelengths longer than
+    original_max_position_embeddings / low_freq_factor divided by `factor`, shorter than .../high_freq_factor
+    kept, and a linear blend in between). Both leave the attention scale alone, so only the angles change."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    kind = (scaling or {}).get("rope_type") or (scaling or {}).get("type") or "default"
+    if kind == "default":
+        return inv_freq
+    factor = float(scaling["factor"])
+    if kind == "linear":
+        return inv_freq / factor
+    if kind != "llama3":
+        raise ValueError(f"RoPE scaling {kind!r} is not reproduced here (default, linear, llama3)")
+    low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+    context = float(scaling["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv_freq
+    smooth = ((context / wavelen - low) / (high - low)).clamp(0.0, 1.0)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    return torch.where(wavelen > context / low, inv_freq / factor, torch.where(wavelen < context / high, inv_freq,
+                                                                               blended))
 
 
 def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype):
