@@ -1,0 +1,175 @@
+"""eagleviz/share.py: a link round-trips a run's prompt and knobs; every bad parameter falls back to its
+default with a one-line note, never an error, and the rest of the link still applies."""
+
+from dataclasses import fields, replace
+from urllib.parse import parse_qsl
+
+import pytest
+
+from eagleviz import presets, share
+from eagleviz.limits import Limits
+from eagleviz.session import Knobs
+
+DEFAULTS = Knobs(steps=4, topk=1, draft_tokens=5, max_new_tokens=48)
+LIMITS = Limits()
+IDS = ("counting", "code")
+
+
+def read(query, limits=LIMITS, **kw):
+    return share.from_query(query, DEFAULTS, limits, gallery_ids=kw.pop("gallery_ids", IDS), **kw)
+
+
+@pytest.mark.parametrize("prompt,knobs,preset", [
+    ("List the numbers from 1 to 15, one per line.", DEFAULTS, None),
+    ("Ünïcödé & = ? # % + spaces\nand a second line", Knobs(6, 8, 64, 0.8, 0.95, 200, 12345, "torch"), None),
+    (presets.PRESETS[3].prompt, replace(DEFAULTS, temperature=0.8, top_p=0.123456789, seed=2**63 - 1),
+     presets.PRESETS[3].name),
+])
+def test_a_link_round_trips(prompt, knobs, preset):
+    query = share.to_query(prompt, knobs, preset)
+    assert query.startswith("?prompt=")
+    shared = read(query)
+    assert shared == share.Shared(prompt=prompt, knobs=knobs, preset=preset)
+
+
+def test_every_knob_is_written_and_read():
+    """A knob added to Knobs must reach the link, or a shared run silently loses it."""
+    names = [k for k, _ in parse_qsl(share.to_query("hi", DEFAULTS)[1:])]
+    assert names == ["prompt", *(f.name for f in fields(Knobs))]
+
+
+def test_a_blank_prompt_is_left_out_of_the_link():
+    query = share.to_query(" ", DEFAULTS)
+    assert "prompt" not in query and read(query) == share.Shared(prompt=None, knobs=DEFAULTS)
+
+
+def test_a_mapping_and_pairs_read_like_a_query_string():
+    query = share.to_query("hi", replace(DEFAULTS, steps=3))
+    pairs = parse_qsl(query[1:])
+    assert read(dict(pairs)) == read(pairs) == read(query)
+
+
+def test_missing_parameters_keep_the_defaults():
+    shared = read("")
+    assert shared == share.Shared(prompt=None, knobs=DEFAULTS)
+    assert read("?steps=6").knobs == replace(DEFAULTS, steps=6)
+
+
+@pytest.mark.parametrize("name,value,why", [
+    ("steps", "four", "whole number"),
+    ("steps", "4.5", "whole number"),
+    ("steps", "", "whole number"),
+    ("steps", "-3", "negative"),
+    ("steps", "0", "[1, 16]"),
+    ("topk", "17", "[1, 16]"),
+    ("seed", "9" * 30, "whole number"),
+    ("seed", str(2**63), "[0,"),
+    ("temperature", "nan", "finite"),
+    ("temperature", "NaN", "finite"),
+    ("temperature", "inf", "finite"),
+    ("temperature", "-inf", "finite"),
+    ("temperature", "1e999", "finite"),
+    ("temperature", "-0.5", "negative"),
+    ("temperature", "2.5", "[0, 2]"),
+    ("temperature", "0x1p-2", "a number"),
+    ("temperature", "1_0", "a number"),
+    ("top_p", "0", "(0, 1]"),
+    ("top_p", "1.5", "(0, 1]"),
+    ("attn_impl", "flash", "auto, torch, triton"),
+    ("max_new_tokens", "0", "[1, 512]"),
+    ("max_new_tokens", "513", "EAGLEVIZ_MAX_NEW_TOKENS"),
+    ("draft_tokens", "65", "EAGLEVIZ_MAX_DRAFT_TOKENS"),
+])
+def test_a_bad_parameter_falls_back_to_its_default_and_the_rest_applies(name, value, why):
+    shared = read([("prompt", "hello"), ("seed", "7"), (name, value)] if name != "seed"
+                  else [("prompt", "hello"), ("steps", "3"), (name, value)])
+    assert getattr(shared.knobs, name) == getattr(DEFAULTS, name)
+    assert shared.prompt == "hello"
+    assert (shared.knobs.seed == 7) if name != "seed" else (shared.knobs.steps == 3)
+    assert len(shared.notes) == 1 and why in shared.notes[0] and name in shared.notes[0]
+    assert "\n" not in shared.notes[0]
+
+
+def test_the_server_limits_decide_the_ranges():
+    small = Limits(max_new_tokens=32, max_draft_tokens=8, max_prompt_chars=10)
+    shared = read("?max_new_tokens=33&draft_tokens=9&steps=5&topk=4&prompt=" + "x" * 11, small)
+    assert shared.knobs == replace(DEFAULTS, steps=5, topk=4) and shared.prompt is None
+    assert len(shared.notes) == 3
+    assert [any(limit in n for n in shared.notes) for limit in ("EAGLEVIZ_MAX_PROMPT_CHARS",
+            "EAGLEVIZ_MAX_DRAFT_TOKENS", "EAGLEVIZ_MAX_NEW_TOKENS")] == [True] * 3
+    assert read("?max_new_tokens=32&draft_tokens=8&prompt=" + "x" * 10, small).notes == ()
+
+
+@pytest.mark.parametrize("prompt,why", [("%20%0A", "empty"), ("a%00b", "NUL")])
+def test_an_unusable_prompt_keeps_the_pages(prompt, why):
+    shared = read(f"?prompt={prompt}&steps=6")
+    assert shared.prompt is None and shared.knobs.steps == 6 and why in shared.notes[0]
+
+
+def test_unknown_and_repeated_parameters_are_noted_and_ignored():
+    shared = read("?steps=6&steps=7&topk=2&colour=red&prompt=a&prompt=b&__theme=dark")
+    assert shared.knobs == replace(DEFAULTS, topk=2) and shared.prompt is None
+    assert shared.notes == ("Link parameter steps is given 2 times; its default is used.",
+                            "Unknown link parameter 'colour' ignored.",
+                            "Link parameter prompt is given 2 times; its default is used.")
+
+
+def test_a_starlette_style_multi_mapping_shows_its_repeats():
+    class MultiDict(dict):
+        def __init__(self, pairs):
+            super().__init__(pairs)
+            self._pairs = pairs
+
+        def multi_items(self):
+            return list(self._pairs)
+
+    shared = read(MultiDict([("steps", "6"), ("steps", "7")]))
+    assert shared.knobs == DEFAULTS and "2 times" in shared.notes[0]
+
+
+def test_notes_never_repeat_markup_from_the_link():
+    shared = read("?%5Bclick%5D(http%3A%2F%2Fx)=1&steps=%3Cimg%20src%3Dx%3E")
+    text = " ".join(shared.notes)
+    assert "<" not in text and "[" not in text.replace("[1, 16]", "") and "http" not in text
+    assert "(a 17-character value)" in text
+
+
+def test_too_many_parameters_are_cut():
+    shared = read("&".join(f"x{i}=1" for i in range(100)))
+    assert len(shared.notes) == 1 + share.MAX_PARAMS and "100 parameters" in shared.notes[0]
+
+
+def test_a_preset_sets_its_prompt_and_temperature_unless_the_link_overrides_them():
+    story = presets.PRESETS[3]
+    shared = read(share.to_query(story.prompt, DEFAULTS, story.name).replace("temperature=0", "temperature=0.5")
+                  .replace("&prompt=", "&x="))
+    assert shared.preset == story.name and shared.knobs.temperature == 0.5
+    shared = read([("preset", story.name)])
+    assert (shared.prompt, shared.knobs.temperature, shared.notes) == (story.prompt, story.temperature, ())
+    shared = read([("preset", story.name), ("prompt", " "), ("temperature", "hot")])
+    assert (shared.prompt, shared.knobs.temperature, len(shared.notes)) == (story.prompt, story.temperature, 2)
+
+
+def test_unknown_presets_and_gallery_entries_are_refused():
+    shared = read("?preset=Nope&gallery=..%2F..%2Fetc%2Fpasswd&steps=6")
+    assert shared.preset is None and shared.gallery is None and shared.knobs.steps == 6
+    assert len(shared.notes) == 2 and "presets" in shared.notes[0] and "gallery entries" in shared.notes[1]
+    assert read("?gallery=code").gallery == "code"
+
+
+def test_the_gallery_ids_default_to_the_shipped_gallery():
+    from eagleviz import gallery
+
+    first = gallery.entries()[0].id
+    assert share.from_query({"gallery": first}, DEFAULTS, LIMITS).gallery == first
+
+
+def test_a_tree_the_knobs_cannot_make_is_adjusted_as_on_the_page():
+    """draft_tokens above the tree's cap is SGLang's adjustment, shown by Knobs.validity(), not a bad link."""
+    shared = read("?steps=2&topk=2&draft_tokens=40")
+    assert shared.notes == () and "Adjusted" in shared.knobs.validity()
+
+
+def test_passthrough_parameters_are_returned_to_the_caller():
+    shared = read("?layout=projector&steps=6", passthrough=("layout",))
+    assert shared.extra == (("layout", "projector"),) and shared.notes == ()
