@@ -34,6 +34,8 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 _DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _SHOWABLE = re.compile(r"[\w.+\-]{1,24}")
 _GRADIO_PREFIX = "__"            # Gradio's own parameters (e.g. __theme): the page reads them, not this module
+_INT_FIELDS = ("steps", "topk", "draft_tokens", "max_new_tokens", "seed")
+_FLOAT_FIELDS = {"temperature": (0.0, 2.0, "[0, 2]"), "top_p": (0.0, 1.0, "(0, 1]")}  # range, as shown
 
 
 @dataclass(frozen=True)
@@ -176,10 +178,6 @@ def _int_range(name: str, limits: Limits) -> tuple[int, int, str]:
     if name == "draft_tokens" and limits.max_draft_tokens < hi:
         return lo, limits.max_draft_tokens, " (this server's limit, EAGLEVIZ_MAX_DRAFT_TOKENS)"
     return lo, hi, ""
-
-
-_INT_FIELDS = ("steps", "topk", "draft_tokens", "max_new_tokens", "seed")
-_FLOAT_FIELDS = {"temperature": (0.0, 2.0, "[0, 2]"), "top_p": (0.0, 1.0, "(0, 1]")}
 
 
 def _parse(name: str, text: str, limits: Limits) -> tuple[int | float | str | None, str]:
