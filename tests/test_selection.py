@@ -9,7 +9,7 @@ from eagleviz.visuals.accepted_path import focus_cells
 from eagleviz.visuals.draft_tree import BONUS_NODE, ROOT, build_graph, tidy_layout
 from eagleviz.visuals.kv_rewind import ROWS, focus_slots
 from eagleviz.visuals.selection import BONUS, cycle_tokens, focus, output_origin, slot_of_item
-from eagleviz.visuals.style import FOCUS
+from eagleviz.visuals.style import FOCUS, token_label
 from test_visuals import CYCLES, IDS, RECORDED, recorded
 
 
@@ -87,7 +87,7 @@ def test_the_token_list_names_every_slot_then_the_bonus(label, cycle):
     for k, (text, status) in enumerate(items):
         slot = slot_of_item(cycle, k)
         assert status == focus(cycle, slot).status
-        assert text.endswith(cycle.bonus_text if slot == BONUS else cycle.texts[slot])
+        assert text.endswith(token_label(cycle.bonus_text if slot == BONUS else cycle.texts[slot]))
 
 
 @pytest.mark.parametrize("name", RECORDED)

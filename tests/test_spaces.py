@@ -82,7 +82,7 @@ def test_a_zero_gpu_start_without_cuda_serves_the_page(monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     engine = tiny_engine("llama", vocab=8)
     devices = []
-    monkeypatch.setattr(app, "load_engine", lambda model, head, device: devices.append(device) or engine)
+    monkeypatch.setattr(app, "load_engine", lambda model, head, device, **_: devices.append(device) or engine)
 
     def no_gpu_here(*args, **kwargs):
         raise AssertionError("the model ran at start-up, outside spaces.GPU")

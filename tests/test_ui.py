@@ -1,4 +1,5 @@
-"""The app's handlers, session logic, race and launch flags, on a tiny random engine (fast, deep accepts)."""
+"""The app's handlers (eagleviz/handlers.py, eagleviz/navigation.py), session logic, race and launch flags, and
+the page's wiring (eagleviz/ui.py), on a tiny random engine (fast, deep accepts)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from eagleviz.limits import Limits
 from eagleviz.session import EngineHub, Knobs, generate, read_trace, stream_run
 from eagleviz.trace import RunTrace
 from eagleviz import presets
-from eagleviz.ui import VIEW_SIZE, Handlers, StopRequest, build_app
+from eagleviz import navigation as nav
+from eagleviz.handlers import Handlers, StopRequest
+from eagleviz.navigation import VIEW_SIZE
+from eagleviz.ui import as_pairs, build_app
 from tiny import tiny_engine
 
 KNOBS = (4, 4, 16, 0.0, 1.0, 16, 0, "auto")  # steps, topk, draft_tokens, temperature, top_p, max_new, seed, attn
@@ -27,13 +31,13 @@ def hub():
 
 @pytest.fixture(scope="module")
 def handlers(hub):
-    return Handlers(hub)
+    return Handlers(as_pairs(hub))
 
 
 @pytest.fixture(scope="module")
 def finished(handlers):
     """The outputs of every step of one run, and the final run."""
-    steps = list(handlers.run(StopRequest(), "a prompt", *KNOBS))
+    steps = list(handlers.run(StopRequest(), None, "a prompt", *KNOBS))
     return steps, steps[-1][0]
 
 
@@ -77,12 +81,12 @@ def test_run_streams_then_finishes(finished):
     steps, run = finished
     assert all(len(s) == RUN_OUT for s in steps)
     assert "prefill" in steps[0][2]
-    streamed_first = [s for s in steps[:-1] if isinstance(s[8], str) and s[8].startswith("**Cycle 0**")]
+    streamed_first = [s for s in steps[:-1] if isinstance(s[9], str) and s[9].startswith("**Cycle 0**")]
     assert len(streamed_first) == 1   # the first cycle's figures are sent as soon as it is recorded
     final = steps[-1]
     assert isinstance(run, RunTrace) and run.cycles and final[2].startswith("Done")
     assert "\u03c4 =" in final[4]                               # summary with tau
-    assert final[1].count("data-source=") == len(run.output)   # one span per token
+    assert [text for text, _ in final[1]] == [t.text for t in run.output]   # one item per token
     assert read_trace(final[6]).token_ids == run.token_ids     # the export file reloads to the same run
     slider = final[3]
     assert slider.maximum == max(len(run.cycles) - 1, 1)
@@ -92,13 +96,13 @@ def test_accepted_drafts_are_coloured_as_such(finished):
     steps, run = finished
     accepted = sum(c.accept_length for c in run.cycles)
     assert accepted > 0   # the tiny engine's random head covers half its vocabulary
-    assert steps[-1][1].count('data-source="draft"') == accepted
+    assert sum(kind == "accepted draft" for _, kind in steps[-1][1]) == accepted
 
 
 def test_errors_are_shown_not_raised(handlers):
-    out = list(handlers.run(StopRequest(), "   ", *KNOBS))
+    out = list(handlers.run(StopRequest(), None, "   ", *KNOBS))
     assert len(out) == 1 and out[0][2].startswith("\u26a0") and "empty" in out[0][2]
-    out = list(handlers.run(StopRequest(), "a prompt", 0, 2, 8, 0.0, 1.0, 12, 0, "auto"))
+    out = list(handlers.run(StopRequest(), None, "a prompt", 0, 2, 8, 0.0, 1.0, 12, 0, "auto"))
     assert "steps must be in" in out[0][2]
 
 
@@ -106,7 +110,7 @@ def test_stop_finishes_after_the_current_cycle(handlers):
     stop = StopRequest()
     assert handlers.request_stop(stop) == gr.skip()         # nothing running: nothing to stop
     outputs = []
-    for out in handlers.run(stop, "a prompt", *KNOBS):
+    for out in handlers.run(stop, None, "a prompt", *KNOBS):
         outputs.append(out)
         if out[0] is not None and out[0].cycles and not stop.requested:
             assert handlers.request_stop(stop).startswith("Stopping")
@@ -122,32 +126,32 @@ def test_stop_finishes_after_the_current_cycle(handlers):
 def test_step_and_show_clamp_to_the_recording(finished):
     _, run = finished
     n = len(run.cycles)
-    out = Handlers.step(run, 0, -1)
-    assert out[0].value == 0 and out[2].startswith("**Cycle 0**")
-    out = Handlers.step(run, n - 1, +1)
+    out = nav.step(run, 0, -1)
+    assert out[0].value == 0 and out[3].startswith("**Cycle 0**")
+    out = nav.step(run, n - 1, +1)
     assert out[0].value == n - 1
-    out = Handlers.show(run, 1)
-    assert len(out) == 1 + VIEW_SIZE and out[1].startswith("**Cycle 1**")
-    assert Handlers.show(None, 0)[1].startswith("Run a prompt")
+    out = nav.show(run, 1)
+    assert len(out) == 1 + VIEW_SIZE and out[2].startswith("**Cycle 1**")
+    assert nav.show(None, 0)[2].startswith("Run a prompt")
 
 
 def test_autoplay_advances_and_stops_at_the_end(finished):
     _, run = finished
-    playing, timer, button = Handlers.play(run, False)
+    playing, timer, button = nav.play(run, False)
     assert playing and timer.active and "Pause" in button.value
-    out = Handlers.tick(run, 0)
+    out = nav.tick(run, 0)
     assert out[0].value == 1 and out[-3] is True
-    out = Handlers.tick(run, len(run.cycles) - 1)
+    out = nav.tick(run, len(run.cycles) - 1)
     assert out[-3] is False and out[-2].active is False
-    assert Handlers.play(run, True)[0] is False
+    assert nav.play(run, True)[0] is False
 
 
 def test_tour_walks_four_steps(finished):
     _, run = finished
-    texts = [Handlers.tour(run, 0, k, +1)[1] for k in range(-1, 3)]
+    texts = [nav.tour(run, 0, k, +1)[1] for k in range(-1, 3)]
     for title, text in zip(("Draft", "Verify", "Accept", "Rewind"), texts):
         assert title in text
-    assert Handlers.tour(None, 0, 0, 1)[1].startswith("Run a prompt")
+    assert nav.tour(None, 0, 0, 1)[1].startswith("Run a prompt")
 
 
 # ------------------------------------------------------------------ import
@@ -198,7 +202,7 @@ def test_race_explains_a_divergence(hub, finished):
 def test_race_refuses_an_imported_trace_over_the_limits(hub, finished):
     """An imported trace is raced like a new request: length, prompt and KV budget are checked first."""
     _, run = finished
-    handlers = Handlers(hub)
+    handlers = Handlers(as_pairs(hub))
     long = RunTrace.from_json(run.to_json())
     long.output = long.output * (600 // len(long.output) + 1)  # 600+ tokens: above this server's 512
     assert "EAGLEVIZ_MAX_NEW_TOKENS" in handlers.race(long, "auto")
@@ -208,7 +212,7 @@ def test_race_refuses_an_imported_trace_over_the_limits(hub, finished):
     long_prompt = RunTrace.from_json(run.to_json())
     long_prompt.prompt = "x" * (Limits().max_prompt_chars + 1)
     assert "EAGLEVIZ_MAX_PROMPT_CHARS" in handlers.race(long_prompt, "auto")
-    tiny_kv = Handlers(hub, Limits(kv_budget_mb=0))
+    tiny_kv = Handlers(as_pairs(hub), Limits(kv_budget_mb=0))
     assert "EAGLEVIZ_KV_BUDGET_MB" in tiny_kv.race(run, "auto")
 
 

@@ -198,7 +198,8 @@ def draft_tree_figure(cycle: CycleTrace, height: int = 440, frame: Frame = FINAL
                  f"{c.pruned} pruned, {c.accepted} accepted")
     ticks = list(range(int(LOG_FLOOR), 1))
     return go.Figure(data=traces, layout=layout(
-        title, height, legend=dict(orientation="h", yanchor="top", y=-0.02, x=0, font=dict(size=13)),
+        title, height, legend=dict(orientation="h", yanchor="top", y=-0.02, x=0, font=dict(size=12), entrywidth=0.5,
+                           entrywidthmode="fraction"),
         coloraxis=dict(colorscale=PROB_SCALE, cmin=LOG_FLOOR, cmax=0.0, colorbar=dict(
             title=dict(text="cumulative<br>draft prob", side="top"), thickness=14, len=0.8, tickvals=ticks,
             ticktext=[f"1e{k}" if k else "1" for k in ticks])),

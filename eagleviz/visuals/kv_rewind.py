@@ -142,14 +142,13 @@ def kv_rewind_figure(cycle: CycleTrace, height: int = 400, frame: Frame = FINAL,
     traces += [focus_box(x, y, 0.5, 0.45) for x, y in focus_slots(cycle, focus, frame)]
     c = kv_counts(cycle)
     if frame.phase == "draft":
-        title = (f"Cycle {cycle.index} \u00b7 KV while drafting: {written_expansions(cycle, frame)} draft expansion "
-                 "slots written, the target's cache untouched")
+        title = (f"Cycle {cycle.index} \u00b7 KV while drafting: draft wrote {written_expansions(cycle, frame)}, "
+                 "target untouched")
     elif frame.phase in ("verify", "accept"):
-        title = (f"Cycle {cycle.index} \u00b7 KV: the verify forward wrote {c['tree_slots']} target slots after the "
-                 f"prefix of {cycle.kv_target.before}")
+        title = f"Cycle {cycle.index} \u00b7 KV: verify wrote {c['tree_slots']} target slots after the prefix"
     else:
-        title = (f"Cycle {cycle.index} \u00b7 KV rewind: target keeps {c['kept']} of {c['tree_slots']} tree slots "
-                 f"({c['moved']} moved), draft drops {c['draft_dropped']} expansion slots")
+        title = (f"Cycle {cycle.index} \u00b7 KV: target keeps {c['kept']} of {c['tree_slots']} tree slots "
+                 f"({c['moved']} moved), draft drops {c['draft_dropped']}")
     S, step = cycle.kv_target.before, max(1, width // 12)
     moved = dict(type="scatter", x=[None], y=[None], mode="lines", name="moved by the commit",
                  line=dict(color=ACCEPTED, width=2.5))

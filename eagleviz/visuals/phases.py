@@ -61,8 +61,8 @@ def frame_at(cycle: CycleTrace, index: int | None) -> Frame:
 def label(frame: Frame) -> str:
     """The frame's name for the phase control."""
     if frame.phase == "draft":
-        return f"1 draft: level {frame.level} of {frame.levels}"
-    return f"{PHASES.index(frame.phase) + 1} {frame.phase}"
+        return f"draft, level {frame.level} of {frame.levels}"
+    return frame.phase
 
 
 def caption(cycle: CycleTrace, frame: Frame) -> str:

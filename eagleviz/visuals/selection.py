@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eagleviz.trace import CycleTrace, RunTrace
+from eagleviz.visuals.style import token_label
 
 BONUS = -1
 
@@ -75,8 +76,8 @@ def focus(cycle: CycleTrace, slot: int) -> Focus:
 def cycle_tokens(cycle: CycleTrace) -> list[tuple[str, str]]:
     """The cycle's tokens as (label, status) pairs, slots in order then the bonus: the list a token is picked
     from. Item k is slot k; the last item is the bonus."""
-    items = [(f"{s}:{cycle.texts[s]}", status_of(cycle, s)) for s in range(cycle.num_tree_tokens)]
-    return items + [(f"\u2605{cycle.bonus_text}", "bonus")]
+    items = [(f"{s}:{token_label(cycle.texts[s])}", status_of(cycle, s)) for s in range(cycle.num_tree_tokens)]
+    return items + [(f"\u2605{token_label(cycle.bonus_text)}", "bonus")]
 
 
 def slot_of_item(cycle: CycleTrace, item: int) -> int:

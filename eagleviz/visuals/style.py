@@ -54,7 +54,7 @@ def layout(title: str, height: int, **extra) -> dict:
     graph-object update methods re-walk the whole figure on every call and would cost more than the
     200 ms a step between cycles may take."""
     return {"title": dict(text=title, x=0.01, xanchor="left", y=0.99, yanchor="top", yref="container",
-                          font=dict(size=16)),
+                          font=dict(size=15)),
             "template": TEMPLATE, "height": height, "margin": dict(l=10, r=10, t=48, b=10)} | extra
 
 

@@ -25,6 +25,7 @@ from eagleviz.visuals.selection import Focus, cycle_tokens, focus
 from eagleviz.visuals.style import empty_figure
 
 NO_RUN = "Run a prompt (or import a trace) to see the speculation cycles."
+GRID_HEIGHT = 275   # px per figure: the four views in a 2 x 2 grid fit one 1280 x 800 screen with their controls
 
 
 @dataclass
@@ -42,6 +43,8 @@ class CycleView:
     replay_text: str
     tokens: list[tuple[str, str]] = field(default_factory=list)   # the cycle's tokens to pick from
     frames: int = 1                                               # frames of the cycle in motion
+    phase_text: str = ""                                          # what happens at the shown frame
+    focus_text: str = ""                                          # the selected token, where it went
 
 
 @dataclass
@@ -57,7 +60,7 @@ class CycleFigures:
 
 
 def empty_view(message: str = NO_RUN) -> CycleView:
-    blank = empty_figure(message)
+    blank = empty_figure(message, GRID_HEIGHT)
     return CycleView(blank, blank, blank, blank, blank, message, "", "", "", "", "")
 
 
@@ -76,17 +79,17 @@ def cycle_figures(run: RunTrace | None, index: int, frame: int | None = None, sl
     (None: none; a slot outside the tree is ignored)."""
     cycle = _cycle(run, index)
     if cycle is None:
-        blank = empty_figure(_empty_message(run))
+        blank = empty_figure(_empty_message(run), GRID_HEIGHT)
         return CycleFigures(blank, blank, blank, blank, "", "")
     at = frame_at(cycle, frame)
     try:
         chosen: Focus | None = None if slot is None else focus(cycle, int(slot))
     except ValueError:
         chosen = None
-    return CycleFigures(draft_tree_figure(cycle, frame=at, focus=chosen),
-                        attention_mask_figure(cycle, frame=at, focus=chosen),
-                        accepted_path_figure(cycle, frame=at, focus=chosen),
-                        kv_rewind_figure(cycle, frame=at, focus=chosen),
+    return CycleFigures(draft_tree_figure(cycle, GRID_HEIGHT, frame=at, focus=chosen),
+                        attention_mask_figure(cycle, GRID_HEIGHT, frame=at, focus=chosen),
+                        accepted_path_figure(cycle, GRID_HEIGHT, frame=at, focus=chosen),
+                        kv_rewind_figure(cycle, GRID_HEIGHT, frame=at, focus=chosen),
                         phase_caption(cycle, at), chosen.describe() if chosen else "")
 
 
@@ -102,7 +105,8 @@ def cycle_view(run: RunTrace | None, index: int, replay_draws: int = 10_000, slo
         replay=replay_figure(cycle, replay_draws, seed=cycle.index),
         caption=explain.cycle_caption(run, cycle), tree_text=explain.tree_text(cycle, run.config.get("tree")),
         mask_text=explain.mask_text(cycle), path_text=explain.path_text(cycle), kv_text=explain.kv_text(cycle),
-        replay_text=explain.replay_text(cycle, replay), tokens=cycle_tokens(cycle), frames=len(frames(cycle)))
+        replay_text=explain.replay_text(cycle, replay), tokens=cycle_tokens(cycle), frames=len(frames(cycle)),
+        phase_text=figures.phase_text, focus_text=figures.focus_text)
 
 
 def check_displayable(run: RunTrace) -> None:

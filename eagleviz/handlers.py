@@ -1,0 +1,236 @@
+"""The page's handlers that run the model or read files: knobs, presets, run and stop, race, import, the API.
+Each returns values in the order of the outputs it is wired to in `eagleviz.ui.build_app`; the work lives in
+`session` (engine side), `pairs` (which model is in memory) and `visuals` (trace -> figures).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import gradio as gr
+
+from eagleviz import presets
+from eagleviz import race as race_mod
+from eagleviz.errors import UserFacingError
+from eagleviz.limits import Limits
+from eagleviz.navigation import VIEW_SIZE, output_tokens, view_values
+from eagleviz.pairs import PairHub
+from eagleviz.session import RANDOM_HEAD_NOTE, Knobs, generate, race_run, read_trace, stream_run, write_trace
+from eagleviz.trace import RunTrace
+from eagleviz.visuals import summary_figure
+from eagleviz.visuals.explain import summary_text, tour_step
+
+STREAM_EVERY_S = 0.3      # minimum time between two streamed text updates
+PENDING_TTL_S = 600       # a click not followed by its run within this long is forgotten (tab closed, queue full)
+
+
+def _number(name: str, value, kind: type):
+    """One knob from the page or the API: an int stays exact; a float or numeric string is converted, an
+    integral float to int; anything else is refused with the knob's name."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return kind(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UserFacingError(f"{name} must be a number, got {str(value)[:40]!r}") from None
+    return int(number) if kind is int and number.is_integer() else number
+
+
+def knobs_from(steps, topk, draft_tokens, temperature, top_p, max_new_tokens, seed, attn_impl="auto") -> Knobs:
+    return Knobs(_number("steps", steps, int), _number("topk", topk, int),
+                 _number("draft_tokens", draft_tokens, int), _number("temperature", temperature, float),
+                 _number("top_p", top_p, float), _number("max_new_tokens", max_new_tokens, int),
+                 _number("seed", 0 if seed is None else seed, int), str(attn_impl))
+
+
+def _slider(run: RunTrace | None, value: int = 0):
+    n = len(run.cycles) if run is not None else 0
+    return gr.Slider(minimum=0, maximum=max(n - 1, 1), value=min(value, max(n - 1, 0)), step=1,
+                     label=f"cycle (0 .. {max(n - 1, 0)})", interactive=n > 1)
+
+
+@dataclass
+class StopRequest:
+    """Per-tab flags shared by the Run and Stop events: gr.State hands both events the same object, so the
+    running generator sees the request between two cycles and finishes cleanly (summary and export included)."""
+
+    requested: bool = False
+    running: bool = False
+
+
+class Handlers:
+    def __init__(self, pairs: PairHub, limits: Limits | None = None):
+        self.pairs, self.limits = pairs, limits or Limits()
+        self._lock = threading.Lock()
+        self._running = 0
+        self._pending: list[float] = []
+
+    # ---------------------------------------------------------------- knobs, presets, pairs
+    def knobs_changed(self, *values) -> tuple[str, str]:
+        """values: the eight knobs, then the pair's name (optional)."""
+        try:
+            knobs = knobs_from(*values[:8])
+        except UserFacingError as exc:
+            return f"**Invalid:** {exc}", f"# invalid knobs: {exc}"
+        hub = self.pairs.peek(values[8] if len(values) > 8 else None)
+        if hub is None:
+            return knobs.validity(), "# the launch flags appear once this model is loaded (on its first run)"
+        return knobs.validity(), knobs.flags(hub)
+
+    @staticmethod
+    def preset_chosen(name: str | None) -> tuple:
+        """The preset's prompt, its note and its temperature."""
+        preset = presets.by_name().get(name)
+        if preset is None:
+            return gr.skip(), "", gr.skip()
+        return preset.prompt, presets.note(preset), preset.temperature
+
+    def pair_note(self, name: str | None) -> str:
+        try:
+            pair = self.pairs.pair(name)
+        except UserFacingError as exc:
+            return f"\u26a0 {exc}"
+        if self.pairs.resident() == pair.name:
+            return f"**{pair.name}** is loaded."
+        return (f"**{pair.name}** is loaded on its first run (this takes a while); the model in memory now, "
+                f"{self.pairs.resident() or 'none'}, is released first: one model at a time.")
+
+    # ---------------------------------------------------------------- the queue
+    def announce(self) -> str:
+        """Called without queueing when Run is clicked: a note when runs are ahead of this one."""
+        now = time.monotonic()
+        with self._lock:
+            self._pending = [t for t in self._pending if now - t < PENDING_TTL_S] + [now]
+            ahead = self._running + len(self._pending) - 1
+        if ahead < self.limits.concurrency:
+            return ""
+        return (f"\u23f3 {ahead} run(s) ahead of yours on this server ({self.limits.concurrency} at a time). "
+                "Meanwhile the **recorded runs** (gallery, above) replay instantly, with no model work.")
+
+    def _started(self) -> None:
+        with self._lock:
+            self._running += 1
+            if self._pending:
+                self._pending.pop(0)
+
+    def _ended(self) -> None:
+        with self._lock:
+            self._running -= 1
+
+    # ---------------------------------------------------------------- run, stop, finish
+    def run(self, stop: StopRequest, pair: str | None, prompt: str, *values) -> Iterator[tuple]:
+        """Outputs: run_state, output, status, slider, summary, summary plot, export, tour, *view."""
+        skip = gr.skip()
+        last, run, stream = 0.0, None, None
+        stop.requested, stop.running = False, True
+        self._started()
+        try:
+            knobs = knobs_from(*values)
+            name = self.pairs.pair(pair).name
+            if self.pairs.resident() != name:
+                yield (skip, skip, f"Loading **{name}** (first use; one model is held at a time)\u2026",
+                       *[skip] * (5 + VIEW_SIZE))
+            with self.pairs.use(name) as hub:
+                stream = stream_run(hub, _prompt(prompt), knobs, self.limits)
+                for run, cycle in stream:
+                    if cycle is None:
+                        yield (run, [], "Running\u2026 (prefill)", _slider(None), "", skip, skip, skip, skip,
+                               "Waiting for the first cycle\u2026", *[skip] * (VIEW_SIZE - 2))
+                    elif cycle.index == 0:
+                        yield (run, output_tokens(run), self._progress(run), _slider(run), skip, skip, skip, skip,
+                               *view_values(run, 0))
+                        last = time.perf_counter()
+                    elif time.perf_counter() - last >= STREAM_EVERY_S:
+                        yield (run, output_tokens(run), self._progress(run), _slider(run), *[skip] * (4 + VIEW_SIZE))
+                        last = time.perf_counter()
+                    if stop.requested:
+                        run.stop_reason = "stopped by the user"
+                        break
+        except (UserFacingError, MemoryError) as exc:
+            yield (skip, skip, f"\u26a0 {_message(exc)}", *[skip] * (5 + VIEW_SIZE))
+            return
+        finally:
+            if stream is not None:
+                stream.close()
+            stop.running = False
+            self._ended()
+        yield self.finished(run)
+
+    @staticmethod
+    def request_stop(stop: StopRequest):
+        """The Stop button: the running generator finishes after the cycle in progress."""
+        if not stop.running:
+            return gr.skip()
+        stop.requested = True
+        return "Stopping after the current cycle\u2026"
+
+    @staticmethod
+    def _progress(run: RunTrace) -> str:
+        cap = run.config["sampling"]["max_new_tokens"]
+        return f"Running\u2026 cycle {len(run.cycles)}, {len(run.output)} of at most {cap} tokens"
+
+    @staticmethod
+    def finished(run: RunTrace | None) -> tuple:
+        """The end of a run (or of an import, or a Stop): summary, export file, full slider, first cycle."""
+        if run is None:
+            return (None, [], "", _slider(None), "", None, None, "", *view_values(None, 0))
+        note = f" {RANDOM_HEAD_NOTE}" if run.head.startswith("random") else ""
+        notes = "".join(f"\n\n\u26a0 {n}" for n in getattr(run, "notes", []))
+        status = f"Done: {run.stop_reason or 'stopped'}.{note}{notes}"
+        tour = tour_step(run, run.cycles[0], 0) if run.cycles else ""
+        return (run, output_tokens(run), status, _slider(run), summary_text(run), summary_figure(run, 0),
+                write_trace(run), tour, *view_values(run, 0))
+
+    # ---------------------------------------------------------------- race, import, API
+    def race(self, run: RunTrace | None, attn_impl: str, pair: str | None = None) -> str:
+        if run is None:
+            return "Run a prompt first; the race decodes the same prompt without speculation."
+        try:
+            with self.pairs.use(pair) as hub:
+                if hub.model_id and run.model != hub.get().target.name:
+                    raise UserFacingError(f"this run was made with {run.model}; choose that model to race it")
+                return race_mod.describe(race_run(hub, run, attn_impl, self.limits))
+        except UserFacingError as exc:
+            return f"\u26a0 {exc}"
+
+    def imported(self, path: str | None) -> tuple:
+        if not path:
+            return (gr.skip(),) * (8 + VIEW_SIZE)
+        try:
+            run = read_trace(path, self.limits)
+        except UserFacingError as exc:
+            gr.Warning(str(exc))
+            return (gr.skip(), gr.skip(), f"\u26a0 {exc}", *[gr.skip()] * (5 + VIEW_SIZE))
+        out = list(self.finished(run))
+        out[2] = f"Imported a recorded run of {len(run.cycles)} cycles (no computation)."
+        return tuple(out)
+
+    def api_generate(self, prompt: str, steps: int = 5, topk: int = 4, draft_tokens: int = 16,
+                     temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
+                     model: str = "") -> dict:
+        """Run EAGLE speculative decoding and return the full trace (every cycle's tree, mask, checks, KV moves).
+        `model` names one of the server's model/head pairs (empty: the first). The server's limits apply as on
+        the page; a run over the time limit returns its partial trace with `stop_reason` saying so."""
+        try:
+            knobs = knobs_from(steps, topk, draft_tokens, temperature, top_p, max_new_tokens, seed)
+            with self.pairs.use(model or None) as hub:
+                return generate(hub, _prompt(prompt), knobs, self.limits).to_dict()
+        except (UserFacingError, MemoryError) as exc:
+            raise gr.Error(_message(exc)) from exc
+
+
+def _prompt(prompt) -> str:
+    if prompt is None:
+        return ""
+    if not isinstance(prompt, str):
+        raise UserFacingError(f"the prompt must be text, got {type(prompt).__name__}")
+    return prompt
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, MemoryError):
+        return "the server ran out of memory for this request: lower max new tokens or shorten the prompt"
+    return str(exc)

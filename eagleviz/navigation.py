@@ -1,0 +1,148 @@
+"""Moving through a recorded run on the page: cycles, phases and the selected token. No model is touched:
+every handler redraws from the run kept in the tab's gr.State.
+
+A cycle's view (`view_values`) is what the page shows when a cycle is chosen: its caption, the list of its
+tokens, the phase control at the end state, the four figures and their explanations, the replay. Picking a
+token or a phase redraws the four figures only (`figure_values`), in about 10 ms of server time.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from eagleviz.trace import RunTrace
+from eagleviz.visuals import CycleView, cycle_view, empty_view, summary_figure
+from eagleviz.visuals.explain import TOUR, tour_step
+from eagleviz.visuals.phases import frame_at, frames, label
+from eagleviz.visuals.selection import output_origin, slot_of_item
+from eagleviz.visuals.views import cycle_figures
+
+TOKEN_COLOURS = {"root": "#BBBBBB", "accepted": "#9CC3E0", "rejected": "#F0A986", "verified": "#E4E4E4",
+                 "bonus": "#F5CD80"}
+OUTPUT_COLOURS = {"accepted draft": "#9CC3E0", "bonus (target)": "#F5CD80", "first token": "#D0D0D0"}
+TOKEN_HELP = "Pick a token of this cycle (or click one in the output above) to follow it through the four views."
+OUTPUT_CATEGORY = {"draft": "accepted draft", "bonus": "bonus (target)", "prefill": "first token",
+                   "target": "plain (target)"}
+
+
+def output_tokens(run: RunTrace | None) -> list[tuple[str, str]]:
+    """The output as (text, provenance) pairs for a HighlightedText: item i is output token i, so a click
+    reports the token's index."""
+    if run is None:
+        return []
+    return [(t.text.replace("\n", "\u21b5") or "\u2205", OUTPUT_CATEGORY.get(t.source, t.source))
+            for t in run.output]
+
+
+def phase_slider(view: CycleView | None = None, value: int | None = None) -> gr.Slider:
+    n = view.frames if view is not None else 1
+    value = n - 1 if value is None else value
+    return gr.Slider(minimum=0, maximum=max(n - 1, 1), value=value, step=1, interactive=n > 1,
+                     label=f"phase (0 .. {n - 1}): draft levels, verify, accept, rewind")
+
+
+def view_values(run: RunTrace | None, index: int, slot: int | None = None) -> tuple:
+    """Outputs of a cycle change: focus, caption, tokens, phase, phase text, focus text, the four figures,
+    their four texts, the replay and its text."""
+    view = cycle_view(run, int(index or 0), slot=slot) if run is not None else empty_view()
+    help_ = view.focus_text or (TOKEN_HELP if run is not None and run.cycles else "")
+    return (slot, view.caption, view.tokens, phase_slider(view), view.phase_text, help_,
+            view.tree, view.mask, view.path, view.kv, view.tree_text, view.mask_text, view.path_text,
+            view.kv_text, view.replay, view.replay_text)
+
+
+VIEW_SIZE = len(view_values(None, 0))
+
+
+def figure_values(run: RunTrace | None, index: float, frame: float | None, slot: int | None) -> tuple:
+    """Outputs of a phase or token change: the phase text, the focus text and the four figures."""
+    f = cycle_figures(run, int(index or 0), None if frame is None else int(frame), slot)
+    return f.phase_text, f.focus_text or TOKEN_HELP, f.tree, f.mask, f.path, f.kv
+
+
+def _clamp(run: RunTrace | None, index: float) -> int:
+    n = len(run.cycles) if run is not None else 0
+    return max(0, min(int(index or 0), n - 1)) if n else 0
+
+
+def show(run: RunTrace | None, index: float) -> tuple:
+    """Outputs: summary plot, *view."""
+    i = _clamp(run, index)
+    return (summary_figure(run, i) if run is not None else None, *view_values(run, i))
+
+
+def step(run: RunTrace | None, index: float, delta: int) -> tuple:
+    """Outputs: slider, summary plot, *view."""
+    i = _clamp(run, int(index or 0) + delta)
+    return (gr.Slider(value=i), *show(run, i))
+
+
+def play(run: RunTrace | None, playing: bool) -> tuple:
+    """Outputs: playing, timer, play button."""
+    playing = bool(run is not None and len(run.cycles) > 1 and not playing)
+    return playing, gr.Timer(active=playing), gr.Button("\u23f8 Pause" if playing else "\u25b6 Play cycles")
+
+
+def tick(run: RunTrace | None, index: float) -> tuple:
+    """Outputs: slider, summary plot, *view, playing, timer, play button. Stops at the last cycle."""
+    n = len(run.cycles) if run is not None else 0
+    i = int(index or 0) + 1
+    if i >= n:
+        return (gr.skip(), gr.skip(), *[gr.skip()] * VIEW_SIZE, False, gr.Timer(active=False),
+                gr.Button("\u25b6 Play cycles"))
+    return (*step(run, i, 0), True, gr.skip(), gr.skip())
+
+
+def output_selected(run: RunTrace | None, evt: gr.SelectData) -> tuple:
+    """A click on output token i: jump to the cycle that committed it, with that token selected.
+    Outputs: slider, summary plot, *view."""
+    where = output_origin(run, int(evt.index)) if run is not None and isinstance(evt.index, int) else None
+    if where is None:
+        return (gr.skip(), gr.skip(), *[gr.skip()] * VIEW_SIZE)
+    cycle, slot = where
+    return (gr.Slider(value=cycle), summary_figure(run, cycle), *view_values(run, cycle, slot))
+
+
+def token_selected(run: RunTrace | None, index: float, frame: float, evt: gr.SelectData) -> tuple:
+    """A click on item k of the cycle's token list selects that token. Outputs: focus, *figures."""
+    if run is None or not run.cycles or not isinstance(evt.index, int):
+        return (gr.skip(),) * 7
+    slot = slot_of_item(run.cycles[_clamp(run, index)], int(evt.index))
+    return (slot, *figure_values(run, index, frame, slot))
+
+
+def phase_chosen(run: RunTrace | None, index: float, frame: float, slot: int | None) -> tuple:
+    """Outputs: *figures."""
+    return figure_values(run, index, frame, slot)
+
+
+def phase_play(run: RunTrace | None, index: float, frame: float, playing: bool) -> tuple:
+    """Start (from the first frame when at the end) or pause the cycle in motion.
+    Outputs: playing, timer, button, phase slider."""
+    if playing or run is None or not run.cycles:
+        return False, gr.Timer(active=False), gr.Button("\u25b6 Play phases"), gr.skip()
+    cycle = run.cycles[_clamp(run, index)]
+    last = len(frames(cycle)) - 1
+    start = 0 if int(frame or 0) >= last else int(frame or 0)
+    return True, gr.Timer(active=True), gr.Button("\u23f8 Pause phases"), gr.Slider(value=start)
+
+
+def phase_tick(run: RunTrace | None, index: float, frame: float, slot: int | None) -> tuple:
+    """The next frame, until the end state. Outputs: phase slider, *figures, playing, timer, button."""
+    stop = (False, gr.Timer(active=False), gr.Button("\u25b6 Play phases"))
+    if run is None or not run.cycles:
+        return (gr.skip(),) * 7 + stop
+    cycle = run.cycles[_clamp(run, index)]
+    nxt = int(frame or 0) + 1
+    if nxt >= len(frames(cycle)):
+        return (gr.skip(),) * 7 + stop
+    done = nxt == len(frames(cycle)) - 1
+    return (gr.Slider(value=nxt, label=f"phase {nxt}: {label(frame_at(cycle, nxt))}"),
+            *figure_values(run, index, nxt, slot), *(stop if done else (True, gr.skip(), gr.skip())))
+
+
+def tour(run: RunTrace | None, index: float, step_: int, delta: int) -> tuple[int, str]:
+    if run is None or not run.cycles:
+        return step_, "Run a prompt first: the tour walks through one recorded cycle."
+    step_ = (step_ + delta) % len(TOUR)
+    return step_, tour_step(run, run.cycles[_clamp(run, index)], step_)
