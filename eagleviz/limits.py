@@ -8,18 +8,17 @@
     EAGLEVIZ_KV_BUDGET_MB       1024   target + draft KV cache of one request
     EAGLEVIZ_CONCURRENCY        1      model runs at once (CPU: 1, see docs/performance.md section 1)
     EAGLEVIZ_QUEUE_SIZE         64     requests waiting; beyond it Gradio refuses a request ("Queue is full")
-    EAGLEVIZ_EXTRA_MODELS       ""     comma-separated model ids/directories added to the allowlist
-    EAGLEVIZ_EXTRA_HEADS        ""     comma-separated head directories added to the allowlist
     EAGLEVIZ_THREADS            ""     torch threads per process (unset: torch's default, one per core); on a
                                        shared machine give each concurrent run its own core (docs/operations.md)
 
-The browser never names a path: models and heads are chosen from the allowlist only.
+Which models and heads a server offers is the operator's choice (EAGLEVIZ_PAIRS, EAGLEVIZ_MODEL,
+EAGLEVIZ_HEAD: eagleviz/pairs.py); the browser names a pair, never a path.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from eagleviz.config import SamplingConfig, TreeConfig, kv_slots
 from eagleviz.errors import UserFacingError
@@ -39,10 +38,6 @@ def _env_int(name: str, default: int, lo: int = 1) -> int:
     return value
 
 
-def _env_list(name: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in os.environ.get(name, "").split(",") if x.strip())
-
-
 @dataclass(frozen=True)
 class Limits:
     max_new_tokens: int = 512
@@ -53,8 +48,6 @@ class Limits:
     kv_budget_mb: int = 1024
     concurrency: int = 1
     queue_size: int = 64
-    extra_models: tuple[str, ...] = field(default=())
-    extra_heads: tuple[str, ...] = field(default=())
     threads: int | None = None
 
     @classmethod
@@ -68,7 +61,6 @@ class Limits:
                    kv_budget_mb=_env_int("EAGLEVIZ_KV_BUDGET_MB", d.kv_budget_mb),
                    concurrency=_env_int("EAGLEVIZ_CONCURRENCY", d.concurrency),
                    queue_size=_env_int("EAGLEVIZ_QUEUE_SIZE", d.queue_size),
-                   extra_models=_env_list("EAGLEVIZ_EXTRA_MODELS"), extra_heads=_env_list("EAGLEVIZ_EXTRA_HEADS"),
                    threads=_env_int("EAGLEVIZ_THREADS", 0) or None)
 
     @property
@@ -110,20 +102,3 @@ class Limits:
                                   f"budget of {self.kv_budget_mb} MB (EAGLEVIZ_KV_BUDGET_MB): shorten the prompt "
                                   "or lower max_new_tokens")
         return need
-
-    def allowed_models(self) -> tuple[str, ...]:
-        from eagleviz.models.loading import EMBEDDED, EMBEDDED_HUB_ID
-
-        return (EMBEDDED, EMBEDDED_HUB_ID, *self.extra_models)
-
-    def allowed_heads(self) -> tuple[str, ...]:
-        from eagleviz.models.loading import RANDOM_HEAD, SHIPPED_HEAD
-
-        return (str(SHIPPED_HEAD), RANDOM_HEAD, *self.extra_heads)
-
-    def check_choice(self, kind: str, value: str) -> str:
-        """A model or head chosen in the browser must be on the allowlist (never a free-form path)."""
-        allowed = self.allowed_models() if kind == "model" else self.allowed_heads()
-        if value not in allowed:
-            raise UserFacingError(f"{kind} {value!r} is not offered on this server (allowed: {', '.join(allowed)})")
-        return value

@@ -174,7 +174,8 @@ class PairHub:
     def _swap(self, pair: Pair) -> None:
         previous = self.pairs.get(self._name) if self._name else None
         self._held, self._name = None, None
-        self._release()
+        if previous is not None:
+            self._release()
         try:
             self._held, self._name = self._load(pair), pair.name
         except (UserFacingError, MemoryError, RuntimeError) as exc:

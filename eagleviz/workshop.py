@@ -70,7 +70,7 @@ def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple
         notes.append("Link parameter projector must be 0 or 1; the normal layout is used.")
     k = shared.knobs
     preset = shared.preset if shared.preset else (gr.skip() if not params else None)
-    note = presets.note(presets.by_name()[shared.preset]) if shared.preset else gr.skip()
+    note = presets.note(presets.by_name()[shared.preset]) if shared.preset else ("" if params else gr.skip())
     head = (shared.prompt if shared.prompt is not None else gr.skip(), preset, note,
             k.steps, k.topk, k.draft_tokens, k.temperature, k.top_p, k.max_new_tokens, k.seed, k.attn_impl,
             model, projector == "1", "\n\n".join(f"\u26a0 {n}" for n in notes))

@@ -364,3 +364,19 @@ def test_the_page_opens_on_the_tuned_tree_and_says_where_it_comes_from(tmp_path,
     assert (knobs.steps, knobs.topk, knobs.draft_tokens) == (4, 1, 5) and "measured on this machine" in note
     (tmp_path / "cache" / "tuned.json").write_text(json.dumps({"best": {"steps": 99, "topk": 4, "draft_tokens": 8}}))
     assert default_knobs(base)[0].steps == 3  # an unusable result is skipped: the shipped one applies
+
+
+def test_a_second_pair_is_named_loaded_on_first_use_and_never_a_path(hub):
+    from eagleviz.pairs import Pair, PairHub
+
+    loads = []
+    pairs = PairHub((Pair("tiny"), Pair("other", "elsewhere")), load=lambda pair: loads.append(pair.name) or hub)
+    h = Handlers(pairs)
+    assert "loaded on its first run" in h.pair_note("tiny") and loads == []
+    assert h.knobs_changed(*KNOBS, "tiny")[1].startswith("# the launch flags appear once")
+    steps = list(h.run(StopRequest(), "other", "a prompt", *KNOBS))
+    assert steps[0][2].startswith("Loading **other**") and steps[-1][2].startswith("Done") and loads == ["other"]
+    assert "is loaded" in h.pair_note("other") and "sglang" in h.knobs_changed(*KNOBS, "other")[1]
+    assert "not a model offered" in list(h.run(StopRequest(), "/etc/passwd", "a prompt", *KNOBS))[-1][2]
+    with pytest.raises(gr.Error, match="not a model offered"):
+        h.api_generate("a prompt", 3, 2, 6, 0.0, 1.0, 6, 0, model="../../models")

@@ -1,0 +1,94 @@
+"""eagleviz/workshop.py: a link restores a run's prompt and knobs (bad parameters give defaults and a note),
+recorded runs replay with no model work, and the queue says when runs are ahead."""
+
+from __future__ import annotations
+
+import types
+from urllib.parse import unquote
+
+import gradio as gr
+import pytest
+from starlette.datastructures import QueryParams
+
+from eagleviz import gallery, workshop
+from eagleviz.handlers import Handlers
+from eagleviz.limits import Limits
+from eagleviz.navigation import VIEW_SIZE
+from eagleviz.pairs import Pair, PairHub
+from eagleviz.session import Knobs
+
+DEFAULTS = Knobs(steps=4, topk=1, draft_tokens=5, max_new_tokens=48)
+HEAD = 14   # prompt, preset, note, 8 knobs, model, projector, link note
+
+
+class NoModel:
+    def __getattr__(self, name):
+        raise AssertionError("a model was used")
+
+
+@pytest.fixture
+def handlers():
+    pairs = PairHub((Pair("small"), Pair("large", "some/model")), load=lambda pair: NoModel())
+    return Handlers(pairs, Limits())
+
+
+def request(query: str):
+    return types.SimpleNamespace(query_params=QueryParams(query))
+
+
+def test_a_link_restores_prompt_knobs_model_and_layout(handlers):
+    link = workshop.link_for("Count to 5", None, "large", 6, 3, 12, 0.5, 0.9, 40, 7, "torch")
+    query = link[link.index("(?") + 1:link.index(")")]
+    out = workshop.open_link(handlers, DEFAULTS, request(query[1:] + "&projector=1"))
+    assert len(out) == HEAD + 8 + VIEW_SIZE
+    assert out[0] == "Count to 5" and out[3:11] == (6, 3, 12, 0.5, 0.9, 40, 7, "torch")
+    assert out[11] == "large" and out[12] is True and out[13] == ""
+    assert all(v == gr.skip() for v in out[HEAD:])   # no gallery entry named: the run is left as it is
+
+
+def test_bad_parameters_give_defaults_and_a_visible_note_never_an_error(handlers):
+    out = workshop.open_link(handlers, DEFAULTS,
+                             request("steps=banana&topk=99&model=/etc/passwd&projector=yes&temperature=nan&x=1"))
+    assert out[3] == DEFAULTS.steps and out[4] == DEFAULTS.topk and out[6] == DEFAULTS.temperature
+    assert out[11] == gr.skip() and out[12] is False
+    notes = out[13]
+    for word in ("steps", "topk", "temperature", "model this server does not offer", "projector", "Unknown"):
+        assert word in notes
+    assert "/etc/passwd" not in notes
+
+
+def test_a_plain_visit_changes_nothing(handlers):
+    out = workshop.open_link(handlers, DEFAULTS, request(""))
+    assert out[0] == gr.skip() and out[1] == gr.skip() and out[13] == ""
+
+
+def test_a_link_to_a_recorded_run_replays_it_with_no_model(handlers, monkeypatch):
+    import eagleviz.models.loading as loading
+
+    monkeypatch.setattr(loading, "load_target", lambda *a, **k: pytest.fail("a model was loaded"))
+    first = gallery.entries()[0]
+    out = workshop.open_link(handlers, DEFAULTS, request(f"gallery={first.id}"))
+    run = out[HEAD]
+    assert run.token_ids == gallery.load(first.id).token_ids
+    assert out[HEAD + 2].startswith(f"Recorded run **{first.title}**") and "no model work" in out[HEAD + 2]
+    assert workshop.gallery_opened(handlers, "no-such-entry")[2].startswith("\u26a0")
+
+
+def test_the_gallery_is_offered_on_the_page():
+    choices = workshop.gallery_choices()
+    assert [c[1] for c in choices] == [e.id for e in gallery.entries()]
+    assert all("tau" in label for label, _ in choices)
+
+
+def test_a_link_needs_valid_knobs():
+    assert workshop.link_for("x", None, None, "many", 1, 5, 0, 1, 48, 0, "auto").startswith("\u26a0")
+    link = workshop.link_for("a b&c", "Code", None, 4, 1, 5, 0, 1, 48, 0, "auto")
+    assert "prompt=a%20b%26c" in link and "preset=Code" in unquote(link) and "model=" not in link
+
+
+def test_the_queue_says_when_runs_are_ahead(handlers):
+    assert handlers.announce() == ""          # nobody ahead
+    handlers._started()                        # that run is now running
+    note = handlers.announce()                 # a second visitor clicks Run
+    assert "1 run(s) ahead" in note and "recorded runs" in note
+    handlers._ended()
