@@ -15,6 +15,10 @@ Each cycle:
                expansion slots (EAGLE's stable-KV rule: the draft cache only holds positions encoded from
                target features)
 The accepted path's target features and the bonus token become the next cycle's `pending`.
+
+On a GPU the host waits for the device only where it must decide: once per draft level (the top-k children,
+which choose the next frontier) and once for the verdict (the target's argmax and its probability at every
+slot); inputs go to the device without blocking and phases are timed by CUDA events (`eagleviz.host`).
 """
 
 from __future__ import annotations
@@ -22,20 +26,24 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig, kv_slots
 from eagleviz.errors import UserFacingError
+from eagleviz.host import PhaseClock, to_device, to_host
 from eagleviz.kv_cache import KVCache
 from eagleviz.models.draft import DraftHead
 from eagleviz.models.target import TargetModel
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
-from eagleviz.tree import Candidates, VerifyTree, rerank, select_frontier, top_children
+from eagleviz.tree import Candidates, VerifyTree, rerank, select_frontier
 from eagleviz.verify import draw, greedy_verify, sample_verify, sampling_probs
+from kernels.self_check import KernelCheck, choose_attention
 from kernels.tree_attention import resolve_impl
+
+PHASES = ("draft", "verify", "accept", "rewind")
 
 
 class _TokenText:
@@ -75,33 +83,25 @@ def runnable_impl(attn_impl: str, device: torch.device | str) -> str:
     return impl
 
 
-class _Clock:
-    """Phase timer; synchronises CUDA so that each phase is charged for its own kernels."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.t = time.perf_counter()
-
-    def lap(self) -> float:
-        if self.cuda:
-            torch.cuda.synchronize()
-        now = time.perf_counter()
-        ms, self.t = (now - self.t) * 1e3, now
-        return ms
-
-
 class Engine:
     """Target + draft head, shared read-only by every run; each run owns its caches and RNG.
 
     The engine drafts with a frozen copy of `head` (`DraftHead.for_drafting`): linears packed where that pays
     (`eagleviz.models.dense`; `pack` False keeps them unpacked, the reference of an A/B run), projections
-    fused, and the target's compiled layer operations when it has them (`TargetModel.ops`)."""
+    fused, and the target's compiled layer operations when it has them (`TargetModel.ops`).
+
+    attn_impl 'auto' on CUDA takes the Triton kernel only once it has passed its self-check against PyTorch
+    attention (`kernels.self_check`; `kernel_check` replaces that check); a fallback is explained in `notes`,
+    which every run's trace carries."""
 
     def __init__(self, target: TargetModel, head: DraftHead | None, head_name: str = "", attn_impl: str = "auto",
-                 pack: bool | None = None):
+                 pack: bool | None = None,
+                 kernel_check: Callable[[torch.device, torch.dtype], KernelCheck] | None = None):
         self.target, self.head_name = target, head_name
         self.head = None if head is None else head.for_drafting(pack, target.ops)
-        self.attn_impl = runnable_impl(attn_impl, target.device)
+        runnable_impl(attn_impl, target.device)
+        choice = choose_attention(attn_impl, target.device, target.kv_dtype, kernel_check)
+        self.attn_impl, self.notes = choice.impl, choice.notes
         arch = head.config.arch if head is not None else "eagle1"
         self.feature_layers = target.eagle3_layers if arch == "eagle3" else None
 
@@ -131,7 +131,8 @@ class Engine:
                         attn_impl=self.attn_impl, model=self.target.name,
                         head=self.head_name if tree is not None else "",
                         kv_dtype=str(self.target.kv_dtype).removeprefix("torch."),
-                        cpu_layer="compiled" if self.target.ops is not None else "torch", chat=self.uses_chat(chat))
+                        cpu_layer="compiled" if self.target.ops is not None else "torch", chat=self.uses_chat(chat),
+                        notes=list(self.notes))
 
     def _capacity(self, n_prompt: int, sampling: SamplingConfig, tree: TreeConfig | None) -> int:
         limit = self.target.max_positions
@@ -183,8 +184,8 @@ class Engine:
             if cache.length + 1 >= cache.capacity:
                 run.stop_reason = "context"
                 break
-            x = torch.tensor([token], device=self.target.device)
-            out = self.target.forward(x, torch.tensor([cache.length], device=x.device), cache, None,
+            dev = self.target.device
+            out = self.target.forward(to_device([token], dev), to_device([cache.length], dev), cache, None,
                                       impl=self.attn_impl)
             token = self._choose(out.logits[0], sampling, gen)
             done = self._emit(run, [(token, "target")], -1, self.target.eos_token_ids, sampling.max_new_tokens, text)
@@ -224,44 +225,43 @@ class Engine:
             if room < 1:
                 run.stop_reason = "context"
                 break
-            clock = _Clock(dev)
+            clock = PhaseClock(dev)  # on CUDA: events, read once at the end of the cycle
             # 1) draft (near the context limit, a tree cut to the room left)
             draft = self._draft(feats, pend_tokens, dcache, tree_cfg, root, min(tree_cfg.draft_tokens, room))
             tree = draft.tree
-            t_draft = clock.lap()
-            # 2) verify
-            ids = torch.tensor(tree.tokens, device=dev)
-            pos = torch.tensor(tree.depths, device=dev) + S
+            clock.lap()
+            # 2) verify (inputs sent without blocking: the host does not wait for the draft's kernels here)
+            positions = [S + d for d in tree.depths]
             mask = tree.mask()
-            out = target.forward(ids, pos, tcache, mask.to(dev), feature_layers=self.feature_layers,
-                                 impl=self.attn_impl)
-            t_verify = clock.lap()
-            # 3) accept
+            out = target.forward(to_device(tree.tokens, dev), to_device(positions, dev), tcache, to_device(mask, dev),
+                                 feature_layers=self.feature_layers, impl=self.attn_impl)
+            clock.lap()
+            # 3) accept (the one read of the target's verdict the host needs)
             result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, gen, text)
             root_top = [] if root_probs is None else self._root_top(root_probs, text)
-            t_accept = clock.lap()
+            clock.lap()
             # 4) rewind KV
             path_slots = [S + s for s in result.path]
             moves = tcache.commit_path(S, path_slots)
             expansion_len = dcache.length
             dcache.rewind(S)
-            t_rewind = clock.lap()
+            clock.lap()
 
             accepted = [tree.tokens[s] for s in result.path[1:]]
-            feats = out.features[result.path]
+            feats = out.features[to_device(result.path, dev)]
             pend_tokens = accepted + [result.bonus_token]
             root = result.bonus_token
             trace = CycleTrace(
                 index=cycle, nodes=self._nodes(draft.cands, tree, text) if record else [],
                 verify_nodes=tree.node_ids, tokens=tree.tokens, texts=[text(t) for t in tree.tokens],
-                parents=tree.parents, positions=pos.tolist(), mask=mask.int().tolist() if record else [],
+                parents=tree.parents, positions=positions, mask=mask.int().tolist() if record else [],
                 target_tokens=argmax,
                 target_texts=[text(t) for t in argmax], target_probs=tprobs, checks=result.checks,
                 path=result.path, bonus_token=result.bonus_token, bonus_text=text(result.bonus_token),
                 bonus_source=result.bonus_source, accept_length=len(accepted), committed=pend_tokens,
                 kv_target=KVMap(before=S, appended=list(range(S, S + len(tree))), moves=moves, after=tcache.length),
                 kv_draft=KVMap(before=S, appended=list(range(S, expansion_len)), moves=[], after=S),
-                timings_ms={"draft": t_draft, "verify": t_verify, "accept": t_accept, "rewind": t_rewind},
+                timings_ms=clock.read(PHASES),
                 root_top=root_top)
             run.cycles.append(trace)
             done = self._emit(run, [(t, "draft") for t in accepted] + [(root, "bonus")], cycle,
@@ -278,8 +278,7 @@ class Engine:
         head, target, dev = self.head, self.target, self.target.device
         n, stable = len(pend_tokens), dcache.length
         pos = torch.arange(stable, stable + n, device=dev)
-        h = head(feats, target.embed(torch.tensor(pend_tokens, device=dev)), pos, dcache, _causal(n, dev),
-                 self.attn_impl)
+        h = head(feats, target.embed(to_device(pend_tokens, dev)), pos, dcache, _causal(n, dev), self.attn_impl)
         S = dcache.length  # stable draft length == committed target length
         cands = Candidates()
         out_of: dict[int, torch.Tensor] = {-1: h[-1]}
@@ -298,9 +297,9 @@ class Engine:
             mask[[r for r, node in enumerate(frontier) for _ in seen[node]],
                  [s for node in frontier for s in seen[node]]] = True
             x_feat = torch.stack([out_of[cands.parents[node]] for node in frontier])
-            x_tok = torch.tensor([cands.tokens[node] for node in frontier], device=dev)
+            x_tok = to_device([cands.tokens[node] for node in frontier], dev)
             x_pos = torch.full((len(frontier),), S + step - 1, device=dev)
-            hs = head(x_feat, target.embed(x_tok), x_pos, dcache, mask.to(dev), self.attn_impl)
+            hs = head(x_feat, target.embed(x_tok), x_pos, dcache, to_device(mask, dev), self.attn_impl)
             for r, node in enumerate(frontier):
                 out_of[node] = hs[r]
             frontier = self._add_level(cands, frontier, hs, cfg.topk)
@@ -309,10 +308,11 @@ class Engine:
                       expansion_slots=list(range(S, dcache.length)))
 
     def _add_level(self, cands: Candidates, parents: list[int], hs: torch.Tensor, k: int) -> list[int]:
-        """Children of each parent: the draft's top-k tokens by log-probability. Returns the new node ids."""
+        """Children of each parent: the draft's top-k tokens by log-probability, mapped to target ids on the
+        device and read in one transfer (the host decides the next level). Returns the new node ids."""
         logp = torch.log_softmax(self.head.logits(hs, self.target.unembed), dim=-1)
-        ids, lps = top_children(logp, k)
-        mapped = self.head.to_target_ids(torch.tensor(ids, device=hs.device)).tolist()
+        values, ids = torch.topk(logp, k, dim=-1)
+        mapped, lps = to_host(self.head.to_target_ids(ids), values)
         new = []
         for parent, toks, lp in zip(parents, mapped, lps):
             added = cands.add_children(parent, toks, lp)
@@ -327,7 +327,7 @@ class Engine:
         temp = 1.0 if sampling.greedy else sampling.temperature
         probs = torch.softmax(logits if temp == 1.0 else logits / temp, dim=-1)
         top_i = logits.argmax(dim=-1)  # of the logits, as plain decoding chooses: rounded probabilities can tie
-        argmax, tprobs = top_i.tolist(), probs.gather(-1, top_i[:, None])[:, 0].tolist()
+        argmax, tprobs = to_host(top_i, probs.gather(-1, top_i[:, None])[:, 0])
         qs = [1.0] + [math.exp(cands.logprobs[n]) for n in tree.node_ids[1:]]
         if sampling.greedy:
             return greedy_verify(tree, argmax, qs, tprobs, text), argmax, tprobs, None

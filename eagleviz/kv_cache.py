@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from eagleviz.host import to_device
+
 
 @dataclass
 class KVCache:
@@ -65,9 +67,9 @@ class KVCache:
         The gather happens before the scatter (index_select copies), so overlapping moves are safe.
         """
         moves = [(s, start + i) for i, s in enumerate(slots) if s != start + i]
-        if moves:
-            src = torch.tensor([m[0] for m in moves], device=self.k.device)
-            dst = torch.tensor([m[1] for m in moves], device=self.k.device)
+        if moves:  # the slot indices travel without making the host wait for the queued kernels
+            src = to_device([m[0] for m in moves], self.k.device)
+            dst = to_device([m[1] for m in moves], self.k.device)
             self.k.index_copy_(2, dst, self.k.index_select(2, src))
             self.v.index_copy_(2, dst, self.v.index_select(2, src))
         self.length = start + len(slots)

@@ -45,12 +45,6 @@ class Candidates:
         return ids
 
 
-def top_children(logprobs: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[float]]]:
-    """logprobs (P, V) -> for each of the P parents, its k best token ids and their log-probabilities."""
-    values, ids = torch.topk(logprobs, k, dim=-1)
-    return ids.tolist(), values.tolist()
-
-
 def select_frontier(cands: Candidates, level_ids: list[int], k: int) -> list[int]:
     """The k best nodes of one level by cumulative score (ties broken by id): the nodes expanded next."""
     ranked = sorted(level_ids, key=lambda i: (-cands.scores[i], i))

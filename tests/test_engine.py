@@ -114,8 +114,9 @@ def test_trace_json_round_trip():
     assert back.cycles[0].kv_target.moves == trace.cycles[0].kv_target.moves
     assert back.kv_dtype == str(engine.target.kv_dtype).removeprefix("torch.")
     assert back.cpu_layer == ("compiled" if engine.target.ops is not None else "torch")
-    older = {k: v for k, v in trace.to_dict().items() if k not in ("kv_dtype", "cpu_layer")}
+    older = {k: v for k, v in trace.to_dict().items() if k not in ("kv_dtype", "cpu_layer", "notes")}
     assert RunTrace.from_dict(older).kv_dtype == ""  # traces written before these fields still load
+    assert RunTrace.from_dict(older).notes == []
     with pytest.raises(ValueError, match="schema"):
         RunTrace.from_dict(trace.to_dict() | {"schema_version": 99})
     with pytest.raises(ValueError, match="unknown"):
@@ -192,3 +193,30 @@ def test_speculation_runs_to_the_context_limit_like_plain_decoding(tree):
     assert plain.stop_reason == spec.stop_reason == "context"
     assert spec.token_ids == plain.token_ids and len(plain.token_ids) == 256 - len(ids)
     check_trace(spec, tree)
+
+
+def test_an_attention_fallback_is_noted_in_every_trace(monkeypatch):
+    """The engine asks `choose_attention` once, with its device, KV dtype and the injected check, and every run
+    it starts carries the choice's notes (what the page shows) through JSON."""
+    import eagleviz.engine as engine_mod
+    from kernels.self_check import AttentionChoice
+
+    note = "the Triton tree-attention kernel disagreed with PyTorch attention on cuda:0; verification uses PyTorch"
+    asked = []
+
+    def choose(impl, device, dtype, check):
+        asked.append((impl, device, dtype, check))
+        return AttentionChoice("torch", (note,))
+
+    ref = tiny_engine("llama", vocab=8, layers=2)
+    monkeypatch.setattr(engine_mod, "choose_attention", choose)
+
+    def check(device, dtype):
+        raise AssertionError("never called by the stand-in")
+
+    engine = engine_mod.Engine(ref.target, ref.head, "random", kernel_check=check)
+    assert asked == [("auto", ref.target.device, ref.target.kv_dtype, check)]
+    for tree in (TreeConfig.create(3, 2, 6), None):
+        trace = run(engine, [1, 2, 3], tree, SamplingConfig(max_new_tokens=8))
+        assert trace.attn_impl == "torch" and trace.notes == [note]
+        assert RunTrace.from_json(trace.to_json()).notes == [note]

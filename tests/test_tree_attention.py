@@ -1,6 +1,7 @@
 """kernels/tree_attention.py: the Triton kernel (run by Triton's interpreter on CPU, see conftest.py) against a
-float64 reference, the defining path invariant, the engine's entry, input validation, the ahead-of-time build
-for sm_80/sm_90, the benchmark's smoke mode, and the package name clash with Hugging Face's `kernels`."""
+float64 reference over the grid of kernels/cases.py, the defining path invariant, the engine's entry, input
+validation, the ahead-of-time build for sm_80/sm_90, the benchmark's smoke mode, and the package name clash
+with Hugging Face's `kernels`."""
 
 from __future__ import annotations
 
@@ -15,65 +16,21 @@ from pathlib import Path
 import pytest
 import torch
 
+from kernels import cases
 from kernels import tree_attention as ta
+from kernels.cases import DEFAULT_CASES, GRID, TOLERANCE
 
 ROOT = Path(__file__).resolve().parents[1]
-TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
-
-PREFIXES = (0, 1, 17, 130)
-TREE_SIZES = (1, 2, 5, 16, 33, 64)
-HEAD_DIMS = (32, 64, 128)
-GROUPS = (1, 3, 4)
-SHAPES = ("chain", "star", "random")
-DTYPES = (torch.float32, torch.float16)
-GRID = list(itertools.product(PREFIXES, TREE_SIZES, HEAD_DIMS, GROUPS, SHAPES, DTYPES))
-DEFAULT_CASES = set(range(0, len(GRID), 7))  # 7 is prime to every axis length: each value recurs in every mix
-
-
-def _case_id(case) -> str:
-    p, t, d, g, shape, dtype = case
-    return f"P{p}-T{t}-D{d}-G{g}-{shape}-{str(dtype).removeprefix('torch.')}"
-
-
-def _parents(shape: str, t: int, gen: torch.Generator) -> torch.Tensor:
-    if shape == "chain":
-        return torch.arange(-1, t - 1)
-    if shape == "star":
-        return torch.tensor([-1] + [0] * (t - 1))
-    return torch.tensor([-1] + [int(torch.randint(0, i, (1,), generator=gen)) for i in range(1, t)])
+_case_id, _parents, _inputs, reference = cases.case_id, cases.parents, cases.inputs, cases.reference
 
 
 def _randn(*shape, dtype, gen):
     return torch.randn(*shape, generator=gen).to(dtype)
 
 
-def _inputs(tq, n, hkv, g, d, dtype, gen):
-    return (_randn(tq, hkv * g, d, dtype=dtype, gen=gen), _randn(n, hkv, d, dtype=dtype, gen=gen),
-            _randn(n, hkv, d, dtype=dtype, gen=gen))
-
-
-def reference(q, k, v, prefix_len, tree_mask, sm_scale):
-    """float64 attention written out: scores, -inf where not allowed, log-sum-exp, weights, weighted values.
-    Returns (out (Tq, Hq, D), lse (Tq, Hq))."""
-    q, k, v = q.double(), k.double(), v.double()
-    tq, hq, _ = q.shape
-    n, hkv, _ = k.shape
-    allowed = torch.ones(tq, n, dtype=torch.bool)
-    if tree_mask is not None:
-        allowed[:, prefix_len:] = tree_mask
-    k = k.repeat_interleave(hq // hkv, dim=1)
-    v = v.repeat_interleave(hq // hkv, dim=1)
-    scores = torch.einsum("thd,nhd->htn", q, k) * sm_scale
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)
-    out = torch.einsum("htn,nhd->thd", torch.exp(scores - lse[..., None]), v)
-    return out, lse.transpose(0, 1)
-
-
 def _assert_close(out, ref, dtype, what="output"):
-    assert torch.isfinite(out).all(), f"{what} has non-finite elements (unwritten or NaN)"
-    err = ((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-12)).item()
-    assert err <= TOLERANCE[dtype], f"{what}: relative error {err:.2e} > {TOLERANCE[dtype]:.0e}"
+    err = cases.relative_error(out, ref)
+    assert err <= TOLERANCE[dtype], f"{what}: relative error {err:.2e} > {TOLERANCE[dtype]:.0e} (inf: non-finite)"
 
 
 def _run_kernel(q, k, v, prefix_len, tree_mask, sm_scale, **kwargs):
@@ -85,14 +42,8 @@ def _run_kernel(q, k, v, prefix_len, tree_mask, sm_scale, **kwargs):
 
 
 def _check_grid_case(index: int):
-    p, t, d, g, shape, dtype = GRID[index]
-    gen = torch.Generator().manual_seed(index)  # fresh inputs for every case
-    q, k, v = _inputs(t, p + t, 1, g, d, dtype, gen)
-    mask = ta.ancestor_mask(_parents(shape, t, gen))
-    out, lse = _run_kernel(q, k, v, p, mask, d ** -0.5)
-    ref, ref_lse = reference(q, k, v, p, mask, d ** -0.5)
-    _assert_close(out, ref, dtype)
-    assert torch.allclose(lse.double(), ref_lse, rtol=1e-5, atol=1e-5)
+    result = cases.run_case(GRID[index], seed=index)
+    assert result.ok, result
 
 
 @pytest.mark.triton

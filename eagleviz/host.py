@@ -1,0 +1,74 @@
+"""What crosses between the device and the host during a cycle, and when; and how a cycle's phases are timed.
+
+On a GPU every read of a device value (`.tolist()`, `int(t)`) waits for all queued kernels, and so does a
+blocking copy to the device. The engine therefore reads values only where the host must decide something
+(the tree's next level, the accepted path) and reads them together (`to_host`: one copy for several tensors),
+sends its small index tensors without blocking (`to_device`), and times phases with CUDA events read once at
+the end of the cycle (`PhaseClock`) instead of synchronising after each phase. On a CPU the same calls are
+the plain operations they replace.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+
+def to_host(*tensors: torch.Tensor) -> list[list]:
+    """Each tensor as (nested) Python lists. CPU tensors are converted as they are; device tensors travel in
+    one float64 copy (exact for int64 below 2**53 and for every float32), so the host waits once."""
+    if all(t.device.type == "cpu" for t in tensors):
+        return [t.tolist() for t in tensors]
+    return batched_to_host(*tensors)
+
+
+def batched_to_host(*tensors: torch.Tensor) -> list[list]:
+    """`to_host` through one concatenated float64 copy, whatever the device (what a GPU run does)."""
+    flat = torch.cat([t.detach().reshape(-1).to(torch.float64) for t in tensors]).cpu()
+    out, start = [], 0
+    for t in tensors:
+        part = flat[start:start + t.numel()].view(t.shape)
+        out.append(part.tolist() if t.is_floating_point() else part.long().tolist())
+        start += t.numel()
+    return out
+
+
+def to_device(values, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A tensor of `values` (lists or a CPU tensor) on `device`, copied without making the host wait."""
+    host = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
+    return host.to(device, non_blocking=True)
+
+
+class PhaseClock:
+    """Durations of consecutive phases in milliseconds. `lap()` closes a phase, `read(names)` returns them.
+
+    On a CPU the marks are wall-clock times. On CUDA they are events recorded on the current stream, and
+    `read` waits once, for the last event: the phases are timed on the GPU's own clock without a
+    synchronisation between them. `event` makes the CUDA event (tests pass a stand-in)."""
+
+    def __init__(self, device: torch.device, event: Callable[[], object] | None = None):
+        self.cuda = device.type == "cuda"
+        self._event = event or (lambda: torch.cuda.Event(enable_timing=True))
+        self._marks = [self._mark()]
+
+    def _mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = self._event()
+        event.record()
+        return event
+
+    def lap(self) -> None:
+        self._marks.append(self._mark())
+
+    def read(self, names: Sequence[str]) -> dict[str, float]:
+        """One duration per lap, under `names` (as many as laps)."""
+        if len(names) != len(self._marks) - 1:
+            raise ValueError(f"{len(names)} names for {len(self._marks) - 1} phases")
+        pairs = zip(self._marks, self._marks[1:])
+        if not self.cuda:
+            return {name: (b - a) * 1e3 for name, (a, b) in zip(names, pairs)}
+        self._marks[-1].synchronize()
+        return {name: a.elapsed_time(b) for name, (a, b) in zip(names, pairs)}
