@@ -1,4 +1,4 @@
-"""Command line: `python -m eagleviz generate | train-head | eval-head | hot-tokens | bench | tune`.
+"""Command line: `python -m eagleviz generate | train-head | eval-head | hot-tokens | bench | tune | gpu-check`.
 
 Errors the user can act on (bad knobs, empty prompt, missing model package, a head that does not fit)
 print one line to stderr and exit with status 2, never a traceback.
@@ -106,6 +106,10 @@ def _delegate(name: str, rest: list[str]) -> int:
 
         entry = {"train-head": train_cli.train_head_main, "eval-head": train_cli.eval_head_main,
                  "hot-tokens": train_cli.hot_tokens_main}[name]
+    elif name == "gpu-check":
+        from eagleviz import gpu_check
+
+        entry = gpu_check.main
     else:
         from eagleviz import bench
 
@@ -122,10 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
     _delegating_parser(sub, "hot-tokens", "rank a head's draft vocabulary by frequency (its hot-tokens.json)")
     _delegating_parser(sub, "bench", "speed against plain decoding and peers, side by side")
     _delegating_parser(sub, "tune", "sweep the tree knobs and report the fastest configuration")
+    _delegating_parser(sub, "gpu-check", "on a CUDA GPU: the kernel, losslessness and speed, in one JSON report")
     return parser
 
 
-DELEGATED = ("train-head", "eval-head", "hot-tokens", "bench", "tune")
+DELEGATED = ("train-head", "eval-head", "hot-tokens", "bench", "tune", "gpu-check")
 
 
 def main(argv: list[str] | None = None) -> int:

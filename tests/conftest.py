@@ -28,14 +28,24 @@ def _has_triton() -> bool:
         return False
 
 
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def pytest_collection_modifyitems(config, items):
-    if _has_triton():
-        return
-    skip = pytest.mark.skip(reason="Triton is not installed here (it ships Linux wheels only); the PyTorch "
-                                   "attention paths are tested instead")
+    skips = []
+    if not _has_triton():
+        skips.append(("triton", pytest.mark.skip(reason="Triton is not installed here (it ships Linux wheels only); "
+                                                        "the PyTorch attention paths are tested instead")))
+    if any(item.get_closest_marker("cuda") for item in items) and not _has_cuda():
+        skips.append(("cuda", pytest.mark.skip(reason="no CUDA GPU is visible to PyTorch here; these tests run "
+                                                      "where one is (see docs/gpu-check.md)")))
     for item in items:
-        if "triton" in item.keywords:
-            item.add_marker(skip)
+        for marker, skip in skips:
+            if item.get_closest_marker(marker):
+                item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

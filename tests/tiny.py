@@ -23,8 +23,9 @@ class TinyTokenizer:
 
 
 def tiny_target(model_type: str = "llama", vocab: int = 32, seed: int = 0, layers: int = 4,
-                dtype: torch.dtype = torch.float32, scale: float = 1.0) -> TargetModel:
-    """A randomly initialised Llama-family model. `scale` multiplies the LM head: larger = peakier outputs."""
+                dtype: torch.dtype = torch.float32, scale: float = 1.0, device: str = "cpu") -> TargetModel:
+    """A randomly initialised Llama-family model (the same weights on any `device`). `scale` multiplies the LM
+    head: larger = peakier outputs."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = AutoConfig.for_model(model_type, vocab_size=vocab, hidden_size=64, intermediate_size=128,
@@ -35,6 +36,7 @@ def tiny_target(model_type: str = "llama", vocab: int = 32, seed: int = 0, layer
     hf = AutoModelForCausalLM.from_config(cfg).to(dtype).eval()
     with torch.no_grad():
         hf.lm_head.weight.mul_(scale)
+    hf.to(device)
     return TargetModel(hf, TinyTokenizer(), f"tiny-{model_type}")
 
 
