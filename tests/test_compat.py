@@ -66,7 +66,8 @@ def _vocab_maps():
     ({"t2d": torch.ones(VOCAB + 1, dtype=torch.bool)}, f"t2d has {VOCAB + 1} entries, the target vocabulary {VOCAB}"),
     ({"d2t": torch.full((DRAFT_VOCAB,), VOCAB, dtype=torch.long)}, "d2t sends 8 draft tokens outside the target "
                                                                    "vocabulary"),
-    ({"t2d": torch.ones(VOCAB, dtype=torch.bool)}, f"t2d marks {VOCAB} target tokens, draft_vocab_size is {DRAFT_VOCAB}"),
+    ({"t2d": torch.ones(VOCAB, dtype=torch.bool)}, f"t2d marks {VOCAB} target tokens, draft_vocab_size is "
+                                                   f"{DRAFT_VOCAB}"),
     ({"d2t": torch.full((DRAFT_VOCAB,), 10, dtype=torch.long)}, "d2t sends draft tokens to target ids that t2d does "
                                                                 "not mark"),
     ({"d2t": None, "t2d": None}, "draft_vocab_size 8 is smaller than the vocabulary but the weights have no "
@@ -159,3 +160,42 @@ def test_several_mismatches_share_the_one_line(target, tmp_path):
     edit_config(tmp_path, vocab_size=48, num_key_value_heads=3)
     message = refused(tmp_path, target, "vocab size", "attention heads")
     assert message.count("; ") >= 1
+
+
+def _published(hidden, heads, kv, vocab, layers, arch, draft_vocab=None, **config):
+    """A stand-in target of the given shape and a head checkpoint with a published config and weights of the
+    published shapes (on the meta device: shapes without memory)."""
+    from types import SimpleNamespace
+
+    from eagleviz.models.layouts import Checkpoint
+
+    target = SimpleNamespace(hidden_size=hidden, vocab_size=vocab, num_layers=layers, name="target",
+                             eagle3_layers=(2, layers // 2, layers - 3))
+    cfg = {"hidden_size": hidden, "num_attention_heads": heads, "num_key_value_heads": kv, "vocab_size": vocab,
+           "intermediate_size": 4 * hidden, "num_hidden_layers": 1, "rms_norm_eps": 1e-5} | config
+    head_dim = hidden // heads
+    prefix = "midlayer." if arch == "eagle3" else "layers.0."
+    state = {"fc.weight": torch.empty(hidden, (3 if arch == "eagle3" else 2) * hidden, device="meta"),
+             prefix + "self_attn.q_proj.weight": torch.empty(heads * head_dim, (2 if arch == "eagle3" else 1) * hidden,
+                                                             device="meta")}
+    if draft_vocab:
+        cfg["draft_vocab_size"] = draft_vocab
+        used = torch.arange(0, vocab, vocab // draft_vocab)[:draft_vocab]
+        state["d2t"] = used - torch.arange(draft_vocab)
+        state["t2d"] = torch.zeros(vocab, dtype=torch.bool).index_fill_(0, used, True)
+    return Checkpoint("eagle3" if arch == "eagle3" else "eagle1", cfg, state), target
+
+
+@pytest.mark.parametrize("pair", ["llama31-eagle3", "vicuna7b-eagle1", "llama3-eagle1", "qwen3-8b-speculators"])
+def test_the_documented_pairs_fit_their_targets(pair):
+    """docs/models.md's pairs, with the config fields their Hub pages show, against their targets' shapes:
+    no mismatch (the EAGLE-3 Llama-3.1 head's RoPE base 10000 under a 500000 target included)."""
+    ckpt, target = {
+        "llama31-eagle3": lambda: _published(4096, 32, 8, 128256, 32, "eagle3", 32000, bos_token_id=128000),
+        "vicuna7b-eagle1": lambda: _published(4096, 32, None, 32000, 32, "eagle1", bias=True),
+        "llama3-eagle1": lambda: _published(4096, 32, 8, 128256, 32, "eagle1", bias=False, rope_theta=500000.0),
+        "qwen3-8b-speculators": lambda: _published(4096, 32, 8, 151936, 36, "eagle3", 32000, head_dim=128,
+                                                   rope_theta=10000.0, norm_before_residual=True,
+                                                   eagle_aux_hidden_state_layer_ids=[2, 18, 33]),
+    }[pair]()
+    assert mismatches(ckpt, target) == []
