@@ -78,6 +78,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         run_state, tour_state, stop = gr.State(None), gr.State(0), gr.State(StopRequest())
         playing, phase_playing, focus = gr.State(False), gr.State(False), gr.State(None)
         gr.Markdown(INTRO + (f"\n\n{note}" if note else ""))
+        link_note = gr.Markdown(elem_id="link-note")  # what a shared link could not restore, at the top
         with gr.Row(visible=len(pairs.names) > 1):
             pair = gr.Dropdown(pairs.names, value=pairs.default, label="model and draft head", elem_id="pair",
                                scale=2)
@@ -128,7 +129,6 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                 link_btn = gr.Button("\U0001f517 Link to this prompt and these knobs", size="sm", elem_id="link")
                 link_md = gr.Markdown(elem_id="link-text")
             gr.Markdown(limits.describe(), elem_id="limits", elem_classes="ev-limits")
-        link_note = gr.Markdown(elem_id="link-note")
 
         # ------------------------------------------------------------ one cycle, one screen
         with gr.Row(equal_height=True):

@@ -70,9 +70,11 @@ def set_number(page, elem_id: str, value) -> None:
 
 def run_and_wait(page) -> None:
     page.click("#run")
-    page.wait_for_function("() => /^(Done|\\u26a0)/.test(document.querySelector('#status').innerText.trim())",
+    # the status's last line (a progress timer may still sit above it for a moment)
+    page.wait_for_function("() => /(^|\\n)(Done|\\u26a0)/.test(document.querySelector('#status').innerText.trim())",
                            timeout=RUN_TIMEOUT_MS)
-    assert page.locator("#status").inner_text().startswith("Done"), page.locator("#status").inner_text()
+    status = page.locator("#status").inner_text()
+    assert "Done" in status and "\u26a0" not in status, status
 
 
 def export(page, tmp_path: Path, name: str) -> tuple[dict, Path]:
@@ -185,3 +187,115 @@ def test_stop_ends_a_long_run_cleanly(page):
                            timeout=60_000)
     assert "\u03c4 =" in page.locator("#summary").inner_text()
     shot(page, "07_stopped.png")
+
+
+# ------------------------------------------------------------------ workshop flows: presets, linked
+# views, phases, links, the gallery
+
+FOCUS_JS = """([id, colour]) => {
+  const gd = document.querySelector('#' + id + ' .js-plotly-plot');
+  if (!gd || !gd.data) return -1;
+  const traces = gd.data.filter(t => (t.marker && t.marker.color === colour) || (t.line && t.line.color === colour));
+  const shapes = (gd.layout.shapes || []).filter(s => s.line && s.line.color === colour);
+  return traces.length + shapes.length;
+}"""
+
+
+def focus_marks(page, elem_id: str) -> int:
+    from eagleviz.visuals.style import FOCUS
+
+    return page.evaluate(FOCUS_JS, [elem_id, FOCUS])
+
+
+def test_preset_run_then_one_token_is_followed_through_the_four_views(page):
+    for name, start in (("Code", "Write a Python"), ("Counting (high acceptance)", "List the numbers")):
+        page.get_by_role("radio", name=name).check()
+        page.wait_for_function(f"() => document.querySelector('#prompt textarea').value.startsWith('{start}')",
+                               timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#prompt textarea').value.startsWith('List the numbers')",
+                           timeout=30_000)
+    set_number(page, "max-new-tokens", 24)
+    run_and_wait(page)
+    # the list of the cycle's tokens: pick slot 1, a draft token the target judged
+    page.locator("#cycle-tokens .token").nth(1).click()
+    page.wait_for_function("() => document.querySelector('#focus-text').innerText.startsWith('Selected slot 1')",
+                           timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#draft-tree .js-plotly-plot').data"
+                           ".some(t => t.name === 'selected token')", timeout=30_000)
+    assert focus_marks(page, "draft-tree") == 1
+    assert focus_marks(page, "attention-mask") == 2               # its row and its column
+    assert focus_marks(page, "kv-rewind") >= 1                    # its slot before (and after, if kept)
+    page.locator("#cycle-slider").scroll_into_view_if_needed()
+    shot(page, "08_linked_selection.png")
+
+
+def test_an_output_token_opens_the_cycle_that_committed_it(page):
+    tokens = page.locator("#output-text .token")
+    last = tokens.count() - 1
+    tokens.nth(last).click()
+    page.wait_for_function("() => document.querySelector('#focus-text').innerText.startsWith('Selected')",
+                           timeout=30_000)
+    caption = page.locator("#cycle-caption").inner_text()
+    cycle = int(caption.split()[1])
+    assert cycle > 0 and page.locator("#cycle-slider input[type=number]").first.input_value() == str(cycle)
+    assert focus_marks(page, "draft-tree") == 1
+
+
+def test_a_cycle_plays_phase_by_phase(page):
+    page.click("#play-phases")
+    page.wait_for_function("() => document.querySelector('#phase-text').innerText.startsWith('Draft')",
+                           timeout=30_000)
+    mask = figure_or_blank(page, "attention-mask")
+    assert "has not run yet" in mask       # the target has not verified anything while the tree grows
+    page.wait_for_function("() => document.querySelector('#phase-text').innerText.startsWith('Rewind')",
+                           timeout=60_000)
+    assert "Play phases" in page.locator("#play-phases").inner_text()   # stopped at the end state
+
+
+def figure_or_blank(page, elem_id: str) -> str:
+    """The figure's title, or the message of an empty figure."""
+    return page.evaluate("(id) => { const gd = document.querySelector('#' + id + ' .js-plotly-plot');"
+                         " const a = (gd.layout.annotations || []).map(x => x.text).join(' ');"
+                         " return ((gd.layout.title || {}).text || '') + ' ' + a; }", elem_id)
+
+
+def test_a_shared_link_restores_prompt_and_knobs_and_bad_ones_give_a_note(page, app_url):
+    tab = page.context.browser.new_page(viewport={"width": 1280, "height": 800})
+    try:
+        tab.goto(app_url + "?prompt=Name%20three%20fruits.&steps=3&topk=2&draft_tokens=7&temperature=0.3")
+        tab.wait_for_selector("#prompt textarea", timeout=60_000)
+        tab.wait_for_function("() => document.querySelector('#prompt textarea').value === 'Name three fruits.'",
+                              timeout=60_000)
+        values = {k: tab.locator(f"#{k} input[type=number]").first.input_value()
+                  for k in ("steps", "topk", "draft-tokens", "temperature")}
+        assert values == {"steps": "3", "topk": "2", "draft-tokens": "7", "temperature": "0.3"}
+        tab.goto(app_url + "?steps=banana&topk=2")
+        tab.wait_for_selector("#link-note", timeout=60_000)
+        tab.wait_for_function("() => document.querySelector('#link-note').innerText.includes('steps')",
+                              timeout=60_000)
+        assert tab.locator("#topk input[type=number]").first.input_value() == "2"
+        shot(tab, "09_link_with_a_bad_parameter.png")
+    finally:
+        tab.close()
+
+
+def test_a_recorded_run_replays_with_no_model_call(page, app_url, monkeypatch):
+    from eagleviz import gallery
+    from eagleviz.engine import Engine
+
+    calls = []
+    real = Engine.speculate
+    monkeypatch.setattr(Engine, "speculate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    entry = gallery.entries()[0]
+    tab = page.context.browser.new_page(viewport={"width": 1280, "height": 800})
+    try:
+        tab.goto(app_url + f"?gallery={entry.id}")
+        tab.wait_for_selector("#status", timeout=60_000)
+        tab.wait_for_function("() => document.querySelector('#status').innerText.startsWith('Recorded run')",
+                              timeout=60_000)
+        run = gallery.load(entry.id)
+        check_cycle_figures(tab, json.loads(run.to_json())["cycles"][0])
+        shot(tab, "10_gallery_replay.png")
+    finally:
+        tab.close()
+    assert calls == []
