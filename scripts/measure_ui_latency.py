@@ -1,12 +1,13 @@
-"""Measure the app's two latency budgets (targets: first cycle's figures within 2 s of Run; stepping between
-recorded cycles under 200 ms of server time).
+"""Measure the app's latency budgets (targets: first cycle's figures within 2 s of Run; stepping between
+recorded cycles, picking a token and stepping through a cycle's phases under 200 ms of server time).
 
     python scripts/measure_ui_latency.py                 # server side only
     python scripts/measure_ui_latency.py --browser       # also click Run in headless Chromium
 
 Server side, "first figures" is the time from calling the Run handler to the yield that carries cycle 0's
 figures, plus serialising those figures to JSON (what Gradio sends). "Step" is one Next-button handler
-call for every recorded cycle, with the same serialisation. The browser measurement is wall time from the
+call for every recorded cycle, "pick" one token picked in each cycle (the four figures redrawn with it
+outlined), "phase" every frame of every cycle (as Play phases draws them), with the same serialisation. The browser measurement is wall time from the
 click on Run until cycle 0's caption and figures are in the page and painted (network, queue, rendering
 included).
 """
@@ -23,8 +24,11 @@ import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.models.loading import load_engine
+from eagleviz import navigation as nav
+from eagleviz.handlers import Handlers, StopRequest
 from eagleviz.session import EngineHub
-from eagleviz.ui import CSS, Handlers, StopRequest, build_app
+from eagleviz.ui import CSS, as_pairs, build_app
+from eagleviz.visuals.phases import frames
 
 PROMPT = "Write a Python function that returns the factorial of n, with a docstring."
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -41,9 +45,9 @@ def serialise(values) -> None:
 def first_figures_s(h: Handlers, knobs: tuple) -> tuple[float, object]:
     start = time.perf_counter()
     first, run = None, None
-    for out in h.run(StopRequest(), PROMPT, *knobs):
+    for out in h.run(StopRequest(), None, PROMPT, *knobs):
         run = out[0]
-        if first is None and isinstance(out[8], str) and out[8].startswith("**Cycle 0**"):
+        if first is None and isinstance(out[9], str) and out[9].startswith("**Cycle 0**"):
             serialise(out)
             first = time.perf_counter() - start
     return first, run
@@ -53,9 +57,34 @@ def step_ms(run) -> list[float]:
     times = []
     for i in range(len(run.cycles)):
         start = time.perf_counter()
-        serialise(Handlers.step(run, i, +1))
+        serialise(nav.step(run, i, +1))
         times.append((time.perf_counter() - start) * 1e3)
     return times
+
+
+def pick_ms(run) -> list[float]:
+    times = []
+    for i in range(len(run.cycles)):
+        start = time.perf_counter()
+        serialise(nav.token_selected(run, i, None, nav.gr.SelectData(None, {"index": 1, "value": ""})))
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def phase_ms(run) -> list[float]:
+    times = []
+    for i, cycle in enumerate(run.cycles):
+        for frame in range(len(frames(cycle))):
+            start = time.perf_counter()
+            serialise(nav.phase_chosen(run, i, frame, 1))
+            times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def describe(name: str, times: list[float]) -> str:
+    times = sorted(times)
+    return (f"server: {name}: median {statistics.median(times):.0f} ms, p95 {times[int(0.95 * (len(times) - 1))]:.0f} "
+            f"ms, max {times[-1]:.0f} ms over {len(times)}")
 
 
 def browser_first_figures_s(h_engine, knobs: tuple, repeats: int) -> list[float]:
@@ -107,21 +136,23 @@ def main() -> None:
     engine = load_engine()
     engine.generate("Hello", TreeConfig.create(), SamplingConfig(max_new_tokens=4))  # as app.py does at start-up
     hub = EngineHub(engine)
-    h = Handlers(hub)
+    h = Handlers(as_pairs(hub))
     knobs = (5, 4, 16, 0.0, 1.0, args.max_new_tokens, 0, "auto")
-    firsts, steps = [], []
+    firsts, steps, picks, phases = [], [], [], []
     for _ in range(args.repeats):
         first, run = first_figures_s(h, knobs)
         firsts.append(first)
         steps += step_ms(run)
+        picks += pick_ms(run)
+        phases += phase_ms(run)
     print(f"engine: {engine.target.name}, {engine.target.dtype}, {torch.get_num_threads()} threads, head "
           f"{engine.head_name}; knobs steps=5 topk=4 "
           f"draft_tokens=16, {args.max_new_tokens} new tokens, {len(run.cycles)} cycles per run")
     print(f"server: first cycle's figures after Run: median {statistics.median(firsts):.2f} s "
           f"(runs: {', '.join(f'{t:.2f}' for t in firsts)})")
-    steps.sort()
-    print(f"server: step between cycles: median {statistics.median(steps):.0f} ms, "
-          f"p95 {steps[int(0.95 * (len(steps) - 1))]:.0f} ms, max {steps[-1]:.0f} ms over {len(steps)} steps")
+    print(describe("step between cycles", steps))
+    print(describe("pick a token (four figures outlined)", picks))
+    print(describe("one phase of a cycle", phases))
     if args.browser:
         times = browser_first_figures_s(hub, knobs, args.repeats)
         print(f"browser: Run click to cycle 0's draft tree: median {statistics.median(times):.2f} s "
