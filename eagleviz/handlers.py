@@ -16,12 +16,13 @@ from eagleviz import presets
 from eagleviz import race as race_mod
 from eagleviz.errors import UserFacingError
 from eagleviz.limits import Limits
-from eagleviz.navigation import VIEW_SIZE, output_tokens, view_values
+from eagleviz.navigation import VIEW_SIZE, view_values
 from eagleviz.pairs import PairHub
 from eagleviz.session import RANDOM_HEAD_NOTE, Knobs, generate, race_run, read_trace, stream_run, write_trace
 from eagleviz.trace import RunTrace
 from eagleviz.visuals import summary_figure
 from eagleviz.visuals.explain import summary_text, tour_step
+from eagleviz.visuals.output_text import output_tokens
 
 STREAM_EVERY_S = 0.3      # minimum time between two streamed text updates
 PENDING_TTL_S = 600       # a click not followed by its run within this long is forgotten (tab closed, queue full)

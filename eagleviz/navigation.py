@@ -13,25 +13,15 @@ import gradio as gr
 from eagleviz.trace import RunTrace
 from eagleviz.visuals import CycleView, cycle_view, empty_view, summary_figure
 from eagleviz.visuals.explain import TOUR, tour_step
+from eagleviz.visuals.output_text import COLOURS as OUTPUT_COLOURS
+from eagleviz.visuals.output_text import output_tokens
 from eagleviz.visuals.phases import frame_at, frames, label
 from eagleviz.visuals.selection import output_origin, slot_of_item
 from eagleviz.visuals.views import cycle_figures
 
 TOKEN_COLOURS = {"root": "#BBBBBB", "accepted": "#9CC3E0", "rejected": "#F0A986", "verified": "#E4E4E4",
                  "bonus": "#F5CD80"}
-OUTPUT_COLOURS = {"accepted draft": "#9CC3E0", "bonus (target)": "#F5CD80", "first token": "#D0D0D0"}
 TOKEN_HELP = "Pick a token of this cycle (or click one in the output above) to follow it through the four views."
-OUTPUT_CATEGORY = {"draft": "accepted draft", "bonus": "bonus (target)", "prefill": "first token",
-                   "target": "plain (target)"}
-
-
-def output_tokens(run: RunTrace | None) -> list[tuple[str, str]]:
-    """The output as (text, provenance) pairs for a HighlightedText: item i is output token i, so a click
-    reports the token's index."""
-    if run is None:
-        return []
-    return [(t.text.replace("\n", "\u21b5") or "\u2205", OUTPUT_CATEGORY.get(t.source, t.source))
-            for t in run.output]
 
 
 def phase_slider(view: CycleView | None = None, value: int | None = None) -> gr.Slider:

@@ -206,7 +206,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         def opened(request: gr.Request):  # Gradio passes the page's request (its query) by this annotation
             return workshop.open_link(h, d, request)
 
-        demo.load(opened, None, [prompt, preset, preset_note, *knobs, pair, projector, link_note, *run_outputs])
+        settings = [prompt, preset, preset_note, *knobs]
+        demo.load(opened, None, [*run_outputs, *settings, pair, projector, link_note])
         projector.change(None, projector, None, js=workshop.PROJECTOR_JS)
         run_btn.click(h.announce, None, queue_note, queue=False, **quiet)
         run_btn.click(run_fn, [stop, pair, prompt, *knobs], run_outputs, show_progress="minimal", **model)
@@ -228,7 +229,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         tour_next.click(lambda r, i, s: nav.tour(r, i, s, +1), [run_state, slider, tour_state], [tour_state, tour_md])
         race_btn.click(race_fn, [run_state, attn, pair], race_md, **model)
         import_file.upload(h.imported, import_file, run_outputs)
-        recorded.input(lambda e: workshop.gallery_opened(h, e), recorded, run_outputs)
+        recorded.input(lambda e: workshop.gallery_opened(h, e), recorded, [*run_outputs, *settings])
         link_btn.click(lambda p, s, m, *k: workshop.link_for(p, s, m if len(pairs.names) > 1 else None, *k),
                        [prompt, preset, pair, *knobs], link_md, queue=False)
         gr.api(api_fn, api_name="generate", **model)

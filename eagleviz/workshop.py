@@ -36,24 +36,37 @@ def gallery_choices() -> list[tuple[str, str]]:
         return []
 
 
+def _settings(prompt, preset: str | None, knobs: Knobs) -> tuple:
+    """Values for prompt, preset, preset note and the eight knobs (`gr.skip()` leaves one as it is)."""
+    note = presets.note(presets.by_name()[preset]) if preset in presets.by_name() else ""
+    return (prompt, preset, note, knobs.steps, knobs.topk, knobs.draft_tokens, knobs.temperature, knobs.top_p,
+            knobs.max_new_tokens, knobs.seed, knobs.attn_impl)
+
+
+SETTINGS_SIZE = 11
+
+
 def gallery_opened(h: Handlers, entry_id: str | None) -> tuple:
-    """Outputs: the run outputs (as `Handlers.finished`)."""
+    """A recorded run, with the prompt and knobs it was made with (so that Run makes it live).
+    Outputs: the run outputs (as `Handlers.finished`), then prompt, preset, preset note and the eight knobs."""
+    skip = gr.skip()
     if not entry_id:
-        return (gr.skip(),) * RUN_SIZE
+        return (skip,) * (RUN_SIZE + SETTINGS_SIZE)
     try:
         run = gallery.load(entry_id)
         e = gallery.entry(entry_id)
     except UserFacingError as exc:
-        return (gr.skip(), gr.skip(), f"\u26a0 {exc}", *[gr.skip()] * (RUN_SIZE - 3))
+        return (skip, skip, f"\u26a0 {exc}", *[skip] * (RUN_SIZE - 3 + SETTINGS_SIZE))
     out = list(h.finished(run))
     out[2] = (f"Recorded run **{e.title}** ({e.description}; recorded {e.recorded} on {e.cpu}). Replayed from "
               "assets/gallery: no model work. Press Run to make it live.")
-    return tuple(out)
+    return (*out, *_settings(e.prompt, e.preset, e.knobs))
 
 
 def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple:
-    """Outputs: prompt, preset, preset note, the eight knobs, model, projector, link note, then the run outputs
-    (a gallery entry named by the link, else all skipped)."""
+    """Outputs: the run outputs (a gallery entry named by the link, else all skipped), prompt, preset, preset
+    note, the eight knobs, then model, projector and the link's notes. A gallery entry brings its own prompt
+    and knobs."""
     params = dict(request.query_params) if request is not None else {}
     shared = share.from_query(list(request.query_params.multi_items()) if request is not None else [], defaults,
                               h.limits, passthrough=LAYOUT_PARAMS)
@@ -68,14 +81,14 @@ def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple
     projector = extra.get("projector")
     if projector not in (None, "0", "1"):
         notes.append("Link parameter projector must be 0 or 1; the normal layout is used.")
-    k = shared.knobs
-    preset = shared.preset if shared.preset else (gr.skip() if not params else None)
-    note = presets.note(presets.by_name()[shared.preset]) if shared.preset else ("" if params else gr.skip())
-    head = (shared.prompt if shared.prompt is not None else gr.skip(), preset, note,
-            k.steps, k.topk, k.draft_tokens, k.temperature, k.top_p, k.max_new_tokens, k.seed, k.attn_impl,
-            model, projector == "1", "\n\n".join(f"\u26a0 {n}" for n in notes))
-    run = gallery_opened(h, shared.gallery) if shared.gallery else (gr.skip(),) * RUN_SIZE
-    return head + run
+    tail = (model, projector == "1", "\n\n".join(f"\u26a0 {n}" for n in notes))
+    if shared.gallery:
+        return gallery_opened(h, shared.gallery) + tail
+    run = (gr.skip(),) * RUN_SIZE
+    if not params:
+        return run + (gr.skip(),) * SETTINGS_SIZE + tail
+    settings = list(_settings(gr.skip() if shared.prompt is None else shared.prompt, shared.preset, shared.knobs))
+    return run + tuple(settings) + tail
 
 
 def link_for(prompt: str, preset: str | None, model: str | None, *values) -> str:

@@ -17,7 +17,7 @@ from eagleviz.visuals import (accepted_path_figure, attention_mask_figure, check
 from eagleviz.visuals import explain
 from eagleviz.visuals.accepted_path import depth_columns
 from eagleviz.visuals.draft_tree import BONUS_NODE, ROOT, STATUS_STYLE, build_graph, tidy_layout
-from eagleviz.visuals.output_text import SEPARATOR, output_html
+from eagleviz.visuals.output_text import output_tokens
 from eagleviz.visuals.replay import OTHER, root_distribution
 from trace_factory import synthetic_cycle, synthetic_run
 
@@ -175,15 +175,16 @@ def test_one_cycle_run_renders():
     assert cycle_view(run, 5).caption == view.caption  # out-of-range indices clamp to the recording
 
 
-def test_output_html_marks_provenance_and_cycles():
+def test_output_tokens_carry_provenance_one_item_per_token():
     run = synthetic_run([synthetic_cycle(i, accept=i, prefix=20 + i) for i in range(3)])
-    run.output[1].text = "<b>&"
-    page = output_html(run)
-    assert page.count("data-source=") == len(run.output)
-    assert page.count(SEPARATOR) == len(run.cycles) + 1  # one before each cycle's tokens, one in the legend
-    assert "&lt;b&gt;&amp;" in page
-    assert page.count('data-source="bonus"') == len(run.cycles)
-    assert page.count('data-source="draft"') == sum(c.accept_length for c in run.cycles)
+    run.output[1].text = "a\nb"
+    run.output[2].text = ""
+    items = output_tokens(run)
+    assert len(items) == len(run.output) and items[1][0] == "a\u21b5b" and items[2][0] == "\u2205"
+    kinds = [kind for _, kind in items]
+    assert kinds.count("bonus (target)") == len(run.cycles)
+    assert kinds.count("accepted draft") == sum(c.accept_length for c in run.cycles)
+    assert kinds[0] == "first token" and output_tokens(None) == []
 
 
 def test_explanations_carry_the_cycle_numbers():

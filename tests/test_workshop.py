@@ -18,7 +18,15 @@ from eagleviz.pairs import Pair, PairHub
 from eagleviz.session import Knobs
 
 DEFAULTS = Knobs(steps=4, topk=1, draft_tokens=5, max_new_tokens=48)
-HEAD = 14   # prompt, preset, note, 8 knobs, model, projector, link note
+RUN = 8 + VIEW_SIZE   # the run outputs come first, then prompt, preset, note, the 8 knobs, model, projector, notes
+
+
+def settings(out) -> tuple:
+    return out[RUN:RUN + 11]
+
+
+def tail(out) -> tuple:
+    return out[RUN + 11:]
 
 
 class NoModel:
@@ -40,18 +48,21 @@ def test_a_link_restores_prompt_knobs_model_and_layout(handlers):
     link = workshop.link_for("Count to 5", None, "large", 6, 3, 12, 0.5, 0.9, 40, 7, "torch")
     query = link[link.index("(?") + 1:link.index(")")]
     out = workshop.open_link(handlers, DEFAULTS, request(query[1:] + "&projector=1"))
-    assert len(out) == HEAD + 8 + VIEW_SIZE
-    assert out[0] == "Count to 5" and out[3:11] == (6, 3, 12, 0.5, 0.9, 40, 7, "torch")
-    assert out[11] == "large" and out[12] is True and out[13] == ""
-    assert all(v == gr.skip() for v in out[HEAD:])   # no gallery entry named: the run is left as it is
+    assert len(out) == RUN + 11 + 3
+    prompt, preset, note, *knobs = settings(out)
+    assert prompt == "Count to 5" and preset is None and note == ""
+    assert tuple(knobs) == (6, 3, 12, 0.5, 0.9, 40, 7, "torch")
+    assert tail(out) == ("large", True, "")
+    assert all(v == gr.skip() for v in out[:RUN])   # no gallery entry named: the run is left as it is
 
 
 def test_bad_parameters_give_defaults_and_a_visible_note_never_an_error(handlers):
     out = workshop.open_link(handlers, DEFAULTS,
                              request("steps=banana&topk=99&model=/etc/passwd&projector=yes&temperature=nan&x=1"))
-    assert out[3] == DEFAULTS.steps and out[4] == DEFAULTS.topk and out[6] == DEFAULTS.temperature
-    assert out[11] == gr.skip() and out[12] is False
-    notes = out[13]
+    knobs = settings(out)[3:]
+    assert knobs[0] == DEFAULTS.steps and knobs[1] == DEFAULTS.topk and knobs[3] == DEFAULTS.temperature
+    model, projector, notes = tail(out)
+    assert model == gr.skip() and projector is False
     for word in ("steps", "topk", "temperature", "model this server does not offer", "projector", "Unknown"):
         assert word in notes
     assert "/etc/passwd" not in notes
@@ -59,18 +70,21 @@ def test_bad_parameters_give_defaults_and_a_visible_note_never_an_error(handlers
 
 def test_a_plain_visit_changes_nothing(handlers):
     out = workshop.open_link(handlers, DEFAULTS, request(""))
-    assert out[0] == gr.skip() and out[1] == gr.skip() and out[13] == ""
+    assert all(v == gr.skip() for v in out[:RUN + 11]) and tail(out)[2] == ""
 
 
-def test_a_link_to_a_recorded_run_replays_it_with_no_model(handlers, monkeypatch):
+def test_a_link_to_a_recorded_run_replays_it_with_its_prompt_and_knobs_and_no_model(handlers, monkeypatch):
     import eagleviz.models.loading as loading
 
     monkeypatch.setattr(loading, "load_target", lambda *a, **k: pytest.fail("a model was loaded"))
-    first = gallery.entries()[0]
+    first = gallery.entries()[-1]
     out = workshop.open_link(handlers, DEFAULTS, request(f"gallery={first.id}"))
-    run = out[HEAD]
+    run = out[0]
     assert run.token_ids == gallery.load(first.id).token_ids
-    assert out[HEAD + 2].startswith(f"Recorded run **{first.title}**") and "no model work" in out[HEAD + 2]
+    assert out[2].startswith(f"Recorded run **{first.title}**") and "no model work" in out[2]
+    prompt, preset, _, *knobs = settings(out)
+    assert prompt == first.prompt == run.prompt and preset == first.preset
+    assert Knobs(*knobs) == first.knobs and knobs[3] == run.config["sampling"]["temperature"]
     assert workshop.gallery_opened(handlers, "no-such-entry")[2].startswith("\u26a0")
 
 

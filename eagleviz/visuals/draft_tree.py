@@ -37,12 +37,12 @@ PLOT_PX = 720             # plot width the labels are laid out for (the tree pan
 MIN_WIDTH = 8.0           # layout units the x axis spans at least
 CHAR_PX = 8.0             # average width of one label character at 13 px
 STATUS_STYLE = {          # legend name, marker symbol, size, outline colour, outline width
-    "root": ("root (last committed token)", "square", 22, INK, 2),
-    "accepted": ("accepted by the target", "circle", 22, INK, 4),
-    "rejected": ("rejected by the target", "x", 20, REJECTED, 2),
+    "root": ("root (last committed)", "square", 22, INK, 2),
+    "accepted": ("accepted", "circle", 22, INK, 4),
+    "rejected": ("rejected", "x", 20, REJECTED, 2),
     "verified": ("verified, not reached", "circle", 18, NEUTRAL, 1.5),
     "pruned": ("pruned by reranking", "circle-open", 10, NEUTRAL, 1.5),
-    "bonus": ("bonus token (from the target)", "star", 26, BONUS, 2),
+    "bonus": ("bonus (target's own)", "star", 26, BONUS, 2),
     "drafted": ("drafted (not yet verified)", "circle", 18, INK, 1),
     "sent": ("sent to the target", "circle", 20, INK, 2),
 }
