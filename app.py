@@ -70,24 +70,10 @@ def apply_threads(limits: Limits) -> None:
         torch.set_num_threads(limits.threads)
 
 
-def local_head(head: str | None) -> str | None:
-    """A head given as a Hub id ("owner/name", not a local directory) is downloaded once (needs a network);
-    a directory, "random" or None is returned as is."""
-    if head is None or head == RANDOM_HEAD or os.path.isdir(head) or head.count("/") != 1:
-        return head
-    from huggingface_hub import snapshot_download
-
-    try:
-        return snapshot_download(head, allow_patterns=["*.json", "*.safetensors", "*.bin"])
-    except Exception as exc:  # network, gated repository, unknown id: one line for the operator
-        raise UserFacingError(f"draft head {head!r} could not be downloaded: {exc.__class__.__name__}: "
-                              f"{str(exc).splitlines()[0][:200]}") from exc
-
-
 def load_pair(pair: Pair) -> EngineHub:
     """A pair's engine, warmed up, as the hub the page's runs share."""
     model = choose_model() if pair.model in (EMBEDDED, EMBEDDED_HUB_ID) else pair.model
-    head = local_head(pair.head) or default_head(model)
+    head = pair.head or default_head(model)  # a Hub id is downloaded by load_engine
     engine = load_engine(model, head=head, dtype=pair.dtype, device=choose_device(), draft_vocab=pair.draft_vocab)
     if not on_zero_gpu():  # on ZeroGPU no GPU exists outside a `spaces.GPU` call: no warm-up there
         # One tiny run so that the first visitor does not pay for one-time initialisation (allocator, kernels).

@@ -22,7 +22,8 @@ DEFAULT_TREE = TreeConfig()
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=EMBEDDED, help="'embedded' (offline SmolLM2-135M-Instruct), a directory or a Hub id")
-    p.add_argument("--head", default=None, help="draft head directory (default: the shipped head, or 'random')")
+    p.add_argument("--head", default=None,
+                   help="draft head: a directory or a Hub id, downloaded once (default: the shipped head, or 'random')")
     p.add_argument("--dtype", default="auto", choices=DTYPES)
     p.add_argument("--device", default="cpu")
     p.add_argument("--attn-impl", default="auto", choices=IMPLS,

@@ -194,3 +194,23 @@ def test_rope_scalings_match_transformers(params):
     want, attention_scale = ROPE_INIT_FUNCTIONS[params["rope_type"]](cfg, "cpu")
     assert attention_scale == 1.0  # only the angles change: what rope_inv_freq reproduces
     torch.testing.assert_close(layers.rope_inv_freq(128, params["rope_theta"], params), want, rtol=0, atol=0)
+
+
+def test_a_head_named_by_hub_id_is_downloaded_once_and_a_directory_is_used_as_is(monkeypatch, tmp_path):
+    import huggingface_hub
+
+    from eagleviz.models.loading import local_head
+
+    asked = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download",
+                        lambda repo, allow_patterns: asked.append(repo) or str(tmp_path / "snapshot"))
+    assert local_head("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B") == str(tmp_path / "snapshot")
+    assert local_head(str(tmp_path)) == str(tmp_path) and local_head("random") == "random"
+    assert local_head(None) is None and asked == ["yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"]
+
+    def offline(repo, allow_patterns):
+        raise OSError("We couldn't connect to 'https://huggingface.co'\nmore")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    with pytest.raises(UserFacingError, match="could not be downloaded: OSError: We couldn't connect"):
+        local_head("owner/head")

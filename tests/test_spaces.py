@@ -134,24 +134,3 @@ def test_the_app_starts_and_decodes_without_triton(tmp_path):
         "    print(urllib.request.urlopen(url, timeout=30).status)\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0 and "200" in done.stdout.splitlines(), done.stdout[-500:] + done.stderr[-2000:]
-
-
-def test_a_head_named_by_hub_id_is_downloaded_once_and_a_directory_is_used_as_is(monkeypatch, tmp_path):
-    import huggingface_hub
-
-    import app
-    from eagleviz.errors import UserFacingError
-
-    asked = []
-    monkeypatch.setattr(huggingface_hub, "snapshot_download",
-                        lambda repo, allow_patterns: asked.append(repo) or str(tmp_path / "snapshot"))
-    assert app.local_head("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B") == str(tmp_path / "snapshot")
-    assert app.local_head(str(tmp_path)) == str(tmp_path) and app.local_head("random") == "random"
-    assert app.local_head(None) is None and asked == ["yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"]
-
-    def offline(repo, allow_patterns):
-        raise OSError("We couldn't connect to 'https://huggingface.co'\nmore")
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
-    with pytest.raises(UserFacingError, match="could not be downloaded: OSError: We couldn't connect"):
-        app.local_head("owner/head")

@@ -162,9 +162,25 @@ def default_head(model: str) -> str:
     return RANDOM_HEAD
 
 
+def local_head(head: str | None) -> str | None:
+    """A head given as a Hub id ("owner/name", not a local directory) is downloaded once into the Hub's cache
+    (needs a network; a gated head needs a token); a directory, "random" or None is returned as is."""
+    if head is None or head == RANDOM_HEAD or os.path.isdir(head) or head.count("/") != 1:
+        return head
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(head, allow_patterns=["*.json", "*.safetensors", "*.bin"])
+    except Exception as exc:  # network, gated repository, unknown id: one line for the user
+        first = (str(exc).splitlines() or [""])[0][:200]
+        raise UserFacingError(f"draft head {head!r} could not be downloaded: {exc.__class__.__name__}: {first}. "
+                              "Offline, pass a local directory.") from exc
+
+
 def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "auto", device: str = "cpu",
                 attn_impl: str = "auto", draft_vocab: int | None = None, kv_dtype: str = "auto"):
-    """Target + draft head -> Engine. head None picks `default_head(model)`; "random" builds a random head.
+    """Target + draft head -> Engine. head: a directory, a Hub id (`local_head`), "random" (a random head) or
+    None (`default_head(model)`).
 
     draft_vocab: draft among the N most frequent tokens (`eagleviz.models.hot_vocab`, needs the head's
     hot-tokens.json); None uses DEFAULT_HOT_SIZE when the head ships a ranking, 0 the whole draft vocabulary."""
@@ -175,6 +191,7 @@ def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "au
         runnable_impl(attn_impl, check_device(device))
     except ValueError as exc:
         raise UserFacingError(str(exc)) from exc
+    head = local_head(head)  # before minutes of loading the target
     target = load_target(model, dtype, device, kv_dtype)
     head = head or default_head(model)
     draft = random_head(target) if head == RANDOM_HEAD else load_head(head, target)
