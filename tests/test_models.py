@@ -212,5 +212,5 @@ def test_a_head_named_by_hub_id_is_downloaded_once_and_a_directory_is_used_as_is
         raise OSError("We couldn't connect to 'https://huggingface.co'\nmore")
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
-    with pytest.raises(UserFacingError, match="could not be downloaded: OSError: We couldn't connect"):
+    with pytest.raises(UserFacingError, match="not a directory here, and as a Hub id it could not be downloaded: OSError: We couldn't"):
         local_head("owner/head")

@@ -173,8 +173,8 @@ def local_head(head: str | None) -> str | None:
         return snapshot_download(head, allow_patterns=["*.json", "*.safetensors", "*.bin"])
     except Exception as exc:  # network, gated repository, unknown id: one line for the user
         first = (str(exc).splitlines() or [""])[0][:200]
-        raise UserFacingError(f"draft head {head!r} could not be downloaded: {exc.__class__.__name__}: {first}. "
-                              "Offline, pass a local directory.") from exc
+        raise UserFacingError(f"draft head {head!r} is not a directory here, and as a Hub id it could not be "
+                              f"downloaded: {exc.__class__.__name__}: {first}") from exc
 
 
 def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "auto", device: str = "cpu",
