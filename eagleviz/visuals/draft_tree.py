@@ -171,7 +171,7 @@ def draft_tree_figure(cycle: CycleTrace, height: int = 440, frame: Frame = FINAL
     """The cycle's draft tree at `frame`; one marker trace per status so the legend explains the shapes."""
     g = build_graph(cycle, frame)
     # Laid out as the whole tree, so that nodes stay in place while it grows frame by frame.
-    full = g if frame == FINAL else build_graph(cycle)
+    full = g if frame.reached("accept") else build_graph(cycle)  # from accept on, the frame's graph is whole
     pos = tidy_layout(full)
     traces = [dict(type="scatter", x=xs, y=ys, mode="lines", line=EDGE_STYLE[key], hoverinfo="skip",
                    showlegend=False) for key, (xs, ys) in _edge_groups(g, pos).items() if xs]
