@@ -25,7 +25,7 @@ import plotly.graph_objects as go
 from eagleviz.trace import CycleTrace
 from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import BONUS as BONUS_SLOT
-from eagleviz.visuals.selection import Focus
+from eagleviz.visuals.selection import Focus, slot_statuses
 from eagleviz.visuals.style import (ACCEPTED, BONUS, FOCUS, INK, NEUTRAL, PROB_SCALE, PRUNED, REJECTED, layout,
                                     token_html, token_label)
 
@@ -63,8 +63,7 @@ def build_graph(cycle: CycleTrace, frame: Frame = FINAL) -> nx.DiGraph:
     """The cycle's tree as a graph: node keys are candidate ids, plus ROOT and BONUS_NODE; each node carries
     `status`, `depth`, `text` and (for candidates) its TreeNode as `node`. At an earlier `frame`, only what
     had happened by then."""
-    accepted_slots = set(cycle.path[1:])
-    rejected_slots = {c.slot for c in cycle.checks if not c.accepted}
+    verdict = slot_statuses(cycle)
     shown = frame.depth_shown
     g = nx.DiGraph()
     g.add_node(ROOT, status="root", depth=0, text=cycle.texts[0], slot=0, order=0.0)
@@ -77,12 +76,8 @@ def build_graph(cycle: CycleTrace, frame: Frame = FINAL) -> nx.DiGraph:
             status = "pruned"
         elif not frame.reached("accept"):
             status = "sent"
-        elif n.slot in accepted_slots:
-            status = "accepted"
-        elif n.slot in rejected_slots:
-            status = "rejected"
         else:
-            status = "verified"
+            status = verdict[n.slot]
         g.add_node(n.id, status=status, depth=n.depth, text=n.text, slot=n.slot, order=-n.score, node=n)
         g.add_edge(ROOT if n.parent < 0 else n.parent, n.id)
     if not frame.reached("accept"):

@@ -48,14 +48,17 @@ class Focus:
         return f"Selected {name} {self.text!r}, depth {self.depth}: {where}{kv}."
 
 
+def slot_statuses(cycle: CycleTrace) -> list[str]:
+    """The target's verdict on each verification slot: root, accepted, rejected, or verified (never reached).
+    The one place these are decided; the tree figure and the token list read them."""
+    accepted = set(cycle.path[1:])
+    rejected = {c.slot for c in cycle.checks if not c.accepted}
+    return ["root" if s == 0 else "accepted" if s in accepted else "rejected" if s in rejected else "verified"
+            for s in range(cycle.num_tree_tokens)]
+
+
 def status_of(cycle: CycleTrace, slot: int) -> str:
-    if slot == BONUS:
-        return "bonus"
-    if slot == 0:
-        return "root"
-    if slot in cycle.path:
-        return "accepted"
-    return "rejected" if any(c.slot == slot and not c.accepted for c in cycle.checks) else "verified"
+    return "bonus" if slot == BONUS else slot_statuses(cycle)[slot]
 
 
 def focus(cycle: CycleTrace, slot: int) -> Focus:
@@ -76,7 +79,8 @@ def focus(cycle: CycleTrace, slot: int) -> Focus:
 def cycle_tokens(cycle: CycleTrace) -> list[tuple[str, str]]:
     """The cycle's tokens as (label, status) pairs, slots in order then the bonus: the list a token is picked
     from. Item k is slot k; the last item is the bonus."""
-    items = [(f"{s}:{token_label(cycle.texts[s])}", status_of(cycle, s)) for s in range(cycle.num_tree_tokens)]
+    items = [(f"{s}:{token_label(text)}", status) for s, (text, status) in enumerate(zip(cycle.texts,
+                                                                                         slot_statuses(cycle)))]
     return items + [(f"\u2605{token_label(cycle.bonus_text)}", "bonus")]
 
 
