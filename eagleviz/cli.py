@@ -12,37 +12,8 @@ import sys
 from pathlib import Path
 
 from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.decoding.load import add_model_args, add_tree_args
 from eagleviz.errors import UserFacingError
-from eagleviz.models.hot_vocab import DEFAULT_HOT_SIZE
-from eagleviz.models.loading import DTYPES, EMBEDDED, KV_DTYPES
-from kernels.tree_attention import IMPLS
-
-DEFAULT_TREE = TreeConfig()
-
-
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=EMBEDDED, help="'embedded' (offline SmolLM2-135M-Instruct), a directory or a Hub id")
-    p.add_argument("--head", default=None,
-                   help="draft head: a directory or a Hub id, downloaded once (default: the shipped head, or 'random')")
-    p.add_argument("--dtype", default="auto", choices=DTYPES)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--attn-impl", default="auto", choices=IMPLS,
-                   help="tree attention: auto (Triton on CUDA, PyTorch elsewhere), torch, or triton (CUDA, or "
-                        "TRITON_INTERPRET=1)")
-    p.add_argument("--kv-dtype", default="auto", choices=KV_DTYPES,
-                   help="dtype of the KV caches and attention: auto measures whether fp32 is faster than the model's "
-                        "dtype on this CPU, model keeps the model's, float32 forces fp32")
-    p.add_argument("--draft-vocab", type=int, default=None,
-                   help="draft among the N most frequent tokens (the head's hot-tokens.json); 0: the whole draft "
-                        f"vocabulary (default: {DEFAULT_HOT_SIZE} when the head ships a ranking)")
-
-
-def add_tree_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--steps", type=int, default=DEFAULT_TREE.steps, help="speculative_num_steps: drafting depth")
-    p.add_argument("--topk", type=int, default=DEFAULT_TREE.topk, help="speculative_eagle_topk: branching")
-    p.add_argument("--draft-tokens", type=int, default=DEFAULT_TREE.draft_tokens,
-                   help="speculative_num_draft_tokens: verification budget, root included")
-
 
 def _generate_parser(sub) -> None:
     p = sub.add_parser("generate", help="decode one prompt with EAGLE (or plain decoding with --baseline)")
@@ -60,7 +31,7 @@ def _generate_parser(sub) -> None:
 
 
 def run_generate(args) -> int:
-    from eagleviz.models.loading import load_engine
+    from eagleviz.decoding.load import load_engine
 
     if not args.prompt.strip():
         raise UserFacingError("the prompt is empty")
@@ -108,13 +79,17 @@ def _delegate(name: str, rest: list[str]) -> int:
         entry = {"train-head": train_cli.train_head_main, "eval-head": train_cli.eval_head_main,
                  "hot-tokens": train_cli.hot_tokens_main}[name]
     elif name == "gpu-check":
-        from eagleviz import gpu_check
+        from eagleviz.perf import gpu_check
 
         entry = gpu_check.main
-    else:
-        from eagleviz import bench
+    elif name == "bench":
+        from eagleviz.perf import bench
 
-        entry = bench.bench_main if name == "bench" else bench.tune_main
+        entry = bench.bench_main
+    else:
+        from eagleviz.perf import tune
+
+        entry = tune.tune_main
     return entry(rest) or 0
 
 

@@ -108,7 +108,7 @@ class SamplingConfig:
         return self.temperature == 0.0
 
 
-PRESETS = {
+TREE_PRESETS = {  # SGLang's fixed trees, by name
     "chain": TreeConfig.create(steps=5, topk=1, draft_tokens=6),
     "default": TreeConfig.create(),
     "sglang-llama": TreeConfig.create(steps=5, topk=4, draft_tokens=8),

@@ -18,21 +18,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-SHIPPED_DIR = Path(__file__).resolve().parents[1] / "assets" / "bench"
+from eagleviz.paths import SHIPPED_BENCH, cache_dir
+
+SHIPPED_DIR = SHIPPED_BENCH
 VERIFY_COST_FILE = "verify-cost.json"
 TUNED_FILE = "tuned.json"
 TREE_KEYS = ("steps", "topk", "draft_tokens")
 
-
-def cache_dir() -> Path:
-    """EAGLEVIZ_CACHE, default ~/.cache/eagleviz: where eagleviz keeps what it computes for this machine (the
-    dequantized embedded model, `tune` and `bench` results). The model loader uses it too."""
-    return Path(os.environ.get("EAGLEVIZ_CACHE", Path.home() / ".cache" / "eagleviz"))
 
 
 def bench_name(temperature: float) -> str:
@@ -87,10 +83,26 @@ def latest_verify_cost() -> Measured | None:
                         lambda d: _is_curve(d.get("verify_cost")) and isinstance(d.get("machine", {}), dict))
 
 
+def tuned_tree(temperature: float = 0.0, shipped: bool = True) -> Measured | None:
+    """The one reader of `tune` results: the fastest tree this machine measured at this temperature, else
+    (T > 0) the one it measured at T = 0, else (with `shipped`, at T = 0) the shipped one, else None. Sampling
+    accepts fewer drafted tokens than greedy decoding, so its fastest tree is often smaller: `tune --temperature
+    T` measures it. `data["best"]` is {"steps", "topk", "draft_tokens"}; `tuned_config(result)` makes it a TreeConfig."""
+    mine = [(cache_dir() / name, False) for name in dict.fromkeys((tuned_name(temperature), TUNED_FILE))]
+    ours = [(SHIPPED_DIR / TUNED_FILE, True)] if shipped and temperature == 0 else []
+    return _first_valid(mine + ours, _is_tree_result)
+
+
 def default_tree() -> Measured | None:
-    """The tree the page opens with: this machine's `tune` result at T = 0, else the shipped one, else None.
-    `data["best"]` is {"steps", "topk", "draft_tokens"}."""
-    return _first_valid([(cache_dir() / TUNED_FILE, False), (SHIPPED_DIR / TUNED_FILE, True)], _is_tree_result)
+    """The tree the page opens with: this machine's `tune` result at T = 0, else the shipped one, else None."""
+    return tuned_tree(0.0)
+
+
+def tuned_config(result: Measured):
+    """A tuned result's best tree as a TreeConfig."""
+    from eagleviz.config import TreeConfig
+
+    return TreeConfig.create(**{k: result.data["best"][k] for k in TREE_KEYS})
 
 
 def _is_tree_result(d: dict) -> bool:

@@ -15,7 +15,7 @@ import statistics
 import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
-from eagleviz.models.loading import load_engine
+from eagleviz.decoding.load import load_engine
 
 PROMPTS = ("Write a Python function that returns the factorial of n, with a docstring.",
            "Explain why the sky is blue in three sentences.", "List five fruits and their colours.")

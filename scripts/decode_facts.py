@@ -24,7 +24,8 @@ import time
 import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
-from eagleviz.models.loading import load_engine, load_target
+from eagleviz.decoding.load import load_engine
+from eagleviz.models.loading import load_target
 from eagleviz.models.target import TargetModel
 from eagleviz.prompts import load_prompts
 from eagleviz.train.data import prompt_ids

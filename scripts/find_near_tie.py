@@ -1,11 +1,11 @@
 """Look for a prompt on which greedy EAGLE and plain greedy decoding part ways in bf16 at a near-tie, while
-agreeing token for token in fp32: the prompt of the near-tie preset (eagleviz/presets.py).
+agreeing token for token in fp32: the prompt of the near-tie preset (eagleviz/app/presets.py).
 
     python scripts/find_near_tie.py                    # the candidate prompts below
     python scripts/find_near_tie.py --prompts FILE     # one prompt per line
 
 Each prompt runs as the page runs it (the CPU's dtype, the page's default tree, the presets' 48 new
-tokens, T = 0), then plain decoding races it (`eagleviz.race`); where the outputs differ, the target's
+tokens, T = 0), then plain decoding races it (`eagleviz.decoding.race`); where the outputs differ, the target's
 top-2 logit gap at the first differing token is printed in bf16 rounding steps. The same pair then runs in
 fp32, where the algorithm promises identical tokens. bf16 rounding depends on the CPU (AMX, AVX512-BF16,
 the compiled layer): a prompt found on one CPU may agree on another.
@@ -16,11 +16,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from eagleviz.models.loading import cpu_description, load_engine
-from eagleviz.presets import PRESET_TOKENS
+from eagleviz.models.loading import cpu_description
+
+from eagleviz.decoding.load import load_engine
+from eagleviz.app.presets import PRESET_TOKENS
 from eagleviz.prompts import load_prompts
-from eagleviz.race import race
-from eagleviz.session import EngineHub, Knobs, default_knobs, generate
+from eagleviz.decoding.race import race
+from eagleviz.app.session import EngineHub, Knobs, default_knobs, generate
 
 CANDIDATES = (
     "What is the capital of France?",

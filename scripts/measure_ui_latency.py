@@ -23,11 +23,11 @@ import plotly.graph_objects as go
 import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
-from eagleviz.models.loading import load_engine
-from eagleviz import navigation as nav
-from eagleviz.handlers import Handlers, StopRequest
-from eagleviz.session import EngineHub
-from eagleviz.ui import CSS, as_pairs, build_app
+from eagleviz.decoding.load import load_engine
+from eagleviz.app import navigation as nav
+from eagleviz.app.handlers import Handlers, StopRequest
+from eagleviz.app.session import EngineHub
+from eagleviz.app.ui import CSS, as_pairs, build_app
 from eagleviz.visuals.phases import frames
 
 PROMPT = "Write a Python function that returns the factorial of n, with a docstring."

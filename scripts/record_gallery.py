@@ -1,4 +1,4 @@
-"""Record the gallery (eagleviz/gallery.py): each preset of eagleviz/presets.py run as the page runs it (the
+"""Record the gallery (eagleviz/app/gallery.py): each preset of eagleviz/app/presets.py run as the page runs it (the
 shipped head, the CPU's dtype, the page's default tree, the presets' 48 new tokens), and the counting preset
 with the textbook tree 5 / 4 / 16; one trace file per entry and an index.json.
 
@@ -18,9 +18,10 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from eagleviz import gallery, presets
-from eagleviz.models.loading import RANDOM_HEAD, cpu_description, default_head, load_engine
-from eagleviz.session import EngineHub, Knobs, default_knobs, generate, read_trace
+from eagleviz.app import gallery, presets
+from eagleviz.decoding.load import RANDOM_HEAD, default_head, load_engine
+from eagleviz.models.loading import cpu_description
+from eagleviz.app.session import EngineHub, Knobs, default_knobs, generate, read_trace
 from eagleviz.trace import RunTrace
 
 MAX_BYTES = 300_000

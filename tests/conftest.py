@@ -59,10 +59,21 @@ def smol_fp32():
 @pytest.fixture(scope="session")
 def smol_engine_fp32(smol_fp32):
     """fp32 engine with the shipped head when present (so acceptance paths are exercised), else a random head."""
-    from eagleviz.engine import Engine
+    from eagleviz.decoding.engine import Engine
     from eagleviz.models.draft import load_head, random_head
-    from eagleviz.models.loading import RANDOM_HEAD, default_head
+    from eagleviz.decoding.load import RANDOM_HEAD, default_head
 
     path = default_head("embedded")
     head = random_head(smol_fp32, seed=0) if path == RANDOM_HEAD else load_head(path, smol_fp32)
     return Engine(smol_fp32, head, path)
+
+
+@pytest.fixture
+def tiny_cli(tmp_path, monkeypatch):
+    """`bench` and `tune`'s model loader returns a tiny engine; EAGLEVIZ_CACHE is a fresh directory."""
+    import eagleviz.decoding.load as loading
+    from tiny import tiny_engine
+
+    monkeypatch.setattr(loading, "load_engine", lambda *args, **kwargs: tiny_engine("llama", vocab=8))
+    monkeypatch.setenv("EAGLEVIZ_CACHE", str(tmp_path / "cache"))
+    return tmp_path

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from gradio_client import Client
 
-from eagleviz.session import EngineHub
+from eagleviz.app.session import EngineHub
 from eagleviz.trace import RunTrace
-from eagleviz.ui import build_app
+from eagleviz.app.ui import build_app
 from servers import serving
 from tiny import tiny_engine
 

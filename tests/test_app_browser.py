@@ -41,8 +41,8 @@ FIGURE_JS = """(id) => {
 
 @pytest.fixture(scope="module")
 def app_url():
-    from eagleviz.models.loading import load_engine
-    from eagleviz.ui import CSS, build_app
+    from eagleviz.decoding.load import load_engine
+    from eagleviz.app.ui import CSS, build_app
     from servers import serving
 
     with serving(build_app(load_engine(), model_id="HuggingFaceTB/SmolLM2-135M-Instruct"), css=CSS) as url:
@@ -292,8 +292,8 @@ def test_a_shared_link_restores_prompt_and_knobs_and_bad_ones_give_a_note(page, 
 
 
 def test_a_recorded_run_replays_with_no_model_call(page, app_url, monkeypatch):
-    from eagleviz import gallery
-    from eagleviz.engine import Engine
+    from eagleviz.app import gallery
+    from eagleviz.decoding.engine import Engine
 
     calls = []
     real = Engine.speculate

@@ -1,5 +1,5 @@
-"""eagleviz/bench.py on a tiny random engine: `bench` writes its files and keeps its JSON where the app looks
-first; `tune --curve-only` writes just the verification cost curve, in the shape the app reads."""
+"""eagleviz/perf/bench.py on a tiny random engine: `bench` writes its files and keeps its JSON where the app looks
+first, runs the tree `tune` saved as eagle-tuned, and resumes after an interruption."""
 
 from __future__ import annotations
 
@@ -8,19 +8,9 @@ import json
 import pytest
 import torch
 
-from eagleviz import bench, measured
-from eagleviz import errors
+from eagleviz import errors, measured
+from eagleviz.perf import bench, tune
 from tiny import tiny_engine
-
-
-@pytest.fixture
-def tiny_cli(tmp_path, monkeypatch):
-    """The CLI's model loader returns a tiny engine; EAGLEVIZ_CACHE is a fresh directory."""
-    import eagleviz.models.loading as loading
-
-    monkeypatch.setattr(loading, "load_engine", lambda *args, **kwargs: tiny_engine("llama", vocab=8))
-    monkeypatch.setenv("EAGLEVIZ_CACHE", str(tmp_path / "cache"))
-    return tmp_path
 
 
 def test_bench_writes_its_files_and_keeps_the_latest_for_the_app(tiny_cli, capsys):
@@ -54,18 +44,6 @@ def test_ab_modes_report_ratios_and_same_tokens(tiny_cli, capsys):
     assert "same tokens: True" in capsys.readouterr().out
 
 
-def test_tune_interleaves_the_trees_and_ranks_them_against_plain(tiny_cli, capsys):
-    from eagleviz.config import SamplingConfig, TreeConfig
-
-    engine = tiny_engine("llama", vocab=8)
-    grid = [TreeConfig.create(2, 1, 3), TreeConfig.create(2, 2, 4), TreeConfig.create(3, 2, 6)]
-    result = bench.tune(engine, ["abc", "hello there", "xyz"], SamplingConfig(max_new_tokens=6), prefix=8,
-                        grid=grid)
-    speedups = [r["speedup_vs_plain"] for r in result["grid"]]
-    assert result["interleaved"] and len(speedups) == 3 and speedups == sorted(speedups, reverse=True)
-    assert result["best"] == {k: result["grid"][0][k] for k in ("steps", "topk", "draft_tokens")}
-    assert all(r["tau"] >= 1 and r["tokens_per_s"] > 0 for r in result["grid"])
-    assert "[tune] prompt 3/3" in capsys.readouterr().out
 
 
 def test_eagle_tuned_runs_the_tree_tune_saved(tiny_cli, capsys):
@@ -74,8 +52,8 @@ def test_eagle_tuned_runs_the_tree_tune_saved(tiny_cli, capsys):
     args = ["--prompts", str(prompts), "--max-new-tokens", "5", "--repeats", "1", "--out", str(tiny_cli / "out")]
     with pytest.raises(errors.UserFacingError, match="tune"):  # not tuned yet
         bench.bench_main(args + ["--methods", "plain,eagle-tuned"])
-    bench.tuned_path().parent.mkdir(parents=True, exist_ok=True)
-    bench.tuned_path().write_text(json.dumps({"best": {"steps": 2, "topk": 2, "draft_tokens": 4}}))
+    tune.tuned_path().parent.mkdir(parents=True, exist_ok=True)
+    tune.tuned_path().write_text(json.dumps({"best": {"steps": 2, "topk": 2, "draft_tokens": 4}}))
     assert bench.bench_main(args) == 0  # the default methods now include it
     result = json.loads((tiny_cli / "out" / "bench-T0.json").read_text())
     assert "eagle-tuned" in result["rows"]
@@ -84,52 +62,10 @@ def test_eagle_tuned_runs_the_tree_tune_saved(tiny_cli, capsys):
         bench.bench_main(args + ["--methods", "plain,nonsense"])
 
 
-def test_tune_at_a_temperature_saves_the_tree_bench_runs_at_it(tiny_cli, monkeypatch, capsys):
-    def fake_tune(best, speedup=1.2):
-        return lambda *a, **k: {"verify_cost": {"relative": {1: 1.0}}, "best": best,
-                                "grid": [dict(best, speedup_vs_plain=speedup)]}
-
-    monkeypatch.setattr(bench, "tune", fake_tune({"steps": 3, "topk": 2, "draft_tokens": 6}))
-    assert bench.tune_main(["--prompts", "mtbench", "--limit", "1"]) == 0
-    assert "no tree beat plain decoding" not in capsys.readouterr().out
-    assert bench.tuned_source(1.0) == bench.tuned_path(0.0)  # no sampled tune yet: the greedy one applies
-    monkeypatch.setattr(bench, "tune", fake_tune({"steps": 2, "topk": 1, "draft_tokens": 3}, speedup=0.85))
-    assert bench.tune_main(["--prompts", "mtbench", "--limit", "1", "--temperature", "1"]) == 0
-    assert "no tree beat plain decoding here (the fastest ran at 0.85x plain)" in capsys.readouterr().out
-    saved = json.loads(bench.tuned_path(1.0).read_text())
-    assert bench.tuned_path(1.0).name == "tuned-T1.json" and saved["sampling"]["temperature"] == 1.0
-    assert bench.load_tuned(0.0) == bench.TreeConfig.create(3, 2, 6)
-    assert bench.load_tuned(1.0) == bench.TreeConfig.create(2, 1, 3)
-    assert bench.load_tuned(0.7) == bench.TreeConfig.create(3, 2, 6)  # none at 0.7: falls back to greedy's
-
-    prompts = tiny_cli / "prompts.txt"
-    prompts.write_text("abc\n")
-    args = ["--prompts", str(prompts), "--max-new-tokens", "4", "--repeats", "1", "--methods", "plain,eagle-tuned"]
-    for t, tree, source in (("0", [3, 2, 6], "tuned.json"), ("1", [2, 1, 3], "tuned-T1.json")):
-        assert bench.bench_main(args + ["--temperature", t, "--out", str(tiny_cli / "out")]) == 0
-        result = json.loads((tiny_cli / "out" / f"bench-T{t}.json").read_text())
-        assert [result["tuned_tree"][k] for k in ("steps", "topk", "draft_tokens")] == tree
-        assert result["tuned_tree"]["source"] == source
 
 
-def test_tune_curve_only_writes_the_curve_the_app_reads(tiny_cli, capsys):
-    out = tiny_cli / "curve" / "verify-cost.json"
-    assert bench.tune_main(["--curve-only", "--prefix", "16", "--out", str(out)]) == 0
-    data = json.loads(out.read_text())
-    curve = data["verify_cost"]
-    assert curve["prefix"] == 16 and list(curve["ms"]) == ["1", "2", "4", "8", "16", "32", "64"]
-    assert curve["relative"]["1"] == 1.0 and all(ms > 0 for ms in curve["ms"].values())
-    assert data["machine"]["model"] == "tiny-llama" and "--curve-only" in data["command"]
-    assert "n=64" in capsys.readouterr().out
-    assert measured.latest_verify_cost() is None or measured.latest_verify_cost().path != out  # not in the cache
-    assert bench.tune_main(["--curve-only", "--prefix", "16"]) == 0      # default: this machine's cache
-    found = measured.latest_verify_cost()
-    assert found.path == measured.user_verify_cost_path() and not found.shipped
 
 
-def test_out_without_curve_only_is_refused(tiny_cli):
-    with pytest.raises(SystemExit):
-        bench.tune_main(["--out", str(tiny_cli / "x.json")])
 
 
 def test_an_interrupted_bench_resumes_after_its_last_finished_prompt(tmp_path):

@@ -72,7 +72,7 @@ def test_missing_model_package_says_how_to_install(monkeypatch, capsys):
 @pytest.fixture
 def no_model(monkeypatch):
     """Loading the model is an error: the checks below must answer before any model work."""
-    from eagleviz.models import loading
+    from eagleviz.decoding import load as loading
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the arguments were checked")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from eagleviz.config import PRESETS, SamplingConfig, TreeConfig
+from eagleviz.config import TREE_PRESETS, SamplingConfig, TreeConfig
 
 
 def test_chain_aligns_draft_tokens_to_steps_plus_one():
@@ -42,7 +42,7 @@ def test_sampling_validation(kwargs):
 
 
 def test_presets_are_valid_and_frozen():
-    for cfg in PRESETS.values():
+    for cfg in TREE_PRESETS.values():
         assert cfg.draft_tokens <= cfg.max_draft_tokens
     with pytest.raises(AttributeError):
-        PRESETS["default"].steps = 3
+        TREE_PRESETS["default"].steps = 3

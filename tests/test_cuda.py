@@ -33,7 +33,7 @@ def in_fresh_process(body: str, *args: str, timeout: int = 900) -> dict:
 def kernel_grid_body(device: str) -> dict:
     import torch
 
-    from eagleviz.gpu_check import kernel_grid
+    from eagleviz.perf.gpu_check import kernel_grid
 
     return kernel_grid(torch.device(device), every=7)
 
@@ -41,7 +41,7 @@ def kernel_grid_body(device: str) -> dict:
 def self_check_body(device: str) -> dict:
     import torch
 
-    from eagleviz.gpu_check import self_checks
+    from eagleviz.perf.gpu_check import self_checks
     from kernels.self_check import choose_attention
 
     choice = choose_attention("auto", device, torch.bfloat16)
@@ -54,7 +54,7 @@ def lossless_body(device: str) -> dict:
     import torch
 
     from eagleviz.config import SamplingConfig, TreeConfig
-    from eagleviz.engine import Engine
+    from eagleviz.decoding.engine import Engine
     from tiny import tiny_engine
 
     rows = []

@@ -1,4 +1,4 @@
-"""eagleviz/engine.py on tiny random models: greedy speculation equals greedy decoding exactly (fp32), sampling
+"""eagleviz/decoding/engine.py on tiny random models: greedy speculation equals greedy decoding exactly (fp32), sampling
 reproduces the target distribution, and every cycle's trace is internally consistent."""
 
 import itertools
@@ -12,7 +12,7 @@ from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import DraftConfig, DraftHead
 from eagleviz.trace import RunTrace
-from eagleviz.verify import sampling_probs
+from eagleviz.decoding.verify import sampling_probs
 from tiny import tiny_engine, tiny_target
 
 CONFIGS = [TreeConfig.create(3, 1, 4), TreeConfig.create(5, 4, 16), TreeConfig.create(6, 8, 64),
@@ -144,7 +144,7 @@ def test_reduced_draft_vocabulary_maps_to_target_ids():
     target = tiny_target(vocab=16)
     head = DraftHead(DraftConfig.for_target(target, "eagle3", draft_vocab_size=4)).eval()
     head.d2t.copy_(torch.tensor([3, 6, 9, 12]) - torch.arange(4))
-    from eagleviz.engine import Engine
+    from eagleviz.decoding.engine import Engine
 
     engine = Engine(target, head, "vd4")
     trace = run(engine, [1, 2], TreeConfig.create(3, 2, 7), SamplingConfig(max_new_tokens=12))
@@ -156,7 +156,7 @@ def test_reduced_draft_vocabulary_maps_to_target_ids():
 def test_greedy_lossless_with_the_triton_kernel_in_the_interpreter():
     """The Triton tree-attention kernel (TRITON_INTERPRET=1, see conftest) serves prefill, drafting and
     verification, and the trace records which implementation ran."""
-    from eagleviz.engine import Engine
+    from eagleviz.decoding.engine import Engine
 
     ref = tiny_engine("llama", vocab=8, layers=2)
     engine = Engine(ref.target, ref.head, "random", attn_impl="triton")
@@ -169,8 +169,8 @@ def test_greedy_lossless_with_the_triton_kernel_in_the_interpreter():
 def test_greedy_verification_takes_the_argmax_of_the_logits():
     """Two logits one float step apart have the same softmax probability in fp32: the target's choice must be
     the larger logit, as plain decoding's `logits.argmax()` picks, not the first of the tied probabilities."""
-    from eagleviz.engine import Engine
-    from eagleviz.tree import Candidates, VerifyTree
+    from eagleviz.decoding.engine import Engine
+    from eagleviz.decoding.tree import Candidates, VerifyTree
 
     lo = torch.tensor(0.1)
     logits = torch.tensor([[0.1, float(torch.nextafter(lo, torch.tensor(1.0))), -3.0, -4.0]])
@@ -198,7 +198,7 @@ def test_speculation_runs_to_the_context_limit_like_plain_decoding(tree):
 def test_an_attention_fallback_is_noted_in_every_trace(monkeypatch):
     """The engine asks `choose_attention` once, with its device, KV dtype and the injected check, and every run
     it starts carries the choice's notes (what the page shows) through JSON."""
-    import eagleviz.engine as engine_mod
+    import eagleviz.decoding.engine as engine_mod
     from kernels.self_check import AttentionChoice
 
     note = "the Triton tree-attention kernel disagreed with PyTorch attention on cuda:0; verification uses PyTorch"

@@ -1,4 +1,4 @@
-"""eagleviz/gallery.py and assets/gallery/: every shipped entry loads as a validated trace with no model,
+"""eagleviz/app/gallery.py and assets/gallery/: every shipped entry loads as a validated trace with no model,
 says what its trace measured, and matches the preset and knobs it names; bad ids and a damaged gallery are
 refused in one line."""
 
@@ -10,8 +10,8 @@ import subprocess
 import sys
 import pytest
 
-from eagleviz import gallery, presets
-from eagleviz.session import read_trace
+from eagleviz.app import gallery, presets
+from eagleviz.app.session import read_trace
 
 ENTRIES = gallery.entries()
 DESCRIPTION = re.compile(r"tau (\d+\.\d\d): (\d+) new tokens in (\d+) cycles, tree (\d+) / (\d+) / (\d+), "
@@ -65,7 +65,8 @@ def test_the_near_tie_trace_commits_the_token_its_note_names():
 def test_loading_the_gallery_runs_no_model(monkeypatch):
     """Replaying must cost nothing on a busy CPU: no target or head is built, and in a fresh interpreter
     loading every entry never imports transformers."""
-    from eagleviz.models import draft, loading
+    from eagleviz.decoding import load as loading
+    from eagleviz.models import draft
 
     def refuse(*args, **kwargs):
         raise AssertionError("the gallery loaded a model")
@@ -74,7 +75,7 @@ def test_loading_the_gallery_runs_no_model(monkeypatch):
         monkeypatch.setattr(module, name, refuse)
     for e in ENTRIES:
         gallery.load(e.id)
-    code = ("import sys; from eagleviz import gallery; [gallery.load(e.id) for e in gallery.entries()]; "
+    code = ("import sys; from eagleviz.app import gallery; [gallery.load(e.id) for e in gallery.entries()]; "
             "print('transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -1,4 +1,4 @@
-"""eagleviz/gpu_check.py on a CPU: the report's structure from every section with tiny engines and the kernel in
+"""eagleviz/perf/gpu_check.py on a CPU: the report's structure from every section with tiny engines and the kernel in
 Triton's interpreter, a broken section reported without hiding the others, the command's refusal where no
 GPU is visible, and its dry run writing the report."""
 
@@ -7,9 +7,11 @@ import json
 import pytest
 import torch
 
-from eagleviz import cli, gpu_check
+from eagleviz import cli
+
+from eagleviz.perf import gpu_check
 from eagleviz.config import TreeConfig
-from eagleviz.engine import Engine
+from eagleviz.decoding.engine import Engine
 from kernels import cases
 from tiny import tiny_engine
 

@@ -1,11 +1,11 @@
-"""eagleviz/host.py: reads of device values give what `.tolist()` gives, in one copy on a GPU; phase timings
+"""eagleviz/models/host.py: reads of device values give what `.tolist()` gives, in one copy on a GPU; phase timings
 are wall-clock on a CPU and CUDA events read once per cycle on a GPU (checked here through a stand-in event,
 the bookkeeping being what a CPU can honestly test)."""
 
 import pytest
 import torch
 
-from eagleviz.host import PhaseClock, batched_to_host, to_device, to_host
+from eagleviz.models.host import PhaseClock, batched_to_host, to_device, to_host
 
 
 def test_batched_reads_equal_tolist_for_ids_and_floats():

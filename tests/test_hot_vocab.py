@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
-from eagleviz.engine import Engine
+from eagleviz.decoding.engine import Engine
 from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import DraftConfig, DraftHead, random_head, save_head
 from eagleviz.models.hot_vocab import (HOT_TOKENS_FILE, draft_target_ids, rank_tokens, read_ranking, restrict,
                                        write_ranking)
-from eagleviz.models.loading import _hot_vocabulary
+from eagleviz.decoding.load import _hot_vocabulary
 from tiny import tiny_target
 
 USED = [0, 2, 3, 5, 8, 13, 21, 30]  # the target ids of an 8-token draft vocabulary

@@ -1,11 +1,11 @@
-"""eagleviz/kv_cache.py: the commit ("KV rewind") equals a sequential prefill of the accepted tokens."""
+"""eagleviz/models/kv_cache.py: the commit ("KV rewind") equals a sequential prefill of the accepted tokens."""
 
 import random
 
 import pytest
 import torch
 
-from eagleviz.kv_cache import KVCache
+from eagleviz.models.kv_cache import KVCache
 from kernels.tree_attention import ancestor_mask
 from tiny import tiny_target
 

@@ -1,17 +1,122 @@
-"""The data flows one way (engine -> trace -> visuals -> UI): the engine never imports gradio or plotly, and
-the trace and the visuals never import torch; nor does the finder of measured results, read by the page at
-start-up without a model."""
+"""The house's layering, stated once and checked on every module's imports (function-level ones included):
+the data flows one way (decoding -> trace -> visuals -> app), and the folders say so.
 
+    app       may import decoding, perf, visuals, models and the root vocabulary; nothing imports app
+    perf      may import decoding, models, visuals, kernels; never app
+    decoding  imports models and kernels; never app, perf, train or visuals
+    models    imports kernels; never decoding, app, perf, train or visuals
+    visuals   never torch, never decoding, models, app or perf (everything is drawn from a trace)
+    train     never app or perf
+    kernels   never eagleviz
+    root      config, trace, errors, prompts, measured, paths: the shared vocabulary, importing no wing
+              (cli is the command line's entry point and dispatches to the wings)
+No import circle between modules. In fresh interpreters: the engine never loads gradio or plotly, the trace,
+the visuals and the finder of measured results never load torch."""
+
+from __future__ import annotations
+
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parents[1]
+WINGS = ("app", "perf", "decoding", "models", "visuals", "train")
+VOCABULARY = ("config", "trace", "errors", "prompts", "measured", "paths")
+
+FORBIDDEN = {  # importer's layer -> layers (or top-level packages) it must never import
+    "app": set(),
+    "perf": {"app"},
+    "decoding": {"app", "perf", "train", "visuals"},
+    "models": {"decoding", "app", "perf", "train", "visuals"},
+    "visuals": {"decoding", "models", "app", "perf", "train", "torch", "gradio", "transformers"},
+    "train": {"app", "perf"},
+    "kernels": {"eagleviz"},
+    "root": set(WINGS),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module an `import` or `from ... import` names, wherever it sits in the file."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:  # `from eagleviz.app import presets` names the module eagleviz.app.presets
+                sub = f"{node.module}.{a.name}"
+                names.add(sub if (ROOT / (sub.replace(".", "/") + ".py")).is_file() else node.module)
+    return names
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] == "kernels":
+        return "kernels"
+    if parts[0] != "eagleviz":
+        return parts[0]
+    if len(parts) > 1 and parts[1] in WINGS:
+        return parts[1]
+    return "root" if len(parts) > 1 and parts[1] in VOCABULARY else "entry"
+
+
+MODULES = {module_name(p): p for base in ("eagleviz", "kernels") for p in sorted((ROOT / base).rglob("*.py"))}
+GRAPH = {m: {i for i in imports_of(p) if i in MODULES and i != m} for m, p in MODULES.items()}
+
+
+def test_the_vocabulary_is_all_that_sits_at_the_root():
+    root = {p.stem for p in (ROOT / "eagleviz").glob("*.py")} - {"__init__", "__main__", "cli"}
+    assert root == set(VOCABULARY)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_import_from_a_lower_layer_to_a_higher_one(module):
+    mine = layer(module)
+    banned = FORBIDDEN.get(mine, set())
+    breaches = sorted(i for i in imports_of(MODULES[module])
+                      if layer(i) in banned or i.split(".")[0] in banned)
+    assert breaches == [], f"{module} ({mine}) imports {breaches}"
+
+
+def test_nothing_imports_the_app_from_outside_it():
+    outside = sorted((m, i) for m, deps in GRAPH.items() for i in deps
+                     if layer(i) == "app" and layer(m) != "app")
+    assert outside == []
+
+
+def test_no_import_circle():
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(GRAPH[m]):
+            if state.get(d) == 1:
+                pytest.fail("import circle: " + " -> ".join(stack[stack.index(d):] + [d]))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(GRAPH):
+        if m not in state:
+            visit(m)
+
+
 CASES = [
-    ("eagleviz.engine", {"gradio", "plotly"}),
+    ("eagleviz.decoding.engine", {"gradio", "plotly"}),
     ("eagleviz.trace", {"torch", "gradio", "plotly", "transformers"}),
     ("eagleviz.visuals", {"torch", "gradio", "transformers"}),
     ("eagleviz.measured", {"torch", "gradio", "plotly", "transformers"}),
+    ("eagleviz.paths", {"torch", "gradio", "plotly", "transformers"}),
 ]
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
-from eagleviz.engine import Engine
+from eagleviz.decoding.engine import Engine
 from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import DraftHead, load_head
 from eagleviz.models.layouts import flat_config, read_checkpoint

@@ -1,12 +1,12 @@
-"""eagleviz/limits.py: server limits from the environment, refused requests name the limit, KV budget."""
+"""eagleviz/app/limits.py: server limits from the environment, refused requests name the limit, KV budget."""
 
 import pytest
 import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
-from eagleviz.limits import Limits
-from eagleviz.engine import Engine
+from eagleviz.app.limits import Limits
+from eagleviz.decoding.engine import Engine
 from eagleviz.models.target import TargetModel
 from tiny import tiny_engine
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from eagleviz.bench import top2_gap
+from eagleviz.perf.bench import top2_gap
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.prompts import mtbench_first_turns
 

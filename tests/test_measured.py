@@ -37,7 +37,7 @@ def write(path: Path, data, mtime: float | None = None) -> Path:
 
 
 def test_cache_dir_follows_the_model_loaders_rule(monkeypatch, tmp_path):
-    from eagleviz.models.loading import cache_dir
+    from eagleviz.paths import cache_dir
 
     monkeypatch.setenv("EAGLEVIZ_CACHE", str(tmp_path))
     assert measured.cache_dir() == cache_dir() == tmp_path

@@ -90,7 +90,7 @@ def test_fp32_keys_and_values_of_a_bf16_model_lose_nothing():
 
 def test_a_bf16_head_drafts_over_an_fp32_cache():
     from eagleviz.config import SamplingConfig, TreeConfig
-    from eagleviz.engine import Engine
+    from eagleviz.decoding.engine import Engine
 
     target = tiny_target(dtype=torch.bfloat16)
     fp32kv = TargetModel(target.hf, target.tokenizer, target.name, kv_dtype=torch.float32)
@@ -199,7 +199,7 @@ def test_rope_scalings_match_transformers(params):
 def test_a_head_named_by_hub_id_is_downloaded_once_and_a_directory_is_used_as_is(monkeypatch, tmp_path):
     import huggingface_hub
 
-    from eagleviz.models.loading import local_head
+    from eagleviz.decoding.load import local_head
 
     asked = []
     monkeypatch.setattr(huggingface_hub, "snapshot_download",

@@ -1,4 +1,4 @@
-"""eagleviz/navigation.py: moving through a recorded run (cycles, phases, the selected token) with no model,
+"""eagleviz/app/navigation.py: moving through a recorded run (cycles, phases, the selected token) with no model,
 each step under 200 ms of server time."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 import gradio as gr
 import pytest
 
-from eagleviz import navigation as nav
+from eagleviz.app import navigation as nav
 from eagleviz.visuals.phases import frames
 from eagleviz.visuals.selection import BONUS, output_origin
 from test_visuals import RECORDED, recorded

@@ -1,4 +1,4 @@
-"""eagleviz/pairs.py: the operator's model/head pairs, chosen by name only, one held in memory at a time."""
+"""eagleviz/app/pairs.py: the operator's model/head pairs, chosen by name only, one held in memory at a time."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from eagleviz.errors import UserFacingError
-from eagleviz.pairs import EMBEDDED_PAIR, Pair, PairHub, pairs_from_env, read_pairs
+from eagleviz.app.pairs import EMBEDDED_PAIR, Pair, PairHub, pairs_from_env, read_pairs
 
 
 class Memory:

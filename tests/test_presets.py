@@ -1,4 +1,4 @@
-"""eagleviz/presets.py: every preset's label keeps its promise with the shipped head, run as the page runs it
+"""eagleviz/app/presets.py: every preset's label keeps its promise with the shipped head, run as the page runs it
 (the default tree, 48 new tokens, the CPU's dtype). Re-run with -s after changing the head: it prints each
 preset's tau and text, the figures the notes quote (MEASURED_TAU)."""
 
@@ -9,9 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from eagleviz import presets
-from eagleviz.models.loading import RANDOM_HEAD, cpu_description, default_head, load_engine
-from eagleviz.session import EngineHub, Knobs, default_knobs, generate, race_run
+from eagleviz.app import presets
+from eagleviz.decoding.load import RANDOM_HEAD, default_head, load_engine
+from eagleviz.models.loading import cpu_description
+from eagleviz.app.session import EngineHub, Knobs, default_knobs, generate, race_run
 
 TOLERANCE = 0.5  # bf16 rounds differently from one CPU to another: a quoted tau may move a little
 

@@ -15,11 +15,11 @@ import pytest
 from gradio_client import Client
 
 from eagleviz.errors import UserFacingError
-from eagleviz.limits import Limits
-from eagleviz.session import EngineHub, read_trace
+from eagleviz.app.limits import Limits
+from eagleviz.app.session import EngineHub, read_trace
 from eagleviz.trace import RunTrace
-from eagleviz.handlers import Handlers
-from eagleviz.ui import as_pairs, build_app
+from eagleviz.app.handlers import Handlers
+from eagleviz.app.ui import as_pairs, build_app
 from servers import serving
 from tiny import tiny_engine
 
@@ -59,7 +59,7 @@ def test_two_model_runs_at_once_give_the_tokens_each_gives_alone(smol_engine_fp3
     import threading
     import time
 
-    from eagleviz.session import Knobs, generate
+    from eagleviz.app.session import Knobs, generate
 
     hub = EngineHub(smol_engine_fp32, model_id="embedded")
     jobs = [("Name three fruits.", Knobs(max_new_tokens=24)),
@@ -182,7 +182,7 @@ def test_handler_errors_are_messages_and_the_next_request_works(hub):
 
 
 def test_run_time_limit_keeps_the_partial_trace(hub):
-    from eagleviz.session import Knobs, stream_run
+    from eagleviz.app.session import Knobs, stream_run
 
     ticks = iter(range(0, 10_000, 50))
     runs = list(stream_run(hub, "slow", Knobs(3, 2, 6, max_new_tokens=60), Limits(max_run_seconds=100),

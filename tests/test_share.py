@@ -1,4 +1,4 @@
-"""eagleviz/share.py: a link round-trips a run's prompt and knobs; every bad parameter falls back to its
+"""eagleviz/app/share.py: a link round-trips a run's prompt and knobs; every bad parameter falls back to its
 default with a one-line note, never an error, and the rest of the link still applies."""
 
 from dataclasses import fields, replace
@@ -6,9 +6,9 @@ from urllib.parse import parse_qsl
 
 import pytest
 
-from eagleviz import presets, share
-from eagleviz.limits import Limits
-from eagleviz.session import Knobs
+from eagleviz.app import presets, share
+from eagleviz.app.limits import Limits
+from eagleviz.app.session import Knobs
 
 DEFAULTS = Knobs(steps=4, topk=1, draft_tokens=5, max_new_tokens=48)
 LIMITS = Limits()
@@ -158,7 +158,7 @@ def test_unknown_presets_and_gallery_entries_are_refused():
 
 
 def test_the_gallery_ids_default_to_the_shipped_gallery():
-    from eagleviz import gallery
+    from eagleviz.app import gallery
 
     first = gallery.entries()[0].id
     assert share.from_query({"gallery": first}, DEFAULTS, LIMITS).gallery == first

@@ -69,7 +69,7 @@ def test_a_zero_gpu_start_without_cuda_serves_the_page(monkeypatch):
     the model outside `spaces.GPU` (no warm-up), must wrap the model handlers, and must serve the page."""
     import urllib.request
 
-    from eagleviz.engine import Engine
+    from eagleviz.decoding.engine import Engine
     from servers import serving
     from tiny import tiny_engine
 

@@ -387,7 +387,7 @@ def test_heldout_answers_are_original_or_the_targets_own(tiny_target, tmp_path):
 def test_a_deeper_eagle3_head_grows_from_a_trained_one_and_round_trips(tiny_target, tiny_shard, tmp_path):
     """--add-layers: the grown head computes exactly what the one-layer head did (zero output projections),
     trains, saves with its extra layers and loads back with the engine's loader, deeper."""
-    from eagleviz.engine import Engine
+    from eagleviz.decoding.engine import Engine
     from eagleviz.train.pipeline import grow, init_head, resumed_head
 
     d2t, t2d = draft_vocab(token_counts(tiny_shard.ids, tiny_shard.mask, V), 32, always=(0,))

@@ -4,7 +4,7 @@ import random
 
 import torch
 
-from eagleviz.tree import Candidates, VerifyTree, rerank, select_frontier
+from eagleviz.decoding.tree import Candidates, VerifyTree, rerank, select_frontier
 
 
 def random_candidates(rng: random.Random, steps: int, topk: int) -> Candidates:

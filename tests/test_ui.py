@@ -1,5 +1,5 @@
-"""The app's handlers (eagleviz/handlers.py, eagleviz/navigation.py), session logic, race and launch flags, and
-the page's wiring (eagleviz/ui.py), on a tiny random engine (fast, deep accepts)."""
+"""The app's handlers (eagleviz/app/handlers.py, eagleviz/app/navigation.py), session logic, race and launch flags, and
+the page's wiring (eagleviz/app/ui.py), on a tiny random engine (fast, deep accepts)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ import json
 import gradio as gr
 import pytest
 
-from eagleviz import race as race_mod
+from eagleviz.decoding import race as race_mod
 from eagleviz.errors import UserFacingError
-from eagleviz.limits import Limits
-from eagleviz.session import EngineHub, Knobs, generate, read_trace, stream_run
+from eagleviz.app.limits import Limits
+from eagleviz.app.session import EngineHub, Knobs, generate, read_trace, stream_run
 from eagleviz.trace import RunTrace
-from eagleviz import presets
-from eagleviz import navigation as nav
-from eagleviz.handlers import Handlers, StopRequest
-from eagleviz.navigation import VIEW_SIZE
-from eagleviz.ui import as_pairs, build_app
+from eagleviz.app import presets
+from eagleviz.app import navigation as nav
+from eagleviz.app.handlers import Handlers, StopRequest
+from eagleviz.app.navigation import VIEW_SIZE
+from eagleviz.app.ui import as_pairs, build_app
 from tiny import tiny_engine
 
 KNOBS = (4, 4, 16, 0.0, 1.0, 16, 0, "auto")  # steps, topk, draft_tokens, temperature, top_p, max_new, seed, attn
@@ -217,7 +217,7 @@ def test_race_refuses_an_imported_trace_over_the_limits(hub, finished):
 
 
 def test_race_stops_plain_decoding_at_the_time_limit(hub, finished):
-    from eagleviz.session import race_run
+    from eagleviz.app.session import race_run
 
     _, run = finished
     ticks = iter(range(1000))
@@ -346,7 +346,7 @@ def test_the_page_opens_on_the_tuned_tree_and_says_where_it_comes_from(tmp_path,
     """This machine's `tune` result first, else the shipped one (measured for the shipped head), else the
     textbook tree; the caption names the source."""
     from eagleviz import measured
-    from eagleviz.session import default_knobs
+    from eagleviz.app.session import default_knobs
 
     monkeypatch.setenv("EAGLEVIZ_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(measured, "SHIPPED_DIR", tmp_path / "shipped")
@@ -367,7 +367,7 @@ def test_the_page_opens_on_the_tuned_tree_and_says_where_it_comes_from(tmp_path,
 
 
 def test_a_second_pair_is_named_loaded_on_first_use_and_never_a_path(hub):
-    from eagleviz.pairs import Pair, PairHub
+    from eagleviz.app.pairs import Pair, PairHub
 
     loads = []
     pairs = PairHub((Pair("tiny"), Pair("other", "elsewhere")), load=lambda pair: loads.append(pair.name) or hub)

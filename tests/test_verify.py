@@ -1,12 +1,12 @@
-"""eagleviz/verify.py: greedy matching and multi-round speculative sampling, pinned to exact distributions."""
+"""eagleviz/decoding/verify.py: greedy matching and multi-round speculative sampling, pinned to exact distributions."""
 
 import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
 
-from eagleviz.tree import VerifyTree
-from eagleviz.verify import draw, greedy_verify, sample_verify, sampling_probs
+from eagleviz.decoding.tree import VerifyTree
+from eagleviz.decoding.verify import draw, greedy_verify, sample_verify, sampling_probs
 
 V = 6
 # root(slot 0) -> slots 1, 2, 3 ; slot 1 -> 4, 5 ; slot 2 -> 6

@@ -1,4 +1,4 @@
-"""eagleviz/workshop.py: a link restores a run's prompt and knobs (bad parameters give defaults and a note),
+"""eagleviz/app/workshop.py: a link restores a run's prompt and knobs (bad parameters give defaults and a note),
 recorded runs replay with no model work, and the queue says when runs are ahead."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import gradio as gr
 import pytest
 from starlette.datastructures import QueryParams
 
-from eagleviz import gallery, workshop
-from eagleviz.handlers import Handlers
-from eagleviz.limits import Limits
-from eagleviz.navigation import VIEW_SIZE
-from eagleviz.pairs import Pair, PairHub
-from eagleviz.session import Knobs
+from eagleviz.app import gallery, workshop
+from eagleviz.app.handlers import Handlers
+from eagleviz.app.limits import Limits
+from eagleviz.app.navigation import VIEW_SIZE
+from eagleviz.app.pairs import Pair, PairHub
+from eagleviz.app.session import Knobs
 
 DEFAULTS = Knobs(steps=4, topk=1, draft_tokens=5, max_new_tokens=48)
 RUN = 8 + VIEW_SIZE   # the run outputs come first, then prompt, preset, note, the 8 knobs, model, projector, notes
@@ -74,7 +74,7 @@ def test_a_plain_visit_changes_nothing(handlers):
 
 
 def test_a_link_to_a_recorded_run_replays_it_with_its_prompt_and_knobs_and_no_model(handlers, monkeypatch):
-    import eagleviz.models.loading as loading
+    import eagleviz.decoding.load as loading
 
     monkeypatch.setattr(loading, "load_target", lambda *a, **k: pytest.fail("a model was loaded"))
     first = gallery.entries()[-1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from eagleviz.engine import Engine
+from eagleviz.decoding.engine import Engine
 from eagleviz.models.draft import random_head
 from eagleviz.models.target import TargetModel
 

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from eagleviz.errors import UserFacingError
-from eagleviz.kv_cache import KVCache
+from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.compat import check_fits
 from eagleviz.models.dense import Dense, for_inference
 from eagleviz.models.layers import (AttentionWeights, cached_attention, rms_norm, rope_cos_sin, rope_inv_freq,

@@ -14,7 +14,7 @@ import time
 import torch
 from torch import nn
 
-from eagleviz.kv_cache import KVCache
+from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.dense import Dense
 from kernels.tree_attention import tree_attention_masked
 

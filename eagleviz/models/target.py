@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from eagleviz.kv_cache import KVCache
-from eagleviz.measured import cache_dir
+from eagleviz.models.kv_cache import KVCache
+from eagleviz.paths import cache_dir
 from eagleviz.models.dense import Dense
 from eagleviz.models.layers import AttentionWeights, attention_dtype, cached_attention, rms_norm, swiglu_mlp
 from kernels import cpu_ops

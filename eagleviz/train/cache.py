@@ -1,6 +1,6 @@
 """A key/value cache that autograd can see through.
 
-`eagleviz.kv_cache.KVCache` writes in place into preallocated tensors, which breaks backpropagation. This
+`eagleviz.models.kv_cache.KVCache` writes in place into preallocated tensors, which breaks backpropagation. This
 cache keeps, per layer, the list of written blocks and joins them with `torch.cat` when read, so gradients
 flow to every key and value. It has the interface `DraftHead.forward` uses (write, view, length, advance),
 which lets training run the very forward the engine runs.

@@ -181,7 +181,7 @@ def eval_head_main(argv: list[str] | None = None) -> int:
         temps = tuple(float(t) for t in args.temperatures.split(",") if t.strip())
     except ValueError as exc:
         raise UserFacingError(f"--temperatures: {exc}") from exc
-    from eagleviz.models.loading import default_head
+    from eagleviz.decoding.load import default_head
 
     cfg = EvalConfig(head=args.head or default_head(args.target), target=args.target, prompts=args.prompts, limit=limit,
                      max_new_tokens=args.max_new_tokens, heldout=args.heldout, max_len=args.max_len,
@@ -206,7 +206,8 @@ def hot_tokens_main(argv: list[str] | None = None) -> int:
     p.add_argument("--heldout", type=int, default=200, help="conversations held out in training (never counted)")
     args = p.parse_args(argv)
     from eagleviz.models.draft import load_head
-    from eagleviz.models.loading import default_head, load_target
+    from eagleviz.decoding.load import default_head
+    from eagleviz.models.loading import load_target
     from eagleviz.train import pipeline as P
 
     head_dir = Path(args.head or default_head(args.target))

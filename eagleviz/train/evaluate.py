@@ -97,7 +97,7 @@ def evaluate_head(cfg: EvalConfig) -> dict:
     from tqdm import tqdm
 
     from eagleviz.config import TreeConfig
-    from eagleviz.models.loading import load_engine
+    from eagleviz.decoding.load import load_engine
     from eagleviz.train.pipeline import set_threads
 
     set_threads(cfg.threads)

@@ -6,7 +6,7 @@
 from pathlib import Path
 
 from eagleviz.config import SamplingConfig, TreeConfig
-from eagleviz.models.loading import load_engine
+from eagleviz.decoding.load import load_engine
 
 HERE = Path(__file__).parent
 PROMPT = "Name three colours."

@@ -21,11 +21,11 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from urllib.parse import parse_qsl, quote, urlencode
 
-from eagleviz import presets
+from eagleviz.app import presets
 from eagleviz.config import LIMITS
 from eagleviz.errors import UserFacingError
-from eagleviz.limits import Limits
-from eagleviz.session import Knobs
+from eagleviz.app.limits import Limits
+from eagleviz.app.session import Knobs
 from kernels.tree_attention import IMPLS
 
 MAX_PARAMS = 32                  # a longer query is cut: no page needs more, and each one costs a note
@@ -41,7 +41,7 @@ _FLOAT_FIELDS = {"temperature": (0.0, 2.0, "[0, 2]"), "top_p": (0.0, 1.0, "(0, 1
 @dataclass(frozen=True)
 class Shared:
     """What a link asks the page to show. `prompt` None: the link set none (or an unusable one), keep the
-    page's. `preset`/`gallery`: a preset name of `eagleviz.presets` and a gallery entry id, validated."""
+    page's. `preset`/`gallery`: a preset name of `eagleviz.app.presets` and a gallery entry id, validated."""
 
     prompt: str | None
     knobs: Knobs
@@ -88,7 +88,7 @@ def _pairs(params: Mapping[str, str] | Iterable[tuple[str, str]] | str) -> list[
 def from_query(params: Mapping[str, str] | Iterable[tuple[str, str]] | str, defaults: Knobs, limits: Limits,
                *, gallery_ids: Collection[str] | None = None, passthrough: Collection[str] = ()) -> Shared:
     """Read a link (see the module docstring). `defaults`: the page's knobs, used for every knob the link
-    leaves out or gets wrong. `gallery_ids`: the known gallery entries (default: `eagleviz.gallery`'s).
+    leaves out or gets wrong. `gallery_ids`: the known gallery entries (default: `eagleviz.app.gallery`'s).
     `passthrough`: parameter names the caller handles itself (e.g. a layout), returned in `extra`."""
     pairs = _pairs(params)
     notes: list[str] = []
@@ -144,7 +144,7 @@ def _choice(name: str, value: str | None, known: Collection[str], notes: list[st
 
 
 def _gallery_ids() -> tuple[str, ...]:
-    from eagleviz import gallery
+    from eagleviz.app import gallery
 
     try:
         return tuple(e.id for e in gallery.entries())

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from eagleviz.trace import NodeCheck
-from eagleviz.tree import VerifyTree
+from eagleviz.decoding.tree import VerifyTree
 
 RESIDUAL_TOP = 5
 

@@ -99,10 +99,10 @@ def kernel_grid(device: torch.device, dtypes=DTYPE_NAMES, every: int = 1) -> dic
 
 def lossless(engine_for: EngineFor, prompts: list[str], tree: TreeConfig, max_new_tokens: int,
              dtypes=("float32", "bfloat16")) -> dict:
-    """Greedy EAGLE against plain greedy decoding, per dtype (`eagleviz.race`): identical outputs, or a first
+    """Greedy EAGLE against plain greedy decoding, per dtype (`eagleviz.decoding.race`): identical outputs, or a first
     difference at a near-tie of the target's two best logits (fp32: within FP32_TIE_GAP; bf16/fp16: within
     NEAR_TIE_STEPS rounding steps)."""
-    from eagleviz.race import race
+    from eagleviz.decoding.race import race
 
     out = {}
     for name in dtypes:
@@ -188,8 +188,9 @@ def _section_ok(section) -> bool:
 def embedded_engines(device: str) -> EngineFor:
     """Engines on the embedded SmolLM2-135M with the shipped head: one target per dtype, loaded on first use
     and shared by the attention implementations (as the app's engine views are)."""
-    from eagleviz.engine import Engine
-    from eagleviz.models.loading import EMBEDDED, load_engine
+    from eagleviz.decoding.engine import Engine
+    from eagleviz.models.loading import EMBEDDED
+    from eagleviz.decoding.load import load_engine
 
     loaded: dict[str, Engine] = {}
 
@@ -197,8 +198,7 @@ def embedded_engines(device: str) -> EngineFor:
         if dtype not in loaded:
             loaded.clear()  # one target resident at a time
             loaded[dtype] = load_engine(EMBEDDED, dtype=dtype, device=device, kv_dtype="model")
-        base = loaded[dtype]
-        return Engine(base.target, base.head, base.head_name, impl)
+        return loaded[dtype].with_attention(impl)
 
     return engine_for
 

@@ -3,7 +3,7 @@
     EngineHub     the model, loaded once and shared read-only; one Engine view per attention implementation
     Knobs         the user's settings, validated into TreeConfig + SamplingConfig (SGLang's adjustments shown)
     stream_run    a speculative run as a stream of (run, cycle) pairs, for live display, within the server's
-                  limits (eagleviz.limits): prompt, tokens, draft budget, KV budget, run time
+                  limits (eagleviz.app.limits): prompt, tokens, draft budget, KV budget, run time
     generate      the same run drained, as the API returns it
     race_run      plain decoding against a recorded (maybe imported) run, within the same limits
     read_trace    an uploaded trace, size-limited and validated before any figure touches it
@@ -21,10 +21,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eagleviz.config import LIMITS, SamplingConfig, TreeConfig, tree_token_cap
-from eagleviz.engine import Engine
+from eagleviz.decoding.engine import Engine
 from eagleviz.errors import UserFacingError
-from eagleviz.flags import launch_flags
-from eagleviz.limits import Limits
+from eagleviz.app.flags import launch_flags
+from eagleviz.app.limits import Limits
 from eagleviz.measured import TREE_KEYS, default_tree
 from eagleviz.trace import CycleTrace, RunTrace
 from eagleviz.visuals import check_displayable
@@ -64,7 +64,7 @@ class EngineHub:
 
 def _view(base: Engine, attn_impl: str) -> Engine:
     try:
-        return Engine(base.target, base.head, base.head_name, attn_impl)
+        return base.with_attention(attn_impl)
     except ValueError as exc:
         raise UserFacingError(str(exc)) from exc
 
@@ -164,10 +164,10 @@ def generate(hub: EngineHub, prompt: str, knobs: Knobs, limits: Limits = DEFAULT
 
 def race_run(hub: EngineHub, run: RunTrace, attn_impl: str = "auto", limits: Limits = DEFAULT_LIMITS,
              clock: Callable[[], float] = time.monotonic):
-    """Race plain decoding against a recorded run (`eagleviz.race`) within the server's limits, as for a new
+    """Race plain decoding against a recorded run (`eagleviz.decoding.race`) within the server's limits, as for a new
     run: the run may be an imported trace, so its prompt, length and KV cache are checked before any
     computation, and plain decoding stops at `limits.max_run_seconds` (the comparison covers what it made)."""
-    from eagleviz import race as race_mod
+    from eagleviz.decoding import race as race_mod
 
     try:
         sampling = race_mod.race_sampling(run)

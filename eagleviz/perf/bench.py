@@ -1,4 +1,4 @@
-"""Speed, measured side by side: `python -m eagleviz bench` and `python -m eagleviz tune`.
+"""Speed, measured side by side: `python -m eagleviz bench` (the tree sweep is `eagleviz.perf.tune`).
 
 bench: for each prompt, interleaved and repeated, run
     hf-generate      Hugging Face `model.generate` (the baseline a user would reach for)
@@ -11,17 +11,11 @@ with the same model, dtype and thread count. Reports the median tokens/s per met
 speedup over hf-generate, tau and the mean time per phase, checks that the greedy methods agree (explaining
 bf16 differences by the target's top-2 gap where they diverge), and writes JSON, a Markdown table and a
 Plotly HTML figure to --out; the JSON is also copied to <cache>/bench/, where the app's measured-speed
-section looks first (eagleviz.measured). Four A/B modes measure one engineering lever each, interleaved in one
+section looks first (eagleviz.measured). Five A/B modes measure one engineering lever each, interleaved in one
 process: `--ab trace` (recording the full trace), `--ab packing` (oneDNN-packed linears,
 eagleviz.models.dense), `--ab hot-vocab` (the hot draft vocabulary, eagleviz.models.hot_vocab) and
 `--ab kv-fp32` (keys, values and attention in fp32 for a bf16 model, eagleviz.models.layers.attention_dtype)
 and `--ab fused` (each layer's small operations as compiled C calls, kernels.cpu_ops).
-
-tune: measures the verification cost curve cost(n) / cost(1) on this machine (why verifying 16 tokens costs
-about as much as 1), sweeps steps x topk x draft_tokens on a few prompts, and saves the fastest
-configuration for this machine (the app's default) with the curve; `tune --temperature T` (T > 0) saves the
-fastest tree when sampling, which `bench --temperature T` runs as eagle-tuned. `tune --curve-only` measures just the
-curve and writes it to --out (default <cache>/verify-cost.json).
 """
 
 from __future__ import annotations
@@ -38,8 +32,8 @@ import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
-from eagleviz.measured import bench_name, tuned_name, user_bench_path, user_verify_cost_path
-from eagleviz.models.loading import cache_dir, cpu_description
+from eagleviz.measured import bench_name, tuned_config, tuned_tree, user_bench_path
+from eagleviz.models.loading import cpu_description
 from eagleviz.prompts import load_prompts
 from eagleviz.visuals.speed import bench_figure, markdown_table
 
@@ -79,7 +73,7 @@ def _hf_generate(engine, ids: list[int], sampling: SamplingConfig, lookup: int |
     return Sample(tokens=out[0, len(ids):].tolist(), seconds=seconds)
 
 
-def _ours(engine, ids: list[int], tree: TreeConfig | None, sampling: SamplingConfig, record: bool = True) -> Sample:
+def run_ours(engine, ids: list[int], tree: TreeConfig | None, sampling: SamplingConfig, record: bool = True) -> Sample:
     run = engine.new_run("", ids, tree, sampling)
     start = time.perf_counter()
     steps = engine.plain(ids, sampling, run) if tree is None else engine.speculate(ids, tree, sampling, run, record)
@@ -97,10 +91,10 @@ def run_method(engine, method: str, ids: list[int], sampling: SamplingConfig, tr
     if method == "hf-prompt-lookup":
         return _hf_generate(engine, ids, sampling, 10)
     if method == "plain":
-        return _ours(engine, ids, None, sampling)
+        return run_ours(engine, ids, None, sampling)
     if method == "eagle-chain":
-        return _ours(engine, ids, TreeConfig.create(tree.steps, 1, tree.steps + 1), sampling)
-    return _ours(engine, ids, tuned if method == "eagle-tuned" else tree, sampling)
+        return run_ours(engine, ids, TreeConfig.create(tree.steps, 1, tree.steps + 1), sampling)
+    return run_ours(engine, ids, tuned if method == "eagle-tuned" else tree, sampling)
 
 
 def ab_ratio(engine, prompts: list[str], run_a, run_b, repeats: int) -> dict:
@@ -123,8 +117,8 @@ def ab_ratio(engine, prompts: list[str], run_a, run_b, repeats: int) -> dict:
 
 def tracing_overhead(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig, repeats: int) -> dict:
     """Decode time with the full trace over decode time without it (`ab_ratio`)."""
-    return ab_ratio(engine, prompts, lambda ids: _ours(engine, ids, tree, sampling, True),
-                    lambda ids: _ours(engine, ids, tree, sampling, False), repeats)
+    return ab_ratio(engine, prompts, lambda ids: run_ours(engine, ids, tree, sampling, True),
+                    lambda ids: run_ours(engine, ids, tree, sampling, False), repeats)
 
 
 def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig, repeats: int,
@@ -138,7 +132,7 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
     `attention_dtype` picked at load; PyTorch's operations in both), for our plain loop and the EAGLE tree;
     fused: PyTorch's small operations vs the compiled layer (kernels.cpu_ops), the same fp32 cache, for our
     plain loop and the EAGLE tree."""
-    from eagleviz.engine import Engine
+    from eagleviz.decoding.engine import Engine
     from eagleviz.models.draft import load_head
     from eagleviz.models.target import TargetModel
 
@@ -171,7 +165,7 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
         taus = {"without": [], "with": []}
 
         def timed(eng, key, ids, cfg=cfg):
-            sample = _ours(eng, ids, cfg, sampling)
+            sample = run_ours(eng, ids, cfg, sampling)
             taus[key].append(sample.tau)
             return sample
 
@@ -184,8 +178,8 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
 
 
 def top2_gap(engine, ids: list[int]) -> float:
-    """The target's gap between its two best logits after `ids` (`eagleviz.race.top2_after`)."""
-    from eagleviz.race import top2_after
+    """The target's gap between its two best logits after `ids` (`eagleviz.decoding.race.top2_after`)."""
+    from eagleviz.decoding.race import top2_after
 
     (_, _, first), (_, _, second) = top2_after(engine, ids)
     return first - second
@@ -198,7 +192,8 @@ def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig
     `journal`: a JSON-lines file that records each finished prompt; a run with the same settings picks up
     after the last recorded prompt (a long bench survives an interruption), and the file is removed at the
     end. A journal written with other settings is started afresh."""
-    tuned = load_tuned(sampling.temperature) if TUNED_METHOD in methods else None
+    found = tuned_tree(sampling.temperature, shipped=False) if TUNED_METHOD in methods else None
+    tuned = tuned_config(found) if found else None
     if TUNED_METHOD in methods and tuned is None:
         raise UserFacingError(f"{TUNED_METHOD} runs the tree `python -m eagleviz tune` found: run it first")
     samples: dict[str, list[list[Sample]]] = {m: [] for m in methods}
@@ -235,7 +230,7 @@ def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig
     result = summarize(engine, encoded, samples, sampling, methods)
     if tuned is not None:
         result["tuned_tree"] = {"steps": tuned.steps, "topk": tuned.topk, "draft_tokens": tuned.draft_tokens,
-                                "source": tuned_source(sampling.temperature).name}
+                                "source": found.path.name}
     if journal is not None:
         journal.unlink(missing_ok=True)
     return result
@@ -308,114 +303,9 @@ def keep_latest(result: dict) -> Path:
     return path
 
 
-# ---------------------------------------------------------------------------------------------- tune
-def verify_cost_curve(engine, prefix: int = 200, sizes=(1, 2, 4, 8, 16, 32, 64), repeats: int = 7) -> dict:
-    """Median time of one target forward of n chain tokens after a `prefix`-token prompt, relative to n = 1."""
-    target = engine.target
-    ids = torch.arange(prefix, device=target.device) % target.vocab_size
-    times = {}
-    for n in sizes:
-        runs = []
-        for _ in range(repeats):
-            cache = target.new_cache(prefix + n)
-            target.forward(ids, torch.arange(prefix, device=target.device), cache,
-                           torch.ones(prefix, prefix, dtype=torch.bool, device=target.device).tril(),
-                           logit_rows=None)
-            pos = torch.arange(n, device=target.device)
-            mask = torch.ones(n, n, dtype=torch.bool, device=target.device).tril() if n > 1 else None
-            t = time.perf_counter()
-            target.forward(pos % target.vocab_size, prefix + pos, cache, mask)
-            runs.append(time.perf_counter() - t)
-        times[n] = statistics.median(runs) * 1e3
-    return {"prefix": prefix, "ms": times, "relative": {n: t / times[sizes[0]] for n, t in times.items()}}
-
-
-def write_curve(engine, out: Path, prefix: int = 200, command: str = "") -> dict:
-    """Measure only the verification cost curve and write it, with the machine, as JSON to `out` (the shape
-    `eagleviz.measured.latest_verify_cost` reads: {"verify_cost", "machine", "command"})."""
-    result = {"verify_cost": verify_cost_curve(engine, prefix), "machine": machine_info(engine), "command": command}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    return result
-
-
-def tune_grid() -> list[TreeConfig]:
-    grid = []
-    for steps in (3, 4, 5, 6, 8):
-        for topk in (1, 2, 4, 8):
-            budgets = [steps + 1] if topk == 1 else [8, 16, 24, 32, 48]
-            for m in budgets:
-                cfg = TreeConfig.create(steps, topk, m)
-                if not cfg.adjustments and cfg not in grid:
-                    grid.append(cfg)
-    return grid
-
-
-def tuned_path(temperature: float = 0.0) -> Path:
-    """Where `tune` at this temperature saves its result."""
-    return cache_dir() / tuned_name(temperature)
-
-
-def tuned_source(temperature: float = 0.0) -> Path | None:
-    """The `tune` result that applies at this temperature: the one measured at it, else (T > 0) the greedy
-    one, else None. Sampling accepts fewer drafted tokens than greedy decoding, so its fastest tree is often
-    smaller: `tune --temperature T` measures it."""
-    for path in dict.fromkeys((tuned_path(temperature), tuned_path(0.0))):
-        if path.is_file():
-            return path
-    return None
-
-
-def load_tuned(temperature: float = 0.0) -> TreeConfig | None:
-    """The fastest tree this machine measured with `tune` for this temperature (see `tuned_source`), if any."""
-    path = tuned_source(temperature)
-    try:
-        return TreeConfig.create(**json.loads(path.read_text())["best"]) if path else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def tune(engine, prompts: list[str], sampling: SamplingConfig, prefix: int = 200, progress=print,
-         grid: list[TreeConfig] | None = None) -> dict:
-    """The verification cost curve, then every tree of `grid` (default `tune_grid()`) on every prompt,
-    interleaved like `bench`: per prompt, our plain loop and each tree once, in an order rotated from prompt
-    to prompt, so that a machine drifting during the sweep slows every configuration alike. A tree's score is
-    its median per-prompt speedup over the plain loop; the best score wins."""
-    curve = verify_cost_curve(engine, prefix)
-    grid = grid or tune_grid()
-    encoded = [engine.encode_prompt(p) for p in prompts]
-    runs: list[TreeConfig | None] = [None, *grid]
-    samples: dict[int, list[Sample]] = {i: [] for i in range(len(runs))}
-    start, done, total = time.perf_counter(), 0, len(runs) * len(encoded)
-    for p, ids in enumerate(encoded):
-        shift = p * len(runs) // max(len(encoded), 1)
-        for i in [(j + shift) % len(runs) for j in range(len(runs))]:
-            samples[i].append(_ours(engine, ids, runs[i], sampling))
-            done += 1
-        eta = (time.perf_counter() - start) / done * (total - done)
-        progress(f"[tune] prompt {p + 1}/{len(encoded)}: {len(runs)} runs  ETA {eta:4.0f} s")
-    plain = samples[0]
-    results = []
-    for i, cfg in enumerate(grid, start=1):
-        mine = samples[i]
-        results.append({"steps": cfg.steps, "topk": cfg.topk, "draft_tokens": cfg.draft_tokens,
-                        "speedup_vs_plain": statistics.median(m.tokens_per_s / max(q.tokens_per_s, 1e-9)
-                                                              for m, q in zip(mine, plain)),
-                        "tokens_per_s": sum(len(m.tokens) for m in mine) / sum(m.seconds for m in mine),
-                        "tau": statistics.mean(m.tau for m in mine)})
-    results.sort(key=lambda r: r["speedup_vs_plain"], reverse=True)
-    for r in results[:5]:
-        progress(f"[tune] steps={r['steps']} topk={r['topk']} draft_tokens={r['draft_tokens']}: "
-                 f"{r['speedup_vs_plain']:.3f}x plain, {r['tokens_per_s']:.1f} tok/s, tau {r['tau']:.2f}")
-    best = results[0]
-    return {"verify_cost": curve, "grid": results, "interleaved": True,
-            "plain_tokens_per_s": sum(len(q.tokens) for q in plain) / sum(q.seconds for q in plain),
-            "best": {k: best[k] for k in ("steps", "topk", "draft_tokens")}, "machine": machine_info(engine)}
-
-
 # ---------------------------------------------------------------------------------------------- CLI
-def _common(p: argparse.ArgumentParser) -> None:
-    from eagleviz.cli import add_model_args
+def common_args(p: argparse.ArgumentParser) -> None:
+    from eagleviz.decoding.load import add_model_args
 
     p.add_argument("--prompts", default="mtbench", help="'mtbench' or a file of prompts")
     p.add_argument("--limit", type=int, default=None)
@@ -425,7 +315,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
 
 
-def _knobs(args, tree_args: bool = False) -> tuple[SamplingConfig, TreeConfig | None]:
+def check_knobs(args, tree_args: bool = False) -> tuple[SamplingConfig, TreeConfig | None]:
     """The sampling settings (and the tree, given tree_args), validated before any model is loaded."""
     try:
         sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
@@ -437,8 +327,8 @@ def _knobs(args, tree_args: bool = False) -> tuple[SamplingConfig, TreeConfig | 
     return sampling, tree
 
 
-def _setup(args, with_prompts: bool = True):
-    from eagleviz.models.loading import load_engine
+def setup(args, with_prompts: bool = True):
+    from eagleviz.decoding.load import load_engine
 
     prompts = load_prompts(args.prompts, args.limit) if with_prompts else []
     if args.threads:
@@ -449,10 +339,10 @@ def _setup(args, with_prompts: bool = True):
 
 
 def bench_main(argv: list[str]) -> int:
-    from eagleviz.cli import add_tree_args
+    from eagleviz.decoding.load import add_tree_args
 
     p = argparse.ArgumentParser(prog="python -m eagleviz bench", description="speed, side by side")
-    _common(p)
+    common_args(p)
     add_tree_args(p)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--methods", default=None,
@@ -465,21 +355,21 @@ def bench_main(argv: list[str]) -> int:
                         "what fp32 keys, values and attention gain for a bf16 model (kv-fp32), what the compiled layer "
                         "operations gain (fused)")
     args = p.parse_args(argv)
-    sampling, tree = _knobs(args, tree_args=True)
+    sampling, tree = check_knobs(args, tree_args=True)
     if args.methods is None:
-        methods = METHODS + ((TUNED_METHOD,) if load_tuned(args.temperature) else ())
+        methods = METHODS + ((TUNED_METHOD,) if tuned_tree(args.temperature, shipped=False) else ())
     else:
         methods = tuple(m for m in args.methods.split(",") if m)
     unknown = [m for m in methods if m not in METHODS + (TUNED_METHOD,)]
     if unknown or not methods:
         p.error(f"--methods: unknown {unknown}" if unknown else "--methods: none given")
-    engine, prompts = _setup(args)
+    engine, prompts = setup(args)
     if args.ab == "trace":
         _print_ratio("decode time with the full trace / without", tracing_overhead(engine, prompts, sampling, tree,
                                                                                     args.repeats))
         return 0
     if args.ab:
-        from eagleviz.models.loading import default_head
+        from eagleviz.decoding.load import default_head
 
         head_dir = args.head or default_head(args.model)
         for name, res in lever_ab(engine, args.ab, prompts, sampling, tree, args.repeats, head_dir).items():
@@ -499,51 +389,6 @@ def _print_ratio(what: str, res: dict) -> None:
     tau = f"; tau without {res['tau']['without']:.3f}, with {res['tau']['with']:.3f}" if "tau" in res else ""
     print(f"{what}: median {res['median_ratio']:.3f} over {len(res['per_prompt'])} prompts "
           f"({', '.join(f'{r:.3f}' for r in res['per_prompt'])}); same tokens: {res['same_tokens']}{tau}")
-
-
-def _print_curve(curve: dict) -> None:
-    print("verify cost cost(n)/cost(1): " + ", ".join(f"n={n}: {r:.2f}" for n, r in curve["relative"].items()))
-
-
-def tune_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m eagleviz tune", description="fastest tree on this machine")
-    _common(p)
-    p.set_defaults(limit=4, max_new_tokens=64)
-    p.add_argument("--no-save", action="store_true",
-                   help=f"do not save the best configuration to {tuned_path()} (with --temperature T > 0, to "
-                        f"{tuned_path().with_name('tuned-T{T}.json')}: the tree `bench` runs as eagle-tuned at T)")
-    p.add_argument("--curve-only", action="store_true",
-                   help="only measure the verification cost curve and write it to --out (no sweep, no tuned tree)")
-    p.add_argument("--out", type=Path, default=None,
-                   help=f"with --curve-only: the JSON file to write (default {user_verify_cost_path()})")
-    p.add_argument("--prefix", type=int, default=200, help="prompt tokens before the n verified ones")
-    args = p.parse_args(argv)
-    if args.out is not None and not args.curve_only:
-        p.error("--out goes with --curve-only")
-    sampling, _ = _knobs(args)
-    engine, prompts = _setup(args, with_prompts=not args.curve_only)
-    if args.curve_only:
-        out = args.out or user_verify_cost_path()
-        result = write_curve(engine, out, args.prefix, "python -m eagleviz tune " + " ".join(argv))
-        _print_curve(result["verify_cost"])
-        print(f"wrote {out}")
-        return 0
-    result = tune(engine, prompts, sampling, args.prefix)
-    _print_curve(result["verify_cost"])
-    print(f"fastest: {result['best']}")
-    best = result["grid"][0]["speedup_vs_plain"] if result["grid"] else 1.0
-    if best < 1.0:
-        print(f"note: no tree beat plain decoding here (the fastest ran at {best:.2f}x plain): at these settings, "
-              "speculation costs this machine more than it saves (the fastest tree is saved all the same, "
-              "for `bench` to show)")
-    if not args.no_save:
-        path = tuned_path(args.temperature)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(dict(result, sampling=vars(sampling)), indent=2))
-        use = ("the app's default on this machine" if args.temperature == 0
-               else f"`bench`'s eagle-tuned at T = {args.temperature:g}")
-        print(f"saved to {path} ({use})")
-    return 0
 
 
 if __name__ == "__main__":

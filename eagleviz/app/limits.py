@@ -12,7 +12,7 @@
                                        shared machine give each concurrent run its own core (docs/operations.md)
 
 Which models and heads a server offers is the operator's choice (EAGLEVIZ_PAIRS, EAGLEVIZ_MODEL,
-EAGLEVIZ_HEAD: eagleviz/pairs.py); the browser names a pair, never a path.
+EAGLEVIZ_HEAD: eagleviz/app/pairs.py); the browser names a pair, never a path.
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from eagleviz.config import SamplingConfig, TreeConfig, kv_slots
+from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
-from eagleviz.kv_cache import KVCache
 
 
 def _env_int(name: str, default: int, lo: int = 1) -> int:
@@ -90,13 +89,7 @@ class Limits:
 
     def check_kv(self, engine, n_prompt: int, tree: TreeConfig | None, sampling: SamplingConfig) -> int:
         """Bytes the request's KV caches would take; refuse a request over the budget (out-of-memory guard)."""
-        t = engine.target
-        capacity = kv_slots(n_prompt, sampling.max_new_tokens, tree)
-        need = KVCache.bytes_for(t.num_layers, t.num_kv_heads, capacity, t.head_dim, t.kv_dtype)
-        if tree is not None and engine.head is not None:
-            c = engine.head.config
-            need += KVCache.bytes_for(len(engine.head.blocks), c.num_kv_heads, capacity + tree.draft_expansion,
-                                      c.head_dim, t.kv_dtype)
+        need = engine.kv_bytes(n_prompt, tree, sampling)
         if need > self.kv_budget_mb * 2**20:
             raise UserFacingError(f"this request needs {need / 2**20:.0f} MB of KV cache, above this server's "
                                   f"budget of {self.kv_budget_mb} MB (EAGLEVIZ_KV_BUDGET_MB): shorten the prompt "

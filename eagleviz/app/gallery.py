@@ -2,9 +2,9 @@
 room full of people on one CPU can step through a cycle while the queue for live runs is long.
 
     assets/gallery/index.json    {"version": 1, "entries": [GalleryEntry as a dict, ...]}
-    assets/gallery/<id>.json     one RunTrace each, read through `eagleviz.session.read_trace` (validated)
+    assets/gallery/<id>.json     one RunTrace each, read through `eagleviz.app.session.read_trace` (validated)
 
-`scripts/record_gallery.py` records them with the shipped head (each preset of `eagleviz.presets` as the page
+`scripts/record_gallery.py` records them with the shipped head (each preset of `eagleviz.app.presets` as the page
 runs it, and the counting preset with the textbook tree); re-run it whenever the head or the trace schema
 changes. Each entry says which head, CPU and date produced it: the timings in a trace are that machine's.
 """
@@ -17,10 +17,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from eagleviz.errors import UserFacingError
-from eagleviz.session import Knobs, read_trace
+from eagleviz.paths import GALLERY
+from eagleviz.app.session import Knobs, read_trace
 from eagleviz.trace import RunTrace
 
-GALLERY_DIR = Path(__file__).resolve().parents[1] / "assets" / "gallery"
+GALLERY_DIR = GALLERY
 INDEX_FILE = "index.json"
 INDEX_VERSION = 1
 _ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
@@ -38,7 +39,7 @@ class GalleryEntry:
     file: str            # the trace's file name inside the gallery folder
     prompt: str
     knobs: Knobs         # the knobs the run was made with (set them to re-run it live)
-    preset: str | None   # the `eagleviz.presets` name it was recorded from, if any
+    preset: str | None   # the `eagleviz.app.presets` name it was recorded from, if any
     head: str            # the draft head's name
     recorded: str        # ISO date
     cpu: str             # `eagleviz.models.loading.cpu_description()` of the recording machine

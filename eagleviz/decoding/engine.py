@@ -18,11 +18,12 @@ The accepted path's target features and the bonus token become the next cycle's 
 
 On a GPU the host waits for the device only where it must decide: once per draft level (the top-k children,
 which choose the next frontier) and once for the verdict (the target's argmax and its probability at every
-slot); inputs go to the device without blocking and phases are timed by CUDA events (`eagleviz.host`).
+slot); inputs go to the device without blocking and phases are timed by CUDA events (`eagleviz.models.host`).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import time
@@ -33,13 +34,13 @@ import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig, kv_slots
 from eagleviz.errors import UserFacingError
-from eagleviz.host import PhaseClock, to_device, to_host
-from eagleviz.kv_cache import KVCache
+from eagleviz.models.host import PhaseClock, to_device, to_host
+from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.draft import DraftHead
 from eagleviz.models.target import TargetModel
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
-from eagleviz.tree import Candidates, VerifyTree, rerank, select_frontier
-from eagleviz.verify import draw, greedy_verify, sample_verify, sampling_probs
+from eagleviz.decoding.tree import Candidates, VerifyTree, rerank, select_frontier
+from eagleviz.decoding.verify import draw, greedy_verify, sample_verify, sampling_probs
 from kernels.self_check import KernelCheck, choose_attention
 from kernels.tree_attention import resolve_impl
 
@@ -99,11 +100,33 @@ class Engine:
                  kernel_check: Callable[[torch.device, torch.dtype], KernelCheck] | None = None):
         self.target, self.head_name = target, head_name
         self.head = None if head is None else head.for_drafting(pack, target.ops)
-        runnable_impl(attn_impl, target.device)
-        choice = choose_attention(attn_impl, target.device, target.kv_dtype, kernel_check)
-        self.attn_impl, self.notes = choice.impl, choice.notes
+        self._kernel_check = kernel_check
+        self.attn_impl, self.notes = self._attention(attn_impl)
         arch = head.config.arch if head is not None else "eagle1"
         self.feature_layers = target.eagle3_layers if arch == "eagle3" else None
+
+    def _attention(self, attn_impl: str) -> tuple[str, list[str]]:
+        runnable_impl(attn_impl, self.target.device)
+        choice = choose_attention(attn_impl, self.target.device, self.target.kv_dtype, self._kernel_check)
+        return choice.impl, choice.notes
+
+    def with_attention(self, attn_impl: str) -> Engine:
+        """The same target and drafting head (shared, not copied) with another attention implementation; a
+        ValueError where it cannot run on this device."""
+        other = copy.copy(self)
+        other.attn_impl, other.notes = self._attention(attn_impl)
+        return other
+
+    def kv_bytes(self, n_prompt: int, tree: TreeConfig | None, sampling: SamplingConfig) -> int:
+        """Bytes of the KV caches a run of this request allocates: the target's, and with a tree the draft's."""
+        t = self.target
+        capacity = kv_slots(n_prompt, sampling.max_new_tokens, tree)
+        need = KVCache.bytes_for(t.num_layers, t.num_kv_heads, capacity, t.head_dim, t.kv_dtype)
+        if tree is not None and self.head is not None:
+            c = self.head.config
+            need += KVCache.bytes_for(len(self.head.blocks), c.num_kv_heads, capacity + tree.draft_expansion,
+                                      c.head_dim, t.kv_dtype)
+        return need
 
     # ------------------------------------------------------------------ set-up
     def encode_prompt(self, prompt: str, chat: bool = True) -> list[int]:

@@ -2,8 +2,8 @@
 and the projector layout.
 
     open_link      on page load: the link's prompt, knobs, preset, model, layout and gallery entry, validated
-                   (`eagleviz.share`); a bad parameter gives its default and a visible note, never an error page
-    gallery_opened a recorded run from assets/gallery (`eagleviz.gallery`), shown like an imported trace
+                   (`eagleviz.app.share`); a bad parameter gives its default and a visible note, never an error page
+    gallery_opened a recorded run from assets/gallery (`eagleviz.app.gallery`), shown like an imported trace
     link_for       the relative link ("?prompt=...") to the page's current prompt and knobs
 """
 
@@ -13,11 +13,11 @@ from urllib.parse import quote
 
 import gradio as gr
 
-from eagleviz import gallery, presets, share
+from eagleviz.app import gallery, presets, share
 from eagleviz.errors import UserFacingError
-from eagleviz.handlers import Handlers, knobs_from
-from eagleviz.navigation import VIEW_SIZE
-from eagleviz.session import Knobs
+from eagleviz.app.handlers import Handlers, knobs_from
+from eagleviz.app.navigation import VIEW_SIZE
+from eagleviz.app.session import Knobs
 
 LAYOUT_PARAMS = ("projector", "model")
 PROJECTOR_CLASS = "ev-projector"

@@ -1,5 +1,5 @@
 """The page's handlers that run the model or read files: knobs, presets, run and stop, race, import, the API.
-Each returns values in the order of the outputs it is wired to in `eagleviz.ui.build_app`; the work lives in
+Each returns values in the order of the outputs it is wired to in `eagleviz.app.ui.build_app`; the work lives in
 `session` (engine side), `pairs` (which model is in memory) and `visuals` (trace -> figures).
 """
 
@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from eagleviz import presets
-from eagleviz import race as race_mod
+from eagleviz.app import presets
+from eagleviz.decoding import race as race_mod
 from eagleviz.errors import UserFacingError
-from eagleviz.limits import Limits
-from eagleviz.navigation import VIEW_SIZE, view_values
-from eagleviz.pairs import PairHub
-from eagleviz.session import RANDOM_HEAD_NOTE, Knobs, generate, race_run, read_trace, stream_run, write_trace
+from eagleviz.app.limits import Limits
+from eagleviz.app.navigation import VIEW_SIZE, view_values
+from eagleviz.app.pairs import PairHub
+from eagleviz.app.session import RANDOM_HEAD_NOTE, Knobs, generate, race_run, read_trace, stream_run, write_trace
 from eagleviz.trace import RunTrace
 from eagleviz.visuals import summary_figure
 from eagleviz.visuals.explain import summary_text, tour_step

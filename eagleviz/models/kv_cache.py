@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from eagleviz.host import to_device
+from eagleviz.models.host import to_device
 
 
 @dataclass

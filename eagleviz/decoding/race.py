@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from eagleviz.config import SamplingConfig
-from eagleviz.engine import Engine
+from eagleviz.decoding.engine import Engine
 from eagleviz.trace import RunTrace
 
 

@@ -7,7 +7,7 @@ The page reads top to bottom: the prompt and knobs, then one cycle on one screen
 controls, the cycle's tokens to pick from, the four linked views with one-line titles; their long
 explanations one click away), then the run's summary and the deeper sections.
 
-A shared server (a public Space, a workshop) is protected by `Limits` (eagleviz.limits, read from EAGLEVIZ_*
+A shared server (a public Space, a workshop) is protected by `Limits` (eagleviz.app.limits, read from EAGLEVIZ_*
 variables): stated on the page, enforced in the handlers (the API bypasses the page's sliders), and setting
 the queue: `limits.concurrency` model runs at a time, `limits.queue_size` waiting.
 """
@@ -18,15 +18,15 @@ from collections.abc import Callable
 
 import gradio as gr
 
-from eagleviz import navigation as nav
-from eagleviz import presets
-from eagleviz import workshop
-from eagleviz.engine import Engine
-from eagleviz.handlers import Handlers, StopRequest
-from eagleviz.limits import Limits
+from eagleviz.app import navigation as nav
+from eagleviz.app import presets
+from eagleviz.app import workshop
+from eagleviz.decoding.engine import Engine
+from eagleviz.app.handlers import Handlers, StopRequest
+from eagleviz.app.limits import Limits
 from eagleviz.measured import latest_bench, latest_verify_cost
-from eagleviz.pairs import Pair, PairHub
-from eagleviz.session import EngineHub, Knobs, default_knobs
+from eagleviz.app.pairs import Pair, PairHub
+from eagleviz.app.session import EngineHub, Knobs, default_knobs
 from eagleviz.visuals import SpeedView, speed_view
 from kernels.tree_attention import IMPLS
 
