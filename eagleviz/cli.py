@@ -1,4 +1,5 @@
-"""Command line: `python -m eagleviz generate | train-head | eval-head | hot-tokens | bench | tune | gpu-check`.
+"""Command line: `python -m eagleviz generate | train-head | eval-head | hot-tokens | calibrate | bench | tune |
+gpu-check`.
 
 Errors the user can act on (bad knobs, empty prompt, missing model package, a head that does not fit)
 print one line to stderr and exit with status 2, never a traceback.
@@ -11,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from eagleviz.config import SamplingConfig, TreeConfig
-from eagleviz.decoding.load import add_model_args, add_tree_args
+from eagleviz.config import SamplingConfig
+from eagleviz.decoding.load import add_model_args, add_tree_args, tree_from_args
 from eagleviz.errors import UserFacingError
 
 def _generate_parser(sub) -> None:
@@ -36,7 +37,7 @@ def run_generate(args) -> int:
     if not args.prompt.strip():
         raise UserFacingError("the prompt is empty")
     try:
-        tree = None if args.baseline else TreeConfig.create(args.steps, args.topk, args.draft_tokens)
+        tree = None if args.baseline else tree_from_args(args)
         sampling = SamplingConfig(args.temperature, args.top_p, args.max_new_tokens, args.seed)
     except ValueError as exc:
         raise UserFacingError(str(exc)) from exc
@@ -73,7 +74,11 @@ def _delegating_parser(sub, name: str, help_text: str) -> None:
 
 def _delegate(name: str, rest: list[str]) -> int:
     """Subcommands with their own argument parsers live next to the code they drive."""
-    if name in ("train-head", "eval-head", "hot-tokens"):
+    if name == "calibrate":
+        from eagleviz.train import calibrate
+
+        entry = calibrate.main
+    elif name in ("train-head", "eval-head", "hot-tokens"):
         from eagleviz.train import cli as train_cli
 
         entry = {"train-head": train_cli.train_head_main, "eval-head": train_cli.eval_head_main,
@@ -100,13 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
     _delegating_parser(sub, "train-head", "train an EAGLE draft head for a target model")
     _delegating_parser(sub, "eval-head", "measure a draft head: tau, n-alpha, top-1 accuracy")
     _delegating_parser(sub, "hot-tokens", "rank a head's draft vocabulary by frequency (its hot-tokens.json)")
+    _delegating_parser(sub, "calibrate", "fit how often the target accepts what the head believes (calibration.json)")
     _delegating_parser(sub, "bench", "speed against plain decoding and peers, side by side")
     _delegating_parser(sub, "tune", "sweep the tree knobs and report the fastest configuration")
     _delegating_parser(sub, "gpu-check", "on a CUDA GPU: the kernel, losslessness and speed, in one JSON report")
     return parser
 
 
-DELEGATED = ("train-head", "eval-head", "hot-tokens", "bench", "tune", "gpu-check")
+DELEGATED = ("train-head", "eval-head", "hot-tokens", "calibrate", "bench", "tune", "gpu-check")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,13 @@
                                                 the frontier carried from one level to the next
     draft_tokens  speculative_num_draft_tokens  verification budget, root included: the target verifies at
                                                 most this many tree tokens in one forward
+
+Two choices beyond SGLang's knobs:
+    adaptive      True (the default): a cost-aware tree (`eagleviz.decoding.policy`) drafts and verifies only
+                  what is expected to pay on this machine, with the three knobs as upper bounds; False: SGLang's
+                  fixed tree, exactly `steps` levels and `draft_tokens` verified
+    source        where candidates come from: "eagle" (the head), "lookup" (continuations of the context's own
+                  recurring text, no model work: `eagleviz.decoding.lookup`) or "eagle+lookup" (both, merged)
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 LIMITS = {"steps": (1, 16), "topk": (1, 16), "draft_tokens": (2, 256)}
+SOURCES = ("eagle", "lookup", "eagle+lookup")
 
 
 def _check_range(name: str, value, lo, hi) -> None:
@@ -43,10 +51,16 @@ class TreeConfig:
     topk: int = 4
     draft_tokens: int = 16
     adjustments: tuple[str, ...] = field(default=(), compare=False)
+    adaptive: bool = True
+    source: str = "eagle"
 
     def __post_init__(self):
         for name, (lo, hi) in LIMITS.items():
             _check_range(name, getattr(self, name), lo, hi)
+        if not isinstance(self.adaptive, bool):
+            raise ValueError(f"adaptive must be True or False, got {self.adaptive!r}")
+        if self.source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
         if self.draft_tokens > self.max_draft_tokens:
             raise ValueError(f"draft_tokens {self.draft_tokens} exceeds the {self.max_draft_tokens} tree tokens that "
                              f"steps={self.steps}, topk={self.topk} can produce; use TreeConfig.create to adjust")
@@ -61,7 +75,8 @@ class TreeConfig:
         return self.steps * self.topk
 
     @classmethod
-    def create(cls, steps: int = 5, topk: int = 4, draft_tokens: int = 16) -> TreeConfig:
+    def create(cls, steps: int = 5, topk: int = 4, draft_tokens: int = 16, adaptive: bool = True,
+               source: str = "eagle") -> TreeConfig:
         """Validate the knobs and apply the adjustments SGLang applies, recording each one."""
         for name, value in (("steps", steps), ("topk", topk), ("draft_tokens", draft_tokens)):
             _check_range(name, value, *LIMITS[name])
@@ -75,14 +90,15 @@ class TreeConfig:
             notes.append(f"draft_tokens reduced from {draft_tokens} to {cap}: steps={steps} and topk={topk} "
                          f"produce only {cap - 1} candidate tokens plus the root")
             draft_tokens = cap
-        return cls(steps, topk, draft_tokens, tuple(notes))
+        return cls(steps, topk, draft_tokens, tuple(notes), adaptive, source)
 
     @property
     def is_chain(self) -> bool:
         return self.topk == 1
 
     def with_(self, **changes) -> TreeConfig:
-        merged = {"steps": self.steps, "topk": self.topk, "draft_tokens": self.draft_tokens} | changes
+        merged = {"steps": self.steps, "topk": self.topk, "draft_tokens": self.draft_tokens,
+                  "adaptive": self.adaptive, "source": self.source} | changes
         return TreeConfig.create(**merged)
 
 
@@ -109,8 +125,8 @@ class SamplingConfig:
 
 
 TREE_PRESETS = {  # SGLang's fixed trees, by name
-    "chain": TreeConfig.create(steps=5, topk=1, draft_tokens=6),
-    "default": TreeConfig.create(),
-    "sglang-llama": TreeConfig.create(steps=5, topk=4, draft_tokens=8),
-    "wide": TreeConfig.create(steps=6, topk=8, draft_tokens=64),
+    "chain": TreeConfig.create(steps=5, topk=1, draft_tokens=6, adaptive=False),
+    "default": TreeConfig.create(adaptive=False),
+    "sglang-llama": TreeConfig.create(steps=5, topk=4, draft_tokens=8, adaptive=False),
+    "wide": TreeConfig.create(steps=6, topk=8, draft_tokens=64, adaptive=False),
 }

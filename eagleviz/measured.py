@@ -99,10 +99,10 @@ def default_tree() -> Measured | None:
 
 
 def tuned_config(result: Measured):
-    """A tuned result's best tree as a TreeConfig."""
+    """A tuned result's best tree as a TreeConfig: a fixed tree, as `tune` measured it."""
     from eagleviz.config import TreeConfig
 
-    return TreeConfig.create(**{k: result.data["best"][k] for k in TREE_KEYS})
+    return TreeConfig.create(**{k: result.data["best"][k] for k in TREE_KEYS}, adaptive=False)
 
 
 def _is_tree_result(d: dict) -> bool:

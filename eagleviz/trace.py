@@ -47,11 +47,13 @@ class TreeNode:
     depth: int
     token: int
     text: str
-    prob: float          # draft probability given its parent (local)
-    score: float         # cumulative draft log-probability from the root (what reranking sorts by)
+    prob: float          # draft probability given its parent (local); for a lookup node, its estimated acceptance
+    score: float         # cumulative draft log-probability from the root; for a lookup node, the log of its value
     expanded: bool
     kept: bool
     slot: int = -1
+    source: str = "eagle"        # who proposed it: "eagle" (the head), "lookup" (the context) or "both"
+    value: float | None = None   # the chance of acceptance reranking sorted by (None in older traces)
 
 
 @dataclass
@@ -110,6 +112,13 @@ class CycleTrace:
     # The target's sampling distribution at the root (slot 0), its ROOT_TOP most likely tokens; filled at T > 0
     # only (greedy acceptance needs no distribution). Lets the acceptance step be replayed without the model.
     root_top: list[tuple[int, str, float]] = field(default_factory=list)
+    # The tree's own forecast: draft tokens it expected to be accepted (the sum of the verified nodes' values),
+    # the draft levels run, and why a cost-aware tree stopped or shrank ("" when it did not; None / 0 in older
+    # traces and in lookup-only runs' levels)
+    expected_accept: float | None = None
+    draft_levels: int = 0
+    decision: str = ""
+    lookup_ngram: int = 0               # the suffix match behind the cycle's lookup nodes (0: none)
 
     @property
     def num_tree_tokens(self) -> int:

@@ -3,7 +3,7 @@ for changes to the decode loop (run it at both commits, interleaved, on an other
 
     python scripts/cycle_ms.py [--threads 1] [--repeats 5]
 
-EAGLE: the default tree (5/4/16), greedy, 48 new tokens, three prompts, median over repeats x prompts of
+EAGLE: SGLang's default fixed tree (5/4/16), greedy, 48 new tokens, three prompts, median over repeats x prompts of
 (run wall time / cycles). Plain: the same model, one prompt, median of the repeats of (wall time / tokens).
 """
 
@@ -30,11 +30,11 @@ def main() -> None:
     engine = load_engine("embedded")
     sampling = SamplingConfig(max_new_tokens=48)
     for prompt in PROMPTS:  # warm-up
-        engine.generate(prompt, TreeConfig(), sampling)
+        engine.generate(prompt, TreeConfig(adaptive=False), sampling)
     cycle_ms, token_ms = [], []
     for _ in range(args.repeats):
         for prompt in PROMPTS:
-            run = engine.generate(prompt, TreeConfig(), sampling)
+            run = engine.generate(prompt, TreeConfig(adaptive=False), sampling)
             cycle_ms.append(run.wall_s / max(len(run.cycles), 1) * 1e3)
         plain = engine.generate(PROMPTS[1], None, sampling)
         token_ms.append(plain.wall_s / max(len(plain.output), 1) * 1e3)

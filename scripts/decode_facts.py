@@ -74,7 +74,7 @@ def step_split(target: TargetModel, prefix: int = 200, repeats: int = 50) -> dic
 
 
 def agreement(limit: int, max_new_tokens: int) -> dict:
-    tree = TreeConfig.create(3, 4, 8)
+    tree = TreeConfig.create(3, 4, 8, adaptive=False)
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)
     prompts = load_prompts("mtbench", limit)
     out = {}

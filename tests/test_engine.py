@@ -9,14 +9,23 @@ import torch
 from scipy.stats import chisquare
 
 from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.decoding.costs import CostModel
 from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import DraftConfig, DraftHead
 from eagleviz.trace import RunTrace
 from eagleviz.decoding.verify import sampling_probs
 from tiny import tiny_engine, tiny_target
 
-CONFIGS = [TreeConfig.create(3, 1, 4), TreeConfig.create(5, 4, 16), TreeConfig.create(6, 8, 64),
-           TreeConfig.create(1, 3, 4), TreeConfig.create(4, 2, 9)]
+FIXED = [TreeConfig.create(3, 1, 4, adaptive=False), TreeConfig.create(5, 4, 16, adaptive=False),
+         TreeConfig.create(6, 8, 64, adaptive=False), TreeConfig.create(1, 3, 4, adaptive=False),
+         TreeConfig.create(4, 2, 9, adaptive=False)]
+CONFIGS = FIXED + [TreeConfig.create(5, 4, 16), TreeConfig.create(4, 2, 9, source="eagle+lookup"),
+                   TreeConfig.create(5, 1, 6, adaptive=False, source="lookup"),
+                   TreeConfig.create(3, 4, 12, adaptive=False, source="eagle+lookup")]
+# A CPU-like price list: verifying a token costs ~6% of a step, so the policy prunes, stops early and at times
+# verifies the root alone
+STEEP = CostModel(verify=((1, 1.0), (2, 1.09), (4, 1.17), (8, 1.38), (16, 1.85), (64, 5.2)), draft_level=0.07,
+                  overhead=0.1)
 
 
 def run(engine, ids, tree, sampling):
@@ -33,17 +42,62 @@ def test_greedy_speculation_equals_greedy_decoding(model_type, arch):
         sampling = SamplingConfig(max_new_tokens=40)
         ids = [1, 2, 3, 4, 5][: 2 + seed]
         plain = run(engine, ids, None, sampling).token_ids
-        for tree in CONFIGS:
-            spec = run(engine, ids, tree, sampling)
-            assert spec.token_ids == plain, (vocab, seed, tree)
+        for costs, tree in itertools.chain(((None, t) for t in CONFIGS), ((STEEP, t) for t in CONFIGS[5:7])):
+            spec = run(engine.with_policy(costs=costs), ids, tree, sampling)
+            assert spec.token_ids == plain, (vocab, seed, tree, costs)
             check_trace(spec, tree)
+
+
+def test_the_cost_aware_tree_shrinks_on_a_steep_curve_and_says_why():
+    engine = tiny_engine("llama", vocab=64, seed=1)
+    tree, sampling = TreeConfig.create(5, 4, 16), SamplingConfig(max_new_tokens=40)
+    flat = run(engine, [1, 2, 3], tree, sampling)
+    steep = run(engine.with_policy(costs=STEEP), [1, 2, 3], tree, sampling)
+    assert steep.token_ids == flat.token_ids
+    size = lambda r: sum(c.num_tree_tokens for c in r.cycles) / len(r.cycles)
+    assert size(steep) < size(flat)
+    assert any(c.decision for c in steep.cycles) and all(c.expected_accept is not None for c in steep.cycles)
+    assert all(1 <= c.draft_levels <= tree.steps for c in steep.cycles)
+
+
+def test_a_lost_head_rests_and_decoding_stays_lossless():
+    """Verification so dear that no tree pays: the policy verifies the root alone, then rests the head for 1, 2,
+    4 ... cycles; the positions it skipped are encoded when it runs again, and the output is unchanged."""
+    dear = CostModel(verify=((1, 1.0), (2, 3.0), (64, 100.0)), draft_level=0.05, overhead=0.05)
+    for model_type, arch in (("llama", "eagle1"), ("qwen3", "eagle3")):
+        engine = tiny_engine(model_type, arch, vocab=64, seed=2)
+        sampling = SamplingConfig(max_new_tokens=40)
+        plain = run(engine, [1, 2, 3], None, sampling).token_ids
+        spec = run(engine.with_policy(costs=dear), [1, 2, 3], TreeConfig.create(4, 2, 8), sampling)
+        assert spec.token_ids == plain
+        rested = [c for c in spec.cycles if c.decision.startswith("The head rests")]
+        assert rested and all(c.draft_levels == 0 and c.kv_draft.appended == [] for c in rested)
+        assert all(c.num_tree_tokens == 1 for c in spec.cycles)
+        lengths = [c.kv_draft.before for c in spec.cycles]
+        assert lengths == sorted(lengths)  # the head's cache only grows, by the positions it encoded
+
+
+def test_lookup_candidates_are_verified_and_accepted_on_repetitive_text():
+    """A context that repeats itself: lookup nodes enter the tree marked as such, and some are accepted."""
+    engine = tiny_engine("llama", vocab=8, seed=0)
+    ids = [1, 2, 3, 4] * 4
+    spec = run(engine, ids, TreeConfig.create(5, 1, 6, adaptive=False, source="lookup"), SamplingConfig(max_new_tokens=40))
+    assert spec.token_ids == run(engine, ids, None, SamplingConfig(max_new_tokens=40)).token_ids
+    nodes = [n for c in spec.cycles for n in c.nodes]
+    assert nodes and all(n.source == "lookup" and not n.expanded for n in nodes)
+    assert all(c.draft_levels == 0 and c.kv_draft.appended == [] for c in spec.cycles)
+    assert sum(c.accept_length for c in spec.cycles) > 0
+    both = run(engine, ids, TreeConfig.create(3, 2, 8, adaptive=False, source="eagle+lookup"),
+               SamplingConfig(max_new_tokens=40))
+    assert {"eagle", "lookup"} <= {n.source for c in both.cycles for n in c.nodes} | {"eagle"}
+    assert any(n.source in ("lookup", "both") for c in both.cycles for n in c.nodes)
 
 
 def test_deep_accepts_happen_with_a_small_vocabulary():
     """With 8 tokens and topk 4 the random head covers half the vocabulary: long paths get accepted, so the
     losslessness above is exercised on multi-token commits, not only on bonus tokens."""
     engine = tiny_engine("llama", vocab=8)
-    spec = run(engine, [1, 2, 3], TreeConfig.create(6, 4, 64), SamplingConfig(max_new_tokens=60))
+    spec = run(engine, [1, 2, 3], TreeConfig.create(6, 4, 64, adaptive=False), SamplingConfig(max_new_tokens=60))
     assert max(spec.summary()["accept_lengths"]) >= 3
 
 
@@ -62,12 +116,26 @@ def check_trace(trace: RunTrace, tree: TreeConfig):
         assert all(c.parents[b] == a for a, b in zip(c.path, c.path[1:]))
         kept = [n for n in c.nodes if n.kept]
         assert len(kept) == len(c.tokens) - 1 and sorted(n.slot for n in kept) == list(range(1, len(c.tokens)))
-        assert sum(n.expanded for n in c.nodes) == (tree.steps - 1) * tree.topk or len(c.nodes) < tree.topk
-        if tree.is_chain:
+        expanded = sum(n.expanded for n in c.nodes)
+        if tree.source == "lookup":
+            assert expanded == 0 and c.draft_levels == 0
+        elif not tree.adaptive:
+            assert expanded == (tree.steps - 1) * tree.topk or len(c.nodes) < tree.topk
+            assert len(c.tokens) == min(tree.draft_tokens, len(c.nodes) + 1) or trace.stop_reason == "context"
+        else:
+            assert expanded == (c.draft_levels - 1) * tree.topk and 1 <= c.draft_levels <= tree.steps
+        assert c.expected_accept is not None and 0.0 <= c.expected_accept <= len(c.tokens) - 1
+        assert all(n.value is not None and (n.parent < 0 or n.value <= by_id(c)[n.parent].value + 1e-12)
+                   for n in c.nodes)
+        if tree.is_chain and tree.source == "eagle":
             assert c.parents == list(range(-1, len(c.tokens) - 1))
         for check in c.checks:
             assert check.accepted == (check.slot in c.path)
     assert pos >= len(emitted)
+
+
+def by_id(cycle):
+    return {n.id: n for n in cycle.nodes}
 
 
 def exact_joint(target, prompt, n, temperature, top_p):
@@ -86,11 +154,14 @@ def exact_joint(target, prompt, n, temperature, top_p):
     return joint
 
 
-@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9)])
-def test_speculative_sampling_matches_target_distribution(temperature, top_p):
+@pytest.mark.parametrize("temperature,top_p,tree", [
+    (1.0, 1.0, TreeConfig.create(3, 2, 7, adaptive=False)),
+    (0.7, 0.9, TreeConfig.create(3, 2, 7, source="eagle+lookup"))])  # the policy (steep costs) and lookup nodes
+def test_speculative_sampling_matches_target_distribution(temperature, top_p, tree):
     engine = tiny_engine("llama", vocab=6, layers=2, scale=3.0)
-    prompt, n, runs = [1, 2, 3], 3, 20_000
-    tree = TreeConfig.create(3, 2, 7)
+    if tree.adaptive:
+        engine = engine.with_policy(costs=STEEP)
+    prompt, n, runs = [1, 2, 3, 1, 2], 3, 20_000
     counts = np.zeros((6,) * n)
     accepted = 0
     for seed in range(runs):

@@ -1,6 +1,8 @@
 """The product's promise on the real embedded model: in fp32, EAGLE's greedy output equals plain greedy decoding
-on MT-bench first turns for a chain, a default tree and a large budget. A divergence is accepted only where
-the target's top-2 logits are within 1e-4 (a rounding-level tie), and the test checks that it is one."""
+on MT-bench first turns for a chain, SGLang's default tree, a large budget, the cost-aware tree (priced like
+this CPU, valued by the shipped head's calibration, so it prunes, stops early and rests the head) and the
+cost-aware tree with prompt-lookup candidates. A divergence is accepted only where the target's top-2 logits
+are within 1e-4 (a rounding-level tie), and the test checks that it is one."""
 
 import os
 
@@ -8,10 +10,16 @@ import pytest
 
 from eagleviz.perf.bench import top2_gap
 from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.decoding import calibration
+from eagleviz.decoding.costs import CostModel
+from eagleviz.decoding.load import default_head
 from eagleviz.prompts import mtbench_first_turns
 
-CONFIGS = {"chain": TreeConfig.create(5, 1, 6), "tree": TreeConfig.create(5, 4, 16),
-           "large": TreeConfig.create(7, 8, 64)}
+CONFIGS = {"chain": TreeConfig.create(5, 1, 6, adaptive=False), "tree": TreeConfig.create(5, 4, 16, adaptive=False),
+           "large": TreeConfig.create(7, 8, 64, adaptive=False), "cost-aware": TreeConfig.create(5, 4, 16),
+           "cost-aware+lookup": TreeConfig.create(5, 4, 16, source="eagle+lookup")}
+CPU_COSTS = CostModel(verify=((1, 1.0), (2, 1.09), (4, 1.17), (8, 1.38), (16, 1.85), (32, 2.93), (64, 5.19)),
+                      draft_level=0.07, overhead=0.1)
 NEW_TOKENS = int(os.environ.get("EAGLEVIZ_LOSSLESS_TOKENS", "32"))
 TIE = 1e-4
 
@@ -40,6 +48,9 @@ def plain_outputs(smol_engine_fp32):
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_greedy_eagle_equals_greedy_decoding_on_mtbench(smol_engine_fp32, plain_outputs, name):
     engine, tree = smol_engine_fp32, CONFIGS[name]
+    if tree.adaptive:
+        head = default_head("embedded")
+        engine = engine.with_policy(CPU_COSTS, calibration.read(head if os.path.isdir(head) else None))
     sampling = SamplingConfig(max_new_tokens=NEW_TOKENS)
     for ids, plain in plain_outputs:
         spec = engine.new_run("", ids, tree, sampling)

@@ -1,4 +1,4 @@
-"""eagleviz/tree.py: expansion, reranking closed under ancestors, the verification tree's mask and paths."""
+"""eagleviz/decoding/tree.py: expansion, reranking closed under ancestors, the verification tree's mask and paths."""
 
 import random
 
@@ -14,7 +14,6 @@ def random_candidates(rng: random.Random, steps: int, topk: int) -> Candidates:
     def children(parent):
         lps = sorted((-rng.expovariate(1.0) for _ in range(topk)), reverse=True)
         ids = cands.add_children(parent, [rng.randrange(100) for _ in range(topk)], lps)
-        cands.expanded.extend([False] * len(ids))
         return ids
 
     level = children(-1)
@@ -49,7 +48,6 @@ def test_rerank_is_closed_even_with_exact_ties():
     cands = Candidates()
     a, b = cands.add_children(-1, [5, 6], [0.0, 0.0])
     cands.add_children(a, [7], [0.0])  # same score as its parent
-    cands.expanded.extend([False] * 3)
     kept = rerank(cands, 2)
     assert all(cands.parents[n] < 0 or cands.parents[n] in kept for n in kept)
 

@@ -43,9 +43,9 @@ def test_tune_at_a_temperature_saves_the_tree_bench_runs_at_it(tiny_cli, monkeyp
     assert "no tree beat plain decoding here (the fastest ran at 0.85x plain)" in capsys.readouterr().out
     saved = json.loads(tune.tuned_path(1.0).read_text())
     assert tune.tuned_path(1.0).name == "tuned-T1.json" and saved["sampling"]["temperature"] == 1.0
-    assert measured.tuned_config(measured.tuned_tree(0.0)) == TreeConfig.create(3, 2, 6)
-    assert measured.tuned_config(measured.tuned_tree(1.0)) == TreeConfig.create(2, 1, 3)
-    assert measured.tuned_config(measured.tuned_tree(0.7)) == TreeConfig.create(3, 2, 6)  # none at 0.7: falls back to greedy's
+    assert measured.tuned_config(measured.tuned_tree(0.0)) == TreeConfig.create(3, 2, 6, adaptive=False)
+    assert measured.tuned_config(measured.tuned_tree(1.0)) == TreeConfig.create(2, 1, 3, adaptive=False)
+    assert measured.tuned_config(measured.tuned_tree(0.7)) == TreeConfig.create(3, 2, 6, adaptive=False)  # none at 0.7: falls back to greedy's
 
     prompts = tiny_cli / "prompts.txt"
     prompts.write_text("abc\n")

@@ -28,7 +28,6 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import torch
 
@@ -39,12 +38,18 @@ from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.draft import DraftHead
 from eagleviz.models.target import TargetModel
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
-from eagleviz.decoding.tree import Candidates, VerifyTree, rerank, select_frontier
+from eagleviz.decoding.calibration import HeadCalibration
+from eagleviz.decoding.costs import CostModel
+from eagleviz.decoding.drafting import grow
+from eagleviz.decoding.lookup import SuffixIndex
+from eagleviz.decoding.policy import TreePolicy
+from eagleviz.decoding.tree import Candidates, VerifyTree
 from eagleviz.decoding.verify import draw, greedy_verify, sample_verify, sampling_probs
 from kernels.self_check import KernelCheck, choose_attention
 from kernels.tree_attention import resolve_impl
 
 PHASES = ("draft", "verify", "accept", "rewind")
+MAX_REST = 8  # the most cycles a cost-aware tree runs without the head after choosing plain steps in a row
 
 
 class _TokenText:
@@ -62,15 +67,6 @@ class _TokenText:
 
 def _causal(n: int, device) -> torch.Tensor:
     return torch.ones(n, n, dtype=torch.bool, device=device).tril()
-
-
-@dataclass
-class _Draft:
-    """What phase 1 produced."""
-
-    cands: Candidates
-    tree: VerifyTree
-    expansion_slots: list[int]
 
 
 def runnable_impl(attn_impl: str, device: torch.device | str) -> str:
@@ -93,13 +89,21 @@ class Engine:
 
     attn_impl 'auto' on CUDA takes the Triton kernel only once it has passed its self-check against PyTorch
     attention (`kernels.self_check`; `kernel_check` replaces that check); a fallback is explained in `notes`,
-    which every run's trace carries."""
+    which every run's trace carries.
+
+    A cost-aware tree (`TreeConfig.adaptive`) prices its choices with `costs` (what verification and drafting
+    cost here, `eagleviz.decoding.costs`; default: a flat, GPU-like list) and values its nodes with
+    `calibration` (the head's, `eagleviz.decoding.calibration`; default: EAGLE-2's assumption).
+    `eagleviz.decoding.load.load_engine` gives both: this machine's measured costs and the head's file."""
 
     def __init__(self, target: TargetModel, head: DraftHead | None, head_name: str = "", attn_impl: str = "auto",
                  pack: bool | None = None,
-                 kernel_check: Callable[[torch.device, torch.dtype], KernelCheck] | None = None):
+                 kernel_check: Callable[[torch.device, torch.dtype], KernelCheck] | None = None,
+                 costs: CostModel | None = None, calibration: HeadCalibration | None = None):
         self.target, self.head_name = target, head_name
         self.head = None if head is None else head.for_drafting(pack, target.ops)
+        self.costs = costs or CostModel.flat()
+        self.calibration = calibration or HeadCalibration.identity()
         self._kernel_check = kernel_check
         self.attn_impl, self.notes = self._attention(attn_impl)
         arch = head.config.arch if head is not None else "eagle1"
@@ -116,6 +120,19 @@ class Engine:
         other = copy.copy(self)
         other.attn_impl, other.notes = self._attention(attn_impl)
         return other
+
+    def with_policy(self, costs: CostModel | None = None, calibration: HeadCalibration | None = None) -> Engine:
+        """The same engine pricing and valuing its cost-aware trees with these (None: keep the current)."""
+        other = copy.copy(self)
+        other.costs = costs or self.costs
+        other.calibration = calibration or self.calibration
+        return other
+
+    def policy(self, tree: TreeConfig, sampling: SamplingConfig) -> TreePolicy | None:
+        """The cost-aware policy for a run (None for SGLang's fixed tree)."""
+        if not tree.adaptive:
+            return None
+        return TreePolicy(self.costs, self.calibration.at(sampling.temperature))
 
     def kv_bytes(self, n_prompt: int, tree: TreeConfig | None, sampling: SamplingConfig) -> int:
         """Bytes of the KV caches a run of this request allocates: the target's, and with a tree the draft's."""
@@ -148,6 +165,7 @@ class Engine:
         config = {"sampling": vars(sampling).copy(), "speculative": tree is not None}
         if tree is not None:
             config["tree"] = {"steps": tree.steps, "topk": tree.topk, "draft_tokens": tree.draft_tokens,
+                              "adaptive": tree.adaptive, "source": tree.source,
                               "adjustments": list(tree.adjustments)}
         return RunTrace(prompt=prompt, prompt_tokens=len(prompt_ids), config=config, seed=sampling.seed,
                         device=str(self.target.device), dtype=str(self.target.dtype).removeprefix("torch."),
@@ -163,11 +181,13 @@ class Engine:
             raise UserFacingError(f"the prompt has {n_prompt} tokens; the model's context limit is {limit}")
         return min(limit, kv_slots(n_prompt, sampling.max_new_tokens, tree))
 
-    def _prefill(self, ids: list[int], cache: KVCache, sampling: SamplingConfig, gen: torch.Generator):
-        """Target forward over the prompt: returns the first new token and the prompt's features."""
+    def _prefill(self, ids: list[int], cache: KVCache, sampling: SamplingConfig, gen: torch.Generator,
+                 features: bool = False):
+        """Target forward over the prompt: returns the first new token and (given `features`) the prompt's
+        features, which the draft head reads."""
         x = torch.tensor(ids, device=self.target.device)
         out = self.target.forward(x, torch.arange(len(ids), device=x.device), cache, _causal(len(ids), x.device),
-                                  logit_rows=slice(-1, None), feature_layers=self.feature_layers,
+                                  logit_rows=slice(-1, None), feature_layers=self.feature_layers if features else None,
                                   impl=self.attn_impl)
         return self._choose(out.logits[0], sampling, gen), out.features
 
@@ -224,9 +244,11 @@ class Engine:
 
         record=False leaves out what only the pictures need (candidate nodes, mask, token texts): it exists
         to measure what tracing costs (`python -m eagleviz bench --ab trace`)."""
-        if self.head is None:
-            raise UserFacingError("speculative decoding needs a draft head")
-        if tree_cfg.topk > self.head.config.draft_vocab_size:
+        use_head = tree_cfg.source != "lookup"
+        if use_head and self.head is None:
+            raise UserFacingError("speculative decoding with the EAGLE head needs a draft head (--draft-source "
+                                  "lookup needs none)")
+        if use_head and tree_cfg.topk > self.head.config.draft_vocab_size:
             raise UserFacingError(f"topk {tree_cfg.topk} is more than the {self.head.config.draft_vocab_size} tokens "
                                   "the head drafts among (--draft-vocab): lower topk or draft among more tokens")
         start = time.perf_counter()
@@ -234,14 +256,18 @@ class Engine:
         gen = torch.Generator(device=dev).manual_seed(sampling.seed)
         capacity = self._capacity(len(prompt_ids), sampling, tree_cfg)
         tcache = target.new_cache(capacity)
-        dcache = self.head.new_cache(capacity + tree_cfg.draft_expansion, target.kv_dtype, dev)
+        dcache = self.head.new_cache(capacity + tree_cfg.draft_expansion, target.kv_dtype, dev) if use_head else None
+        features = self.feature_layers if use_head else None
         text = _TokenText(target.tokenizer) if record else (lambda token: "")
+        policy = self.policy(tree_cfg, sampling)
 
-        root, feats = self._prefill(prompt_ids, tcache, sampling, gen)
+        root, feats = self._prefill(prompt_ids, tcache, sampling, gen, use_head)
         run.prefill_ms = (time.perf_counter() - start) * 1e3
         pend_tokens = list(prompt_ids[1:]) + [root]
+        index = SuffixIndex(list(prompt_ids) + [root]) if tree_cfg.source != "eagle" else None
         done = self._emit(run, [(root, "prefill")], -1, target.eos_token_ids, sampling.max_new_tokens, text)
         cycle = 0
+        rest, streak = 0, 0  # cycles left without the head, and how many plain steps the policy chose in a row
         while not done:
             S = tcache.length
             room = capacity - 1 - S  # the slots plain decoding would still fill: it stops at the same length
@@ -250,14 +276,24 @@ class Engine:
                 break
             clock = PhaseClock(dev)  # on CUDA: events, read once at the end of the cycle
             # 1) draft (near the context limit, a tree cut to the room left)
-            draft = self._draft(feats, pend_tokens, dcache, tree_cfg, root, min(tree_cfg.draft_tokens, room))
+            budget = min(tree_cfg.draft_tokens, room)
+            match = index.match(min(tree_cfg.steps, budget - 1)) if index is not None and budget > 1 else None
+            run_head = use_head and rest == 0
+            rest = max(rest - 1, 0)
+            draft = grow(self, feats, pend_tokens, dcache, tree_cfg, root, budget, policy, match, run_head)
+            if not run_head and use_head:
+                draft.decision = (f"The head rests (it chose a plain step {streak} time{'s' if streak > 1 else ''} in a "
+                                  f"row): {rest + 1} cycle{'s' if rest else ''} without it. {draft.decision}").strip()
+            elif run_head and policy is not None:  # back off while the head is lost: 1, 2, 4, ... cycles without it
+                streak = streak + 1 if len(draft.tree) == 1 else 0
+                rest = min(2 ** (streak - 1), MAX_REST) if streak else 0
             tree = draft.tree
             clock.lap()
             # 2) verify (inputs sent without blocking: the host does not wait for the draft's kernels here)
             positions = [S + d for d in tree.depths]
             mask = tree.mask()
             out = target.forward(to_device(tree.tokens, dev), to_device(positions, dev), tcache, to_device(mask, dev),
-                                 feature_layers=self.feature_layers, impl=self.attn_impl)
+                                 feature_layers=features, impl=self.attn_impl)
             clock.lap()
             # 3) accept (the one read of the target's verdict the host needs)
             result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, gen, text)
@@ -266,14 +302,22 @@ class Engine:
             # 4) rewind KV
             path_slots = [S + s for s in result.path]
             moves = tcache.commit_path(S, path_slots)
-            expansion_len = dcache.length
-            dcache.rewind(S)
+            draft_before = S if run_head else (dcache.length if use_head else S)
+            expansion_len = dcache.length if run_head else draft_before
+            if run_head:
+                dcache.rewind(S)
             clock.lap()
 
             accepted = [tree.tokens[s] for s in result.path[1:]]
-            feats = out.features[to_device(result.path, dev)]
-            pend_tokens = accepted + [result.bonus_token]
+            committed = accepted + [result.bonus_token]
+            path_feats = out.features[to_device(result.path, dev)] if use_head else None
+            if run_head or not use_head:
+                feats, pend_tokens = path_feats, committed
+            else:  # the head rested: its cache still waits for these positions, encoded when it next runs
+                feats, pend_tokens = torch.cat([feats, path_feats]), pend_tokens + committed
             root = result.bonus_token
+            if index is not None:
+                index.extend(committed)
             trace = CycleTrace(
                 index=cycle, nodes=self._nodes(draft.cands, tree, text) if record else [],
                 verify_nodes=tree.node_ids, tokens=tree.tokens, texts=[text(t) for t in tree.tokens],
@@ -281,11 +325,13 @@ class Engine:
                 target_tokens=argmax,
                 target_texts=[text(t) for t in argmax], target_probs=tprobs, checks=result.checks,
                 path=result.path, bonus_token=result.bonus_token, bonus_text=text(result.bonus_token),
-                bonus_source=result.bonus_source, accept_length=len(accepted), committed=pend_tokens,
+                bonus_source=result.bonus_source, accept_length=len(accepted), committed=committed,
                 kv_target=KVMap(before=S, appended=list(range(S, S + len(tree))), moves=moves, after=tcache.length),
-                kv_draft=KVMap(before=S, appended=list(range(S, expansion_len)), moves=[], after=S),
+                kv_draft=KVMap(before=draft_before, appended=list(range(draft_before, expansion_len)), moves=[],
+                               after=draft_before),
                 timings_ms=clock.read(PHASES),
-                root_top=root_top)
+                root_top=root_top, expected_accept=draft.expected - 1.0, draft_levels=draft.levels,
+                decision=draft.decision, lookup_ngram=draft.lookup_ngram)
             run.cycles.append(trace)
             done = self._emit(run, [(t, "draft") for t in accepted] + [(root, "bonus")], cycle,
                               target.eos_token_ids, sampling.max_new_tokens, text)
@@ -293,55 +339,6 @@ class Engine:
             cycle += 1
             yield trace
         run.wall_s = time.perf_counter() - start
-
-    def _draft(self, feats: torch.Tensor, pend_tokens: list[int], dcache: KVCache, cfg: TreeConfig,
-               root: int, draft_tokens: int) -> _Draft:
-        """Encode the pending positions, then grow and rerank the tree (EAGLE-2 expansion + reranking) into a
-        verification tree of at most `draft_tokens` tokens (cfg.draft_tokens, or fewer near the context limit)."""
-        head, target, dev = self.head, self.target, self.target.device
-        n, stable = len(pend_tokens), dcache.length
-        pos = torch.arange(stable, stable + n, device=dev)
-        h = head(feats, target.embed(to_device(pend_tokens, dev)), pos, dcache, _causal(n, dev), self.attn_impl)
-        S = dcache.length  # stable draft length == committed target length
-        cands = Candidates()
-        out_of: dict[int, torch.Tensor] = {-1: h[-1]}
-        frontier = self._add_level(cands, [-1], h[-1:], cfg.topk)
-        slot_of: dict[int, int] = {}
-        seen: dict[int, list[int]] = {}  # expanded node -> the draft-cache slots of its expanded ancestors and itself
-        for step in range(1, cfg.steps):
-            frontier = select_frontier(cands, frontier, cfg.topk)
-            for node in frontier:  # a frontier node's parent was expanded at the step before (or is the root)
-                slot_of[node] = len(slot_of)
-                seen[node] = seen.get(cands.parents[node], []) + [slot_of[node]]
-                cands.expanded[node] = True
-            # the frontier's rows of the ancestor-or-self mask over the expanded nodes' draft-cache slots, kept
-            # incrementally (rebuilding tree attention's ancestor_mask each step costs twice the time)
-            mask = torch.zeros(len(frontier), len(slot_of), dtype=torch.bool)
-            mask[[r for r, node in enumerate(frontier) for _ in seen[node]],
-                 [s for node in frontier for s in seen[node]]] = True
-            x_feat = torch.stack([out_of[cands.parents[node]] for node in frontier])
-            x_tok = to_device([cands.tokens[node] for node in frontier], dev)
-            x_pos = torch.full((len(frontier),), S + step - 1, device=dev)
-            hs = head(x_feat, target.embed(x_tok), x_pos, dcache, to_device(mask, dev), self.attn_impl)
-            for r, node in enumerate(frontier):
-                out_of[node] = hs[r]
-            frontier = self._add_level(cands, frontier, hs, cfg.topk)
-        kept = rerank(cands, draft_tokens - 1)
-        return _Draft(cands=cands, tree=VerifyTree.build(cands, kept, root),
-                      expansion_slots=list(range(S, dcache.length)))
-
-    def _add_level(self, cands: Candidates, parents: list[int], hs: torch.Tensor, k: int) -> list[int]:
-        """Children of each parent: the draft's top-k tokens by log-probability, mapped to target ids on the
-        device and read in one transfer (the host decides the next level). Returns the new node ids."""
-        logp = torch.log_softmax(self.head.logits(hs, self.target.unembed), dim=-1)
-        values, ids = torch.topk(logp, k, dim=-1)
-        mapped, lps = to_host(self.head.to_target_ids(ids), values)
-        new = []
-        for parent, toks, lp in zip(parents, mapped, lps):
-            added = cands.add_children(parent, toks, lp)
-            cands.expanded.extend([False] * len(added))
-            new.extend(added)
-        return new
 
     def _accept(self, tree: VerifyTree, cands: Candidates, logits: torch.Tensor, sampling: SamplingConfig,
                 gen: torch.Generator, text):
@@ -374,7 +371,8 @@ class Engine:
         slot = {n: s for s, n in enumerate(tree.node_ids)}
         return [TreeNode(id=i, parent=cands.parents[i], depth=cands.depths[i], token=cands.tokens[i],
                          text=text(cands.tokens[i]), prob=math.exp(cands.logprobs[i]),
-                         score=cands.scores[i], expanded=cands.expanded[i], kept=i in slot, slot=slot.get(i, -1))
+                         score=cands.scores[i], expanded=cands.expanded[i], kept=i in slot, slot=slot.get(i, -1),
+                         source=cands.sources[i], value=cands.values[i])
                 for i in range(len(cands))]
 
     # ------------------------------------------------------------------ convenience

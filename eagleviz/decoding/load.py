@@ -8,7 +8,9 @@ import argparse
 import os
 from pathlib import Path
 
-from eagleviz.config import TreeConfig
+from eagleviz.config import SOURCES, TreeConfig
+from eagleviz.decoding import calibration
+from eagleviz.decoding.costs import load_or_measure
 from eagleviz.decoding.engine import Engine, runnable_impl
 from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import load_head, random_head
@@ -43,12 +45,15 @@ def local_head(head: str | None) -> str | None:
 
 
 def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "auto", device: str = "cpu",
-                attn_impl: str = "auto", draft_vocab: int | None = None, kv_dtype: str = "auto"):
+                attn_impl: str = "auto", draft_vocab: int | None = None, kv_dtype: str = "auto", progress=None):
     """Target + draft head -> Engine. head: a directory, a Hub id (`local_head`), "random" (a random head) or
     None (`default_head(model)`).
 
     draft_vocab: draft among the N most frequent tokens (`eagleviz.models.hot_vocab`, needs the head's
-    hot-tokens.json); None uses DEFAULT_HOT_SIZE when the head ships a ranking, 0 the whole draft vocabulary."""
+    hot-tokens.json); None uses DEFAULT_HOT_SIZE when the head ships a ranking, 0 the whole draft vocabulary.
+    The engine's cost-aware trees value nodes with the head's calibration.json (EAGLE-2's assumption without
+    one) and price them with this machine's costs, measured once and kept (`eagleviz.decoding.costs`;
+    `progress` hears when they are measured)."""
     try:  # before minutes of loading
         runnable_impl(attn_impl, check_device(device))
     except ValueError as exc:
@@ -58,11 +63,13 @@ def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "au
     head = head or default_head(model)
     draft = random_head(target) if head == RANDOM_HEAD else load_head(head, target)
     name = "random (untrained)" if head == RANDOM_HEAD else Path(head).name
-    draft, name = _hot_vocabulary(draft, name, None if head == RANDOM_HEAD else Path(head), draft_vocab)
+    head_dir = None if head == RANDOM_HEAD else Path(head)
+    draft, name = _hot_vocabulary(draft, name, head_dir, draft_vocab)
     try:
-        return Engine(target, draft, name, attn_impl)
-    except ValueError as exc:  # e.g. the Triton kernel asked for on a CPU
+        engine = Engine(target, draft, name, attn_impl, calibration=calibration.read(head_dir))
+    except ValueError as exc:  # e.g. the Triton kernel asked for on a CPU, a damaged calibration.json
         raise UserFacingError(str(exc)) from exc
+    return engine.with_policy(costs=load_or_measure(engine, progress))
 
 
 def _hot_vocabulary(draft, name: str, head_dir: Path | None, size: int | None):
@@ -115,3 +122,15 @@ def add_tree_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topk", type=int, default=DEFAULT_TREE.topk, help="speculative_eagle_topk: branching")
     p.add_argument("--draft-tokens", type=int, default=DEFAULT_TREE.draft_tokens,
                    help="speculative_num_draft_tokens: verification budget, root included")
+    p.add_argument("--fixed-tree", dest="adaptive", action="store_false",
+                   help="SGLang's fixed tree: exactly --steps levels and --draft-tokens verified (default: a "
+                        "cost-aware tree, for which the three knobs are upper bounds)")
+    p.add_argument("--draft-source", default=DEFAULT_TREE.source, choices=SOURCES,
+                   help="candidates from the EAGLE head, from prompt lookup (the context's recurring text, no "
+                        "model work), or both merged")
+
+
+def tree_from_args(args) -> TreeConfig:
+    """The TreeConfig that `add_tree_args`' options describe (a ValueError when a knob is out of range)."""
+    return TreeConfig.create(args.steps, args.topk, args.draft_tokens, adaptive=args.adaptive,
+                             source=args.draft_source)

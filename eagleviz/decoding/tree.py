@@ -3,12 +3,16 @@
 Expansion (EAGLE-2 section 4.1): at each drafting step every frontier node proposes its top-k children;
 a child's score is the cumulative draft log-probability of its root-to-node path, and the global top-k
 children by score become the next frontier. Reranking (section 4.2): of all candidates, the best
-draft_tokens - 1 by score are verified. A child's score never exceeds its parent's (log-probabilities are
-<= 0), so the kept set is closed under ancestors; `rerank` enforces it even at exact ties.
+draft_tokens - 1 are verified. They are ranked by value, the chance of acceptance: EAGLE-2's own
+exp(score) in a fixed tree, the calibrated chance in a cost-aware one (`eagleviz.decoding.calibration`);
+either is monotone in the score, so within the head's nodes the order is EAGLE-2's. Nodes from prompt
+lookup (`eagleviz.decoding.lookup`) carry their own value. A child's value never exceeds its parent's, so
+the kept set is closed under ancestors; `rerank` enforces it even at exact ties.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -26,23 +30,36 @@ class Candidates:
     logprobs: list[float] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
     expanded: list[bool] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)    # chance of acceptance (what reranking sorts by)
+    sources: list[str] = field(default_factory=list)     # "eagle", "lookup" or "both"
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def add_children(self, parent: int, tokens: list[int], logprobs: list[float]) -> list[int]:
-        """Add the children of `parent` (-1 = root); returns their ids."""
+    def add_children(self, parent: int, tokens: list[int], logprobs: list[float], value=None,
+                     source: str = "eagle") -> list[int]:
+        """Add the children of `parent` (-1 = root); returns their ids. value(score) -> the node's value
+        (default exp(score), EAGLE-2's)."""
         base = 0.0 if parent < 0 else self.scores[parent]
         depth = 1 if parent < 0 else self.depths[parent] + 1
         ids = []
         for tok, lp in zip(tokens, logprobs):
             ids.append(len(self.tokens))
+            score = base + float(lp)
             self.tokens.append(int(tok))
             self.parents.append(parent)
             self.depths.append(depth)
             self.logprobs.append(float(lp))
-            self.scores.append(base + float(lp))
+            self.scores.append(score)
+            self.expanded.append(False)
+            self.values.append(math.exp(min(score, 0.0)) if value is None else value(score))
+            self.sources.append(source)
         return ids
+
+    def child_with(self, parent: int, token: int) -> int | None:
+        """The id of `parent`'s child holding `token`, if any (siblings hold distinct tokens)."""
+        return next((i for i, (p, t) in enumerate(zip(self.parents, self.tokens)) if p == parent and t == token),
+                    None)
 
 
 def select_frontier(cands: Candidates, level_ids: list[int], k: int) -> list[int]:
@@ -51,17 +68,22 @@ def select_frontier(cands: Candidates, level_ids: list[int], k: int) -> list[int
     return ranked[:k]
 
 
+def priority(cands: Candidates) -> list[int]:
+    """Every candidate, best first: by value, then score, then depth (a parent before a child of equal value)."""
+    return sorted(range(len(cands)), key=lambda i: (-cands.values[i], -cands.scores[i], cands.depths[i], i))
+
+
 def rerank(cands: Candidates, budget: int) -> list[int]:
-    """Keep the best `budget` candidates by score, closed under ancestors, in verification order
-    (by depth, then score). A node is taken only once its parent is (parents sort first: score >= child's)."""
-    order = sorted(range(len(cands)), key=lambda i: (-cands.scores[i], cands.depths[i], i))
+    """Keep the best `budget` candidates by value, closed under ancestors, in verification order
+    (by depth, then value). A node is taken only once its parent is (parents sort first: value >= child's)."""
+    order = priority(cands)
     kept: set[int] = set()
     for i in order:
         if len(kept) == budget:
             break
         if cands.parents[i] < 0 or cands.parents[i] in kept:
             kept.add(i)
-    return sorted(kept, key=lambda i: (cands.depths[i], -cands.scores[i], i))
+    return sorted(kept, key=lambda i: (cands.depths[i], -cands.values[i], -cands.scores[i], i))
 
 
 @dataclass(frozen=True)

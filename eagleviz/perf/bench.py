@@ -4,18 +4,22 @@ bench: for each prompt, interleaved and repeated, run
     hf-generate      Hugging Face `model.generate` (the baseline a user would reach for)
     hf-prompt-lookup Hugging Face prompt-lookup decoding (a speculative peer that needs no draft model)
     plain            eagleviz's own loop without speculation
-    eagle-chain      EAGLE with topk = 1
-    eagle-tree       EAGLE with the default tree
-    eagle-tuned      EAGLE with the tree `tune` found fastest on this machine (when it has been run)
+    lookup           our loop with prompt-lookup candidates only (no draft model), the tree's policy and steps
+    eagle-chain      EAGLE with SGLang's fixed chain (topk = 1, --steps long)
+    eagle-tree       EAGLE with the tree the options describe: by default the cost-aware tree with the knobs as
+                     upper bounds (--fixed-tree: SGLang's fixed tree), candidates from --draft-source
+    eagle-tuned      EAGLE with the fixed tree `tune` found fastest on this machine (when it has been run)
 with the same model, dtype and thread count. Reports the median tokens/s per method, the median per-prompt
 speedup over hf-generate, tau and the mean time per phase, checks that the greedy methods agree (explaining
 bf16 differences by the target's top-2 gap where they diverge), and writes JSON, a Markdown table and a
 Plotly HTML figure to --out; the JSON is also copied to <cache>/bench/, where the app's measured-speed
-section looks first (eagleviz.measured). Five A/B modes measure one engineering lever each, interleaved in one
+section looks first (eagleviz.measured). Seven A/B modes measure one engineering lever each, interleaved in one
 process: `--ab trace` (recording the full trace), `--ab packing` (oneDNN-packed linears,
-eagleviz.models.dense), `--ab hot-vocab` (the hot draft vocabulary, eagleviz.models.hot_vocab) and
-`--ab kv-fp32` (keys, values and attention in fp32 for a bf16 model, eagleviz.models.layers.attention_dtype)
-and `--ab fused` (each layer's small operations as compiled C calls, kernels.cpu_ops).
+eagleviz.models.dense), `--ab hot-vocab` (the hot draft vocabulary, eagleviz.models.hot_vocab),
+`--ab kv-fp32` (keys, values and attention in fp32 for a bf16 model, eagleviz.models.layers.attention_dtype),
+`--ab fused` (each layer's small operations as compiled C calls, kernels.cpu_ops), `--ab policy` (the
+cost-aware tree against SGLang's fixed tree with the same knobs) and `--ab lookup` (prompt-lookup candidates
+merged into the head's tree).
 """
 
 from __future__ import annotations
@@ -31,14 +35,15 @@ from pathlib import Path
 import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.decoding.load import add_model_args, add_tree_args, tree_from_args
 from eagleviz.errors import UserFacingError
 from eagleviz.measured import bench_name, tuned_config, tuned_tree, user_bench_path
 from eagleviz.models.loading import cpu_description
 from eagleviz.prompts import load_prompts
 from eagleviz.visuals.speed import bench_figure, markdown_table
 
-AB_LEVERS = ("trace", "packing", "hot-vocab", "kv-fp32", "fused")
-METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "eagle-chain", "eagle-tree")
+AB_LEVERS = ("trace", "packing", "hot-vocab", "kv-fp32", "fused", "policy", "lookup")
+METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "lookup", "eagle-chain", "eagle-tree")
 TUNED_METHOD = "eagle-tuned"
 GREEDY_REFERENCE = "hf-generate"
 
@@ -92,8 +97,10 @@ def run_method(engine, method: str, ids: list[int], sampling: SamplingConfig, tr
         return _hf_generate(engine, ids, sampling, 10)
     if method == "plain":
         return run_ours(engine, ids, None, sampling)
+    if method == "lookup":
+        return run_ours(engine, ids, tree.with_(source="lookup"), sampling)
     if method == "eagle-chain":
-        return run_ours(engine, ids, TreeConfig.create(tree.steps, 1, tree.steps + 1), sampling)
+        return run_ours(engine, ids, TreeConfig.create(tree.steps, 1, tree.steps + 1, adaptive=False), sampling)
     return run_ours(engine, ids, tuned if method == "eagle-tuned" else tree, sampling)
 
 
@@ -131,47 +138,57 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
     kv-fp32: keys, values and attention in the model's dtype vs in fp32 (both forced, whatever
     `attention_dtype` picked at load; PyTorch's operations in both), for our plain loop and the EAGLE tree;
     fused: PyTorch's small operations vs the compiled layer (kernels.cpu_ops), the same fp32 cache, for our
-    plain loop and the EAGLE tree."""
+    plain loop and the EAGLE tree;
+    policy: SGLang's fixed tree vs the cost-aware tree under the same knobs (eagleviz.decoding.policy);
+    lookup: candidates from the head alone vs merged with prompt lookup's (eagleviz.decoding.lookup)."""
     from eagleviz.decoding.engine import Engine
     from eagleviz.models.draft import load_head
     from eagleviz.models.target import TargetModel
 
     t = engine.target
+    policy = {"costs": engine.costs, "calibration": engine.calibration}  # the variants price trees alike
+    with_ = engine
     if lever == "packing":
         without = Engine(TargetModel(t.hf, t.tokenizer, t.name, pack=False, kv_dtype=t.kv_dtype), engine.head,
-                         engine.head_name, engine.attn_impl, pack=False)
-        runs = (("plain", None), ("eagle-tree", tree))
+                         engine.head_name, engine.attn_impl, pack=False, **policy)
     elif lever == "kv-fp32":
         if t.dtype == torch.float32 or t.device.type != "cpu":
             raise UserFacingError("--ab kv-fp32 compares a bf16/fp16 model's attention dtypes on a CPU")
 
         def variant(kv):  # PyTorch's attention in both: the fused layer reads fp32 only
             return Engine(TargetModel(t.hf, t.tokenizer, t.name, kv_dtype=kv, fused=False), engine.head,
-                          engine.head_name, engine.attn_impl)
-        without, engine = variant(t.dtype), variant(torch.float32)
-        runs = (("plain", None), ("eagle-tree", tree))
+                          engine.head_name, engine.attn_impl, **policy)
+        without, with_ = variant(t.dtype), variant(torch.float32)
     elif lever == "fused":
         if t.ops is None:
             raise UserFacingError("--ab fused needs the fused CPU layer, which this model or machine cannot run "
                                   "(a CPU, bf16 or fp32, a C compiler: kernels/cpu_ops.py)")
         without = Engine(TargetModel(t.hf, t.tokenizer, t.name, kv_dtype=t.kv_dtype, fused=False), engine.head,
-                         engine.head_name, engine.attn_impl)
-        runs = (("plain", None), ("eagle-tree", tree))
+                         engine.head_name, engine.attn_impl, **policy)
+    elif lever == "hot-vocab":
+        without = Engine(t, load_head(head_dir, t), "whole draft vocabulary", engine.attn_impl, **policy)
     else:
-        without = Engine(t, load_head(head_dir, t), "whole draft vocabulary", engine.attn_impl)
-        runs = (("eagle-tree", tree),)
+        without = engine
+    if lever in ("policy", "lookup"):  # the same engine, two trees
+        changed = {"policy": {"adaptive": False}, "lookup": {"source": "eagle"}}[lever]
+        base = tree.with_(adaptive=True) if lever == "policy" else tree.with_(source="eagle+lookup")
+        runs = (("eagle-tree", base.with_(**changed), base),)
+    elif lever == "hot-vocab":
+        runs = (("eagle-tree", tree, tree),)
+    else:
+        runs = (("plain", None, None), ("eagle-tree", tree, tree))
     results = {}
-    for name, cfg in runs:
+    for name, cfg_without, cfg_with in runs:
         taus = {"without": [], "with": []}
 
-        def timed(eng, key, ids, cfg=cfg):
+        def timed(eng, key, ids, cfg):
             sample = run_ours(eng, ids, cfg, sampling)
             taus[key].append(sample.tau)
             return sample
 
-        res = ab_ratio(engine, prompts, lambda ids: timed(without, "without", ids),
-                       lambda ids: timed(engine, "with", ids), repeats)
-        if cfg is not None:
+        res = ab_ratio(with_, prompts, lambda ids, c=cfg_without: timed(without, "without", ids, c),
+                       lambda ids, c=cfg_with: timed(with_, "with", ids, c), repeats)
+        if cfg_with is not None:
             res["tau"] = {k: round(statistics.mean(v), 3) for k, v in taus.items()}
         results[name] = res
     return results
@@ -305,8 +322,6 @@ def keep_latest(result: dict) -> Path:
 
 # ---------------------------------------------------------------------------------------------- CLI
 def common_args(p: argparse.ArgumentParser) -> None:
-    from eagleviz.decoding.load import add_model_args
-
     p.add_argument("--prompts", default="mtbench", help="'mtbench' or a file of prompts")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -319,7 +334,7 @@ def check_knobs(args, tree_args: bool = False) -> tuple[SamplingConfig, TreeConf
     """The sampling settings (and the tree, given tree_args), validated before any model is loaded."""
     try:
         sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
-        tree = TreeConfig.create(args.steps, args.topk, args.draft_tokens) if tree_args else None
+        tree = tree_from_args(args) if tree_args else None
     except ValueError as exc:
         raise UserFacingError(str(exc)) from exc
     if args.limit is not None and args.limit < 1:
@@ -339,8 +354,6 @@ def setup(args, with_prompts: bool = True):
 
 
 def bench_main(argv: list[str]) -> int:
-    from eagleviz.decoding.load import add_tree_args
-
     p = argparse.ArgumentParser(prog="python -m eagleviz bench", description="speed, side by side")
     common_args(p)
     add_tree_args(p)
@@ -353,7 +366,8 @@ def bench_main(argv: list[str]) -> int:
                    help="only measure one lever, interleaved in one process: what recording the full trace costs "
                         "(trace), what packed linears gain (packing), what the hot draft vocabulary gains (hot-vocab), "
                         "what fp32 keys, values and attention gain for a bf16 model (kv-fp32), what the compiled layer "
-                        "operations gain (fused)")
+                        "operations gain (fused), what the cost-aware tree gains over SGLang's fixed tree with the "
+                        "same knobs (policy), what prompt-lookup candidates add to the head's (lookup)")
     args = p.parse_args(argv)
     sampling, tree = check_knobs(args, tree_args=True)
     if args.methods is None:

@@ -14,9 +14,8 @@ import statistics
 import time
 from pathlib import Path
 
-import torch
-
 from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.decoding.costs import SIZES, forward_ms, load_or_measure
 from eagleviz.measured import tuned_name, user_verify_cost_path
 from eagleviz.paths import cache_dir
 from eagleviz.perf.bench import Sample, check_knobs, common_args, machine_info, run_ours, setup
@@ -27,26 +26,10 @@ def tuned_path(temperature: float = 0.0) -> Path:
     return cache_dir() / tuned_name(temperature)
 
 
-def verify_cost_curve(engine, prefix: int = 200, sizes=(1, 2, 4, 8, 16, 32, 64), repeats: int = 7) -> dict:
+def verify_cost_curve(engine, prefix: int = 200, sizes=SIZES, repeats: int = 7) -> dict:
     """Median time of one target forward of n chain tokens after a `prefix`-token prompt, relative to n = 1."""
-    target = engine.target
-    ids = torch.arange(prefix, device=target.device) % target.vocab_size
-    times = {}
-    for n in sizes:
-        runs = []
-        for _ in range(repeats):
-            cache = target.new_cache(prefix + n)
-            target.forward(ids, torch.arange(prefix, device=target.device), cache,
-                           torch.ones(prefix, prefix, dtype=torch.bool, device=target.device).tril(),
-                           logit_rows=None)
-            pos = torch.arange(n, device=target.device)
-            mask = torch.ones(n, n, dtype=torch.bool, device=target.device).tril() if n > 1 else None
-            t = time.perf_counter()
-            target.forward(pos % target.vocab_size, prefix + pos, cache, mask)
-            runs.append(time.perf_counter() - t)
-        times[n] = statistics.median(runs) * 1e3
+    times = forward_ms(engine.target, prefix, sizes, repeats)
     return {"prefix": prefix, "ms": times, "relative": {n: t / times[sizes[0]] for n, t in times.items()}}
-
 
 def write_curve(engine, out: Path, prefix: int = 200, command: str = "") -> dict:
     """Measure only the verification cost curve and write it, with the machine, as JSON to `out` (the shape
@@ -63,7 +46,7 @@ def tune_grid() -> list[TreeConfig]:
         for topk in (1, 2, 4, 8):
             budgets = [steps + 1] if topk == 1 else [8, 16, 24, 32, 48]
             for m in budgets:
-                cfg = TreeConfig.create(steps, topk, m)
+                cfg = TreeConfig.create(steps, topk, m, adaptive=False)
                 if not cfg.adjustments and cfg not in grid:
                     grid.append(cfg)
     return grid
@@ -126,11 +109,19 @@ def tune_main(argv: list[str]) -> int:
     p.add_argument("--out", type=Path, default=None,
                    help=f"with --curve-only: the JSON file to write (default {user_verify_cost_path()})")
     p.add_argument("--prefix", type=int, default=200, help="prompt tokens before the n verified ones")
+    p.add_argument("--costs", action="store_true",
+                   help="only measure afresh the price list the cost-aware tree uses here (verify(n), a draft level, "
+                        "a cycle's overhead, in plain steps) and keep it for this model, dtype and thread count")
     args = p.parse_args(argv)
     if args.out is not None and not args.curve_only:
         p.error("--out goes with --curve-only")
     sampling, _ = check_knobs(args)
-    engine, prompts = setup(args, with_prompts=not args.curve_only)
+    engine, prompts = setup(args, with_prompts=not (args.curve_only or args.costs))
+    if args.costs:
+        costs = load_or_measure(engine, fresh=True)
+        print("verify(n) in plain steps: " + ", ".join(f"n={n}: {c:.2f}" for n, c in costs.verify)
+              + f"; a draft level {costs.draft_level:.3f}, a cycle's overhead {costs.overhead:.3f}; {costs.source}")
+        return 0
     if args.curve_only:
         out = args.out or user_verify_cost_path()
         result = write_curve(engine, out, args.prefix, "python -m eagleviz tune " + " ".join(argv))

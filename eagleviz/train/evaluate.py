@@ -1,7 +1,7 @@
 """eval-head: the EAGLE papers' metrics for a draft head, measured with the real engine.
 
     tau        mean tokens committed per cycle (accepted drafts + the bonus token), pooled over every cycle of
-               every prompt, with the default tree (TreeConfig.create()) at each temperature
+               every prompt, with SGLang's default fixed tree (5/4/16) at each temperature
     n-alpha    the acceptance rate at depth n + 1 given that depth n was accepted (trace.acceptance_by_depth),
                n = 0..4: with chain drafts (topk 1, 5 steps) at T = 0, the EAGLE papers' setting, and with the
                default tree at each temperature
@@ -107,13 +107,13 @@ def evaluate_head(cfg: EvalConfig) -> dict:
     prompts = load_prompts(cfg.prompts, cfg.limit)
     if not prompts:
         raise UserFacingError(f"no prompts in {cfg.prompts}")
-    tree = TreeConfig.create()
+    tree = TreeConfig.create(adaptive=False)  # the head's own acceptance, not a policy's choices
     report = {"head": engine.head_name, "target": target.name, "dtype": str(target.dtype).removeprefix("torch."),
               "prompts": cfg.prompts, "num_prompts": len(prompts), "max_new_tokens": cfg.max_new_tokens,
               "tree": {"steps": tree.steps, "topk": tree.topk, "draft_tokens": tree.draft_tokens}, "runs": {}}
     runs = [(f"T={t:g}", tree, t) for t in cfg.temperatures]
     if cfg.chain:
-        runs.append(("chain T=0", TreeConfig.create(steps=5, topk=1), 0.0))
+        runs.append(("chain T=0", TreeConfig.create(steps=5, topk=1, adaptive=False), 0.0))
     with tqdm(total=len(runs) * len(prompts), desc="eval", unit="prompt", mininterval=10) as bar:
         for name, tr, temp in runs:
             report["runs"][name] = run_prompts(engine, prompts, tr, temp, cfg.max_new_tokens, bar)

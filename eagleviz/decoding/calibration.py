@@ -1,0 +1,172 @@
+"""From what the head believes to what the target accepts: a calibration stored with the head.
+
+EAGLE-2 ranks draft nodes by their cumulative draft probability, the product of the draft's probabilities
+along the root-to-node path, as a stand-in for the chance that the target accepts the whole path. The ranking
+is right; the values are not: a small head is over- or under-confident, and the cost-aware tree
+(`eagleviz.decoding.policy`) needs values it can weigh against the price of verifying a token. So:
+
+    accept(score)        P(the node lies on the accepted path), as a function of its cumulative draft
+                         log-probability `score`: a non-decreasing step function fitted on the verified
+                         nodes of many cycles (pool-adjacent-violators over log-probability bins)
+    child[k]             P(the k-th best child of a node is accepted | the node was), for the value of one
+                         more draft level before it is drafted
+    lookup[n]            P(a lookup token is accepted | its parent was), by the length n of the suffix match
+                         (`eagleviz.decoding.lookup`)
+
+One table per regime: greedy verification (T = 0) and speculative sampling (fitted at T = 1, used for any
+T > 0). `python -m eagleviz calibrate` fits them on training prompts (never on the evaluation prompts) and
+writes `calibration.json` beside the head's weights. A head without one gets `Calibration.identity()`,
+EAGLE-2's own assumption (the draft probability is the acceptance probability).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+FILE = "calibration.json"
+VERSION = 1
+EDGES = tuple(float(x) for x in (-12, -8, -6, -5, -4, -3.5, -3, -2.5, -2, -1.6, -1.2, -0.9, -0.6, -0.4, -0.2,
+                                 -0.1, -0.03))   # bin edges in natural-log units of the cumulative draft probability
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One regime's table. `accept[i]` is the acceptance of bin i: scores below edges[0] fall in bin 0, scores
+    in [edges[i - 1], edges[i]) in bin i, scores >= edges[-1] in the last bin."""
+
+    edges: tuple[float, ...]
+    accept: tuple[float, ...]
+    child: tuple[float, ...] = (0.5, 0.1, 0.05, 0.02)
+    lookup: tuple[float, ...] = (0.2, 0.4, 0.6)     # by match length 1, 2, 3 (longer matches use the last)
+    samples: int = 0
+    source: str = "identity: the draft probability as the acceptance probability (EAGLE-2's assumption)"
+    identity: bool = field(default=False, compare=False)
+
+    def __post_init__(self):
+        if len(self.accept) != len(self.edges) + 1:
+            raise ValueError(f"a calibration needs {len(self.edges) + 1} bin values, got {len(self.accept)}")
+        if any(b < a for a, b in zip(self.edges, self.edges[1:])):
+            raise ValueError("calibration edges must ascend")
+        if not all(0.0 <= v <= 1.0 for v in (*self.accept, *self.child, *self.lookup)):
+            raise ValueError("calibration values are probabilities")
+
+    @classmethod
+    def identity_table(cls) -> Calibration:
+        """EAGLE-2's assumption: P(accepted) = the cumulative draft probability (at each bin's geometric centre)."""
+        centres = [EDGES[0] - 1.0] + [(a + b) / 2 for a, b in zip(EDGES, EDGES[1:])] + [EDGES[-1] / 2]
+        return cls(edges=EDGES, accept=tuple(math.exp(c) for c in centres), identity=True)
+
+    def path_accept(self, score: float) -> float:
+        """P(a node with cumulative draft log-probability `score` is on the accepted path)."""
+        if self.identity:
+            return math.exp(min(score, 0.0))
+        return self.accept[bisect.bisect_right(self.edges, score)]
+
+    def child_accept(self, rank: int) -> float:
+        """P(the rank-th best child (0-based) is accepted | its parent was)."""
+        return self.child[rank] if rank < len(self.child) else 0.0
+
+    def lookup_accept(self, ngram: int) -> float:
+        """P(a lookup token is accepted | its parent was), for a suffix match of `ngram` tokens."""
+        return self.lookup[min(max(ngram, 1), len(self.lookup)) - 1]
+
+
+def isotonic(values: list[float], weights: list[float]) -> list[float]:
+    """The non-decreasing sequence closest to `values` in weighted least squares (pool adjacent violators)."""
+    blocks: list[list[float]] = []   # [value, weight, count]
+    for v, w in zip(values, weights):
+        blocks.append([v, w, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            v2, w2, n2 = blocks.pop()
+            v1, w1, n1 = blocks.pop()
+            w = w1 + w2
+            blocks.append([(v1 * w1 + v2 * w2) / w if w else (v1 + v2) / 2, w, n1 + n2])
+    out: list[float] = []
+    for v, _, n in blocks:
+        out.extend([v] * n)
+    return out
+
+
+def fit(scored: Iterable[tuple[float, bool]], child: list[tuple[int, bool]], lookup: list[tuple[int, bool]],
+        source: str, prior: float = 2.0) -> Calibration:
+    """A table from observations. scored: (cumulative draft log-probability, on the accepted path) per verified
+    head node; child: (rank among its verified siblings, accepted) per verified child of an accepted node;
+    lookup: (match length, accepted) per lookup token whose parent was accepted. Each bin's rate is shrunk
+    towards EAGLE-2's value by `prior` pseudo-observations (empty bins keep it), then made non-decreasing."""
+    ident = Calibration.identity_table()
+    hits = [0.0] * (len(EDGES) + 1)
+    counts = [0.0] * (len(EDGES) + 1)
+    n = 0
+    for score, ok in scored:
+        i = bisect.bisect_right(EDGES, score)
+        hits[i] += ok
+        counts[i] += 1
+        n += 1
+    rates = [(h + prior * p) / (c + prior) for h, c, p in zip(hits, counts, ident.accept)]
+    accept = [min(1.0, max(0.0, v)) for v in isotonic(rates, [c + prior for c in counts])]
+    return Calibration(edges=EDGES, accept=tuple(accept), child=_rates(child, Calibration.child, decreasing=True),
+                       lookup=_rates(lookup, Calibration.lookup), samples=n, source=source)
+
+
+def _rates(obs: list[tuple[int, bool]], default: tuple[float, ...], decreasing: bool = False) -> tuple[float, ...]:
+    """Per key 1..len(default) (rank + 1 or match length, longer ones pooled into the last): the observed
+    rate shrunk towards the default by 2 pseudo-observations; monotone in the key."""
+    hits, counts = [0.0] * len(default), [0.0] * len(default)
+    for key, ok in obs:
+        i = min(max(key, 1), len(default)) - 1
+        hits[i] += ok
+        counts[i] += 1
+    rates = [(h + 2 * d) / (c + 2) for h, c, d in zip(hits, counts, default)]
+    weights = [c + 2 for c in counts]
+    if decreasing:
+        return tuple(x for x in reversed(isotonic(rates[::-1], weights[::-1])))
+    return tuple(isotonic(rates, weights))
+
+
+@dataclass(frozen=True)
+class HeadCalibration:
+    """The tables of one head: greedy (T = 0) and sampling (T > 0)."""
+
+    greedy: Calibration
+    sampling: Calibration
+
+    def at(self, temperature: float) -> Calibration:
+        return self.greedy if temperature == 0 else self.sampling
+
+    @classmethod
+    def identity(cls) -> HeadCalibration:
+        table = Calibration.identity_table()
+        return cls(table, table)
+
+    def to_json(self) -> str:
+        return json.dumps({"version": VERSION, "greedy": asdict(self.greedy), "sampling": asdict(self.sampling)},
+                          indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> HeadCalibration:
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("version") != VERSION:
+            raise ValueError(f"not a version-{VERSION} calibration file")
+        tables = []
+        for key in ("greedy", "sampling"):
+            d = dict(data[key])
+            tables.append(Calibration(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}))
+        return cls(*tables)
+
+
+def read(head_dir: str | Path | None) -> HeadCalibration | None:
+    """The head's calibration.json, None when it has none. A damaged file is a ValueError naming it."""
+    if head_dir is None:
+        return None
+    path = Path(head_dir) / FILE
+    if not path.is_file():
+        return None
+    try:
+        return HeadCalibration.from_json(path.read_text(encoding="utf-8"))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a calibration this build reads: {exc}") from exc

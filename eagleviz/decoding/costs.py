@@ -1,0 +1,168 @@
+"""What a cycle's parts cost on this machine, in plain decoding steps: the price list of the cost-aware tree.
+
+    verify(n)     one target forward over n tree tokens, divided by one step of our plain loop
+    draft_level   one draft forward over a frontier, with its LM head and top-k
+    overhead      the rest of a cycle: acceptance, the KV rewind, the host's bookkeeping
+
+On a GPU verify(n) is nearly flat up to dozens of tokens (the weights are read once whatever n is), so a
+cost-aware tree grows big; on a small CPU every token has a price (here 8 tokens cost ~1.4 steps), so it
+stays small and often is a chain. `measure` times these on the engine it is given (about 2 s for the embedded
+model on a CPU: one prefill, a few forwards per size, a short plain and a short speculative run);
+`load_or_measure` keeps the result per model, dtype, device and thread count under the cache directory.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.paths import cache_dir
+
+SIZES = (1, 2, 4, 8, 16, 32, 64)
+VERSION = 1
+PROBE_PROMPT = "List the planets of the solar system in order, one per line, with one fact about each."
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Costs in plain steps. verify: (n, cost) points, ascending n, interpolated linearly between them and
+    extended beyond the last along the last segment's slope."""
+
+    verify: tuple[tuple[int, float], ...]
+    draft_level: float
+    overhead: float
+    step_ms: float = 0.0      # what one plain step took when measured (0: not measured)
+    source: str = "default: a flat curve (as on a GPU), not measured"
+
+    def __post_init__(self):
+        if not self.verify or any(n2 <= n1 for (n1, _), (n2, _) in zip(self.verify, self.verify[1:])):
+            raise ValueError("verify costs need ascending sizes")
+        if min(c for _, c in self.verify) <= 0 or self.draft_level < 0 or self.overhead < 0:
+            raise ValueError("costs must be positive")
+
+    @classmethod
+    def flat(cls) -> CostModel:
+        """A GPU-like price list for engines nobody measured (tests, tiny models): verification nearly free
+        up to 64 tokens, a draft level 5% of a step."""
+        return cls(verify=((1, 1.0), (64, 1.3)), draft_level=0.05, overhead=0.05)
+
+    def verify_cost(self, n: int) -> float:
+        sizes = [s for s, _ in self.verify]
+        costs = [c for _, c in self.verify]
+        if len(sizes) == 1:
+            return costs[0]
+        i = min(max(bisect.bisect_left(sizes, n), 1), len(sizes) - 1)
+        (n0, c0), (n1, c1) = self.verify[i - 1], self.verify[i]
+        return max(c0 + (c1 - c0) * (n - n0) / (n1 - n0), 1e-6)
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"version": VERSION}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CostModel:
+        if d.get("version") != VERSION:
+            raise ValueError("not a cost model this build reads")
+        return cls(verify=tuple((int(n), float(c)) for n, c in d["verify"]), draft_level=float(d["draft_level"]),
+                   overhead=float(d["overhead"]), step_ms=float(d.get("step_ms", 0.0)), source=str(d["source"]))
+
+
+def forward_ms(target, prefix: int = 200, sizes=SIZES, repeats: int = 5) -> dict[int, float]:
+    """Median wall time (ms) of one target forward of n chain tokens after a `prefix`-token context: one
+    prefill, then for each size forwards whose keys are dropped again (the cache's length is restored)."""
+    dev = target.device
+    cache = target.new_cache(prefix + max(sizes) + 1)
+    ids = torch.arange(prefix, device=dev) % target.vocab_size
+    target.forward(ids, torch.arange(prefix, device=dev), cache,
+                   torch.ones(prefix, prefix, dtype=torch.bool, device=dev).tril(), logit_rows=None)
+    times = {}
+    for n in sizes:
+        pos = torch.arange(n, device=dev)
+        mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril() if n > 1 else None
+        runs = []
+        for _ in range(repeats + 1):  # the first of each size warms its shapes up
+            cache.length = prefix
+            _sync(dev)
+            t = time.perf_counter()
+            target.forward(pos % target.vocab_size, prefix + pos, cache, mask)
+            _sync(dev)
+            runs.append(time.perf_counter() - t)
+        times[n] = statistics.median(runs[1:]) * 1e3
+    cache.length = prefix
+    return times
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
+    """This engine's price list: the forward curve, then a short plain run (the unit: ms per plain token) and a
+    short run of a fixed 4/2/8 tree (ms per draft level; the cycle's remainder as overhead)."""
+    sizes = tuple(n for n in SIZES if n <= max_size)
+    fwd = forward_ms(engine.target, sizes=sizes)
+    sampling = SamplingConfig(max_new_tokens=tokens)
+    plain = engine.generate(PROBE_PROMPT, None, sampling)
+    step_ms = plain.wall_s * 1e3 / max(len(plain.output), 1)
+    step_ms = max(step_ms, fwd[1])  # a plain step is at least its forward
+    draft_level, overhead = 0.05, 0.05
+    if engine.head is not None:
+        tree = TreeConfig.create(4, 2, 8, adaptive=False)
+        run = engine.generate(PROBE_PROMPT, tree, sampling)
+        if run.cycles:
+            n = len(run.cycles)
+            draft = sum(c.timings_ms.get("draft", 0.0) for c in run.cycles) / n
+            verify = sum(c.timings_ms.get("verify", 0.0) for c in run.cycles) / n
+            cycle = (run.wall_s * 1e3 - run.prefill_ms) / n
+            draft_level = draft / tree.steps / step_ms
+            overhead = max(cycle - draft - verify, 0.0) / step_ms
+    verify, most = [], 0.0
+    for n, ms in fwd.items():  # a bigger forward never costs less: noise in one size must not invert the curve
+        most = max(most, ms / step_ms)
+        verify.append((n, most))
+    return CostModel(verify=tuple(verify), draft_level=draft_level,
+                     overhead=overhead, step_ms=step_ms,
+                     source=f"measured on this machine ({torch.get_num_threads()} thread(s), plain step "
+                            f"{step_ms:.1f} ms)")
+
+
+def key(engine) -> str:
+    """What a price list depends on: model, head, dtypes, device, thread count."""
+    t = engine.target
+    parts = [t.name, engine.head_name, str(t.dtype), str(t.kv_dtype), str(t.device), str(torch.get_num_threads()),
+             "compiled" if t.ops is not None else "torch", engine.attn_impl]
+    if t.device.type == "cuda":
+        parts.append(torch.cuda.get_device_name(t.device))
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def path_for(engine):
+    """Where the price list of this engine's key is kept."""
+    return cache_dir() / "costs" / f"{key(engine)}.json"
+
+
+def load_or_measure(engine, progress=None, fresh: bool = False) -> CostModel:
+    """The price list kept for this engine's key, else (or with `fresh`) measured now and kept; a damaged file
+    is measured again. `progress` gets one line when it measures. `python -m eagleviz tune --costs` measures
+    afresh, on an idle machine."""
+    path = path_for(engine)
+    if not fresh:
+        try:
+            return CostModel.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    if progress:
+        progress("measuring what verification and drafting cost on this machine (once, a few seconds)")
+    costs = measure(engine)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{id(costs)}")
+    tmp.write_text(json.dumps(costs.to_dict(), indent=1))
+    tmp.replace(path)
+    return costs

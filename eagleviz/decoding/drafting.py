@@ -1,0 +1,162 @@
+"""Phase 1 of a cycle: grow the draft tree and choose what the target verifies.
+
+    head levels    encode the pending positions into the draft's stable cache, then grow the tree level by
+                   level (EAGLE-2 expansion: each frontier node proposes its top-k children, the global top-k
+                   by cumulative score become the next frontier); a cost-aware tree stops early when another
+                   level is not worth its price (`eagleviz.decoding.policy`)
+    lookup         add the continuation of the context's longest recurring suffix as a branch below the root,
+                   merged with the head's nodes where they agree (`eagleviz.decoding.lookup`)
+    rerank         keep the best nodes by value, closed under ancestors: `draft_tokens - 1` of them in a fixed
+                   tree, the number that maximises expected tokens per unit cost in a cost-aware one
+
+The host reads device values once per level (the top-k children, which choose the next frontier).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from eagleviz.config import TreeConfig
+from eagleviz.decoding.calibration import Calibration
+from eagleviz.decoding.lookup import Match
+from eagleviz.decoding.policy import TreePolicy
+from eagleviz.decoding.tree import Candidates, VerifyTree, priority, rerank, select_frontier
+from eagleviz.models.host import to_device, to_host
+from eagleviz.models.kv_cache import KVCache
+
+
+@dataclass
+class Draft:
+    """What phase 1 produced: the candidates, the verification tree, the draft levels run, the expected
+    tokens the cycle commits (bonus included) and one sentence on the policy's decision ("" in a fixed tree)."""
+
+    cands: Candidates
+    tree: VerifyTree
+    levels: int
+    expected: float
+    decision: str = ""
+    lookup_ngram: int = 0
+
+
+def _causal(n: int, device) -> torch.Tensor:
+    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+
+def _value(calibration: Calibration | None):
+    return None if calibration is None else calibration.path_accept
+
+
+def grow(engine, feats: torch.Tensor | None, pend_tokens: list[int], dcache: KVCache | None, cfg: TreeConfig,
+         root: int, draft_tokens: int, policy: TreePolicy | None, match: Match | None, run_head: bool = True) -> Draft:
+    """Grow the tree for one cycle and choose its verified nodes (at most `draft_tokens` tokens, root included).
+    feats: (n, F) target features of the pending positions, paired with pend_tokens; policy None: SGLang's
+    fixed tree; match: a lookup continuation to merge (None: none). The head runs unless run_head is False
+    (a cost-aware tree resting it) or the run is lookup-only (cfg.source == "lookup": feats/dcache are None)."""
+    cands = Candidates()
+    calibration = policy.calibration if policy is not None else None
+    levels, decision = 0, ""
+    if run_head and cfg.source != "lookup":
+        levels, decision = _head_levels(engine, cands, feats, pend_tokens, dcache, cfg, draft_tokens, policy)
+    if match is not None:
+        _merge_lookup(cands, match, calibration)
+    order = priority(cands)
+    values = [cands.values[i] for i in order]
+    if policy is None:
+        size = draft_tokens - 1
+    else:
+        choice = policy.budget(values, levels, draft_tokens - 1)
+        size = choice.size
+        verdict = ("No tree was expected to beat a plain step: the root alone was verified." if size == 0 else
+                   f"{size} of {len(cands)} candidates verified: there the expected tokens per plain step peak "
+                   f"({choice.rate:.2f}).")
+        decision = f"{decision} {verdict}".strip()
+    kept = rerank(cands, size)
+    expected = 1.0 + sum(cands.values[i] for i in kept)
+    return Draft(cands, VerifyTree.build(cands, kept, root), levels, expected, decision,
+                 match.ngram if match is not None else 0)
+
+
+def _head_levels(engine, cands: Candidates, feats, pend_tokens, dcache, cfg: TreeConfig, draft_tokens: int,
+                 policy: TreePolicy | None) -> tuple[int, str]:
+    """Run the head: the pending positions, then up to cfg.steps - 1 expansions. Returns the levels drafted
+    and, when the policy stopped early, why."""
+    head, target, dev = engine.head, engine.target, engine.target.device
+    value = _value(policy.calibration if policy is not None else None)
+    n, stable = len(pend_tokens), dcache.length
+    pos = torch.arange(stable, stable + n, device=dev)
+    h = head(feats, target.embed(to_device(pend_tokens, dev)), pos, dcache, _causal(n, dev), engine.attn_impl)
+    S = dcache.length  # stable draft length == committed target length
+    out_of: dict[int, torch.Tensor] = {-1: h[-1]}
+    level = _add_level(engine, cands, [-1], h[-1:], cfg.topk, value)
+    slot_of: dict[int, int] = {}
+    seen: dict[int, list[int]] = {}  # expanded node -> the draft-cache slots of its expanded ancestors and itself
+    levels = 1
+    for step in range(1, cfg.steps):
+        frontier = select_frontier(cands, level, cfg.topk)
+        if policy is not None:
+            values = sorted(cands.values, reverse=True)
+            if not policy.another_level(values, [cands.values[i] for i in frontier], levels, draft_tokens - 1,
+                                        cfg.topk, cfg.steps - levels):
+                return levels, (f"Drafting stopped after {levels} level{'s' if levels > 1 else ''}: another was not "
+                                f"expected to pay for itself.")
+        for node in frontier:  # a frontier node's parent was expanded at the step before (or is the root)
+            slot_of[node] = len(slot_of)
+            seen[node] = seen.get(cands.parents[node], []) + [slot_of[node]]
+            cands.expanded[node] = True
+        # the frontier's rows of the ancestor-or-self mask over the expanded nodes' draft-cache slots, kept
+        # incrementally (rebuilding tree attention's ancestor_mask each step costs twice the time)
+        mask = torch.zeros(len(frontier), len(slot_of), dtype=torch.bool)
+        mask[[r for r, node in enumerate(frontier) for _ in seen[node]],
+             [s for node in frontier for s in seen[node]]] = True
+        x_feat = torch.stack([out_of[cands.parents[node]] for node in frontier])
+        x_tok = to_device([cands.tokens[node] for node in frontier], dev)
+        x_pos = torch.full((len(frontier),), S + step - 1, device=dev)
+        hs = head(x_feat, target.embed(x_tok), x_pos, dcache, to_device(mask, dev), engine.attn_impl)
+        for r, node in enumerate(frontier):
+            out_of[node] = hs[r]
+        level = _add_level(engine, cands, frontier, hs, cfg.topk, value)
+        levels += 1
+    return levels, ("" if policy is None else f"All {levels} level{'s' if levels > 1 else ''} drafted.")
+
+
+def _add_level(engine, cands: Candidates, parents: list[int], hs: torch.Tensor, k: int, value) -> list[int]:
+    """Children of each parent: the draft's top-k tokens by log-probability, mapped to target ids on the
+    device and read in one transfer (the host decides the next level). Returns the new node ids."""
+    logp = torch.log_softmax(engine.head.logits(hs, engine.target.unembed), dim=-1)
+    values, ids = torch.topk(logp, k, dim=-1)
+    mapped, lps = to_host(engine.head.to_target_ids(ids), values)
+    new = []
+    for parent, toks, lp in zip(parents, mapped, lps):
+        new.extend(cands.add_children(parent, toks, lp, value))
+    return new
+
+
+def _merge_lookup(cands: Candidates, match: Match, calibration: Calibration | None) -> None:
+    """Follow the continuation down from the root: where the head already proposed the token, that node
+    becomes "both" (valued at the better of the two estimates); from the first token it did not propose, a
+    chain of lookup nodes. A lookup node's value is its parent's times the calibrated acceptance of a lookup
+    token after a match of this length; its local probability is that acceptance, its score the log of its
+    value (it was never drafted)."""
+    r = (calibration or Calibration.identity_table()).lookup_accept(match.ngram)
+    parent, parent_value = -1, 1.0
+    for token in match.tokens:
+        value = parent_value * r
+        node = cands.child_with(parent, token)
+        if node is None:
+            (node,) = cands.add_children(parent, [token], [0.0], source="lookup")
+            cands.scores[node] = _log(value)
+            cands.logprobs[node] = _log(r)
+            cands.values[node] = value
+        elif value > cands.values[node]:
+            cands.values[node] = value
+            cands.sources[node] = "both"
+        else:
+            cands.sources[node] = "both"
+        parent, parent_value = node, cands.values[node]
+
+
+def _log(x: float) -> float:
+    return math.log(x) if x > 0 else -1e9

@@ -1,0 +1,65 @@
+"""Free candidates: continuations the context already wrote (prompt lookup, suffix matching).
+
+An answer often repeats its prompt or itself: a quoted sentence, a renamed variable, a list whose items share
+their form. When the last n tokens of the context (prompt + committed output) occurred earlier, the tokens that
+followed that earlier occurrence are a guess that costs no model work. The engine adds such a continuation to
+the draft tree as a branch below the root (merging with the head's own nodes where they agree) and the target
+verifies it in the same forward; greedy verification and speculative sampling accept any tree, so the output
+is unchanged (a lookup token is a deterministic proposal, like the head's top-k children).
+
+`SuffixIndex` keeps, for every n-gram of length 1..max_ngram, the position where it last ended, updated as
+tokens are committed, so a match costs a few dictionary lookups whatever the context's length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+MAX_NGRAM = 3
+
+
+@dataclass(frozen=True)
+class Match:
+    """A continuation: `tokens` followed the latest earlier occurrence of the context's last `ngram` tokens."""
+
+    tokens: tuple[int, ...]
+    ngram: int
+
+
+class SuffixIndex:
+    """The n-grams of one run's context, by where they last ended. Owned by one run (no shared state)."""
+
+    def __init__(self, tokens: Iterable[int] = (), max_ngram: int = MAX_NGRAM):
+        if max_ngram < 1:
+            raise ValueError(f"max_ngram must be at least 1, got {max_ngram}")
+        self.max_ngram = max_ngram
+        self.tokens: list[int] = []
+        # n-gram -> end position of its latest occurrence before the current end of the context
+        self._last: dict[tuple[int, ...], int] = {}
+        self._pending: list[tuple[tuple[int, ...], int]] = []  # the suffixes ending at the last token
+        self.extend(tokens)
+
+    def extend(self, tokens: Iterable[int]) -> None:
+        for t in tokens:
+            for gram, end in self._pending:  # n-grams that ended at the previous last token become "earlier"
+                self._last[gram] = end
+            self.tokens.append(int(t))
+            end = len(self.tokens) - 1
+            self._pending = [(tuple(self.tokens[end - n + 1:end + 1]), end)
+                             for n in range(1, min(self.max_ngram, end + 1) + 1)]
+
+    def match(self, length: int, min_ngram: int = 1) -> Match | None:
+        """The continuation of the longest suffix (max_ngram down to min_ngram tokens) that occurred earlier:
+        up to `length` tokens that followed its latest earlier occurrence. None when no suffix recurs."""
+        if length < 1:
+            return None
+        for gram, _ in reversed(self._pending):  # longest first
+            if len(gram) < min_ngram:
+                break
+            end = self._last.get(gram)
+            if end is not None:
+                follow = self.tokens[end + 1:end + 1 + length]
+                if follow:
+                    return Match(tuple(follow), len(gram))
+        return None

@@ -1,0 +1,72 @@
+"""The cost-aware tree: how deep to draft and how many tokens to verify, decided per cycle.
+
+Every node of the draft tree has a value v, the calibrated chance that it lies on the accepted path
+(`eagleviz.decoding.calibration`); a cycle that verifies the set K commits 1 + sum(v for K) tokens on
+average (the bonus token always comes). It costs L * draft_level + verify(|K| + 1) + overhead plain steps
+(`eagleviz.decoding.costs`) after L draft levels. So, per cycle:
+
+    verify   the m best nodes (by value, closed under ancestors: EAGLE-2's reranking) for the m that
+             maximises expected tokens per unit cost; m = 0 verifies the root alone, which is a plain step
+    draft    after each level, predict the next one: a frontier node f of value v_f would get children of
+             value v_f * child[k] (the calibrated acceptance of a k-th best child); another level is drafted
+             only if, with those children (or theirs, one level further), the best rate rises
+
+SGLang's knobs stay upper bounds: at most `steps` levels, `topk` children per node, `draft_tokens` verified.
+Fed a GPU's nearly flat verify(n) the same rule grows big trees; fed this CPU's curve it keeps them small.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from eagleviz.decoding.calibration import Calibration
+from eagleviz.decoding.costs import CostModel
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A verification decision: `size` draft nodes to verify (the root not counted), the expected tokens the
+    cycle commits (bonus included) and the expected rate in tokens per plain step."""
+
+    size: int
+    expected_tokens: float
+    rate: float
+
+
+@dataclass(frozen=True)
+class TreePolicy:
+    costs: CostModel
+    calibration: Calibration
+
+    def cycle_cost(self, levels: int, tree_tokens: int) -> float:
+        """Plain steps a cycle costs with `levels` draft levels and `tree_tokens` verified (root included)."""
+        c = self.costs
+        return levels * c.draft_level + c.verify_cost(tree_tokens) + c.overhead
+
+    def budget(self, values: list[float], levels: int, max_size: int) -> Budget:
+        """The best number of nodes to verify. values: the candidates' values in verification priority
+        (descending, ancestors first); at most max_size of them are taken."""
+        best = Budget(0, 1.0, 1.0 / self.cycle_cost(levels, 1))
+        gained = 0.0
+        for m, v in enumerate(values[:max_size], start=1):
+            gained += v
+            rate = (1.0 + gained) / self.cycle_cost(levels, m + 1)
+            if rate > best.rate:
+                best = Budget(m, 1.0 + gained, rate)
+        return best
+
+    def another_level(self, values: list[float], frontier: list[float], levels: int, max_size: int,
+                      topk: int, levels_left: int) -> bool:
+        """Whether drafting one more level is expected to raise the cycle's rate. values: every candidate's
+        value so far, descending; frontier: the values of the nodes the next level would expand."""
+        now = self.budget(values, levels, max_size).rate
+        added: list[float] = []
+        parents = list(frontier)
+        for extra in range(1, min(2, levels_left) + 1):  # one level, and two: a level can pay only via the next
+            children = [v * self.calibration.child_accept(k) for v in parents for k in range(topk)]
+            added = sorted(added + children, reverse=True)
+            merged = sorted(values + added, reverse=True)
+            if self.budget(merged, levels + extra, max_size).rate > now:
+                return True
+            parents = sorted(children, reverse=True)[:topk]
+        return False

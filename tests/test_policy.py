@@ -1,0 +1,72 @@
+"""eagleviz/decoding/policy.py: the verified budget maximises expected tokens per unit cost, a flat (GPU-like)
+curve grows big trees where a steep (CPU-like) one keeps them small, drafting stops when a level cannot pay,
+and a lost head falls back to verifying the root alone (a plain step)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from eagleviz.decoding.calibration import Calibration
+from eagleviz.decoding.costs import CostModel
+from eagleviz.decoding.policy import TreePolicy
+
+CPU = CostModel(verify=((1, 1.0), (2, 1.09), (4, 1.17), (8, 1.38), (16, 1.85), (32, 2.93), (64, 5.19)),
+                draft_level=0.07, overhead=0.1)
+GPU = CostModel(verify=((1, 1.0), (64, 1.05)), draft_level=0.05, overhead=0.05)
+CAL = Calibration.identity_table()
+
+
+def policy(costs: CostModel) -> TreePolicy:
+    return TreePolicy(costs, CAL)
+
+
+def test_the_budget_is_the_best_prefix_by_brute_force():
+    rng = random.Random(0)
+    for _ in range(50):
+        values = sorted((rng.random() ** 2 for _ in range(rng.randrange(1, 30))), reverse=True)
+        levels = rng.randrange(1, 6)
+        pol = policy(CPU)
+        got = pol.budget(values, levels, 63)
+        rates = [(1 + sum(values[:m])) / pol.cycle_cost(levels, m + 1) for m in range(len(values) + 1)]
+        assert got.rate == pytest.approx(max(rates))
+        assert got.size == rates.index(max(rates))
+        assert got.expected_tokens == pytest.approx(1 + sum(values[:got.size]))
+
+
+def test_the_budget_respects_the_cap():
+    values = [0.9] * 40
+    assert policy(GPU).budget(values, 3, 10).size == 10
+
+
+def test_a_flat_curve_verifies_far_more_than_a_steep_one():
+    values = sorted([0.8, 0.5, 0.4, 0.3, 0.2, 0.15, 0.1, 0.08, 0.06, 0.05, 0.04, 0.03, 0.02, 0.01], reverse=True)
+    gpu, cpu = policy(GPU).budget(values, 4, 63), policy(CPU).budget(values, 4, 63)
+    assert gpu.size == len(values) and cpu.size < gpu.size
+
+
+def test_a_lost_head_verifies_the_root_alone():
+    assert policy(CPU).budget([0.01, 0.005, 0.001], 1, 15).size == 0
+
+
+def test_a_confident_head_keeps_drafting_and_a_lost_one_stops():
+    pol = policy(CPU)
+    assert pol.another_level([0.9, 0.1], [0.9, 0.1], 1, 15, 2, 4)
+    assert not pol.another_level([0.02, 0.01], [0.02, 0.01], 1, 15, 2, 4)
+    assert not pol.another_level([0.9], [0.9], 1, 15, 2, 0)  # no level left
+
+
+def test_drafting_decisions_agree_with_the_budget_they_predict():
+    """Whenever another level is refused, no predicted level (one or two deeper) has a better best rate."""
+    rng = random.Random(1)
+    pol = policy(CPU)
+    for _ in range(100):
+        frontier = sorted((rng.random() ** 3 for _ in range(2)), reverse=True)
+        values = sorted(frontier + [rng.random() ** 3 for _ in range(3)], reverse=True)
+        if pol.another_level(values, frontier, 2, 15, 2, 3):
+            continue
+        now = pol.budget(values, 2, 15).rate
+        kids = [v * CAL.child_accept(k) for v, k in itertools.product(frontier, range(2))]
+        assert pol.budget(sorted(values + kids, reverse=True), 3, 15).rate <= now
