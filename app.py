@@ -31,6 +31,7 @@ from eagleviz.app.pairs import Pair, PairHub, pairs_from_env
 from eagleviz.app.session import RANDOM_HEAD_NOTE, EngineHub
 from eagleviz.app.ui import CSS, build_app
 
+VIEW_THREADS = 16     # worker threads beyond the active runs' (light events, the queue's own calls)
 GPU_SECONDS = 120     # ZeroGPU time requested per call: a 256-token run on a small GPU takes a few seconds
 
 
@@ -104,7 +105,9 @@ def main() -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     # Gradio refuses larger uploads before storing them; read_trace checks the size again.
-    demo.launch(css=CSS, max_file_size=limits.max_upload_bytes)
+    # Every active run holds a worker thread while it waits for its turn at the model: room for them all, and
+    # for the light events (stepping, knobs) beside them.
+    demo.launch(css=CSS, max_file_size=limits.max_upload_bytes, max_threads=limits.active_runs + VIEW_THREADS)
     return 0
 
 

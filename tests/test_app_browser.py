@@ -1,5 +1,7 @@
 """End to end in headless Chromium: type a prompt, run, check the four figures against the exported trace,
-step to another cycle, change knobs and run again, import an exported trace. Screenshots go to artifacts/.
+step to another cycle, change knobs and run again, import an exported trace; the first screen's branching
+tree, the code preset's line breaks, the page at three screen sizes. Each test opens its own tab on the page
+and makes the run it needs, so the tests pass one by one and in any order. Screenshots go to artifacts/.
 
 Needs Debian's chromium (`apt-get install -y chromium fonts-dejavu-core`) and the Python `playwright`
 package (never `playwright install`). Runs the embedded SmolLM2 target with the default head.
@@ -50,14 +52,27 @@ def app_url():
 
 
 @pytest.fixture(scope="module")
-def page(app_url):
+def browser():
     with playwright_sync.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        tab = browser.new_page(viewport={"width": 1280, "height": 800}, accept_downloads=True)
-        tab.goto(app_url)
-        tab.wait_for_selector("#run", timeout=60_000)
-        yield tab
-        browser.close()
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+def open_page(browser, url: str, width: int = 1280, height: int = 800):
+    tab = browser.new_page(viewport={"width": width, "height": height}, accept_downloads=True)
+    tab.goto(url)
+    tab.wait_for_selector("#run", timeout=60_000)
+    tab.wait_for_function("() => document.querySelector('#prompt textarea').value !== ''", timeout=60_000)
+    return tab
+
+
+@pytest.fixture
+def page(browser, app_url):
+    """A fresh tab on the page at 1280 x 800: nothing left by another test."""
+    tab = open_page(browser, app_url)
+    yield tab
+    tab.close()
 
 
 def set_number(page, elem_id: str, value) -> None:
@@ -242,6 +257,8 @@ def test_preset_run_then_one_token_is_followed_through_the_four_views(page):
 
 
 def test_an_output_token_opens_the_cycle_that_committed_it(page):
+    set_number(page, "max-new-tokens", 24)
+    run_and_wait(page)
     tokens = page.locator("#output-text .token")
     last = tokens.count() - 1
     tokens.nth(last).click()
@@ -254,6 +271,8 @@ def test_an_output_token_opens_the_cycle_that_committed_it(page):
 
 
 def test_a_cycle_plays_phase_by_phase(page):
+    set_number(page, "max-new-tokens", 16)
+    run_and_wait(page)
     page.click("#play-phases")
     page.wait_for_function("() => document.querySelector('#phase-text').innerText.startsWith('Draft')",
                            timeout=30_000)
@@ -271,8 +290,8 @@ def figure_or_blank(page, elem_id: str) -> str:
                          " return ((gd.layout.title || {}).text || '') + ' ' + a; }", elem_id)
 
 
-def test_a_shared_link_restores_prompt_and_knobs_and_bad_ones_give_a_note(page, app_url):
-    tab = page.context.browser.new_page(viewport={"width": 1280, "height": 800})
+def test_a_shared_link_restores_prompt_and_knobs_and_bad_ones_give_a_note(browser, app_url):
+    tab = browser.new_page(viewport={"width": 1280, "height": 800})
     try:
         tab.goto(app_url + "?prompt=Name%20three%20fruits.&steps=3&topk=2&draft_tokens=7&temperature=0.3")
         tab.wait_for_selector("#prompt textarea", timeout=60_000)
@@ -291,7 +310,7 @@ def test_a_shared_link_restores_prompt_and_knobs_and_bad_ones_give_a_note(page, 
         tab.close()
 
 
-def test_a_recorded_run_replays_with_no_model_call(page, app_url, monkeypatch):
+def test_a_recorded_run_replays_with_no_model_call(browser, app_url, monkeypatch):
     from eagleviz.app import gallery
     from eagleviz.decoding.engine import Engine
 
@@ -299,7 +318,7 @@ def test_a_recorded_run_replays_with_no_model_call(page, app_url, monkeypatch):
     real = Engine.speculate
     monkeypatch.setattr(Engine, "speculate", lambda *a, **k: calls.append(1) or real(*a, **k))
     entry = gallery.entries()[0]
-    tab = page.context.browser.new_page(viewport={"width": 1280, "height": 800})
+    tab = browser.new_page(viewport={"width": 1280, "height": 800})
     try:
         tab.goto(app_url + f"?gallery={entry.id}")
         tab.wait_for_selector("#status", timeout=60_000)
@@ -311,3 +330,85 @@ def test_a_recorded_run_replays_with_no_model_call(page, app_url, monkeypatch):
     finally:
         tab.close()
     assert calls == []
+
+
+# ------------------------------------------------------------------ the first screen, readable output, sizes
+
+def summary_tau(page) -> float:
+    import re
+
+    found = re.search(r"\u03c4 = ([0-9.]+)", prose(page, "summary"))
+    assert found, prose(page, "summary")
+    return float(found.group(1))
+
+
+def no_loop(text: str) -> None:
+    """No line, and no 6-word phrase, repeated 4 times or more (as tests/test_presets.py)."""
+    from collections import Counter
+
+    lines = Counter(line.strip() for line in text.splitlines() if line.strip())
+    assert not lines or max(lines.values()) < 4, lines.most_common(1)
+    words = text.split()
+    phrases = Counter(tuple(words[i:i + 6]) for i in range(len(words) - 5))
+    assert not phrases or max(phrases.values()) < 4, phrases.most_common(1)
+
+
+OUTPUT_TEXT_JS = "() => document.querySelector('#output-text .textfield').innerText"
+LINE_TOPS_JS = ("() => new Set([...document.querySelectorAll('#output-text .token')]"
+                ".map(t => Math.round(t.getBoundingClientRect().top))).size")
+
+
+def test_the_page_opens_on_a_branching_tree_and_a_first_click_shows_it(page):
+    """The first screen teaches trees: the opening preset's tree branches (topk >= 2), the first Run commits
+    three tokens or more per target forward with no repeated loop, and the draft tree of the first cycle has a
+    level with several verified nodes."""
+    from eagleviz.app import presets
+
+    first = presets.PRESETS[0]
+    knobs = [int(page.locator(f"#{k} input[type=number]").first.input_value()) for k in ("steps", "topk",
+                                                                                         "draft-tokens")]
+    assert tuple(knobs) == first.tree and knobs[1] >= 2
+    assert page.locator("#adaptive input[type=checkbox]").is_checked() is False
+    assert f"Tree {first.tree_label}" in prose(page, "preset-note")
+    shot(page, "11_first_screen_1280x800.png")
+    run_and_wait(page)
+    assert summary_tau(page) >= 3.0
+    no_loop(page.evaluate(OUTPUT_TEXT_JS))
+    tree = figure(page, "draft-tree")
+    verified = [y for t in tree["traces"] if t["name"] in ("accepted", "rejected", "verified, not reached")
+                for y in t["y"]]
+    assert max(verified.count(d) for d in set(verified)) >= 2, verified   # a level with two or more nodes
+    shot(page, "12_first_run_1280x800.png")
+    page.locator("#draft-tree").scroll_into_view_if_needed()
+    shot(page, "13_first_run_tree_1280x800.png")
+
+
+def test_a_code_answer_keeps_its_line_breaks_and_its_tokens_stay_clickable(page):
+    page.get_by_role("radio", name="Code").check()
+    page.wait_for_function("() => document.querySelector('#prompt textarea').value.startsWith('Write a Python')",
+                           timeout=30_000)
+    run_and_wait(page)
+    text = page.evaluate(OUTPUT_TEXT_JS)
+    indented = [line for line in text.splitlines() if line.startswith("    ")]
+    assert len(indented) >= 2, text
+    assert page.evaluate(LINE_TOPS_JS) >= 4            # the tokens sit on several lines, as the code does
+    page.locator("#output-text").scroll_into_view_if_needed()
+    shot(page, "14_code_output_1280x800.png")
+    tokens = page.locator("#output-text .token")
+    tokens.nth(tokens.count() - 2).click()
+    page.wait_for_function("() => document.querySelector('#focus-text').innerText.startsWith('Selected')",
+                           timeout=30_000)
+
+
+@pytest.mark.parametrize("width,height", [(1920, 1080), (390, 844)])
+def test_the_page_at_other_sizes(browser, app_url, width, height):
+    tab = open_page(browser, app_url, width, height)
+    try:
+        set_number(tab, "max-new-tokens", 24)
+        run_and_wait(tab)
+        shot(tab, f"15_after_run_{width}x{height}.png")
+        tab.locator("#draft-tree").scroll_into_view_if_needed()
+        shot(tab, f"16_tree_{width}x{height}.png")
+        assert tab.evaluate("() => document.documentElement.scrollWidth") <= width + 1   # no sideways scrolling
+    finally:
+        tab.close()

@@ -1,20 +1,26 @@
-"""eagleviz/app/presets.py: every preset's label keeps its promise with the shipped head, run as the page runs it
-(the default tree, 48 new tokens, the CPU's dtype). Re-run with -s after changing the head: it prints each
-preset's tau and text, the figures the notes quote (MEASURED_TAU)."""
+"""eagleviz/app/presets.py: every preset's note keeps its promise with the shipped head, run as the page runs it
+(the preset's own fixed tree, 48 new tokens, the CPU's dtype). Re-run with -s after changing the head: it
+prints each preset's tau and text, the figures the notes quote (MEASURED_TAU).
+
+The quoted tau is held to TIGHT (0.05) on the CPU it was measured on (presets.MEASURED_ON, in bf16), where a
+run reproduces it; on another CPU (bf16 rounds differently there, or the model runs in fp32) to LOOSE (0.5).
+Each assertion message says which applied."""
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 
 import pytest
 
 from eagleviz.app import presets
 from eagleviz.decoding.load import RANDOM_HEAD, default_head, load_engine
 from eagleviz.models.loading import cpu_description
-from eagleviz.app.session import EngineHub, Knobs, default_knobs, generate, race_run
+from eagleviz.app.session import EngineHub, Knobs, generate, race_run
+from eagleviz.visuals.selection import took_other_branch
 
-TOLERANCE = 0.5  # bf16 rounds differently from one CPU to another: a quoted tau may move a little
+TIGHT = 0.05   # where the quotes were measured: the same CPU and dtype give the same run
+LOOSE = 0.5    # elsewhere: bf16 rounds differently from one CPU to another, so a quoted tau may move a little
+BASE = Knobs(max_new_tokens=presets.PRESET_TOKENS)
 
 
 @pytest.fixture(scope="module")
@@ -25,42 +31,48 @@ def hub():
 
 
 @pytest.fixture(scope="module")
-def knobs():
-    return default_knobs(Knobs(max_new_tokens=presets.PRESET_TOKENS))[0]
-
-
-@pytest.fixture(scope="module")
-def runs(hub, knobs):
-    """shows -> (tau, text, run)."""
+def runs(hub):
+    """shows -> (tau, text, run), each preset with its own tree, as the page's preset button sets it."""
     out = {}
     for p in presets.PRESETS:
-        run = generate(hub, p.prompt, replace(knobs, temperature=p.temperature))
+        run = generate(hub, p.prompt, presets.knobs(p, BASE))
         text = hub.get().target.tokenizer.decode(run.token_ids, skip_special_tokens=True)
         out[p.shows] = (run.summary()["tau"], text, run)
-        print(f"\n{p.shows}: tau {out[p.shows][0]:.2f} with {knobs.steps}/{knobs.topk}/{knobs.draft_tokens}: {text!r}")
-    high = presets.PRESETS[0]
-    run = generate(hub, high.prompt, replace(knobs, steps=5, topk=4, draft_tokens=16))
-    out["high_textbook"] = (run.summary()["tau"], "", run)
-    print(f"\nhigh_textbook: tau {out['high_textbook'][0]:.2f} with 5/4/16")
+        print(f"\n{p.shows}: tau {out[p.shows][0]:.2f} with {p.tree_label}, {run.dtype}: {text!r}")
     return out
 
 
-def test_the_high_acceptance_preset_shows_the_highest_tau(runs):
-    tau = {k: v[0] for k, v in runs.items() if k != "high_textbook"}
+def tolerance(run) -> tuple[float, str]:
+    """The tolerance for a quoted tau, and which one applies here (for the assertion message)."""
+    if cpu_description() == presets.MEASURED_ON and run.dtype == "bfloat16":
+        return TIGHT, f"tight check ({TIGHT}): this is the CPU the quotes were measured on ({presets.MEASURED_ON})"
+    return LOOSE, (f"loose check ({LOOSE}): measured on {presets.MEASURED_ON} in bf16, running on {cpu_description()} "
+                   f"in {run.dtype}")
+
+
+def test_every_preset_runs_a_branching_fixed_tree(runs):
+    for p in presets.PRESETS:
+        tree = runs[p.shows][2].config["tree"]
+        assert (tree["steps"], tree["topk"], tree["draft_tokens"]) == p.tree and tree["topk"] >= 2
+        assert tree["adaptive"] is False
+
+
+def test_the_opening_preset_shows_a_tree_at_its_best(runs):
+    """The page opens on the counting preset: its first run commits three tokens or more per target forward,
+    has the highest tau of the presets, and in several cycles the accepted path went down a branch other than
+    the draft's first choice (what a chain would have missed)."""
+    assert presets.PRESETS[0].shows == "high"
+    tau = {k: v[0] for k, v in runs.items()}
     assert set(tau) == {p.shows for p in presets.PRESETS}
     assert tau["high"] >= 3.0 and tau["high"] == max(tau.values())
-
-
-def test_repetition_is_caught_with_the_textbook_tree(runs):
-    """A repeated pattern is the easiest thing to guess: with the textbook tree the counting preset commits
-    four tokens or more per target forward on average."""
-    assert runs["high_textbook"][0] >= 4.0
+    assert sum(took_other_branch(c) for c in runs["high"][2].cycles) >= 3
 
 
 def test_code_beats_prose_and_the_low_preset_is_the_lowest_greedy_one(runs):
     tau = {k: v[0] for k, v in runs.items()}
     assert tau["high"] > tau["code"] > tau["low"]
     assert tau["low"] < 2.0
+    assert tau["low"] == min(t for k, t in tau.items() if k != "sampling")
 
 
 @pytest.mark.parametrize("shows", ["high", "code", "low", "sampling", "near_tie"])
@@ -75,9 +87,17 @@ def test_each_preset_writes_sensible_text(runs, shows):
     assert not phrases or max(phrases.values()) < 4, phrases.most_common(1)
 
 
-@pytest.mark.parametrize("shows", ["high", "high_textbook", "code", "low", "sampling", "near_tie"])
+def test_the_code_preset_writes_lines_of_code(runs):
+    """The output view keeps line breaks: the code preset's answer has several indented lines to show."""
+    lines = runs["code"][1].splitlines()
+    assert len(lines) >= 4 and sum(line.startswith("    ") for line in lines) >= 2, lines
+
+
+@pytest.mark.parametrize("shows", ["high", "code", "low", "sampling", "near_tie"])
 def test_the_notes_quote_what_a_run_shows(runs, shows):
-    assert abs(runs[shows][0] - presets.MEASURED_TAU[shows]) <= TOLERANCE, (shows, runs[shows][0])
+    tau, _, run = runs[shows]
+    allowed, which = tolerance(run)
+    assert abs(tau - presets.MEASURED_TAU[shows]) <= allowed, (shows, round(tau, 3), which)
 
 
 def test_the_near_tie_preset_parts_from_plain_decoding_only_at_a_tie(hub, runs):
@@ -100,9 +120,9 @@ def test_the_near_tie_preset_parts_from_plain_decoding_only_at_a_tie(hub, runs):
         assert "".join(t.text for t in run.output[:d.position]).endswith(" essential")
 
 
-def test_the_near_tie_prompt_is_exact_in_fp32(smol_engine_fp32, knobs):
+def test_the_near_tie_prompt_is_exact_in_fp32(smol_engine_fp32):
     """The same prompt in fp32: EAGLE commits exactly plain greedy decoding's tokens."""
     preset = next(p for p in presets.PRESETS if p.shows == "near_tie")
-    tree, sampling = knobs.configs()
+    tree, sampling = presets.knobs(preset, BASE).configs()
     spec = smol_engine_fp32.generate(preset.prompt, tree, sampling)
     assert spec.token_ids == smol_engine_fp32.generate(preset.prompt, None, sampling).token_ids

@@ -22,6 +22,8 @@ def read(query, limits=LIMITS, **kw):
 @pytest.mark.parametrize("prompt,knobs,preset", [
     ("List the numbers from 1 to 15, one per line.", DEFAULTS, None),
     ("Ünïcödé & = ? # % + spaces\nand a second line", Knobs(6, 8, 64, 0.8, 0.95, 200, 12345, "torch"), None),
+    ("a fixed tree drafting from the prompt", Knobs(5, 2, 10, adaptive=False, source="eagle+lookup"), None),
+    ("lookup only", Knobs(4, 3, 10, adaptive=True, source="lookup"), None),
     (presets.PRESETS[3].prompt, replace(DEFAULTS, temperature=0.8, top_p=0.123456789, seed=2**63 - 1),
      presets.PRESETS[3].name),
 ])
@@ -79,6 +81,10 @@ def test_missing_parameters_keep_the_defaults():
     ("max_new_tokens", "0", "[1, 512]"),
     ("max_new_tokens", "513", "EAGLEVIZ_MAX_NEW_TOKENS"),
     ("draft_tokens", "65", "EAGLEVIZ_MAX_DRAFT_TOKENS"),
+    ("adaptive", "yes", "0 or 1"),
+    ("adaptive", "True", "0 or 1"),
+    ("source", "medusa", "eagle, lookup, eagle+lookup"),
+    ("source", "<b>x</b>", "eagle, lookup"),
 ])
 def test_a_bad_parameter_falls_back_to_its_default_and_the_rest_applies(name, value, why):
     shared = read([("prompt", "hello"), ("seed", "7"), (name, value)] if name != "seed"
@@ -137,6 +143,15 @@ def test_notes_never_repeat_markup_from_the_link():
 def test_too_many_parameters_are_cut():
     shared = read("&".join(f"x{i}=1" for i in range(100)))
     assert len(shared.notes) == 1 + share.MAX_PARAMS and "100 parameters" in shared.notes[0]
+
+
+def test_a_preset_brings_its_fixed_tree_unless_the_link_sets_the_knobs():
+    code = presets.by_name()["Code"]
+    shared = read([("preset", code.name)])
+    k = shared.knobs
+    assert (k.steps, k.topk, k.draft_tokens, k.adaptive) == (*code.tree, False) and shared.notes == ()
+    shared = read([("preset", code.name), ("steps", "2"), ("adaptive", "1")])
+    assert (shared.knobs.steps, shared.knobs.topk, shared.knobs.adaptive) == (2, code.tree[1], True)
 
 
 def test_a_preset_sets_its_prompt_and_temperature_unless_the_link_overrides_them():

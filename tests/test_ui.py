@@ -20,7 +20,8 @@ from eagleviz.app.navigation import VIEW_SIZE
 from eagleviz.app.ui import as_pairs, build_app
 from tiny import tiny_engine
 
-KNOBS = (4, 4, 16, 0.0, 1.0, 16, 0, "auto")  # steps, topk, draft_tokens, temperature, top_p, max_new, seed, attn
+# steps, topk, draft_tokens, temperature, top_p, max_new, seed, attn, adaptive (a fixed tree), source
+KNOBS = (4, 4, 16, 0.0, 1.0, 16, 0, "auto", False, "eagle")
 RUN_OUT = 8 + VIEW_SIZE                      # run_state, output, status, slider, summary, plot, export, tour
 
 
@@ -45,8 +46,10 @@ def finished(handlers):
 
 
 def test_validity_shows_the_rule_and_adjustments(handlers):
-    text, flags = handlers.knobs_changed(5, 4, 16, 0.0, 1.0, 48, 0, "auto")
+    text, flags = handlers.knobs_changed(5, 4, 16, 0.0, 1.0, 48, 0, "auto", False)
     assert "**69**" in text and "**16** tokens" in text
+    text, _ = handlers.knobs_changed(5, 4, 16, 0.0, 1.0, 48, 0, "auto", True)
+    assert "**at most 16** tokens" in text and "pay on this machine" in text
     text, flags = handlers.knobs_changed(3, 1, 10, 0.0, 1.0, 48, 0, "auto")
     assert "Adjusted" in text and "steps + 1 = 4" in text
     assert "--speculative-num-draft-tokens 4" in flags and "--speculative-eagle-topk 1" in flags
@@ -66,10 +69,14 @@ def test_launch_flags_name_sglang_and_vllm_knobs(hub):
     assert "temperature=0.7" in flags
 
 
-def test_presets_fill_the_prompt_and_the_temperature():
+def test_presets_fill_the_prompt_the_temperature_and_their_own_branching_fixed_tree():
     for p in presets.PRESETS:
-        prompt, note, temperature = Handlers.preset_chosen(p.name)
+        prompt, note, temperature, steps, topk, draft_tokens, adaptive = Handlers.preset_chosen(p.name)
         assert (prompt, temperature) == (p.prompt, p.temperature) and "{" not in note
+        assert (steps, topk, draft_tokens) == p.tree and topk >= 2 and adaptive is False
+        assert f"Tree {p.tree_label}" in note                      # the note quotes its tree
+    with pytest.raises(ValueError, match="must branch"):
+        presets.Preset("chain", "p", "n", "high", (4, 1, 5))
     assert Handlers.preset_chosen(None)[1] == ""
     assert {p.shows for p in presets.PRESETS} == {"high", "code", "low", "sampling", "near_tie"}
 
@@ -342,28 +349,39 @@ def test_factory_is_called_once_on_first_use():
     assert calls == [1] and hub.head_is_random
 
 
-def test_the_page_opens_on_the_tuned_tree_and_says_where_it_comes_from(tmp_path, monkeypatch):
-    """This machine's `tune` result first, else the shipped one (measured for the shipped head), else the
-    textbook tree; the caption names the source."""
+def test_the_fastest_tree_comes_from_tune_and_says_where(tmp_path, monkeypatch):
+    """This machine's `tune` result first, else the shipped one (measured for the shipped head), else none; a
+    fixed tree, as tune measured it; the line under the buttons names its source and why a CPU wants it small."""
     from eagleviz import measured
-    from eagleviz.app.session import default_knobs
+    from eagleviz.app.session import fastest_tree
+    from eagleviz.app.ui import tree_origin
 
     monkeypatch.setenv("EAGLEVIZ_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(measured, "SHIPPED_DIR", tmp_path / "shipped")
-    base = Knobs(max_new_tokens=48)
-    knobs, note = default_knobs(base)
-    assert knobs == base and "textbook 5 / 4 / 16" in note
+    assert fastest_tree() is None and "tune` finds" in tree_origin(None)
     (tmp_path / "shipped").mkdir()
     (tmp_path / "shipped" / "tuned.json").write_text(json.dumps({"best": {"steps": 3, "topk": 4, "draft_tokens": 8}}))
-    knobs, note = default_knobs(base)
-    assert (knobs.steps, knobs.topk, knobs.draft_tokens, knobs.max_new_tokens) == (3, 4, 8, 48)
-    assert "3 / 4 / 8" in note and "shipped with eagleviz" in note
+    found = fastest_tree()
+    assert (found.tree.steps, found.tree.topk, found.tree.draft_tokens, found.tree.adaptive) == (3, 4, 8, False)
+    assert found.label == "3 / 4 / 8" and "shipped with eagleviz" in tree_origin(found)
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "tuned.json").write_text(json.dumps({"best": {"steps": 4, "topk": 1, "draft_tokens": 5}}))
-    knobs, note = default_knobs(base)
-    assert (knobs.steps, knobs.topk, knobs.draft_tokens) == (4, 1, 5) and "measured on this machine" in note
+    line = tree_origin(fastest_tree())
+    assert "4 / 1 / 5" in line and "measured on this machine" in line and "race times it" in line
+    assert "prefers small trees" in line
     (tmp_path / "cache" / "tuned.json").write_text(json.dumps({"best": {"steps": 99, "topk": 4, "draft_tokens": 8}}))
-    assert default_knobs(base)[0].steps == 3  # an unusable result is skipped: the shipped one applies
+    assert fastest_tree().tree.steps == 3  # an unusable result is skipped: the shipped one applies
+
+
+def test_the_page_opens_on_the_first_preset_with_its_branching_tree(hub):
+    """The first screen teaches trees: the knobs start at the first preset's tree (topk >= 2, fixed), and the
+    fastest tree is a button away."""
+    demo = build_app(hub)
+    values = {c.get("elem_id"): c.get("value") for c in (b["props"] for b in demo.config["components"])}
+    first = presets.PRESETS[0]
+    assert (values["steps"], values["topk"], values["draft-tokens"]) == first.tree and values["topk"] >= 2
+    assert values["adaptive"] is False and values["prompt"] == first.prompt
+    assert values["draft-source"] == "eagle"
 
 
 def test_a_second_pair_is_named_loaded_on_first_use_and_never_a_path(hub):

@@ -180,7 +180,7 @@ def test_output_tokens_carry_provenance_one_item_per_token():
     run.output[1].text = "a\nb"
     run.output[2].text = ""
     items = output_tokens(run)
-    assert len(items) == len(run.output) and items[1][0] == "a\u21b5b" and items[2][0] == "\u2205"
+    assert len(items) == len(run.output) and items[1][0] == "a\u21b5\nb" and items[2][0] == "\u2205"
     kinds = [kind for _, kind in items]
     assert kinds.count("bonus (target)") == len(run.cycles)
     assert kinds.count("accepted draft") == sum(c.accept_length for c in run.cycles)
@@ -252,3 +252,39 @@ def test_inconsistent_traces_are_refused(breakage):
         c.checks[0].slot = 99
     with pytest.raises(ValueError):
         check_displayable(run)
+
+
+# ------------------------------------------------------------------ cost-aware trees and draft sources
+
+
+def test_the_tree_marks_each_candidates_source_and_older_traces_draw_without(tmp_path):
+    from dataclasses import replace
+
+    from eagleviz.visuals.draft_tree import SOURCE_STYLE
+
+    cycle = synthetic_cycle(steps=3, topk=2, draft_tokens=6, accept=2)
+    plain = {t.name for t in draft_tree_figure(cycle).data if t.name}
+    assert not plain & {name for name, _ in SOURCE_STYLE.values()}      # every node from the head: no marks
+    kept = [n for n in cycle.nodes if n.kept]
+    cycle.nodes = [replace(n, source="lookup") if n is kept[0] else replace(n, source="both") if n is kept[1] else n
+                   for n in cycle.nodes]
+    marks = {t.name: len(t.x) for t in draft_tree_figure(cycle).data if t.name in ("from prompt lookup",
+                                                                                  "from the head and lookup")}
+    assert marks == {"from prompt lookup": 1, "from the head and lookup": 1}
+
+
+def test_the_caption_and_the_summary_set_the_trees_forecast_beside_the_outcome():
+    from eagleviz.visuals.summary import summary_figure
+
+    cycles = [synthetic_cycle(index=i, accept=i % 3) for i in range(3)]
+    old = synthetic_run(cycles)
+    assert "expected" not in explain.cycle_caption(old, old.cycles[0])
+    assert "expected by the tree" not in {t.name for t in summary_figure(old).data}
+    for c, e in zip(cycles, (0.4, 1.25, 2.0)):
+        c.expected_accept, c.decision = e, "stopped at level 2: a third level would not pay."
+    run = synthetic_run(cycles)
+    caption = explain.cycle_caption(run, run.cycles[1])
+    assert "1 accepted + 1 bonus" in caption and "expected 1.2 accepted" in caption
+    assert caption.endswith("would not pay.") and ".." not in caption
+    forecast = next(t for t in summary_figure(run).data if t.name == "expected by the tree")
+    assert list(forecast.x) == [0, 1, 2] and list(forecast.y) == [0.4, 1.25, 2.0]

@@ -18,15 +18,16 @@ from eagleviz.app.pairs import Pair, PairHub
 from eagleviz.app.session import Knobs
 
 DEFAULTS = Knobs(steps=4, topk=1, draft_tokens=5, max_new_tokens=48)
-RUN = 8 + VIEW_SIZE   # the run outputs come first, then prompt, preset, note, the 8 knobs, model, projector, notes
+RUN = 8 + VIEW_SIZE   # the run outputs come first, then prompt, preset, note, the knobs, model, projector, notes
+SETTINGS = workshop.SETTINGS_SIZE
 
 
 def settings(out) -> tuple:
-    return out[RUN:RUN + 11]
+    return out[RUN:RUN + SETTINGS]
 
 
 def tail(out) -> tuple:
-    return out[RUN + 11:]
+    return out[RUN + SETTINGS:]
 
 
 class NoModel:
@@ -45,13 +46,14 @@ def request(query: str):
 
 
 def test_a_link_restores_prompt_knobs_model_and_layout(handlers):
-    link = workshop.link_for("Count to 5", None, "large", 6, 3, 12, 0.5, 0.9, 40, 7, "torch")
+    link = workshop.link_for("Count to 5", None, "large", 6, 3, 12, 0.5, 0.9, 40, 7, "torch", False, "eagle+lookup")
     query = link[link.index("(?") + 1:link.index(")")]
+    assert "adaptive=0" in query and "source=eagle%2Blookup" in query
     out = workshop.open_link(handlers, DEFAULTS, request(query[1:] + "&projector=1"))
-    assert len(out) == RUN + 11 + 3
+    assert len(out) == RUN + SETTINGS + 3
     prompt, preset, note, *knobs = settings(out)
     assert prompt == "Count to 5" and preset is None and note == ""
-    assert tuple(knobs) == (6, 3, 12, 0.5, 0.9, 40, 7, "torch")
+    assert tuple(knobs) == (6, 3, 12, 0.5, 0.9, 40, 7, "torch", False, "eagle+lookup")
     assert tail(out) == ("large", True, "")
     assert all(v == gr.skip() for v in out[:RUN])   # no gallery entry named: the run is left as it is
 
@@ -70,7 +72,7 @@ def test_bad_parameters_give_defaults_and_a_visible_note_never_an_error(handlers
 
 def test_a_plain_visit_changes_nothing(handlers):
     out = workshop.open_link(handlers, DEFAULTS, request(""))
-    assert all(v == gr.skip() for v in out[:RUN + 11]) and tail(out)[2] == ""
+    assert all(v == gr.skip() for v in out[:RUN + SETTINGS]) and tail(out)[2] == ""
 
 
 def test_a_link_to_a_recorded_run_replays_it_with_its_prompt_and_knobs_and_no_model(handlers, monkeypatch):
@@ -104,5 +106,8 @@ def test_the_queue_says_when_runs_are_ahead(handlers):
     assert handlers.announce() == ""          # nobody ahead
     handlers._started()                        # that run is now running
     note = handlers.announce()                 # a second visitor clicks Run
-    assert "1 run(s) ahead" in note and "recorded runs" in note
+    assert "1 run(s) ahead" in note and "one cycle in turn" in note and "recorded runs" in note
     handlers._ended()
+    first_come = Handlers(handlers.pairs, Limits(active_runs=1))   # the old first-come-first-served server
+    first_come._started()
+    assert "runs 1 at a time" in first_come.announce()

@@ -24,6 +24,7 @@ from eagleviz.trace import RunTrace
 GALLERY_DIR = GALLERY
 INDEX_FILE = "index.json"
 INDEX_VERSION = 1
+OLDER_KNOBS = {"adaptive": False, "source": "eagle"}   # what an index from before these knobs recorded
 _ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 
 
@@ -62,11 +63,13 @@ class GalleryEntry:
         if Path(row["file"]).name != row["file"] or not row["file"].endswith(".json"):
             raise ValueError(f"entry {row['id']}: file {row['file']!r} must be a .json name inside the gallery")
         defaults = Knobs()
+        if not OLDER_KNOBS.keys() & row["knobs"].keys():  # recorded before cost-aware trees: a fixed EAGLE tree
+            row = row | {"knobs": row["knobs"] | OLDER_KNOBS}
         if set(row["knobs"]) != {f.name for f in fields(Knobs)}:
             raise ValueError(f"entry {row['id']}: knobs must have exactly the fields {sorted(vars(defaults))}")
         for name, value in row["knobs"].items():
             kind = (int, float) if isinstance(getattr(defaults, name), float) else type(getattr(defaults, name))
-            if isinstance(value, bool) or not isinstance(value, kind):
+            if (kind is bool) != isinstance(value, bool) or not isinstance(value, kind):
                 raise ValueError(f"entry {row['id']}: knob {name} has the wrong type")
         knobs = Knobs(**row["knobs"])
         knobs.configs()

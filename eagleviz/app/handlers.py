@@ -18,13 +18,16 @@ from eagleviz.errors import UserFacingError
 from eagleviz.app.limits import Limits
 from eagleviz.app.navigation import VIEW_SIZE, view_values
 from eagleviz.app.pairs import PairHub
-from eagleviz.app.session import RANDOM_HEAD_NOTE, Knobs, generate, race_run, read_trace, stream_run, write_trace
+from eagleviz.app.scheduler import Turns
+from eagleviz.app.session import (RANDOM_HEAD_NOTE, SHARED_NOTE, FastestTree, Knobs, fastest_tree, generate, race_run,
+                                  read_trace, rerun_with, stream_run, tree_of, why_small_trees, write_trace)
 from eagleviz.trace import RunTrace
 from eagleviz.visuals import summary_figure
 from eagleviz.visuals.explain import summary_text, tour_step
 from eagleviz.visuals.output_text import output_tokens
 
 STREAM_EVERY_S = 0.3      # minimum time between two streamed text updates
+KNOB_COUNT = 10           # the knobs every handler receives, in Knobs' field order
 PENDING_TTL_S = 600       # a click not followed by its run within this long is forgotten (tab closed, queue full)
 
 
@@ -40,11 +43,22 @@ def _number(name: str, value, kind: type):
     return int(number) if kind is int and number.is_integer() else number
 
 
-def knobs_from(steps, topk, draft_tokens, temperature, top_p, max_new_tokens, seed, attn_impl="auto") -> Knobs:
+def _switch(name: str, value) -> bool:
+    """A yes/no knob from the page (a checkbox) or the API (a boolean, or 0/1)."""
+    if isinstance(value, bool):
+        return value
+    if value in (0, 1, "0", "1", "true", "false", "True", "False"):
+        return str(value).lower() in ("1", "true")
+    raise UserFacingError(f"{name} must be true or false, got {str(value)[:40]!r}")
+
+
+def knobs_from(steps, topk, draft_tokens, temperature, top_p, max_new_tokens, seed, attn_impl="auto", adaptive=True,
+               source="eagle") -> Knobs:
     return Knobs(_number("steps", steps, int), _number("topk", topk, int),
                  _number("draft_tokens", draft_tokens, int), _number("temperature", temperature, float),
                  _number("top_p", top_p, float), _number("max_new_tokens", max_new_tokens, int),
-                 _number("seed", 0 if seed is None else seed, int), str(attn_impl))
+                 _number("seed", 0 if seed is None else seed, int), str(attn_impl), _switch("adaptive", adaptive),
+                 str(source))
 
 
 def _slider(run: RunTrace | None, value: int = 0):
@@ -65,29 +79,31 @@ class StopRequest:
 class Handlers:
     def __init__(self, pairs: PairHub, limits: Limits | None = None):
         self.pairs, self.limits = pairs, limits or Limits()
+        self.turns = Turns(self.limits.concurrency)   # the one line to the model: runs take it cycle by cycle
         self._lock = threading.Lock()
         self._running = 0
         self._pending: list[float] = []
 
     # ---------------------------------------------------------------- knobs, presets, pairs
     def knobs_changed(self, *values) -> tuple[str, str]:
-        """values: the eight knobs, then the pair's name (optional)."""
+        """values: the ten knobs (`KNOB_COUNT`), then the pair's name (optional)."""
         try:
-            knobs = knobs_from(*values[:8])
+            knobs = knobs_from(*values[:KNOB_COUNT])
         except UserFacingError as exc:
             return f"**Invalid:** {exc}", f"# invalid knobs: {exc}"
-        hub = self.pairs.peek(values[8] if len(values) > 8 else None)
+        hub = self.pairs.peek(values[KNOB_COUNT] if len(values) > KNOB_COUNT else None)
         if hub is None:
             return knobs.validity(), "# the launch flags appear once this model is loaded (on its first run)"
         return knobs.validity(), knobs.flags(hub)
 
     @staticmethod
     def preset_chosen(name: str | None) -> tuple:
-        """The preset's prompt, its note and its temperature."""
+        """The preset's prompt, its note, its temperature, its tree (steps, topk, draft tokens) and the fixed tree
+        (cost-aware off: the picture is what the knobs say)."""
         preset = presets.by_name().get(name)
         if preset is None:
-            return gr.skip(), "", gr.skip()
-        return preset.prompt, presets.note(preset), preset.temperature
+            return gr.skip(), "", *[gr.skip()] * 5
+        return preset.prompt, presets.note(preset), preset.temperature, *preset.tree, False
 
     def pair_note(self, name: str | None) -> str:
         try:
@@ -101,15 +117,20 @@ class Handlers:
 
     # ---------------------------------------------------------------- the queue
     def announce(self) -> str:
-        """Called without queueing when Run is clicked: a note when runs are ahead of this one."""
+        """Called without queueing when Run is clicked: a note when other runs share the model with this one."""
         now = time.monotonic()
         with self._lock:
             self._pending = [t for t in self._pending if now - t < PENDING_TTL_S] + [now]
             ahead = self._running + len(self._pending) - 1
-        if ahead < self.limits.concurrency:
+        if ahead < 1:
             return ""
-        return (f"\u23f3 {ahead} run(s) ahead of yours on this server ({self.limits.concurrency} at a time). "
-                "Meanwhile the **recorded runs** (gallery, above) replay instantly, with no model work.")
+        gallery = "Meanwhile the **recorded runs** (Workshop, above) replay instantly, with no model work."
+        if ahead >= self.limits.active_runs:
+            return (f"\u23f3 {ahead} run(s) ahead of yours; this server runs {self.limits.active_runs} at a time, "
+                    f"taking turns cycle by cycle. {gallery}")
+        return (f"\u23f3 {ahead} run(s) ahead of yours share the model: each takes one cycle in turn, so yours shows "
+                f"its first cycle after about {ahead} other cycles, then advances at 1/{ahead + 1} of its own speed. "
+                f"{gallery}")
 
     def _started(self) -> None:
         with self._lock:
@@ -135,7 +156,7 @@ class Handlers:
                 yield (skip, skip, f"Loading **{name}** (first use; one model is held at a time)\u2026",
                        *[skip] * (5 + VIEW_SIZE))
             with self.pairs.use(name) as hub:
-                stream = stream_run(hub, _prompt(prompt), knobs, self.limits)
+                stream = stream_run(hub, _prompt(prompt), knobs, self.limits, turns=self.turns)
                 for run, cycle in stream:
                     if cycle is None:
                         yield (run, [], "Running\u2026 (prefill)", _slider(None), "", skip, skip, skip, skip,
@@ -179,7 +200,7 @@ class Handlers:
         if run is None:
             return (None, [], "", _slider(None), "", None, None, "", *view_values(None, 0))
         note = f" {RANDOM_HEAD_NOTE}" if run.head.startswith("random") else ""
-        notes = "".join(f"\n\n\u26a0 {n}" for n in getattr(run, "notes", []))
+        notes = "".join(f"\n\n{_mark(n)} {n}" for n in getattr(run, "notes", []))
         status = f"Done: {run.stop_reason or 'stopped'}.{note}{notes}"
         tour = tour_step(run, run.cycles[0], 0) if run.cycles else ""
         return (run, output_tokens(run), status, _slider(run), summary_text(run), summary_figure(run, 0),
@@ -187,15 +208,21 @@ class Handlers:
 
     # ---------------------------------------------------------------- race, import, API
     def race(self, run: RunTrace | None, attn_impl: str, pair: str | None = None) -> str:
+        """Plain decoding against the page's run (do the texts agree?) and against EAGLE with this machine's
+        fastest tree (how fast can it be?), each timed alone: other runs wait for the race's turn to end."""
         if run is None:
             return "Run a prompt first; the race decodes the same prompt without speculation."
+        fastest = fastest_tree(float(run.config["sampling"].get("temperature", 0.0)))
         try:
             with self.pairs.use(pair) as hub:
                 if hub.model_id and run.model != hub.get().target.name:
                     raise UserFacingError(f"this run was made with {run.model}; choose that model to race it")
-                return race_mod.describe(race_run(hub, run, attn_impl, self.limits))
+                with self.turns.alone():
+                    result = race_run(hub, run, attn_impl, self.limits)
+                    again = rerun_with(hub, run, fastest.tree, attn_impl, self.limits) if fastest else None
         except UserFacingError as exc:
             return f"\u26a0 {exc}"
+        return race_text(result, again, fastest)
 
     def imported(self, path: str | None) -> tuple:
         if not path:
@@ -211,16 +238,47 @@ class Handlers:
 
     def api_generate(self, prompt: str, steps: int = 5, topk: int = 4, draft_tokens: int = 16,
                      temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
-                     model: str = "") -> dict:
+                     model: str = "", adaptive: bool = True, source: str = "eagle") -> dict:
         """Run EAGLE speculative decoding and return the full trace (every cycle's tree, mask, checks, KV moves).
-        `model` names one of the server's model/head pairs (empty: the first). The server's limits apply as on
-        the page; a run over the time limit returns its partial trace with `stop_reason` saying so."""
+        `model` names one of the server's model/head pairs (empty: the first). `adaptive`: the cost-aware tree
+        (the tree knobs are upper bounds), false for SGLang's fixed tree; `source`: "eagle", "lookup" or
+        "eagle+lookup". The server's limits apply as on the page, and the run takes turns at the model with the
+        page's runs; a run over the time limit returns its partial trace with `stop_reason` saying so."""
         try:
-            knobs = knobs_from(steps, topk, draft_tokens, temperature, top_p, max_new_tokens, seed)
+            knobs = knobs_from(steps, topk, draft_tokens, temperature, top_p, max_new_tokens, seed, "auto", adaptive,
+                               source)
             with self.pairs.use(model or None) as hub:
-                return generate(hub, _prompt(prompt), knobs, self.limits).to_dict()
+                return generate(hub, _prompt(prompt), knobs, self.limits, self.turns).to_dict()
         except (UserFacingError, MemoryError) as exc:
             raise gr.Error(_message(exc)) from exc
+
+
+def race_text(result: race_mod.RaceResult, fastest_run: RunTrace | None, fastest: FastestTree | None) -> str:
+    """The race as Markdown: the speeds of the fastest tree, the page's run and plain decoding, why a CPU
+    prefers small trees, then whether the page's run and plain decoding agree (`race.describe`'s verdict)."""
+    run, plain = result.speculative, result.plain
+    rows = [("EAGLE, this CPU's fastest tree", fastest_run)] if fastest_run is not None else []
+    own = "EAGLE, this run's tree" + (" (the fastest here)" if fastest is not None and fastest_run is None else "")
+    rows += [(own, run), ("plain decoding", plain)]
+    lines = ["| | tree | tokens | time (s) | tokens/s | \u03c4 |", "|---|---|---:|---:|---:|---:|"]
+    for name, r in rows:
+        s, tree = r.summary(), tree_of(r)
+        shape = f"{tree.steps} / {tree.topk} / {tree.draft_tokens}" if tree else ""
+        tau = f"{s['tau']:.2f}" if tree else ""
+        lines.append(f"| {name} | {shape} | {s['new_tokens']} | {s['wall_s']:.2f} | {s['tokens_per_s']:.1f} | {tau} |")
+    best = fastest_run or run
+    p = plain.summary()["tokens_per_s"]
+    speedup = best.summary()["tokens_per_s"] / p if p > 0 else 0.0
+    where = f" (`tune`, {fastest.origin})" if fastest is not None else " (no `tune` result: this run's tree)"
+    lines += ["", f"**Measured speedup: {speedup:.2f}x** with the {'fastest tree' if fastest else 'tree'} {where}, "
+              "each run timed alone. " + why_small_trees(), ""]
+    verdict = race_mod.describe(result).split("\n\n", 2)[2:]  # after describe's table and speedup: the texts
+    return "\n".join(lines) + "\n\n" + "**This run against plain decoding.** " + "".join(verdict)
+
+
+def _mark(note: str) -> str:
+    """The sign before a run's note: a clock for the time it waited for its turns, a warning for the rest."""
+    return "\u23f1" if note.startswith(SHARED_NOTE) else "\u26a0"
 
 
 def _prompt(prompt) -> str:

@@ -6,7 +6,10 @@
     EAGLEVIZ_MAX_UPLOAD_MB      20     size of an imported trace
     EAGLEVIZ_MAX_RUN_SECONDS    120    wall time of one request; the run stops (its partial trace is kept)
     EAGLEVIZ_KV_BUDGET_MB       1024   target + draft KV cache of one request
-    EAGLEVIZ_CONCURRENCY        1      model runs at once (CPU: 1, see docs/performance.md section 1)
+    EAGLEVIZ_CONCURRENCY        1      steps (a run's prefill or one cycle) computed at once (CPU: 1, see
+                                       docs/performance.md section 1)
+    EAGLEVIZ_ACTIVE_RUNS        32     runs in progress at once, taking turns at the model cycle by cycle
+                                       (eagleviz/app/scheduler.py); 1 serves runs first come, first served
     EAGLEVIZ_QUEUE_SIZE         64     requests waiting; beyond it Gradio refuses a request ("Queue is full")
     EAGLEVIZ_THREADS            ""     torch threads per process (unset: torch's default, one per core); on a
                                        shared machine give each concurrent run its own core (docs/operations.md)
@@ -46,6 +49,7 @@ class Limits:
     max_run_seconds: int = 120
     kv_budget_mb: int = 1024
     concurrency: int = 1
+    active_runs: int = 32
     queue_size: int = 64
     threads: int | None = None
 
@@ -59,6 +63,7 @@ class Limits:
                    max_run_seconds=_env_int("EAGLEVIZ_MAX_RUN_SECONDS", d.max_run_seconds),
                    kv_budget_mb=_env_int("EAGLEVIZ_KV_BUDGET_MB", d.kv_budget_mb),
                    concurrency=_env_int("EAGLEVIZ_CONCURRENCY", d.concurrency),
+                   active_runs=_env_int("EAGLEVIZ_ACTIVE_RUNS", d.active_runs),
                    queue_size=_env_int("EAGLEVIZ_QUEUE_SIZE", d.queue_size),
                    threads=_env_int("EAGLEVIZ_THREADS", 0) or None)
 
@@ -71,7 +76,8 @@ class Limits:
         return (f"Limits on this server: prompt <= {self.max_prompt_chars} characters, max new tokens <= "
                 f"{self.max_new_tokens}, draft tokens <= {self.max_draft_tokens}, {self.max_run_seconds} s per run "
                 f"(a longer run stops and keeps its partial trace), trace uploads <= {self.max_upload_mb} MB, "
-                f"{self.concurrency} run(s) at a time and {self.queue_size} waiting.")
+                f"{self.active_runs} runs in progress at once, taking turns at the model cycle by cycle "
+                f"({self.concurrency} step(s) at a time), and {self.queue_size} waiting.")
 
     def check_request(self, prompt: str, tree: TreeConfig | None, sampling: SamplingConfig) -> None:
         """Refuse what a shared server should not run, with the limit named."""

@@ -1,59 +1,76 @@
-"""The app's presets: prompts chosen by measurement with the shipped head, each labelled with what a run
-really shows.
+"""The app's presets: prompts chosen by measurement with the shipped head, each with the tree that shows its
+lesson and a note saying what a run really shows.
 
-Every label's claim is checked by `tests/test_presets.py`, which runs each preset with the shipped head as
-the page does (bf16 or fp32 as the CPU decides, the default tree, 48 new tokens): the ordering of tau, no
-degenerate loop, sensible text. Re-run it whenever the head changes:
+Each preset carries its own tree (`Preset.tree`, steps / topk / draft tokens), always a branching one (topk >= 2)
+and fixed (SGLang's tree, no cost-aware pruning: the picture is exactly what the knobs say), chosen from the
+printout of `python scripts/preset_trees.py`. This machine's fastest tree (`python -m eagleviz tune`, usually
+a small one on a CPU) is one click away on the page and is what the race times.
+
+Every note's claim is checked by `tests/test_presets.py`, which runs each preset with the shipped head as the
+page does (its tree, the CPU's dtype, 48 new tokens): the ordering of tau, no degenerate loop, sensible text,
+and the tau each note quotes. Re-run it whenever the head changes:
 
     python -m pytest tests/test_presets.py -q -s     # prints each preset's tau and text
 
-The figures quoted in the notes (MEASURED_TAU) came from that printout on the project's machine; another
-CPU rounds bf16 differently, so a run elsewhere may differ slightly (the test allows 0.5).
+The figures quoted in the notes (MEASURED_TAU) came from that printout on MEASURED_ON; there the test holds
+them to 0.05. Another CPU rounds bf16 differently (or runs fp32), so elsewhere it allows 0.5.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 PRESET_TOKENS = 48  # the page's default max new tokens: what a preset's claim is measured at
 
 
 @dataclass(frozen=True)
 class Preset:
-    """A prompt with the temperature it is run at and a note saying what it shows. `shows` is the claim the
-    test checks: "high" (the highest tau of the presets), "code", "low" (the lowest tau at T = 0),
+    """A prompt with the tree and temperature it is run at and a note saying what it shows. `shows` is the
+    claim the test checks: "high" (the highest tau of the presets), "code", "low" (the lowest tau at T = 0),
     "sampling" (T > 0) or "near_tie" (in bf16, EAGLE and plain decoding part at a tied top-2)."""
 
     name: str
     prompt: str
     note: str
     shows: str
+    tree: tuple[int, int, int]      # steps, topk, draft tokens: a fixed tree with topk >= 2
     temperature: float = 0.0
+
+    def __post_init__(self):
+        if self.tree[1] < 2:
+            raise ValueError(f"preset {self.name!r}: its tree must branch (topk >= 2), got {self.tree}")
+
+    @property
+    def tree_label(self) -> str:
+        return " / ".join(str(v) for v in self.tree)
 
 
 PRESETS = (
     Preset("Counting (high acceptance)", "List the numbers from 1 to 15, one per line.",
-           "The target writes `1, 2, 3, ...`: once the pattern is set, the draft guesses it several tokens ahead "
-           "and most cycles commit several tokens (tau about {high} with the page's default tree; the textbook "
-           "tree 5 / 4 / 16 reaches about {high_textbook}). This is EAGLE at its best.", "high"),
+           "Tree {tree} (the textbook tree). The target writes `1, 2, 3, ...`: once the pattern is set, the draft "
+           "guesses it several tokens ahead, down more than one branch of its tree, and most cycles commit four "
+           "tokens or more (tau about {high}). This is EAGLE at its best.", "high", (5, 4, 16)),
     Preset("Code", "Write a Python function that checks whether a number is prime.",
-           "Keywords, indentation and repeated names are easy to guess; the names and numbers the target picks "
-           "are not (tau about {code}). Watch the cycles where a whole keyword run is accepted.", "code"),
+           "Tree {tree}. Keywords, indentation and repeated names are easy to guess; the names and numbers the "
+           "target picks are not (tau about {code}). Watch the cycles where a whole keyword run is accepted, and "
+           "those where a second or third child won.", "code", (4, 3, 10)),
     Preset("Explanation (low acceptance)", "Explain photosynthesis in two sentences.",
-           "Open prose has many good next words, and the draft often bets on a different one than the target: "
-           "tau about {low}, the lowest of these presets. Watch which depth the target says no at.", "low"),
+           "Tree {tree}: wide and shallow, four guesses per position. Open prose has many good next words, and the "
+           "draft often bets on a different one than the target: tau about {low}, the lowest of these presets. "
+           "Watch which depth the target says no at.", "low", (3, 4, 10)),
     Preset("Story, sampled at T = 0.8", "Tell me a short story about a dragon who is afraid of the dark.",
-           "At T > 0 a drafted token is accepted when a uniform draw falls below p, the target's probability of "
-           "it (the draft picked its top tokens deterministically, so min(1, p/q) has q = 1); a rejected "
-           "token's mass leaves the residual the next sibling or the bonus token is drawn from. The path panel "
-           "shows p and the draw of every check (tau about {sampling}).", "sampling", 0.8),
+           "Tree {tree}. At T > 0 a drafted token is accepted when a uniform draw falls below p, the target's "
+           "probability of it (the draft picked its top tokens deterministically, so min(1, p/q) has q = 1); a "
+           "rejected token's mass leaves the residual the next sibling or the bonus token is drawn from: up to "
+           "four siblings per node give up to four chances. The path panel shows p and the draw of every check (tau about "
+           "{sampling}).", "sampling", (4, 4, 12), 0.8),
     Preset("Near-tie in bf16", "What are the primary colors?",
-           "Run, then press Race. After `These three colors are essential` the target's two best next tokens, "
-           "` for` and ` in`, get the same bf16 logit: the verify forward (several tree tokens at once) and plain "
-           "decoding (one token) round differently, so EAGLE commits ` for`, plain decoding ` in`, and the texts "
-           "part there (tau about {near_tie}). In fp32 the two are identical token for token: the algorithm is "
-           "lossless, bf16 arithmetic is not bit-exact. Found on {near_tie_cpu}; a CPU that runs fp32, or "
-           "rounds this tie alike in both forwards, shows identical texts.", "near_tie"),
+           "Tree {tree}. Run, then press Race. After `These three colors are essential` the target's two best "
+           "next tokens, ` for` and ` in`, get the same bf16 logit: the verify forward (several tree tokens at "
+           "once) and plain decoding (one token) round differently, so EAGLE commits ` for`, plain decoding ` in`, "
+           "and the texts part there (tau about {near_tie}). In fp32 the two are identical token for token: the "
+           "algorithm is lossless, bf16 arithmetic is not bit-exact. Found on {near_tie_cpu}; a CPU that runs "
+           "fp32, or rounds this tie alike in both forwards, shows identical texts.", "near_tie", (5, 4, 16)),
 )
 
 # Where the near-tie preset's divergence was found: bf16 rounding depends on the CPU's bf16 units, so the
@@ -61,9 +78,16 @@ PRESETS = (
 NEAR_TIE_CPU = "AMD EPYC, AVX512, native bf16"
 
 # The tau each note quotes, as tests/test_presets.py measured it with the shipped head (printed with -s):
-# the page's default tree (assets/bench/tuned.json: 4 / 1 / 5 on the project's CPU), 48 new tokens, bf16;
-# "high_textbook" is the counting preset with the textbook tree 5 / 4 / 16.
-MEASURED_TAU = {"high": 3.2, "high_textbook": 4.4, "code": 1.6, "low": 1.3, "sampling": 1.3, "near_tie": 1.7}
+# each preset's own tree, 48 new tokens, bf16, on MEASURED_ON (`cpu_description`).
+MEASURED_TAU = {"high": 4.45, "code": 2.40, "low": 1.81, "sampling": 1.68, "near_tie": 2.00}
+MEASURED_ON = "AMD EPYC, AVX512, native bf16"
+
+
+def knobs(preset: Preset, base):
+    """`base` (a session.Knobs) with the preset's tree, fixed, and its temperature."""
+    steps, topk, draft_tokens = preset.tree
+    return replace(base, steps=steps, topk=topk, draft_tokens=draft_tokens, temperature=preset.temperature,
+                   adaptive=False)
 
 
 def by_name() -> dict[str, Preset]:
@@ -72,4 +96,5 @@ def by_name() -> dict[str, Preset]:
 
 def note(preset: Preset) -> str:
     """The preset's note with the measured figures filled in."""
-    return preset.note.format(near_tie_cpu=NEAR_TIE_CPU, **{k: f"{v:.1f}" for k, v in MEASURED_TAU.items()})
+    return preset.note.format(near_tie_cpu=NEAR_TIE_CPU, tree=preset.tree_label,
+                              **{k: f"{v:.1f}" for k, v in MEASURED_TAU.items()})

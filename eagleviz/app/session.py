@@ -3,9 +3,11 @@
     EngineHub     the model, loaded once and shared read-only; one Engine view per attention implementation
     Knobs         the user's settings, validated into TreeConfig + SamplingConfig (SGLang's adjustments shown)
     stream_run    a speculative run as a stream of (run, cycle) pairs, for live display, within the server's
-                  limits (eagleviz.app.limits): prompt, tokens, draft budget, KV budget, run time
+                  limits (eagleviz.app.limits): prompt, tokens, draft budget, KV budget, run time; each step
+                  taken in a fair turn at the model (eagleviz.app.scheduler), so runs share it cycle by cycle
     generate      the same run drained, as the API returns it
-    race_run      plain decoding against a recorded (maybe imported) run, within the same limits
+    race_run      plain decoding against a recorded (maybe imported) run, within the same limits, and EAGLE
+                  with this machine's fastest tree, each timed alone
     read_trace    an uploaded trace, size-limited and validated before any figure touches it
     write_trace   a run as a JSON file for download, in a temp folder that forgets files after an hour
 """
@@ -25,13 +27,16 @@ from eagleviz.decoding.engine import Engine
 from eagleviz.errors import UserFacingError
 from eagleviz.app.flags import launch_flags
 from eagleviz.app.limits import Limits
-from eagleviz.measured import TREE_KEYS, default_tree
+from eagleviz.app.scheduler import Turns
+from eagleviz.measured import latest_verify_cost, tuned_config, tuned_tree
 from eagleviz.trace import CycleTrace, RunTrace
 from eagleviz.visuals import check_displayable
 from kernels.tree_attention import IMPLS
 
 DEFAULT_LIMITS = Limits()
 TRACE_TTL_S = 3600                # exported trace files older than this are deleted (Gradio has its own copy)
+SHARED_NOTE = "Shared the model with other runs"   # the start of the note a run that waited for its turns carries
+SHARED_NOTE_AFTER_S = 1.0          # shorter waits are not worth a note
 RANDOM_HEAD_NOTE = ("The draft head is **untrained (random)**: the target rejects almost every draft token, so "
                     "expect tau close to 1 and no speedup. Every figure is still real, and the output is still "
                     "exactly the target's.")
@@ -71,6 +76,10 @@ def _view(base: Engine, attn_impl: str) -> Engine:
 
 @dataclass(frozen=True)
 class Knobs:
+    """The page's knobs. `adaptive`: the cost-aware tree (the three tree knobs become upper bounds), else
+    SGLang's fixed tree; `source`: where candidates come from (`config.SOURCES`: the EAGLE head, prompt lookup,
+    or both)."""
+
     steps: int = 5
     topk: int = 4
     draft_tokens: int = 16
@@ -79,10 +88,15 @@ class Knobs:
     max_new_tokens: int = 64
     seed: int = 0
     attn_impl: str = "auto"
+    adaptive: bool = True
+    source: str = "eagle"
 
     def configs(self) -> tuple[TreeConfig, SamplingConfig]:
         try:
-            tree = TreeConfig.create(int(self.steps), int(self.topk), int(self.draft_tokens))
+            if not isinstance(self.adaptive, bool):
+                raise ValueError(f"adaptive must be True or False, got {self.adaptive!r}")
+            tree = TreeConfig.create(int(self.steps), int(self.topk), int(self.draft_tokens), adaptive=self.adaptive,
+                                     source=str(self.source))
             sampling = SamplingConfig(float(self.temperature), float(self.top_p), int(self.max_new_tokens),
                                       int(self.seed))
         except (ValueError, TypeError) as exc:
@@ -100,7 +114,10 @@ class Knobs:
                 f"(range {LIMITS['draft_tokens'][0]}..{LIMITS['draft_tokens'][1]}); topk = 1 means a chain with "
                 f"draft_tokens = steps + 1.")
         notes = "".join(f"\n\n\u26a0 Adjusted: {a}" for a in tree.adjustments)
-        return f"{rule}\n\nVerified per cycle: **{tree.draft_tokens}** tokens (root included).{notes}"
+        verified = (f"Verified per cycle: **at most {tree.draft_tokens}** tokens (root included), as many levels and "
+                    "tokens as pay on this machine." if tree.adaptive else
+                    f"Verified per cycle: **{tree.draft_tokens}** tokens (root included).")
+        return f"{rule}\n\n{verified}{notes}"
 
     def flags(self, hub: EngineHub) -> str:
         try:
@@ -112,27 +129,51 @@ class Knobs:
         return launch_flags(hub.model_id or hub.get().target.name, hub.head_path, tree, sampling, arch)
 
 
-def default_knobs(base: Knobs) -> tuple[Knobs, str]:
-    """`base` with the tree the page opens with, and where that tree comes from: the fastest tree `python -m
-    eagleviz tune` measured (on this machine, else the shipped result for the shipped head), else the textbook
-    tree of `base`."""
-    found = default_tree()
-    tree = TreeConfig.create(**{k: found.data["best"][k] for k in TREE_KEYS}) if found else None
-    if tree is None:
-        return base, (f"Default tree: the textbook {base.steps} / {base.topk} / {base.draft_tokens} "
-                      "(`python -m eagleviz tune` finds this machine's fastest).")
-    knobs = replace(base, steps=tree.steps, topk=tree.topk, draft_tokens=tree.draft_tokens)
-    return knobs, (f"Default tree {tree.steps} / {tree.topk} / {tree.draft_tokens}: the fastest `tune` found, "
-                   f"{found.origin}. The textbook tree is one click away.")
+@dataclass(frozen=True)
+class FastestTree:
+    """The fastest tree `python -m eagleviz tune` measured (on this machine, else the shipped result for the
+    shipped head), a fixed tree as tune ran it: what the race times, one click away on the page."""
+
+    tree: TreeConfig
+    origin: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.tree.steps} / {self.tree.topk} / {self.tree.draft_tokens}"
+
+
+def fastest_tree(temperature: float = 0.0) -> FastestTree | None:
+    """This machine's fastest tree at this temperature (`measured.tuned_tree`), else None (never measured)."""
+    found = tuned_tree(temperature)
+    return FastestTree(tuned_config(found), found.origin) if found is not None else None
+
+
+def why_small_trees(n: int = 16) -> str:
+    """One line: why a CPU's fastest tree is small, with this machine's measured verification cost (the curve
+    the page's *Measured speed* section draws)."""
+    found = latest_verify_cost()
+    curve = {int(k): float(v) for k, v in found.data["verify_cost"]["relative"].items()} if found else {}
+    if n not in curve:
+        return ("A CPU prefers small trees: every verified token and every draft level costs time here "
+                "(`python -m eagleviz tune --curve-only` measures how much).")
+    return (f"A CPU prefers small trees: here verifying {n} tokens in one forward costs {curve[n]:.1f}x verifying "
+            "one (the verification cost curve under *Measured speed*), and every draft level is another forward of "
+            "the head, while deeper guesses are accepted less often; on a GPU a forward of a few dozen tokens "
+            "costs about as much as one, so wide trees pay there.")
 
 
 def stream_run(hub: EngineHub, prompt: str, knobs: Knobs, limits: Limits = DEFAULT_LIMITS,
-               clock: Callable[[], float] = time.monotonic) -> Iterator[tuple[RunTrace, CycleTrace | None]]:
+               clock: Callable[[], float] = time.perf_counter,
+               turns: Turns | None = None) -> Iterator[tuple[RunTrace, CycleTrace | None]]:
     """Start a speculative run: yields (run, None) once the prompt is encoded, then (run, cycle) per cycle.
     `run` is filled progressively by the engine (output tokens, cycles, timings). A request over the server's
-    limits is refused before any computation; a run that outlives `limits.max_run_seconds` stops after the
-    cycle that crosses the deadline, with its partial trace and the reason in `run.stop_reason`."""
-    deadline = clock() + limits.max_run_seconds
+    limits is refused before any computation.
+
+    Each step (the prefill with the first cycle, then one cycle) is taken in a turn of `turns`, the server's
+    one line to the model (a private one when None): runs share the model cycle by cycle. The run's wall time
+    counts its own turns only, so its tokens/s are the decoding's, not the queue's; a run that waited for
+    other runs carries a note saying how long. A run whose own time outlives `limits.max_run_seconds` stops
+    after the cycle that crosses it, with its partial trace and the reason in `run.stop_reason`."""
     tree, sampling = knobs.configs()
     limits.check_request(prompt, tree, sampling)
     engine = hub.get(knobs.attn_impl)
@@ -140,10 +181,11 @@ def stream_run(hub: EngineHub, prompt: str, knobs: Knobs, limits: Limits = DEFAU
     limits.check_kv(engine, len(ids), tree, sampling)
     run = engine.new_run(prompt, ids, tree, sampling)
     yield run, None
-    cycles = engine.speculate(ids, tree, sampling, run)
+    cycles = (turns or Turns(clock=clock)).steps(engine.speculate(ids, tree, sampling, run))
     try:
         for cycle in cycles:
-            if clock() > deadline and not run.stop_reason:
+            run.wall_s = cycles.busy_s
+            if cycles.busy_s > limits.max_run_seconds and not run.stop_reason:
                 run.stop_reason = (f"time limit of {limits.max_run_seconds} s per run on this server "
                                    "(EAGLEVIZ_MAX_RUN_SECONDS); the run so far is kept")
                 yield run, cycle
@@ -153,11 +195,16 @@ def stream_run(hub: EngineHub, prompt: str, knobs: Knobs, limits: Limits = DEFAU
         raise UserFacingError(str(exc)) from exc
     finally:
         cycles.close()
+        run.wall_s = cycles.busy_s
+        if cycles.waited_s >= SHARED_NOTE_AFTER_S:
+            run.notes.append(f"{SHARED_NOTE}: this run waited {cycles.waited_s:.1f} s for its turns, time left "
+                             "out of its wall time and tokens/s.")
 
 
-def generate(hub: EngineHub, prompt: str, knobs: Knobs, limits: Limits = DEFAULT_LIMITS) -> RunTrace:
+def generate(hub: EngineHub, prompt: str, knobs: Knobs, limits: Limits = DEFAULT_LIMITS,
+             turns: Turns | None = None) -> RunTrace:
     run = None
-    for run, _ in stream_run(hub, prompt, knobs, limits):
+    for run, _ in stream_run(hub, prompt, knobs, limits, turns=turns):
         pass
     return run
 
@@ -186,6 +233,37 @@ def race_run(hub: EngineHub, run: RunTrace, attn_impl: str = "auto", limits: Lim
         return race_mod.race(engine, run, stop)
     except ValueError as exc:
         raise UserFacingError(str(exc)) from exc
+
+
+def rerun_with(hub: EngineHub, run: RunTrace, tree: TreeConfig, attn_impl: str = "auto",
+               limits: Limits = DEFAULT_LIMITS) -> RunTrace | None:
+    """EAGLE on the run's prompt with another tree, the same sampling and as many new tokens (the race's fastest
+    tree); None when the run already used that tree. Checked against the server's limits like any run."""
+    from eagleviz.decoding import race as race_mod
+
+    if tree_of(run) == tree:
+        return None
+    sampling = race_mod.race_sampling(run)
+    limits.check_request(run.prompt, tree, sampling)
+    engine = hub.get(attn_impl)
+    chat = race_mod.race_chat(run)
+    limits.check_kv(engine, len(engine.encode_prompt(run.prompt, chat)), tree, sampling)
+    try:
+        return engine.generate(run.prompt, tree, sampling, chat)
+    except ValueError as exc:
+        raise UserFacingError(str(exc)) from exc
+
+
+def tree_of(run: RunTrace) -> TreeConfig | None:
+    """The tree a run was made with (a trace from before cost-aware trees recorded a fixed one)."""
+    tree = run.config.get("tree")
+    if not isinstance(tree, dict):
+        return None
+    try:
+        return TreeConfig.create(tree["steps"], tree["topk"], tree["draft_tokens"],
+                                 adaptive=tree.get("adaptive", False) is True, source=tree.get("source", "eagle"))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def read_trace(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS) -> RunTrace:

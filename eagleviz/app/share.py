@@ -7,7 +7,7 @@
 
 A link is typed by anyone, so it is validated like any other input: each parameter on its own (a number
 where a number belongs, finite, in the knob's range and within the server's limits, a known attention
-implementation, preset or gallery entry, given once), then the knobs together (`Knobs.configs`). A bad
+implementation, draft source, preset or gallery entry, a 0/1 switch, given once), then the knobs together (`Knobs.configs`). A bad
 parameter falls back to its default and adds a one-line note; the rest of the link still applies. Reading
 a link never raises, and a note never repeats arbitrary text from the link (it is shown on the page).
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields, replace
 from urllib.parse import parse_qsl, quote, urlencode
 
 from eagleviz.app import presets
-from eagleviz.config import LIMITS
+from eagleviz.config import LIMITS, SOURCES
 from eagleviz.errors import UserFacingError
 from eagleviz.app.limits import Limits
 from eagleviz.app.session import Knobs
@@ -61,6 +61,8 @@ def to_query(prompt: str, knobs: Knobs, preset: str | None = None) -> str:
             value = str(int(value))
         elif f.name in _FLOAT_FIELDS:
             value = _float_text(float(value))
+        elif f.name == "adaptive":
+            value = "1" if value else "0"
         pairs.append((f.name, str(value)))
     if preset is not None:
         pairs.append(("preset", preset))
@@ -120,7 +122,7 @@ def from_query(params: Mapping[str, str] | Iterable[tuple[str, str]] | str, defa
     if preset is not None:
         chosen = presets.by_name()[preset]
         prompt = chosen.prompt if prompt is None else prompt
-        base = replace(defaults, temperature=chosen.temperature)
+        base = presets.knobs(chosen, defaults)
     knobs = _knobs(given, base, limits, notes)
     return Shared(prompt=prompt, knobs=knobs, notes=tuple(notes), preset=preset, gallery=gallery,
                   extra=tuple(extra))
@@ -185,6 +187,10 @@ def _parse(name: str, text: str, limits: Limits) -> tuple[int | float | str | No
     text = text.strip()
     if name == "attn_impl":
         return (text, "") if text in IMPLS else (None, f"must be one of {', '.join(IMPLS)}")
+    if name == "source":
+        return (text, "") if text in SOURCES else (None, f"must be one of {', '.join(SOURCES)}")
+    if name == "adaptive":
+        return {"1": (True, ""), "0": (False, "")}.get(text, (None, "must be 0 or 1"))
     integer = name in _INT_FIELDS
     if len(text) > MAX_NUMBER_CHARS or not (_INTEGER if integer else _DECIMAL).fullmatch(text):
         if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):

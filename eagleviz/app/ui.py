@@ -9,7 +9,8 @@ explanations one click away), then the run's summary and the deeper sections.
 
 A shared server (a public Space, a workshop) is protected by `Limits` (eagleviz.app.limits, read from EAGLEVIZ_*
 variables): stated on the page, enforced in the handlers (the API bypasses the page's sliders), and setting
-the queue: `limits.concurrency` model runs at a time, `limits.queue_size` waiting.
+the queue: `limits.active_runs` runs in progress at once, taking turns at the model cycle by cycle
+(`eagleviz.app.scheduler`, `limits.concurrency` steps at a time), `limits.queue_size` waiting.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from eagleviz.app.handlers import Handlers, StopRequest
 from eagleviz.app.limits import Limits
 from eagleviz.measured import latest_bench, latest_verify_cost
 from eagleviz.app.pairs import Pair, PairHub
-from eagleviz.app.session import EngineHub, Knobs, default_knobs
+from eagleviz.app.session import EngineHub, Knobs, fastest_tree, why_small_trees
 from eagleviz.visuals import SpeedView, speed_view
+from eagleviz.config import SOURCES
 from kernels.tree_attention import IMPLS
 
 INTRO = ("# eagleviz: EAGLE speculative decoding, cycle by cycle\n"
@@ -36,18 +38,32 @@ INTRO = ("# eagleviz: EAGLE speculative decoding, cycle by cycle\n"
          "KV cache. Every figure is drawn from the recorded run, nothing is simulated.")
 AUTOPLAY_EVERY_S = 1.5
 PHASE_EVERY_S = 0.9
-CSS = ("#output-text {min-height: 4em} .ev-explain {font-size: 15px} .ev-limits {font-size: 12px; opacity: 0.8} "
+# The output keeps the text's layout (line breaks, indentation): tokens sit edge to edge in a monospace font.
+OUTPUT_CSS = ("#output-text .textfield {font-family: var(--font-mono); font-size: 14px; line-height: 1.7} "
+              "#output-text .token.highlighted {margin: 0 1px 0 0; padding: 0 1px} "
+              "#output-text .text {white-space: pre-wrap}")
+CSS = (OUTPUT_CSS + " #output-text {min-height: 4em} .ev-explain {font-size: 15px} .ev-limits {font-size: 12px; opacity: 0.8} "
        ".ev-bench th, .ev-bench td {white-space: nowrap; padding: 4px 12px} .ev-line p {margin: 0; font-size: 14px} "
        + workshop.PROJECTOR_CSS)
 VIEW_CONCURRENCY = 4      # light events (stepping, knobs, import) of different users served side by side
 CACHE_TTL_S = 3600        # Gradio deletes its cached files (uploads, downloads) after this long
-KNOB_DEFAULTS = Knobs(max_new_tokens=48)
+KNOB_DEFAULTS = Knobs(max_new_tokens=presets.PRESET_TOKENS)
+SOURCE_CHOICES = [("EAGLE head", "eagle"), ("prompt lookup", "lookup"), ("both", "eagle+lookup")]
+TEXTBOOK = (5, 4, 16)
 
 
 def measured_speed() -> SpeedView:
     """The measured-speed section: the latest bench at T = 0 and T = 1 and the verification cost curve, this
     machine's where measured, else the shipped ones. Read once when the page is built; no model is needed."""
     return speed_view([latest_bench(0), latest_bench(1)], latest_verify_cost())
+
+
+def tree_origin(fastest) -> str:
+    """The line under the tree buttons: each preset brings its tree; the fastest one, where it comes from, and
+    why it is small on a CPU."""
+    where = (f"The fastest tree on this CPU, {fastest.label}, is the one `tune` found ({fastest.origin}); the race "
+             "times it." if fastest else "`python -m eagleviz tune` finds this CPU's fastest tree.")
+    return f"Each preset brings the tree that shows its lesson. {where} {why_small_trees()}"
 
 
 def as_pairs(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model_id: str = "",
@@ -72,8 +88,9 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
     pairs = as_pairs(engine, model_id, head_path)
     h = Handlers(pairs, limits)
     run_fn, race_fn, api_fn = gpu(h.run), gpu(h.race), gpu(h.api_generate)
-    d, d_origin = default_knobs(KNOB_DEFAULTS)
     first = presets.PRESETS[0]
+    d = presets.knobs(first, KNOB_DEFAULTS)   # the page opens on the first preset, with its branching tree
+    fastest = fastest_tree()
     with gr.Blocks(title="eagleviz: EAGLE speculative decoding", delete_cache=(CACHE_TTL_S, CACHE_TTL_S)) as demo:
         run_state, tour_state, stop = gr.State(None), gr.State(0), gr.State(StopRequest())
         playing, phase_playing, focus = gr.State(False), gr.State(False), gr.State(None)
@@ -106,8 +123,17 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                                          step=1, elem_id="draft-tokens",
                                          label="draft tokens \u00b7 speculative_num_draft_tokens")
                 with gr.Row():
-                    gr.Markdown(d_origin, elem_id="default-tree", elem_classes="ev-limits")
-                    textbook = gr.Button("Textbook tree 5 / 4 / 16", size="sm", elem_id="textbook-tree")
+                    textbook = gr.Button(f"Textbook tree {' / '.join(map(str, TEXTBOOK))}", size="sm",
+                                         elem_id="textbook-tree")
+                    fast_btn = gr.Button(f"Fastest on this CPU: {fastest.label}" if fastest else "Fastest tree: not measured",
+                                         size="sm", elem_id="fastest-tree", interactive=fastest is not None)
+                gr.Markdown(tree_origin(fastest), elem_id="default-tree", elem_classes="ev-limits")
+                with gr.Row():
+                    adaptive = gr.Checkbox(d.adaptive, label="Cost-aware tree", elem_id="adaptive", scale=1,
+                                           info="on: the three knobs become upper bounds, each cycle drafts and "
+                                                "verifies what pays here; off: SGLang's fixed tree")
+                    source = gr.Radio(SOURCE_CHOICES, value=d.source, label="Draft source", elem_id="draft-source",
+                                      scale=2)
                 validity = gr.Markdown(d.validity(), elem_id="validity", elem_classes="ev-limits")
                 with gr.Row():
                     temperature = gr.Slider(0, 1.5, d.temperature, step=0.05, label="temperature",
@@ -191,16 +217,20 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         phase_timer = gr.Timer(PHASE_EVERY_S, active=False)
 
         # ------------------------------------------------------------ events
-        knobs = [steps, topk, draft_tokens, temperature, top_p, max_new, seed, attn]
+        knobs = [steps, topk, draft_tokens, temperature, top_p, max_new, seed, attn, adaptive, source]
         view = [focus, caption, tokens, phase, phase_md, focus_md, tree_plot, mask_plot, path_plot, kv_plot,
                 tree_md, mask_md, path_md, kv_md, replay_plot, replay_md]
         figures = [phase_md, focus_md, tree_plot, mask_plot, path_plot, kv_plot]
         run_outputs = [run_state, output, status, slider, summary, summary_plot, export_btn, tour_md] + view
         cycle_outputs = [slider, summary_plot, *view]
-        model = dict(concurrency_id="model", concurrency_limit=limits.concurrency)
+        # Up to `active_runs` runs in progress at once; they take turns at the model cycle by cycle (h.turns).
+        model = dict(concurrency_id="model", concurrency_limit=limits.active_runs)
         quiet = dict(show_progress="hidden")
-        preset.input(h.preset_chosen, preset, [prompt, preset_note, temperature])
-        textbook.click(lambda: (5, 4, 16), None, [steps, topk, draft_tokens], queue=False)
+        preset.input(h.preset_chosen, preset, [prompt, preset_note, temperature, steps, topk, draft_tokens, adaptive])
+        textbook.click(lambda: TEXTBOOK, None, [steps, topk, draft_tokens], queue=False)
+        if fastest is not None:
+            fast_btn.click(lambda: (fastest.tree.steps, fastest.tree.topk, fastest.tree.draft_tokens, False), None,
+                           [steps, topk, draft_tokens, adaptive], queue=False)
         gr.on([k.change for k in knobs] + [pair.change], h.knobs_changed, knobs + [pair], [validity, flags], **quiet)
         pair.change(h.pair_note, pair, pair_note, **quiet)
         def opened(request: gr.Request):  # Gradio passes the page's request (its query) by this annotation
@@ -210,7 +240,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         demo.load(opened, None, [*run_outputs, *settings, pair, projector, link_note])
         projector.change(None, projector, None, js=workshop.PROJECTOR_JS)
         run_btn.click(h.announce, None, queue_note, queue=False, **quiet)
-        run_btn.click(run_fn, [stop, pair, prompt, *knobs], run_outputs, show_progress="minimal", **model)
+        run_btn.click(run_fn, [stop, pair, prompt, *knobs], run_outputs, show_progress="minimal", api_name="run",
+                      **model)
         # Stop skips the queue: it must reach the running generator even when the queue is full.
         stop_btn.click(h.request_stop, stop, status, queue=False, **quiet)
         slider.release(nav.show, [run_state, slider], cycle_outputs, **quiet)

@@ -9,6 +9,7 @@ and the projector layout.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from urllib.parse import quote
 
 import gradio as gr
@@ -37,18 +38,18 @@ def gallery_choices() -> list[tuple[str, str]]:
 
 
 def _settings(prompt, preset: str | None, knobs: Knobs) -> tuple:
-    """Values for prompt, preset, preset note and the eight knobs (`gr.skip()` leaves one as it is)."""
+    """Values for prompt, preset, preset note and the knobs in their field order (`gr.skip()` leaves one as
+    it is)."""
     note = presets.note(presets.by_name()[preset]) if preset in presets.by_name() else ""
-    return (prompt, preset, note, knobs.steps, knobs.topk, knobs.draft_tokens, knobs.temperature, knobs.top_p,
-            knobs.max_new_tokens, knobs.seed, knobs.attn_impl)
+    return (prompt, preset, note, *(getattr(knobs, f.name) for f in fields(Knobs)))
 
 
-SETTINGS_SIZE = 11
+SETTINGS_SIZE = 3 + len(fields(Knobs))
 
 
 def gallery_opened(h: Handlers, entry_id: str | None) -> tuple:
     """A recorded run, with the prompt and knobs it was made with (so that Run makes it live).
-    Outputs: the run outputs (as `Handlers.finished`), then prompt, preset, preset note and the eight knobs."""
+    Outputs: the run outputs (as `Handlers.finished`), then prompt, preset, preset note and the knobs."""
     skip = gr.skip()
     if not entry_id:
         return (skip,) * (RUN_SIZE + SETTINGS_SIZE)
@@ -65,7 +66,7 @@ def gallery_opened(h: Handlers, entry_id: str | None) -> tuple:
 
 def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple:
     """Outputs: the run outputs (a gallery entry named by the link, else all skipped), prompt, preset, preset
-    note, the eight knobs, then model, projector and the link's notes. A gallery entry brings its own prompt
+    note, the knobs, then model, projector and the link's notes. A gallery entry brings its own prompt
     and knobs."""
     params = dict(request.query_params) if request is not None else {}
     shared = share.from_query(list(request.query_params.multi_items()) if request is not None else [], defaults,

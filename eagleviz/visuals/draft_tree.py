@@ -11,7 +11,9 @@ quantity reranking sorts by; shape = what happened to the node:
     bonus     the target's own token after the accepted path (orange star, dashed edge)
 Drawn at an earlier frame of the cycle (`eagleviz.visuals.phases`), the tree shows only the levels drafted
 so far, every candidate as "drafted", and, once verification starts, which ones were sent to the target.
-A focused token (`eagleviz.visuals.selection`) is ringed.
+A focused token (`eagleviz.visuals.selection`) is ringed. A candidate that prompt lookup proposed (the
+context's own recurring text, no model work) wears a green diamond, one both the head and lookup proposed a
+green hexagon (TreeNode.source; traces from before lookup have none).
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from eagleviz.trace import CycleTrace
 from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import BONUS as BONUS_SLOT
 from eagleviz.visuals.selection import Focus, slot_statuses
-from eagleviz.visuals.style import (ACCEPTED, BONUS, FOCUS, INK, NEUTRAL, PROB_SCALE, PRUNED, REJECTED, layout,
-                                    token_html, token_label)
+from eagleviz.visuals.style import (ACCEPTED, BONUS, FOCUS, INK, LOOKUP, NEUTRAL, PROB_SCALE, PRUNED, REJECTED,
+                                    layout, token_html, token_label)
 
 ROOT = "root"
 BONUS_NODE = "bonus"
@@ -45,6 +47,12 @@ STATUS_STYLE = {          # legend name, marker symbol, size, outline colour, ou
     "bonus": ("bonus (target's own)", "star", 26, BONUS, 2),
     "drafted": ("drafted (not yet verified)", "circle", 18, INK, 1),
     "sent": ("sent to the target", "circle", 20, INK, 2),
+}
+
+
+SOURCE_STYLE = {          # TreeNode.source -> legend name, marker symbol drawn around the node
+    "lookup": ("from prompt lookup", "diamond-open"),
+    "both": ("from the head and lookup", "hexagon-open"),
 }
 
 
@@ -133,6 +141,7 @@ def _hover(cycle: CycleTrace, g: nx.DiGraph, v) -> str:
         return f"<b>{tok}</b> bonus token, depth {d['depth']}<br>{source}<br>it becomes the next cycle's root"
     n = d["node"]
     lines = [f"<b>{tok}</b> depth {n.depth}" + (f", slot {n.slot}" if n.slot >= 0 else ""), status,
+             *([SOURCE_STYLE[n.source][0]] if n.source in SOURCE_STYLE else []),
              f"draft prob (local): {n.prob:.3f}",
              f"cumulative draft prob exp(score): {math.exp(n.score):.2e} (score {n.score:.2f})"]
     parent_slot = 0 if n.parent < 0 else g.nodes[n.parent]["slot"]
@@ -178,6 +187,7 @@ def draft_tree_figure(cycle: CycleTrace, height: int = 440, frame: Frame = FINAL
         members = [v for v in g if g.nodes[v]["status"] == status]
         if members:
             traces.append(_status_trace(cycle, g, pos, members, status, label_chars, sides))
+    traces += _source_marks(g, pos)
     ring = _focus_ring(g, pos, focus)
     if ring:
         traces.append(ring)
@@ -201,6 +211,18 @@ def draft_tree_figure(cycle: CycleTrace, height: int = 440, frame: Frame = FINAL
         xaxis=dict(visible=False, range=_x_range(pos)),
         yaxis=dict(title="depth", tickvals=[-d for d in range(depth + 1)], ticktext=[str(d) for d in range(depth + 1)],
                    range=[-depth - 0.6, 0.6], showline=False)))
+
+
+def _source_marks(g: nx.DiGraph, pos: dict) -> list[dict]:
+    """One trace per non-head source present: a mark around each candidate that source proposed."""
+    marks = []
+    for source, (name, symbol) in SOURCE_STYLE.items():
+        members = [v for v in g if "node" in g.nodes[v] and g.nodes[v]["node"].source == source]
+        if members:
+            marks.append(dict(type="scatter", x=[pos[v][0] for v in members], y=[pos[v][1] for v in members],
+                              mode="markers", name=name, hoverinfo="skip",
+                              marker=dict(symbol=symbol, size=32, color=LOOKUP, line=dict(width=2.5, color=LOOKUP))))
+    return marks
 
 
 def _focus_ring(g: nx.DiGraph, pos: dict, focus: Focus | None) -> dict | None:

@@ -110,9 +110,15 @@ def summary_text(run: RunTrace) -> str:
 
 
 def cycle_caption(run: RunTrace, cycle: CycleTrace) -> str:
+    """The cycle in one line: what it committed, and (traces that record it) what the tree expected."""
     committed = "".join(o.text for o in run.output if o.cycle == cycle.index)
-    return (f"**Cycle {cycle.index}** of {len(run.cycles)} (0-based): committed {tok(committed)} = "
+    line = (f"**Cycle {cycle.index}** of {len(run.cycles)} (0-based): committed {tok(committed)} = "
             f"{cycle.accept_length} accepted + 1 bonus.")
+    if cycle.expected_accept is not None:
+        line += f" The tree expected {cycle.expected_accept:.1f} accepted."
+    if cycle.decision:
+        line += f" Cost-aware tree: {cycle.decision.rstrip('.')}."
+    return line
 
 
 def tour_step(run: RunTrace, cycle: CycleTrace, step: int) -> str:

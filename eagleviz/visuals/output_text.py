@@ -4,7 +4,10 @@ committed it).
 
 Provenance comes from the trace's `OutputToken.source` ("draft" = an accepted draft token, "bonus" = the
 target's own token, "prefill" = the token the prompt's forward produced, "target" = plain decoding), never
-from searching the decoded text. Newlines are shown as a visible mark, an empty token as the empty-set sign.
+from searching the decoded text. The text keeps its line breaks and indentation: a newline is shown as a
+visible mark followed by the line break itself (the highlighted-text view starts a new line there, and the
+mark keeps a newline-only token visible and clickable), spaces are kept as they are (the page's CSS sets
+`white-space: pre-wrap` and a monospace font), and an empty token is shown as the empty-set sign.
 """
 
 from __future__ import annotations
@@ -17,8 +20,12 @@ CATEGORY = {"draft": "accepted draft", "bonus": "bonus (target)", "prefill": "fi
 COLOURS = {"accepted draft": "#9CC3E0", "bonus (target)": "#F5CD80", "first token": "#D0D0D0"}
 
 
+NEWLINE = "\u21b5"
+
+
 def shown(text: str) -> str:
-    return text.replace("\n", "\u21b5") or "\u2205"
+    """A token's text as the view shows it: each newline after a visible mark, nothing else changed."""
+    return text.replace("\n", NEWLINE + "\n") or "\u2205"
 
 
 def output_tokens(run: RunTrace | None) -> list[tuple[str, str]]:

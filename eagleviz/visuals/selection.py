@@ -103,3 +103,17 @@ def output_origin(run: RunTrace, index: int) -> tuple[int, int] | None:
     k = sum(1 for t in run.output[:index] if t.cycle == token.cycle)
     cycle = run.cycles[token.cycle]
     return (token.cycle, cycle.path[k + 1] if k < cycle.accept_length else BONUS)
+
+
+def took_other_branch(cycle: CycleTrace) -> bool:
+    """True when the accepted path went through a draft node that was not its parent's best-scored kept child:
+    the tree's width, not only its depth, found the target's tokens (what a chain would have missed)."""
+    nodes = {n.id: n for n in cycle.nodes}
+    for slot in cycle.path[1:]:
+        node = nodes.get(cycle.verify_nodes[slot])
+        if node is None:
+            continue
+        siblings = [n.score for n in cycle.nodes if n.parent == node.parent and n.kept]
+        if node.score < max(siblings):
+            return True
+    return False

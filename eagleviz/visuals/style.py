@@ -21,6 +21,7 @@ PRUNED = "#CCCCCC"       # light grey: cut by reranking, or a discarded cache sl
 HIDDEN = "#F2F2F2"       # near white: attention not allowed
 INK = "#222222"          # text and the root
 FOCUS = "#CC79A7"        # reddish purple: the token selected on the page, outlined the same way in every view
+LOOKUP = "#009E73"       # bluish green: a candidate that came from prompt lookup (the context's own text)
 PROB_SCALE = "Cividis"   # sequential, designed for colour-vision deficiency
 
 FONT = dict(family="DejaVu Sans, Arial, sans-serif", size=14, color=INK)

@@ -1,5 +1,8 @@
 """Run-level figures: accept length per cycle (with tau), acceptance per depth (n-alpha), time per phase.
 
+Beside each cycle's accept length, the tree's own forecast (CycleTrace.expected_accept: the draft tokens it
+expected to be accepted), where the trace records it; older traces draw without it.
+
 tau = mean tokens committed per cycle = mean accept length + 1 (the bonus). n-alpha (EAGLE section 5): the
 rate at which a draft token at depth n + 1 is accepted given that depth n was accepted.
 """
@@ -12,6 +15,17 @@ from eagleviz.trace import RunTrace, summarize
 from eagleviz.visuals.style import ACCEPTED, BONUS, INK, NEUTRAL, REJECTED, empty_figure, layout
 
 PHASE_COLOURS = {"draft": "#CC79A7", "verify": "#009E73", "accept": BONUS, "rewind": NEUTRAL}
+
+
+def _expected(run: RunTrace) -> list[dict]:
+    """The forecast per cycle as markers over the accept-length bars (none when no cycle recorded one)."""
+    points = [(c.index, c.expected_accept) for c in run.cycles if c.expected_accept is not None]
+    if not points:
+        return []
+    return [dict(type="scatter", x=[i for i, _ in points], y=[e for _, e in points], mode="markers",
+                 name="expected by the tree", marker=dict(symbol="diamond", size=9, color=BONUS,
+                                                          line=dict(color=INK, width=1)),
+                 hovertemplate="cycle %{x}: expected %{y:.2f} accepted<extra></extra>")]
 
 
 def summary_figure(run: RunTrace, selected: int | None = None, height: int = 380) -> go.Figure:
@@ -27,6 +41,7 @@ def summary_figure(run: RunTrace, selected: int | None = None, height: int = 380
             hovertemplate="cycle %{x}: %{y} accepted + 1 bonus<extra></extra>"),
         dict(type="scatter", x=[min(idx) - 0.5, max(idx) + 0.5], y=[s["tau"] - 1] * 2, mode="lines",
              name="mean accepted = \u03c4 - 1", line=dict(color=INK, dash="dash", width=2)),
+        *_expected(run),
         dict(type="bar", x=[r["depth"] - 1 for r in rows], y=[r["rate"] for r in rows], name="n-\u03b1",
              xaxis="x2", yaxis="y2", marker_color=[ACCEPTED if r["rate"] >= 0.5 else REJECTED for r in rows],
              text=[f"{r['accepted']}/{r['tried']}" for r in rows], textposition="outside", showlegend=False,
