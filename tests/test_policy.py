@@ -11,7 +11,7 @@ import pytest
 
 from eagleviz.decoding.calibration import Calibration
 from eagleviz.decoding.costs import CostModel
-from eagleviz.decoding.policy import TreePolicy
+from eagleviz.decoding.policy import HeadRest, TreePolicy
 
 CPU = CostModel(verify=((1, 1.0), (2, 1.09), (4, 1.17), (8, 1.38), (16, 1.85), (32, 2.93), (64, 5.19)),
                 draft_level=0.07, overhead=0.1)
@@ -70,3 +70,16 @@ def test_drafting_decisions_agree_with_the_budget_they_predict():
         now = pol.budget(values, 2, 15).rate
         kids = [v * CAL.child_accept(k) for v, k in itertools.product(frontier, range(2))]
         assert pol.budget(sorted(values + kids, reverse=True), 3, 15).rate <= now
+
+
+def test_the_head_rests_1_2_4_cycles_while_it_proposes_nothing_worth_verifying():
+    rest, pattern = HeadRest(most=4), []
+    for kept in [False, False, False, False, True, False]:
+        while not rest.head_runs():
+            pattern.append("rest")
+        pattern.append("run")
+        rest.record(kept)
+    assert pattern == ["run", "rest", "run", "rest", "rest", "run", "rest", "rest", "rest", "rest", "run",
+                       "rest", "rest", "rest", "rest", "run", "run"]
+    assert rest.streak == 1 and rest.left == 1
+    assert rest.head_runs() is False and rest.note().endswith("this cycle without it.")

@@ -42,14 +42,13 @@ from eagleviz.decoding.calibration import HeadCalibration
 from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding.drafting import grow
 from eagleviz.decoding.lookup import SuffixIndex
-from eagleviz.decoding.policy import TreePolicy
+from eagleviz.decoding.policy import HeadRest, TreePolicy
 from eagleviz.decoding.tree import Candidates, VerifyTree
 from eagleviz.decoding.verify import draw, greedy_verify, sample_verify, sampling_probs
 from kernels.self_check import KernelCheck, choose_attention
 from kernels.tree_attention import resolve_impl
 
 PHASES = ("draft", "verify", "accept", "rewind")
-MAX_REST = 8  # the most cycles a cost-aware tree runs without the head after choosing plain steps in a row
 
 
 class _TokenText:
@@ -267,7 +266,7 @@ class Engine:
         index = SuffixIndex(list(prompt_ids) + [root]) if tree_cfg.source != "eagle" else None
         done = self._emit(run, [(root, "prefill")], -1, target.eos_token_ids, sampling.max_new_tokens, text)
         cycle = 0
-        rest, streak = 0, 0  # cycles left without the head, and how many plain steps the policy chose in a row
+        rest = HeadRest()  # a cost-aware tree rests a head that keeps proposing nothing worth verifying
         while not done:
             S = tcache.length
             room = capacity - 1 - S  # the slots plain decoding would still fill: it stops at the same length
@@ -278,16 +277,14 @@ class Engine:
             # 1) draft (near the context limit, a tree cut to the room left)
             budget = min(tree_cfg.draft_tokens, room)
             match = index.match(min(tree_cfg.steps, budget - 1)) if index is not None and budget > 1 else None
-            run_head = use_head and rest == 0
-            rest = max(rest - 1, 0)
+            run_head = use_head and (policy is None or rest.head_runs())
             draft = grow(self, feats, pend_tokens, dcache, tree_cfg, root, budget, policy, match, run_head)
-            if not run_head and use_head:
-                draft.decision = (f"The head rests (it chose a plain step {streak} time{'s' if streak > 1 else ''} in a "
-                                  f"row): {rest + 1} cycle{'s' if rest else ''} without it. {draft.decision}").strip()
-            elif run_head and policy is not None:  # back off while the head is lost: 1, 2, 4, ... cycles without it
-                streak = streak + 1 if len(draft.tree) == 1 else 0
-                rest = min(2 ** (streak - 1), MAX_REST) if streak else 0
             tree = draft.tree
+            if use_head and policy is not None:
+                if run_head:
+                    rest.record(any(draft.cands.sources[n] != "lookup" for n in tree.node_ids[1:]))
+                else:
+                    draft.decision = f"{rest.note()} {draft.decision}".strip()
             clock.lap()
             # 2) verify (inputs sent without blocking: the host does not wait for the draft's kernels here)
             positions = [S + d for d in tree.depths]

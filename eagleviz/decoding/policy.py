@@ -70,3 +70,32 @@ class TreePolicy:
                 return True
             parents = sorted(children, reverse=True)[:topk]
         return False
+
+
+@dataclass
+class HeadRest:
+    """One run's back-off: after a cycle in which none of the head's nodes was worth verifying, the head rests
+    for 1 cycle, then 2, 4 ... (at most `most`) while that repeats; a cycle that keeps one of its nodes ends it.
+    The engine encodes the positions a resting head skipped when it runs again."""
+
+    most: int = 8
+    left: int = 0      # cycles still to run without the head
+    streak: int = 0    # cycles in a row in which none of its nodes was kept
+
+    def head_runs(self) -> bool:
+        """Whether the head drafts this cycle (a resting cycle counts down)."""
+        if self.left:
+            self.left -= 1
+            return False
+        return True
+
+    def record(self, head_kept: bool) -> None:
+        """After a cycle the head drafted: whether any of its nodes was verified."""
+        self.streak = 0 if head_kept else self.streak + 1
+        self.left = min(2 ** (self.streak - 1), self.most) if self.streak else 0
+
+    def note(self) -> str:
+        """One sentence for a resting cycle's trace."""
+        times = f"{self.streak} time{'s' if self.streak > 1 else ''}"
+        span = "this cycle" if not self.left else f"this cycle and {self.left} more"
+        return f"The head rests (none of its guesses was worth verifying {times} in a row): {span} without it."

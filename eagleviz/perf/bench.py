@@ -391,7 +391,8 @@ def bench_main(argv: list[str]) -> int:
         return 0
     stem = Path(bench_name(args.temperature)).stem
     result = bench(engine, prompts, sampling, tree, args.repeats, methods, journal=args.out / f"{stem}.journal.jsonl")
-    result["tree"] = {"steps": tree.steps, "topk": tree.topk, "draft_tokens": tree.draft_tokens}
+    result["tree"] = {"steps": tree.steps, "topk": tree.topk, "draft_tokens": tree.draft_tokens,
+                      "adaptive": tree.adaptive, "source": tree.source}
     result["command"] = "python -m eagleviz bench " + " ".join(argv)
     write_outputs(result, args.out, stem)
     print(markdown_table(result))

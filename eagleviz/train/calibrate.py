@@ -6,7 +6,7 @@ never MT-bench, the evaluation set) with a wide fixed tree (SGLang's semantics, 
 not depend on the policy being fitted) and lookup candidates merged in, at T = 0 and at T = 1. Every
 verified node of every cycle is an observation: its cumulative draft log-probability and whether it lay on
 the accepted path; every verified child of an accepted node, by its rank among its siblings; every lookup
-token whose parent was accepted, by the length of its suffix match. Three quarters of the prompts fit the
+token the head did not also propose whose parent was accepted, by the length of its suffix match. Three quarters of the prompts fit the
 tables; the last quarter checks them (the reliability table: predicted against observed acceptance per
 bin, and per cycle the predicted against the actual number of accepted head nodes). Each prompt's
 observations are appended to a journal, so an interrupted run resumes after its last finished prompt.
@@ -33,7 +33,8 @@ KINDS = ("scored", "child", "lookup")
 
 def observe(cycle: CycleTrace) -> dict:
     """One cycle's observations: head nodes [score, on path], children of accepted nodes [rank, accepted],
-    lookup tokens after an accepted parent [match length, accepted]."""
+    lookup tokens the head did not propose, after an accepted parent [match length, accepted] (a token both
+    proposed is valued at the better of the two estimates, so the lookup table is for lookup alone)."""
     on_path = set(cycle.path)
     by_id = {n.id: n for n in cycle.nodes}
     verified = [by_id[i] for i in cycle.verify_nodes[1:]]
@@ -44,7 +45,7 @@ def observe(cycle: CycleTrace) -> dict:
         head_kids = sorted((n for n in kids if n.source != "lookup"), key=lambda n: -n.prob)
         child += [[rank + 1, n.slot in on_path] for rank, n in enumerate(head_kids)]
         if cycle.lookup_ngram:
-            lookup += [[cycle.lookup_ngram, n.slot in on_path] for n in kids if n.source != "eagle"]
+            lookup += [[cycle.lookup_ngram, n.slot in on_path] for n in kids if n.source == "lookup"]
     return {"scored": scored, "child": child, "lookup": lookup}
 
 

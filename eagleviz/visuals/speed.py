@@ -79,7 +79,10 @@ def bench_caption(result: dict, origin: str) -> str:
     mc, s, tree = result.get("machine", {}), result["sampling"], result.get("tree")
     what = f"{result['prompts']:g} prompts, {s.get('max_new_tokens', '?')} new tokens"
     if tree:
-        what += f", tree {tree['steps']}/{tree['topk']}/{tree['draft_tokens']} (steps/topk/draft tokens)"
+        kind = {True: "cost-aware, knobs as bounds", False: "SGLang's fixed tree"}.get(tree.get("adaptive"))
+        source = f", candidates from {tree['source']}" if isinstance(tree.get("source"), str) else ""
+        what += (f", tree {tree['steps']}/{tree['topk']}/{tree['draft_tokens']} (steps/topk/draft tokens"
+                 f"{'; ' + kind if kind else ''}{source})")
     if tuned := result.get("tuned_tree"):
         at = {None: "", "tuned.json": " at T = 0"}.get(tuned.get("source"), f" at T = {s.get('temperature', 0):g}")
         what += f", eagle-tuned {tuned['steps']}/{tuned['topk']}/{tuned['draft_tokens']} (found by tune{at})"
