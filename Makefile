@@ -12,7 +12,7 @@ TORCH_INDEX ?=
 # Sleeping (not spinning) OpenMP threads: robust when the cores are shared (docs/performance.md, section 3).
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: run test test-slow setup browser
+.PHONY: run test test-slow setup browser rehearsal
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,3 +40,7 @@ test: $(STAMP) browser
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow --durations=15
+
+# A Hugging Face Space built as the Hub builds it, offline (README, "Deploying to a Hugging Face Space").
+rehearsal: $(STAMP) browser
+	$(PY) scripts/spaces_rehearsal.py

@@ -4,7 +4,7 @@ agreeing token for token in fp32: the prompt of the near-tie preset (eagleviz/ap
     python scripts/find_near_tie.py                    # the candidate prompts below
     python scripts/find_near_tie.py --prompts FILE     # one prompt per line
 
-Each prompt runs as the page runs it (the CPU's dtype, the page's default tree, the presets' 48 new
+Each prompt runs as the page runs it (the CPU's dtype, the near-tie preset's tree, the presets' 48 new
 tokens, T = 0), then plain decoding races it (`eagleviz.decoding.race`); where the outputs differ, the target's
 top-2 logit gap at the first differing token is printed in bf16 rounding steps. The same pair then runs in
 fp32, where the algorithm promises identical tokens. bf16 rounding depends on the CPU (AMX, AVX512-BF16,
@@ -22,7 +22,8 @@ from eagleviz.decoding.load import load_engine
 from eagleviz.app.presets import PRESET_TOKENS
 from eagleviz.prompts import load_prompts
 from eagleviz.decoding.race import race
-from eagleviz.app.session import EngineHub, Knobs, default_knobs, generate
+from eagleviz.app import presets
+from eagleviz.app.session import EngineHub, Knobs, generate
 
 CANDIDATES = (
     "What is the capital of France?",
@@ -53,7 +54,8 @@ def main() -> None:
     args = p.parse_args()
     prompts = load_prompts(args.prompts) if args.prompts else list(CANDIDATES)
     page, fp32 = EngineHub(load_engine()), EngineHub(load_engine(dtype="float32"))
-    knobs, _ = default_knobs(Knobs(max_new_tokens=args.max_new_tokens))
+    near_tie = next(p for p in presets.PRESETS if p.shows == "near_tie")
+    knobs = presets.knobs(near_tie, Knobs(max_new_tokens=args.max_new_tokens))
     engine = page.get()
     print(f"{cpu_description()}; page dtype {engine.target.dtype}, attention {engine.target.kv_dtype}; "
           f"tree {knobs.steps}/{knobs.topk}/{knobs.draft_tokens}, {args.max_new_tokens} new tokens")

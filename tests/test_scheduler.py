@@ -168,3 +168,21 @@ def test_the_pages_runs_show_their_first_cycle_before_any_run_ends(active_runs):
         assert max(first.values()) < min(done.values())
     else:
         assert max(first.values()) > min(done.values())
+
+
+def test_a_runs_first_step_goes_ahead_of_other_runs_later_steps():
+    turns, order = Turns(1), []
+
+    def step(name, first):
+        with turns.turn(first=first):
+            order.append(name)
+
+    with turns.turn():             # the model is busy; three later steps, then a newcomer's first step, queue
+        threads = []
+        for name, first in (("a2", False), ("b2", False), ("c1", True), ("d1", True)):
+            threads.append(threading.Thread(target=step, args=(name, first)))
+            threads[-1].start()
+            wait_for(lambda k=len(threads): turns.waiting == k)
+    for t in threads:
+        t.join(10)
+    assert order == ["c1", "d1", "a2", "b2"]

@@ -71,9 +71,9 @@ def test_launch_flags_name_sglang_and_vllm_knobs(hub):
 
 def test_presets_fill_the_prompt_the_temperature_and_their_own_branching_fixed_tree():
     for p in presets.PRESETS:
-        prompt, note, temperature, steps, topk, draft_tokens, adaptive = Handlers.preset_chosen(p.name)
+        prompt, note, temperature, steps, topk, draft_tokens, adaptive, source = Handlers.preset_chosen(p.name)
         assert (prompt, temperature) == (p.prompt, p.temperature) and "{" not in note
-        assert (steps, topk, draft_tokens) == p.tree and topk >= 2 and adaptive is False
+        assert (steps, topk, draft_tokens) == p.tree and topk >= 2 and adaptive is False and source == "eagle"
         assert f"Tree {p.tree_label}" in note                      # the note quotes its tree
     with pytest.raises(ValueError, match="must branch"):
         presets.Preset("chain", "p", "n", "high", (4, 1, 5))
@@ -190,7 +190,7 @@ def test_import_round_trip_and_refusals(handlers, finished, tmp_path):
 def test_race_identical_in_fp32(handlers, finished):
     _, run = finished
     text = handlers.race(run, "auto")
-    assert "Measured speedup" in text and "Identical outputs" in text
+    assert "| speedup |" in text and "Identical outputs" in text
     assert handlers.race(None, "auto").startswith("Run a prompt")
 
 
@@ -398,3 +398,26 @@ def test_a_second_pair_is_named_loaded_on_first_use_and_never_a_path(hub):
     assert "not a model offered" in list(h.run(StopRequest(), "/etc/passwd", "a prompt", *KNOBS))[-1][2]
     with pytest.raises(gr.Error, match="not a model offered"):
         h.api_generate("a prompt", 3, 2, 6, 0.0, 1.0, 6, 0, model="../../models")
+
+
+def test_the_race_times_the_fastest_tree_and_plain_decoding_and_compares_this_runs_text(hub, tmp_path,
+                                                                                        monkeypatch):
+    from eagleviz import measured
+
+    monkeypatch.setenv("EAGLEVIZ_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(measured, "SHIPPED_DIR", tmp_path / "shipped")
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "tuned.json").write_text(json.dumps({"best": {"steps": 4, "topk": 1, "draft_tokens": 5}}))
+    h = Handlers(as_pairs(hub))
+    run = generate(hub, "a prompt", Knobs(3, 2, 6, max_new_tokens=10, adaptive=False))
+    text = h.race(run, "auto")
+    rows = [line for line in text.splitlines() if line.startswith("| EAGLE") or line.startswith("| plain")]
+    assert [r.split("|")[1].strip() for r in rows] == ["EAGLE, this CPU's fastest tree",
+                                                       "EAGLE, this run's tree (as it ran)", "plain decoding"]
+    assert "| 4 / 1 / 5 |" in rows[0] and "| 3 / 2 / 6 |" in rows[1] and "timed alone" in text
+    assert "This run against plain decoding" in text and "Identical outputs" in text
+    from eagleviz.app.session import fastest_tree
+
+    again = generate(hub, "a prompt", Knobs(4, 1, 5, max_new_tokens=10, adaptive=False,
+                                            source=fastest_tree().tree.source))
+    assert "(the fastest here)" in h.race(again, "auto")      # the run used the fastest tree: no second run

@@ -26,7 +26,8 @@ from eagleviz.visuals import summary_figure
 from eagleviz.visuals.explain import summary_text, tour_step
 from eagleviz.visuals.output_text import output_tokens
 
-STREAM_EVERY_S = 0.3      # minimum time between two streamed text updates
+STREAM_EVERY_S = 0.3      # minimum time between two streamed text updates, times the runs in progress (thirty
+                          # runs streaming every cycle would spend the server's time on updates, not on decoding)
 KNOB_COUNT = 10           # the knobs every handler receives, in Knobs' field order
 PENDING_TTL_S = 600       # a click not followed by its run within this long is forgotten (tab closed, queue full)
 
@@ -98,12 +99,12 @@ class Handlers:
 
     @staticmethod
     def preset_chosen(name: str | None) -> tuple:
-        """The preset's prompt, its note, its temperature, its tree (steps, topk, draft tokens) and the fixed tree
-        (cost-aware off: the picture is what the knobs say)."""
+        """The preset's prompt, its note, its temperature, its tree (steps, topk, draft tokens), the fixed tree
+        (cost-aware off: the picture is what the knobs say) and the EAGLE head as the draft source."""
         preset = presets.by_name().get(name)
         if preset is None:
-            return gr.skip(), "", *[gr.skip()] * 5
-        return preset.prompt, presets.note(preset), preset.temperature, *preset.tree, False
+            return gr.skip(), "", *[gr.skip()] * 6
+        return preset.prompt, presets.note(preset), preset.temperature, *preset.tree, False, "eagle"
 
     def pair_note(self, name: str | None) -> str:
         try:
@@ -165,7 +166,7 @@ class Handlers:
                         yield (run, output_tokens(run), self._progress(run), _slider(run), skip, skip, skip, skip,
                                *view_values(run, 0))
                         last = time.perf_counter()
-                    elif time.perf_counter() - last >= STREAM_EVERY_S:
+                    elif time.perf_counter() - last >= STREAM_EVERY_S * max(self._running, 1):
                         yield (run, output_tokens(run), self._progress(run), _slider(run), *[skip] * (4 + VIEW_SIZE))
                         last = time.perf_counter()
                     if stop.requested:
@@ -257,23 +258,25 @@ def race_text(result: race_mod.RaceResult, fastest_run: RunTrace | None, fastest
     """The race as Markdown: the speeds of the fastest tree, the page's run and plain decoding, why a CPU
     prefers small trees, then whether the page's run and plain decoding agree (`race.describe`'s verdict)."""
     run, plain = result.speculative, result.plain
+    p = plain.summary()["tokens_per_s"]
     rows = [("EAGLE, this CPU's fastest tree", fastest_run)] if fastest_run is not None else []
-    own = "EAGLE, this run's tree" + (" (the fastest here)" if fastest is not None and fastest_run is None else "")
+    own = "EAGLE, this run's tree" + (" (the fastest here)" if fastest is not None and fastest_run is None else
+                                      " (as it ran)" if fastest_run is not None else "")
     rows += [(own, run), ("plain decoding", plain)]
-    lines = ["| | tree | tokens | time (s) | tokens/s | \u03c4 |", "|---|---|---:|---:|---:|---:|"]
+    lines = ["| | tree | tokens | time (s) | tokens/s | \u03c4 | speedup |", "|---|---|---:|---:|---:|---:|---:|"]
     for name, r in rows:
         s, tree = r.summary(), tree_of(r)
         shape = f"{tree.steps} / {tree.topk} / {tree.draft_tokens}" if tree else ""
         tau = f"{s['tau']:.2f}" if tree else ""
-        lines.append(f"| {name} | {shape} | {s['new_tokens']} | {s['wall_s']:.2f} | {s['tokens_per_s']:.1f} | {tau} |")
-    best = fastest_run or run
-    p = plain.summary()["tokens_per_s"]
-    speedup = best.summary()["tokens_per_s"] / p if p > 0 else 0.0
-    where = f" (`tune`, {fastest.origin})" if fastest is not None else " (no `tune` result: this run's tree)"
-    lines += ["", f"**Measured speedup: {speedup:.2f}x** with the {'fastest tree' if fastest else 'tree'} {where}, "
-              "each run timed alone. " + why_small_trees(), ""]
+        speedup = f"{s['tokens_per_s'] / p:.2f}x" if p > 0 else ""
+        lines.append(f"| {name} | {shape} | {s['new_tokens']} | {s['wall_s']:.2f} | {s['tokens_per_s']:.1f} | {tau} "
+                     f"| {speedup} |")
+    where = (f"The fastest tree is the one `tune` found ({fastest.origin}); it and plain decoding were timed "
+             "alone, other runs waiting. " if fastest is not None else
+             "No `tune` result here: the race times this run's tree. ")
     verdict = race_mod.describe(result).split("\n\n", 2)[2:]  # after describe's table and speedup: the texts
-    return "\n".join(lines) + "\n\n" + "**This run against plain decoding.** " + "".join(verdict)
+    return "\n".join(lines) + "\n\n" + where + why_small_trees() + "\n\n**This run against plain decoding.** " + \
+        "".join(verdict)
 
 
 def _mark(note: str) -> str:

@@ -84,10 +84,10 @@ MEASURED_ON = "AMD EPYC, AVX512, native bf16"
 
 
 def knobs(preset: Preset, base):
-    """`base` (a session.Knobs) with the preset's tree, fixed, and its temperature."""
+    """`base` (a session.Knobs) with the preset's tree (fixed, drafted by the EAGLE head) and its temperature."""
     steps, topk, draft_tokens = preset.tree
     return replace(base, steps=steps, topk=topk, draft_tokens=draft_tokens, temperature=preset.temperature,
-                   adaptive=False)
+                   adaptive=False, source="eagle")
 
 
 def by_name() -> dict[str, Preset]:

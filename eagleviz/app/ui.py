@@ -226,11 +226,13 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         # Up to `active_runs` runs in progress at once; they take turns at the model cycle by cycle (h.turns).
         model = dict(concurrency_id="model", concurrency_limit=limits.active_runs)
         quiet = dict(show_progress="hidden")
-        preset.input(h.preset_chosen, preset, [prompt, preset_note, temperature, steps, topk, draft_tokens, adaptive])
+        preset.input(h.preset_chosen, preset, [prompt, preset_note, temperature, steps, topk, draft_tokens, adaptive,
+                                               source])
         textbook.click(lambda: TEXTBOOK, None, [steps, topk, draft_tokens], queue=False)
         if fastest is not None:
-            fast_btn.click(lambda: (fastest.tree.steps, fastest.tree.topk, fastest.tree.draft_tokens, False), None,
-                           [steps, topk, draft_tokens, adaptive], queue=False)
+            t = fastest.tree   # as `tune` measured it: fixed, with its draft source
+            fast_btn.click(lambda: (t.steps, t.topk, t.draft_tokens, t.adaptive, t.source), None,
+                           [steps, topk, draft_tokens, adaptive, source], queue=False)
         gr.on([k.change for k in knobs] + [pair.change], h.knobs_changed, knobs + [pair], [validity, flags], **quiet)
         pair.change(h.pair_note, pair, pair_note, **quiet)
         def opened(request: gr.Request):  # Gradio passes the page's request (its query) by this annotation
