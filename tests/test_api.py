@@ -24,7 +24,8 @@ def test_generate_endpoint_returns_the_trace(server):
     data = client.predict("abc", 3, 2, 6, 0.0, 1.0, 8, 0, api_name="/generate")
     run = RunTrace.from_dict(data)
     assert len(run.output) == 8 and run.cycles
-    assert run.config["tree"] == {"steps": 3, "topk": 2, "draft_tokens": 6, "adjustments": []}
+    assert run.config["tree"] == {"steps": 3, "topk": 2, "draft_tokens": 6, "adaptive": True,
+                                  "source": "eagle+lookup", "adjustments": []}
     assert data["summary"]["num_cycles"] == len(run.cycles)
 
 

@@ -69,8 +69,8 @@ def test_a_hot_vocabulary_keeps_decoding_lossless(temperature):
     plain = engine.generate("hello there", None, sampling, chat=False)
     if temperature == 0:
         assert spec.token_ids == plain.token_ids
-    drafted = {n.token for c in spec.cycles for n in c.nodes}
-    assert drafted <= {3, 21}  # only hot tokens are ever drafted
+    drafted = {n.token for c in spec.cycles for n in c.nodes if n.source != "lookup"}
+    assert drafted <= {3, 21}  # the head only ever drafts hot tokens (lookup copies the context)
 
 
 def test_ranking_file_round_trip_and_bad_files(tmp_path):

@@ -54,7 +54,7 @@ def _switch(name: str, value) -> bool:
 
 
 def knobs_from(steps, topk, draft_tokens, temperature, top_p, max_new_tokens, seed, attn_impl="auto", adaptive=True,
-               source="eagle") -> Knobs:
+               source=Knobs.source) -> Knobs:
     return Knobs(_number("steps", steps, int), _number("topk", topk, int),
                  _number("draft_tokens", draft_tokens, int), _number("temperature", temperature, float),
                  _number("top_p", top_p, float), _number("max_new_tokens", max_new_tokens, int),
@@ -239,11 +239,11 @@ class Handlers:
 
     def api_generate(self, prompt: str, steps: int = 5, topk: int = 4, draft_tokens: int = 16,
                      temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
-                     model: str = "", adaptive: bool = True, source: str = "eagle") -> dict:
+                     model: str = "", adaptive: bool = True, source: str = "eagle+lookup") -> dict:
         """Run EAGLE speculative decoding and return the full trace (every cycle's tree, mask, checks, KV moves).
         `model` names one of the server's model/head pairs (empty: the first). `adaptive`: the cost-aware tree
         (the tree knobs are upper bounds), false for SGLang's fixed tree; `source`: "eagle", "lookup" or
-        "eagle+lookup". The server's limits apply as on the page, and the run takes turns at the model with the
+        "eagle+lookup" (the default, as `Knobs` and the command line). The server's limits apply as on the page, and the run takes turns at the model with the
         page's runs; a run over the time limit returns its partial trace with `stop_reason` saying so."""
         try:
             knobs = knobs_from(steps, topk, draft_tokens, temperature, top_p, max_new_tokens, seed, "auto", adaptive,

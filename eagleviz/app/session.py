@@ -89,7 +89,7 @@ class Knobs:
     seed: int = 0
     attn_impl: str = "auto"
     adaptive: bool = True
-    source: str = "eagle"
+    source: str = TreeConfig.source  # candidates from the head and prompt lookup, as the command line
 
     def configs(self) -> tuple[TreeConfig, SamplingConfig]:
         try:
