@@ -35,7 +35,7 @@ FIGURE_JS = """(id) => {
   if (!gd || !gd.data) return null;
   return {title: (gd.layout.title || {}).text || '',
           traces: gd.data.map(t => ({name: t.name || '', type: t.type, mode: t.mode || '',
-                                     n: (t.x || []).length, y: t.y || [], zrows: t.z ? t.z.length : 0,
+                                     n: (t.x || []).length, y: Array.from(t.y || []), zrows: t.z ? t.z.length : 0,
                                      zcols: t.z && t.z.length ? t.z[0].length : 0})),
           arrows: (gd.layout.annotations || []).filter(a => a.showarrow).length};
 }"""
@@ -353,7 +353,10 @@ def no_loop(text: str) -> None:
     assert not phrases or max(phrases.values()) < 4, phrases.most_common(1)
 
 
-OUTPUT_TEXT_JS = "() => document.querySelector('#output-text .textfield').innerText"
+# The output's text as the tokens carry it (innerText would break the line at every token: they are flex
+# items), each newline mark turned back into the newline it stands for.
+OUTPUT_TEXT_JS = ("() => document.querySelector('#output-text .textfield').textContent"
+                  ".replaceAll('\\u21b5', '\\n')")
 LINE_TOPS_JS = ("() => new Set([...document.querySelectorAll('#output-text .token')]"
                 ".map(t => Math.round(t.getBoundingClientRect().top))).size")
 
