@@ -1,6 +1,7 @@
 """Record the gallery (eagleviz/app/gallery.py): each preset of eagleviz/app/presets.py run as the page runs it (the
-shipped head, the CPU's dtype, the page's default tree, the presets' 48 new tokens), and the counting preset
-with the textbook tree 5 / 4 / 16; one trace file per entry and an index.json.
+shipped head, the CPU's dtype, the preset's own tree, the presets' 48 new tokens), and the counting preset
+with this CPU's fastest tree (`tune`: on a CPU a small one, often a chain); one trace file per entry and an
+index.json.
 
     python scripts/record_gallery.py                   # into assets/gallery/
     python scripts/record_gallery.py --out DIR
@@ -21,11 +22,10 @@ from pathlib import Path
 from eagleviz.app import gallery, presets
 from eagleviz.decoding.load import RANDOM_HEAD, default_head, load_engine
 from eagleviz.models.loading import cpu_description
-from eagleviz.app.session import EngineHub, Knobs, default_knobs, generate, read_trace
+from eagleviz.app.session import EngineHub, Knobs, fastest_tree, generate, read_trace
 from eagleviz.trace import RunTrace
 
-MAX_BYTES = 300_000
-TEXTBOOK = {"steps": 5, "topk": 4, "draft_tokens": 16}
+MAX_BYTES = 500_000   # a sampled run with a 12-token tree records each check's residual: ~450 kB
 
 
 def slug(name: str) -> str:
@@ -33,12 +33,16 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", re.split(r"[(,]", name)[0].lower()).strip("-")
 
 
-def planned(page: Knobs) -> list[tuple[str, str, presets.Preset, Knobs]]:
+def planned(base: Knobs) -> list[tuple[str, str, presets.Preset, Knobs]]:
     """(id, title, preset, knobs) per entry, in the gallery's order."""
-    out = [(slug(p.name), p.name, p, replace(page, temperature=p.temperature)) for p in presets.PRESETS]
-    high = next(p for p in presets.PRESETS if p.shows == "high")
-    out.insert(1, (slug(high.name) + "-textbook-tree", f"{high.name}, textbook tree 5 / 4 / 16", high,
-                   replace(page, temperature=high.temperature, **TEXTBOOK)))
+    out = [(slug(p.name), p.name, p, presets.knobs(p, base)) for p in presets.PRESETS]
+    fastest = fastest_tree()
+    if fastest is not None:
+        high = next(p for p in presets.PRESETS if p.shows == "high")
+        t = fastest.tree
+        out.insert(1, (slug(high.name) + "-fastest-tree", f"{high.name}, this CPU's fastest tree {fastest.label}",
+                       high, replace(presets.knobs(high, base), steps=t.steps, topk=t.topk,
+                                     draft_tokens=t.draft_tokens)))
     return out
 
 
@@ -60,7 +64,7 @@ def main() -> None:
         raise SystemExit("no shipped head: the gallery shows the trained head")
     args.out.mkdir(parents=True, exist_ok=True)
     hub = EngineHub(load_engine())
-    page, _ = default_knobs(Knobs(max_new_tokens=presets.PRESET_TOKENS))
+    page = Knobs(max_new_tokens=presets.PRESET_TOKENS)
     cpu, today = cpu_description(), datetime.date.today().isoformat()
     rows = []
     for entry_id, title, preset, knobs in planned(page):
