@@ -204,7 +204,8 @@ class CpuOps:
                       v_cache: torch.Tensor, layer: int, start: int, num_heads: int, num_kv_heads: int) -> torch.Tensor:
         """qkv (T, (Hq + 2 Hkv) D) fused projection output; cos, sin (T, D) in qkv's dtype. Writes the rotated
         keys and the values at slots [start, start + T) of `layer` in the caches (layers, Hkv, capacity, D)
-        fp32 and returns the rotated queries (T, Hq, D) fp32."""
+        fp32 and returns the rotated queries (T, Hq, D) fp32. Slots beyond the capacity are a ValueError, as
+        every other refused input (and as `eagleviz.models.kv_cache.KVCache.write` says for the PyTorch path)."""
         return self._rope_to_cache(qkv, cos, sin, k_cache, v_cache, layer, start, num_heads, num_kv_heads)[0]
 
     def _rope_to_cache(self, qkv, cos, sin, k_cache, v_cache, layer, start, num_heads, num_kv_heads):
@@ -219,7 +220,7 @@ class CpuOps:
         self._like(cos, qkv, (t, d), "cos")
         self._like(sin, qkv, (t, d), "sin")
         if start < 0 or start + t > k_cache.shape[2]:
-            raise RuntimeError(f"KV cache overflow: need {start + t} slots, capacity {k_cache.shape[2]}")
+            raise ValueError(f"KV cache overflow: need {start + t} slots, capacity {k_cache.shape[2]}")
         q = torch.empty(t, num_heads, d, dtype=torch.float32)
         _check(self._lib.rope_to_cache(_ptr(qkv), _ptr(cos), _ptr(sin), _ptr(q), _ptr(k_cache) + offset,
                                        _ptr(v_cache) + offset, t, num_heads, num_kv_heads, d, k_cache.shape[2],

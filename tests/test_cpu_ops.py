@@ -62,7 +62,7 @@ def test_rope_to_cache_rotates_q_and_writes_k_v_at_their_slots(ops, dtype):
 
 def test_rope_to_cache_refuses_to_overflow(ops):
     cache = torch.zeros(1, 1, 4, 16)
-    with pytest.raises(RuntimeError, match="overflow"):
+    with pytest.raises(ValueError, match="overflow"):
         ops.rope_to_cache(_randn(2, 48), _randn(2, 16), _randn(2, 16), cache, cache.clone(), 0, 3, 1, 1)
 
 

@@ -60,7 +60,7 @@ def test_commit_of_a_prefix_in_place_moves_nothing():
 
 def test_rewind_and_overflow_are_checked():
     cache = KVCache.allocate(1, 1, 4, 2, torch.float32)
-    with pytest.raises(RuntimeError, match="overflow"):
+    with pytest.raises(ValueError, match="overflow"):
         cache.write(0, 3, torch.zeros(2, 1, 2), torch.zeros(2, 1, 2))
     with pytest.raises(ValueError):
         cache.rewind(1)

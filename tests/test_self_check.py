@@ -11,6 +11,14 @@ from kernels.self_check import AttentionChoice, KernelCheck, choose_attention, s
 CUDA = torch.device("cuda")  # a device name only: nothing is allocated on it below
 
 
+@pytest.fixture
+def triton_installed(monkeypatch):
+    """`choose_attention` asks only whether Triton imported; the tests below inject the kernel's check, so with
+    a stand-in for the module they hold where Triton is not installed (EAGLEVIZ_TEST_WITHOUT_TRITON=1) too."""
+    if sc.ta.tl is None:
+        monkeypatch.setattr(sc.ta, "tl", object())
+
+
 def _compile_error(*args, **kwargs):
     raise RuntimeError("PassManager::run failed\nat line 2")
 
@@ -39,7 +47,7 @@ def test_a_kernel_that_disagrees_fails_with_its_error():
     assert "disagreed with PyTorch attention on cpu (float16: relative error" in result.note
 
 
-def test_auto_on_cuda_falls_back_with_the_note_of_a_failed_check():
+def test_auto_on_cuda_falls_back_with_the_note_of_a_failed_check(triton_installed):
     failing = KernelCheck(False, None, "the kernel failed")
     calls = []
 
@@ -52,19 +60,25 @@ def test_auto_on_cuda_falls_back_with_the_note_of_a_failed_check():
     assert choose_attention("auto", CUDA, check=lambda d, t: KernelCheck(True, 0.0, "ok")) == AttentionChoice("triton")
 
 
-def test_a_simulated_gpu_whose_kernel_disagrees_falls_back():
+def test_a_simulated_gpu_whose_kernel_disagrees_falls_back(triton_installed):
     """The whole path on a CPU: the real self-check, with the garbage kernel, standing in for a GPU's."""
     choice = choose_attention("auto", CUDA, check=lambda d, t: self_check("cpu", t, kernel=_garbage))
     assert choice.impl == "torch" and "disagreed" in choice.notes[0]
 
 
-def test_explicit_choices_and_cpus_are_never_checked():
+def test_explicit_choices_and_cpus_are_never_checked(triton_installed):
     def never(device, dtype):
         raise AssertionError("checked")
 
     assert choose_attention("torch", CUDA, check=never) == AttentionChoice("torch")
     assert choose_attention("triton", CUDA, check=never) == AttentionChoice("triton")
     assert choose_attention("auto", "cpu", check=never) == AttentionChoice("torch")
+
+
+def test_an_explicit_triton_without_triton_is_refused(monkeypatch):
+    monkeypatch.setattr(sc.ta, "tl", None)
+    with pytest.raises(ValueError, match="needs the triton package"):
+        choose_attention("triton", CUDA)
 
 
 def test_auto_on_cuda_without_triton_says_so(monkeypatch):

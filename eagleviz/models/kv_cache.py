@@ -43,7 +43,7 @@ class KVCache:
         """k, v: (T, Hkv, D) written at slots [start, start + T) of `layer`."""
         end = start + k.shape[0]
         if end > self.capacity:
-            raise RuntimeError(f"KV cache overflow: need {end} slots, capacity {self.capacity}")
+            raise ValueError(f"KV cache overflow: need {end} slots, capacity {self.capacity}")
         self.k[layer, :, start:end] = k.transpose(0, 1)
         self.v[layer, :, start:end] = v.transpose(0, 1)
 
