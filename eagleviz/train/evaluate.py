@@ -40,6 +40,8 @@ class EvalConfig:
     threads: int = 0
     draft_vocab: int = 0  # the head's whole draft vocabulary; N: its N most frequent tokens (hot-tokens.json)
     heldout_answers: str = "original"  # or "self": the target's greedy answers to the held-out prompts
+    device: str = "cpu"
+    data: str = "sharegpt"  # the conversations whose held-out split top-1 is measured on (or a FILE, a bundle's)
 
 
 def run_prompts(engine, prompts: list[str], tree, temperature: float, max_new_tokens: int, progress=None) -> dict:
@@ -78,15 +80,15 @@ def heldout_top1(target, head, cfg: EvalConfig) -> dict:
     from eagleviz.train.objectives import ttt_loss
     from eagleviz.train.pipeline import DataConfig, cache_name, heldout_features, target_parts
 
-    dcfg = DataConfig(heldout=cfg.heldout, max_len=cfg.max_len)
-    prompts = load_prompts("sharegpt")
+    dcfg = DataConfig(data=cfg.data, heldout=cfg.heldout, max_len=cfg.max_len)
+    prompts = load_prompts(cfg.data)
     _, held_idx = split(len(prompts), dcfg.heldout, dcfg.seed)
     shard = heldout_features(target, dcfg, prompts, held_idx, Path(cfg.cache) / cache_name(target.name),
                              cfg.heldout_answers)
     parts = target_parts(target)
     correct = count = None
     for seqs in pack([int(n) for n in shard.offsets.diff()], 2048, 0):
-        r = ttt_loss(head, make_row(shard, seqs), parts, steps=5)
+        r = ttt_loss(head, make_row(shard, seqs).to(target.device), parts, steps=5)
         correct = r.correct if correct is None else [a + b for a, b in zip(correct, r.correct)]
         count = r.count if count is None else [a + b for a, b in zip(count, r.count)]
     return {"conversations": shard.num_sequences, "answers": cfg.heldout_answers, "positions": count[0],
@@ -102,7 +104,7 @@ def evaluate_head(cfg: EvalConfig) -> dict:
 
     set_threads(cfg.threads)
     start = time.perf_counter()
-    engine = load_engine(cfg.target, cfg.head, cfg.dtype, draft_vocab=cfg.draft_vocab)
+    engine = load_engine(cfg.target, cfg.head, cfg.dtype, cfg.device, draft_vocab=cfg.draft_vocab)
     target, head = engine.target, engine.head
     prompts = load_prompts(cfg.prompts, cfg.limit)
     if not prompts:

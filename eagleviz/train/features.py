@@ -16,6 +16,10 @@ enough for every epoch and for both head architectures. A shard stores, for N to
 Features come from batched forwards of the Hugging Face module (right padding, causal attention: padding
 never changes the real tokens' states); hooks record the inputs of the three layers, exactly the
 tensors `TargetModel.forward(feature_layers=...)` returns.
+
+On a GPU a forward of the 135M target costs less than a training step of the head, so `OnlineFeatures`
+holds only the tokens and computes the features of each training row when the row is needed: the same
+tensors, with nothing on disk (a shard holds ~4.7 kB per token: 1.5 GB for 330k tokens).
 """
 
 from __future__ import annotations
@@ -25,11 +29,30 @@ from pathlib import Path
 
 import torch
 
+from eagleviz.train.batches import Row, make_row
 from eagleviz.train.data import Sample
 
 
+class Sequences:
+    """S token sequences concatenated: `ids` (N,) and their boundaries `offsets` (S + 1,)."""
+
+    ids: torch.Tensor
+    offsets: torch.Tensor
+
+    @property
+    def num_sequences(self) -> int:
+        return self.offsets.numel() - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return self.ids.numel()
+
+    def sequence(self, i: int) -> slice:
+        return slice(int(self.offsets[i]), int(self.offsets[i + 1]))
+
+
 @dataclass
-class FeatureShard:
+class FeatureShard(Sequences):
     """Features of S sequences (see the module docstring for shapes)."""
 
     ids: torch.Tensor
@@ -45,16 +68,9 @@ class FeatureShard:
         """(N,) the target's argmax at each position."""
         return self.top_ids[:, 0]
 
-    @property
-    def num_sequences(self) -> int:
-        return self.offsets.numel() - 1
-
-    @property
-    def num_tokens(self) -> int:
-        return self.ids.numel()
-
-    def sequence(self, i: int) -> slice:
-        return slice(int(self.offsets[i]), int(self.offsets[i + 1]))
+    def row(self, sequences: list[int]) -> Row:
+        """The given sequences side by side in one training row."""
+        return make_row(self, sequences)
 
     def save(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
@@ -76,10 +92,10 @@ class FeatureShard:
                    torch.cat([s.top_ids for s in shards]), torch.cat([s.top_p for s in shards]))
 
 
-@torch.inference_mode()
-def target_features(target, batch: list[list[int]], k: int = 8) -> list[tuple[torch.Tensor, ...]]:
+@torch.no_grad()
+def target_features(target, batch: list[list[int]], k: int = 8, to_cpu: bool = True) -> list[tuple[torch.Tensor, ...]]:
     """(aux (L, 3H), final (L, H), top_ids (L, k), top_p (L, k)) for each token sequence of `batch`, from one
-    padded forward."""
+    padded forward; on the CPU, or where the target is (`to_cpu` False)."""
     hf = target.hf
     width = max(len(ids) for ids in batch)
     ids = torch.zeros(len(batch), width, dtype=torch.long)
@@ -99,8 +115,10 @@ def target_features(target, batch: list[list[int]], k: int = 8) -> list[tuple[to
     final = out.last_hidden_state
     aux = torch.cat([captured[i] for i in target.eagle3_layers], dim=-1)
     top_p, top_ids = torch.softmax(target.lm_head(final).float(), dim=-1).topk(k, dim=-1)
-    return [(aux[r, :len(seq)].to(torch.bfloat16).cpu(), final[r, :len(seq)].to(torch.bfloat16).cpu(),
-             top_ids[r, :len(seq)].int().cpu(), top_p[r, :len(seq)].half().cpu()) for r, seq in enumerate(batch)]
+    where = "cpu" if to_cpu else final.device
+    return [(aux[r, :len(seq)].to(where, torch.bfloat16), final[r, :len(seq)].to(where, torch.bfloat16),
+             top_ids[r, :len(seq)].to(where, torch.int32), top_p[r, :len(seq)].to(where, torch.float16))
+            for r, seq in enumerate(batch)]
 
 
 def collect(target, samples: list[Sample], max_len: int, batch_tokens: int = 4096) -> FeatureShard:
@@ -124,3 +142,29 @@ def collect(target, samples: list[Sample], max_len: int, batch_tokens: int = 409
                         final=torch.cat([results[i][1] for i in range(len(cut))]),
                         top_ids=torch.cat([results[i][2] for i in range(len(cut))]),
                         top_p=torch.cat([results[i][3] for i in range(len(cut))]))
+
+
+class OnlineFeatures(Sequences):
+    """Tokens of S sequences whose features the target computes when a training row asks for them (on its own
+    device): the interface of a `FeatureShard` for training (ids, mask, offsets, sequence, row), without
+    the features on disk or in memory."""
+
+    def __init__(self, target, samples: list[Sample], max_len: int):
+        cut = [Sample(s.ids[:max_len], s.loss_mask[:max_len]) for s in samples]
+        self.target = target
+        self.ids = torch.tensor([t for s in cut for t in s.ids], dtype=torch.int32)
+        self.mask = torch.tensor([m for s in cut for m in s.loss_mask], dtype=torch.bool)
+        lengths = torch.tensor([len(s.ids) for s in cut], dtype=torch.long)
+        self.offsets = torch.cat((torch.zeros(1, dtype=torch.long), lengths.cumsum(0)))
+
+    def row(self, sequences: list[int]) -> Row:
+        """The given sequences side by side in one training row, their features from one forward of the
+        target (on its device)."""
+        seqs = [self.ids[self.sequence(i)] for i in sequences]
+        feats = target_features(self.target, [s.tolist() for s in seqs], to_cpu=False)
+        lengths = torch.tensor([s.numel() for s in seqs])
+        shard = FeatureShard(ids=torch.cat(seqs), mask=torch.cat([self.mask[self.sequence(i)] for i in sequences]),
+                             offsets=torch.cat((torch.zeros(1, dtype=torch.long), lengths.cumsum(0))),
+                             aux=torch.cat([f[0] for f in feats]), final=torch.cat([f[1] for f in feats]),
+                             top_ids=torch.cat([f[2] for f in feats]), top_p=torch.cat([f[3] for f in feats]))
+        return make_row(shard, list(range(len(sequences)))).to(self.target.device)

@@ -196,7 +196,7 @@ def eagle1_loss(head: DraftHead, row: Row, parts: TargetParts, noise: float = 0.
     dtype = compute_dtype(head, row.ids.device)
     with torch.no_grad():
         emb = F.embedding(row.ids, parts.embed).to(dtype)
-        jitter = (torch.rand(row.final.shape, generator=gen, device=row.final.device) - 0.5) * noise
+        jitter = (torch.rand(row.final.shape, generator=gen).to(row.final.device) - 0.5) * noise  # a CPU generator
         feats = (row.final.float() + jitter).to(dtype)
         next_feat = shifted(row.final, 1)
         probs = torch.softmax(parts.lm_head(next_feat.to(parts.lm_head.weight.dtype)).float(), dim=-1)

@@ -29,6 +29,12 @@ def curve_figure(history: list[dict], title: str = ""):
     return fig
 
 
-def write_curve(history: list[dict], path: Path, title: str = "") -> None:
-    """A small HTML file (plotly.js from its CDN) with the curves of `history`."""
-    curve_figure(history, title).write_html(str(path), include_plotlyjs="cdn", full_html=True)
+def write_curve(history: list[dict], path: Path, title: str = "") -> bool:
+    """A small HTML file (plotly.js from its CDN) with the curves of `history`; False, and no file, where plotly
+    is not installed (a GPU machine lent bare: history.json holds the same numbers)."""
+    try:
+        figure = curve_figure(history, title)
+    except ImportError:
+        return False
+    figure.write_html(str(path), include_plotlyjs="cdn", full_html=True)
+    return True

