@@ -14,7 +14,7 @@ from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import DraftConfig, DraftHead
 from eagleviz.trace import RunTrace
 from eagleviz.decoding.verify import sampling_probs
-from tiny import tiny_engine, tiny_target
+from tiny import CPU_COSTS, tiny_engine, tiny_target
 
 FIXED = [TreeConfig.create(3, 1, 4, adaptive=False), TreeConfig.create(5, 4, 16, adaptive=False),
          TreeConfig.create(6, 8, 64, adaptive=False), TreeConfig.create(1, 3, 4, adaptive=False),
@@ -22,10 +22,6 @@ FIXED = [TreeConfig.create(3, 1, 4, adaptive=False), TreeConfig.create(5, 4, 16,
 CONFIGS = FIXED + [TreeConfig.create(5, 4, 16), TreeConfig.create(4, 2, 9, source="eagle+lookup"),
                    TreeConfig.create(5, 1, 6, adaptive=False, source="lookup"),
                    TreeConfig.create(3, 4, 12, adaptive=False, source="eagle+lookup")]
-# A CPU-like price list: verifying a token costs ~6% of a step, so the policy prunes, stops early and at times
-# verifies the root alone
-STEEP = CostModel(verify=((1, 1.0), (2, 1.09), (4, 1.17), (8, 1.38), (16, 1.85), (64, 5.2)), draft_level=0.07,
-                  overhead=0.1)
 
 
 def run(engine, ids, tree, sampling):
@@ -42,7 +38,7 @@ def test_greedy_speculation_equals_greedy_decoding(model_type, arch):
         sampling = SamplingConfig(max_new_tokens=40)
         ids = [1, 2, 3, 4, 5][: 2 + seed]
         plain = run(engine, ids, None, sampling).token_ids
-        for costs, tree in itertools.chain(((None, t) for t in CONFIGS), ((STEEP, t) for t in CONFIGS[5:7])):
+        for costs, tree in itertools.chain(((None, t) for t in CONFIGS), ((CPU_COSTS, t) for t in CONFIGS[5:7])):
             spec = run(engine.with_policy(costs=costs), ids, tree, sampling)
             assert spec.token_ids == plain, (vocab, seed, tree, costs)
             check_trace(spec, tree)
@@ -52,7 +48,7 @@ def test_the_cost_aware_tree_shrinks_on_a_steep_curve_and_says_why():
     engine = tiny_engine("llama", vocab=64, seed=1)
     tree, sampling = TreeConfig.create(5, 4, 16), SamplingConfig(max_new_tokens=40)
     flat = run(engine, [1, 2, 3], tree, sampling)
-    steep = run(engine.with_policy(costs=STEEP), [1, 2, 3], tree, sampling)
+    steep = run(engine.with_policy(costs=CPU_COSTS), [1, 2, 3], tree, sampling)
     assert steep.token_ids == flat.token_ids
     size = lambda r: sum(c.num_tree_tokens for c in r.cycles) / len(r.cycles)
     assert size(steep) < size(flat)
@@ -160,7 +156,7 @@ def exact_joint(target, prompt, n, temperature, top_p):
 def test_speculative_sampling_matches_target_distribution(temperature, top_p, tree):
     engine = tiny_engine("llama", vocab=6, layers=2, scale=3.0)
     if tree.adaptive:
-        engine = engine.with_policy(costs=STEEP)
+        engine = engine.with_policy(costs=CPU_COSTS)
     prompt, n, runs = [1, 2, 3, 1, 2], 3, 20_000
     counts = np.zeros((6,) * n)
     accepted = 0

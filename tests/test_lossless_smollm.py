@@ -11,15 +11,13 @@ import pytest
 from eagleviz.perf.bench import top2_gap
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.decoding import calibration
-from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding.load import default_head
 from eagleviz.prompts import mtbench_first_turns
+from tiny import CPU_COSTS
 
 CONFIGS = {"chain": TreeConfig.create(5, 1, 6, adaptive=False), "tree": TreeConfig.create(5, 4, 16, adaptive=False),
            "large": TreeConfig.create(7, 8, 64, adaptive=False), "cost-aware": TreeConfig.create(5, 4, 16),
            "cost-aware+lookup": TreeConfig.create(5, 4, 16, source="eagle+lookup")}
-CPU_COSTS = CostModel(verify=((1, 1.0), (2, 1.09), (4, 1.17), (8, 1.38), (16, 1.85), (32, 2.93), (64, 5.19)),
-                      draft_level=0.07, overhead=0.1)
 NEW_TOKENS = int(os.environ.get("EAGLEVIZ_LOSSLESS_TOKENS", "32"))
 TIE = 1e-4
 

@@ -12,9 +12,8 @@ import pytest
 from eagleviz.decoding.calibration import Calibration
 from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding.policy import HeadRest, TreePolicy
+from tiny import CPU_COSTS
 
-CPU = CostModel(verify=((1, 1.0), (2, 1.09), (4, 1.17), (8, 1.38), (16, 1.85), (32, 2.93), (64, 5.19)),
-                draft_level=0.07, overhead=0.1)
 GPU = CostModel(verify=((1, 1.0), (64, 1.05)), draft_level=0.05, overhead=0.05)
 CAL = Calibration.identity_table()
 
@@ -28,7 +27,7 @@ def test_the_budget_is_the_best_prefix_by_brute_force():
     for _ in range(50):
         values = sorted((rng.random() ** 2 for _ in range(rng.randrange(1, 30))), reverse=True)
         levels = rng.randrange(1, 6)
-        pol = policy(CPU)
+        pol = policy(CPU_COSTS)
         got = pol.budget(values, levels, 63)
         rates = [(1 + sum(values[:m])) / pol.cycle_cost(levels, m + 1) for m in range(len(values) + 1)]
         assert got.rate == pytest.approx(max(rates))
@@ -43,16 +42,16 @@ def test_the_budget_respects_the_cap():
 
 def test_a_flat_curve_verifies_far_more_than_a_steep_one():
     values = sorted([0.8, 0.5, 0.4, 0.3, 0.2, 0.15, 0.1, 0.08, 0.06, 0.05, 0.04, 0.03, 0.02, 0.01], reverse=True)
-    gpu, cpu = policy(GPU).budget(values, 4, 63), policy(CPU).budget(values, 4, 63)
+    gpu, cpu = policy(GPU).budget(values, 4, 63), policy(CPU_COSTS).budget(values, 4, 63)
     assert gpu.size == len(values) and cpu.size < gpu.size
 
 
 def test_a_lost_head_verifies_the_root_alone():
-    assert policy(CPU).budget([0.01, 0.005, 0.001], 1, 15).size == 0
+    assert policy(CPU_COSTS).budget([0.01, 0.005, 0.001], 1, 15).size == 0
 
 
 def test_a_confident_head_keeps_drafting_and_a_lost_one_stops():
-    pol = policy(CPU)
+    pol = policy(CPU_COSTS)
     assert pol.another_level([0.9, 0.1], [0.9, 0.1], 1, 15, 2, 4)
     assert not pol.another_level([0.02, 0.01], [0.02, 0.01], 1, 15, 2, 4)
     assert not pol.another_level([0.9], [0.9], 1, 15, 2, 0)  # no level left
@@ -61,7 +60,7 @@ def test_a_confident_head_keeps_drafting_and_a_lost_one_stops():
 def test_drafting_decisions_agree_with_the_budget_they_predict():
     """Whenever another level is refused, no predicted level (one or two deeper) has a better best rate."""
     rng = random.Random(1)
-    pol = policy(CPU)
+    pol = policy(CPU_COSTS)
     for _ in range(100):
         frontier = sorted((rng.random() ** 3 for _ in range(2)), reverse=True)
         values = sorted(frontier + [rng.random() ** 3 for _ in range(3)], reverse=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding.engine import Engine
 from eagleviz.models.draft import random_head
 from eagleviz.models.synthetic import CharTokenizer, random_hf_model
@@ -34,3 +35,9 @@ def tiny_engine(model_type: str = "llama", arch: str = "eagle1", seed: int = 0, 
                 **kwargs) -> Engine:
     target = tiny_target(model_type, seed=seed, **kwargs)
     return Engine(target, random_head(target, arch, seed=seed + 1, std=head_std), "random")
+
+
+# A CPU-like price list (the verification curve `tune` measured for the shipped head, assets/bench/tuned.json):
+# verifying a token costs ~5% of a step, so a cost-aware tree prunes, stops early and at times rests its head
+CPU_COSTS = CostModel(verify=((1, 1.0), (2, 1.09), (4, 1.17), (8, 1.38), (16, 1.85), (32, 2.93), (64, 5.19)),
+                      draft_level=0.07, overhead=0.1)

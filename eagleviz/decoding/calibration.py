@@ -76,6 +76,9 @@ class Calibration:
         return self.lookup[min(max(ngram, 1), len(self.lookup)) - 1]
 
 
+IDENTITY = Calibration.identity_table()   # frozen: one shared instance
+
+
 def isotonic(values: list[float], weights: list[float]) -> list[float]:
     """The non-decreasing sequence closest to `values` in weighted least squares (pool adjacent violators)."""
     blocks: list[list[float]] = []   # [value, weight, count]
@@ -98,7 +101,7 @@ def fit(scored: Iterable[tuple[float, bool]], child: list[tuple[int, bool]], loo
     head node; child: (rank among its verified siblings, accepted) per verified child of an accepted node;
     lookup: (match length, accepted) per lookup token whose parent was accepted. Each bin's rate is shrunk
     towards EAGLE-2's value by `prior` pseudo-observations (empty bins keep it), then made non-decreasing."""
-    ident = Calibration.identity_table()
+    ident = IDENTITY
     hits = [0.0] * (len(EDGES) + 1)
     counts = [0.0] * (len(EDGES) + 1)
     n = 0
@@ -140,7 +143,7 @@ class HeadCalibration:
 
     @classmethod
     def identity(cls) -> HeadCalibration:
-        table = Calibration.identity_table()
+        table = IDENTITY
         return cls(table, table)
 
     def to_json(self) -> str:

@@ -5,10 +5,11 @@
     overhead      the rest of a cycle: acceptance, the KV rewind, the host's bookkeeping
 
 On a GPU verify(n) is nearly flat up to dozens of tokens (the weights are read once whatever n is), so a
-cost-aware tree grows big; on a small CPU every token has a price (here 8 tokens cost ~1.4 steps), so it
-stays small and often is a chain. `measure` times these on the engine it is given (about 2 s for the embedded
-model on a CPU: one prefill, a few forwards per size, a short plain and a short speculative run);
-`load_or_measure` keeps the result per model, dtype, device and thread count under the cache directory.
+cost-aware tree grows big; on a small CPU every token has a price (here 16 tokens cost ~1.4 steps), so it
+stays small and often is a chain. `measure` times these on the engine it is given (2.5 s for the embedded
+model on this idle 2-core CPU, as `tune --costs` prints: one prefill, a few forwards per size, a short plain
+and a short speculative run); `load_or_measure` keeps the result per model, dtype, device and thread count
+under the cache directory.
 """
 
 from __future__ import annotations

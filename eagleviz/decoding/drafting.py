@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from eagleviz.config import TreeConfig
-from eagleviz.decoding.calibration import Calibration
+from eagleviz.decoding.calibration import IDENTITY, Calibration
 from eagleviz.decoding.lookup import Match
 from eagleviz.decoding.policy import TreePolicy
 from eagleviz.decoding.tree import Candidates, VerifyTree, priority, rerank, select_frontier
@@ -41,12 +41,9 @@ class Draft:
     lookup_ngram: int = 0
 
 
-def _causal(n: int, device) -> torch.Tensor:
+def causal(n: int, device) -> torch.Tensor:
+    """(n, n) bool: each position sees itself and the positions before it."""
     return torch.ones(n, n, dtype=torch.bool, device=device).tril()
-
-
-def _value(calibration: Calibration | None):
-    return None if calibration is None else calibration.path_accept
 
 
 def grow(engine, feats: torch.Tensor | None, pend_tokens: list[int], dcache: KVCache | None, cfg: TreeConfig,
@@ -73,7 +70,7 @@ def grow(engine, feats: torch.Tensor | None, pend_tokens: list[int], dcache: KVC
                    f"{size} of {len(cands)} candidates verified: there the expected tokens per plain step peak "
                    f"({choice.rate:.2f}).")
         decision = f"{decision} {verdict}".strip()
-    kept = rerank(cands, size)
+    kept = rerank(cands, size, order)
     expected = 1.0 + sum(cands.values[i] for i in kept)
     return Draft(cands, VerifyTree.build(cands, kept, root), levels, expected, decision,
                  match.ngram if match is not None else 0)
@@ -84,10 +81,10 @@ def _head_levels(engine, cands: Candidates, feats, pend_tokens, dcache, cfg: Tre
     """Run the head: the pending positions, then up to cfg.steps - 1 expansions. Returns the levels drafted
     and, when the policy stopped early, why."""
     head, target, dev = engine.head, engine.target, engine.target.device
-    value = _value(policy.calibration if policy is not None else None)
+    value = policy.calibration.path_accept if policy is not None else None  # None: EAGLE-2's exp(score)
     n, stable = len(pend_tokens), dcache.length
     pos = torch.arange(stable, stable + n, device=dev)
-    h = head(feats, target.embed(to_device(pend_tokens, dev)), pos, dcache, _causal(n, dev), engine.attn_impl)
+    h = head(feats, target.embed(to_device(pend_tokens, dev)), pos, dcache, causal(n, dev), engine.attn_impl)
     S = dcache.length  # stable draft length == committed target length
     out_of: dict[int, torch.Tensor] = {-1: h[-1]}
     level = _add_level(engine, cands, [-1], h[-1:], cfg.topk, value)
@@ -140,7 +137,7 @@ def _merge_lookup(cands: Candidates, match: Match, calibration: Calibration | No
     chain of lookup nodes. A lookup node's value is its parent's times the calibrated acceptance of a lookup
     token after a match of this length; its local probability is that acceptance, its score the log of its
     value (it was never drafted)."""
-    r = (calibration or Calibration.identity_table()).lookup_accept(match.ngram)
+    r = (calibration or IDENTITY).lookup_accept(match.ngram)
     parent, parent_value = -1, 1.0
     for token in match.tokens:
         value = parent_value * r
@@ -150,10 +147,8 @@ def _merge_lookup(cands: Candidates, match: Match, calibration: Calibration | No
             cands.scores[node] = _log(value)
             cands.logprobs[node] = _log(r)
             cands.values[node] = value
-        elif value > cands.values[node]:
-            cands.values[node] = value
-            cands.sources[node] = "both"
         else:
+            cands.values[node] = max(cands.values[node], value)
             cands.sources[node] = "both"
         parent, parent_value = node, cands.values[node]
 

@@ -40,7 +40,7 @@ from eagleviz.models.target import TargetModel
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
 from eagleviz.decoding.calibration import HeadCalibration
 from eagleviz.decoding.costs import CostModel
-from eagleviz.decoding.drafting import grow
+from eagleviz.decoding.drafting import causal, grow
 from eagleviz.decoding.lookup import SuffixIndex
 from eagleviz.decoding.policy import HeadRest, TreePolicy
 from eagleviz.decoding.tree import Candidates, VerifyTree
@@ -62,10 +62,6 @@ class _TokenText:
         if text is None:
             text = self._memo[token] = self._tok.decode([token])
         return text
-
-
-def _causal(n: int, device) -> torch.Tensor:
-    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
 
 
 def runnable_impl(attn_impl: str, device: torch.device | str) -> str:
@@ -185,7 +181,7 @@ class Engine:
         """Target forward over the prompt: returns the first new token and (given `features`) the prompt's
         features, which the draft head reads."""
         x = torch.tensor(ids, device=self.target.device)
-        out = self.target.forward(x, torch.arange(len(ids), device=x.device), cache, _causal(len(ids), x.device),
+        out = self.target.forward(x, torch.arange(len(ids), device=x.device), cache, causal(len(ids), x.device),
                                   logit_rows=slice(-1, None), feature_layers=self.feature_layers if features else None,
                                   impl=self.attn_impl)
         return self._choose(out.logits[0], sampling, gen), out.features

@@ -73,10 +73,11 @@ def priority(cands: Candidates) -> list[int]:
     return sorted(range(len(cands)), key=lambda i: (-cands.values[i], -cands.scores[i], cands.depths[i], i))
 
 
-def rerank(cands: Candidates, budget: int) -> list[int]:
+def rerank(cands: Candidates, budget: int, order: list[int] | None = None) -> list[int]:
     """Keep the best `budget` candidates by value, closed under ancestors, in verification order
-    (by depth, then value). A node is taken only once its parent is (parents sort first: value >= child's)."""
-    order = priority(cands)
+    (by depth, then value). A node is taken only once its parent is (parents sort first: value >= child's).
+    order: `priority(cands)` when the caller has it already."""
+    order = priority(cands) if order is None else order
     kept: set[int] = set()
     for i in order:
         if len(kept) == budget:

@@ -118,7 +118,9 @@ def tune_main(argv: list[str]) -> int:
     sampling, _ = check_knobs(args)
     engine, prompts = setup(args, with_prompts=not (args.curve_only or args.costs))
     if args.costs:
+        start = time.perf_counter()
         costs = load_or_measure(engine, fresh=True)
+        print(f"measured in {time.perf_counter() - start:.1f} s")
         print("verify(n) in plain steps: " + ", ".join(f"n={n}: {c:.2f}" for n, c in costs.verify)
               + f"; a draft level {costs.draft_level:.3f}, a cycle's overhead {costs.overhead:.3f}; {costs.source}")
         return 0

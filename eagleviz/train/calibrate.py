@@ -6,10 +6,11 @@ never MT-bench, the evaluation set) with a wide fixed tree (SGLang's semantics, 
 not depend on the policy being fitted) and lookup candidates merged in, at T = 0 and at T = 1. Every
 verified node of every cycle is an observation: its cumulative draft log-probability and whether it lay on
 the accepted path; every verified child of an accepted node, by its rank among its siblings; every lookup
-token the head did not also propose whose parent was accepted, by the length of its suffix match. Three quarters of the prompts fit the
-tables; the last quarter checks them (the reliability table: predicted against observed acceptance per
-bin, and per cycle the predicted against the actual number of accepted head nodes). Each prompt's
-observations are appended to a journal, so an interrupted run resumes after its last finished prompt.
+token the head did not also propose whose parent was accepted, by the length of its suffix match. Three
+quarters of the prompts fit the tables; the last quarter checks them (the reliability table: predicted
+against observed acceptance per bin, and per cycle the predicted against the actual number of accepted head
+nodes). Each prompt's observations are appended to a journal, so an interrupted run resumes after its last
+finished prompt.
 """
 
 from __future__ import annotations
