@@ -288,3 +288,40 @@ def test_the_caption_and_the_summary_set_the_trees_forecast_beside_the_outcome()
     assert caption.endswith("would not pay.") and ".." not in caption
     forecast = next(t for t in summary_figure(run).data if t.name == "expected by the tree")
     assert list(forecast.x) == [0, 1, 2] and list(forecast.y) == [0.4, 1.25, 2.0]
+
+
+# ------------------------------------------------------------------ figures as the browser receives them
+
+
+def _as_validated(fig) -> None:
+    """Figures skip Plotly's validation (style.figure): built again with it, each must be valid and the same data."""
+    import plotly.graph_objects as go
+
+    checked = go.Figure(fig.to_dict())   # raises on a property Plotly does not know or a value it refuses
+    assert json.loads(fig.to_json()) == json.loads(checked.to_json())
+
+
+@pytest.mark.parametrize("label,cycle", CYCLES[::3] + CYCLES[-6:], ids=IDS[::3] + IDS[-6:])
+def test_every_figure_is_valid_plotly_in_plotlys_own_spelling(label, cycle):
+    from eagleviz.visuals.phases import frames
+    from eagleviz.visuals.views import cycle_figures
+
+    run = synthetic_run([cycle])
+    view = cycle_view(run, 0, replay_draws=200)
+    for fig in (view.tree, view.mask, view.path, view.kv, view.replay, summary_figure(run, 0)):
+        _as_validated(fig)
+    first = cycle_figures(run, 0, frame=0, slot=cycle.nodes[-1].slot)
+    for fig in (first.tree, first.mask, first.path, first.kv):
+        _as_validated(fig)
+    assert len(frames(cycle)) > 1
+
+
+def test_the_placeholder_and_speed_figures_are_valid_plotly():
+    from eagleviz.measured import latest_bench, latest_verify_cost
+    from eagleviz.visuals.speed import speed_view
+    from eagleviz.visuals.style import empty_figure
+
+    _as_validated(empty_figure("nothing yet"))
+    speed = speed_view([latest_bench(0.0)], latest_verify_cost())
+    for fig in [p.figure for p in speed.benches] + [speed.curve]:
+        _as_validated(fig)

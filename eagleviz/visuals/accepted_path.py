@@ -19,8 +19,8 @@ import plotly.graph_objects as go
 from eagleviz.trace import CycleTrace, NodeCheck
 from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import Focus
-from eagleviz.visuals.style import (ACCEPTED, BONUS, INK, NEUTRAL, PRUNED, REJECTED, chips, empty_figure, focus_box,
-                                    layout, token_html)
+from eagleviz.visuals.style import (ACCEPTED, BONUS, INK, NEUTRAL, PRUNED, REJECTED, chips, empty_figure, figure,
+                                    focus_box, layout, token_html)
 
 TARGET_P = "#009E73"   # bluish green: the target's probability p(x)
 DRAFT_Q = "#CC79A7"    # reddish purple: the draft's probability q(x)
@@ -145,11 +145,11 @@ def accepted_path_figure(cycle: CycleTrace, height: int | None = None, frame: Fr
         traces += _bars(cycle)
         xaxis["domain"], yaxis["domain"] = [0, 1], [0.5, 1.0]
         extra = dict(xaxis2=dict(anchor="y2", tickangle=-30, type="category"),
-                     yaxis2=dict(anchor="x2", domain=[0, 0.36], title="probability", range=[0, 1.12]))
+                     yaxis2=dict(anchor="x2", domain=[0, 0.36], title=dict(text="probability"), range=[0, 1.12]))
     tried = len(cycle.checks)
     title = (f"Cycle {cycle.index} \u00b7 path: {cycle.accept_length} accepted, {tried - cycle.accept_length} "
              f"rejected, bonus {token_html(cycle.bonus_text)}")
     height = height or (130 + 52 * grid_rows + (330 if sampling else 0))
-    return go.Figure(data=traces, layout=layout(
+    return figure(data=traces, layout=layout(
         title, height, barmode="group", xaxis=xaxis, yaxis=yaxis,
         legend=dict(orientation="h", yanchor="top", y=-0.12, x=0, font=dict(size=12)), **extra))

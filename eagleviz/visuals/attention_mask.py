@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from eagleviz.trace import CycleTrace
 from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import Focus
-from eagleviz.visuals.style import (ACCEPTED, FOCUS, HIDDEN, INK, PREFIX, VISIBLE, empty_figure, layout,
+from eagleviz.visuals.style import (ACCEPTED, FOCUS, HIDDEN, INK, PREFIX, VISIBLE, empty_figure, figure, layout,
                                     legend_on_top, legend_swatches, token_html)
 
 # Cell values and their colours: hidden, visible (an ancestor or the token itself), the prefix block.
@@ -93,9 +93,9 @@ def attention_mask_figure(cycle: CycleTrace, height: int = 460, frame: Frame = F
     visible = sum(map(sum, cycle.mask))
     title = f"Cycle {cycle.index} \u00b7 tree mask {T}\u00d7{T}: {visible} visible (+ prefix {prefix})"
     tick = 13 if T <= 24 else 10
-    return go.Figure(data=[heat] + _legend(), layout=layout(
+    return figure(data=[heat] + _legend(), layout=layout(
         title, height, shapes=shapes, **legend_on_top(2),
-        xaxis=dict(title="key: what is attended to (slot:token)", tickangle=-60, tickfont=dict(size=tick),
+        xaxis=dict(title=dict(text="key: what is attended to (slot:token)"), tickangle=-60, tickfont=dict(size=tick),
                    type="category"),
         yaxis=dict(title=dict(text="query (slot:token)", standoff=12), autorange="reversed", tickfont=dict(size=tick),
                    type="category")))

@@ -28,7 +28,7 @@ from eagleviz.trace import CycleTrace
 from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import BONUS as BONUS_SLOT
 from eagleviz.visuals.selection import Focus, slot_statuses
-from eagleviz.visuals.style import (ACCEPTED, BONUS, FOCUS, INK, LOOKUP, NEUTRAL, PROB_SCALE, PRUNED, REJECTED,
+from eagleviz.visuals.style import (ACCEPTED, BONUS, FOCUS, INK, LOOKUP, NEUTRAL, PROB_SCALE, PRUNED, REJECTED, figure,
                                     layout, token_html, token_label)
 
 ROOT = "root"
@@ -202,14 +202,15 @@ def draft_tree_figure(cycle: CycleTrace, height: int = 440, frame: Frame = FINAL
         title = (f"Cycle {cycle.index} \u00b7 draft tree: {c.candidates} candidates, {c.verified} verified, "
                  f"{c.pruned} pruned, {c.accepted} accepted")
     ticks = list(range(int(LOG_FLOOR), 1))
-    return go.Figure(data=traces, layout=layout(
+    return figure(data=traces, layout=layout(
         title, height, legend=dict(orientation="h", yanchor="top", y=-0.02, x=0, font=dict(size=12), entrywidth=0.5,
                            entrywidthmode="fraction"),
         coloraxis=dict(colorscale=PROB_SCALE, cmin=LOG_FLOOR, cmax=0.0, colorbar=dict(
             title=dict(text="cumulative<br>draft prob", side="top"), thickness=14, len=0.8, tickvals=ticks,
             ticktext=[f"1e{k}" if k else "1" for k in ticks])),
         xaxis=dict(visible=False, range=_x_range(pos)),
-        yaxis=dict(title="depth", tickvals=[-d for d in range(depth + 1)], ticktext=[str(d) for d in range(depth + 1)],
+        yaxis=dict(title=dict(text="depth"), tickvals=[-d for d in range(depth + 1)],
+                   ticktext=[str(d) for d in range(depth + 1)],
                    range=[-depth - 0.6, 0.6], showline=False)))
 
 

@@ -17,8 +17,8 @@ import plotly.graph_objects as go
 from eagleviz.trace import CycleTrace
 from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import Focus
-from eagleviz.visuals.style import (ACCEPTED, INK, NEUTRAL, PREFIX, PRUNED, VISIBLE, chips, focus_box, layout,
-                                    legend_on_top, legend_swatches, token_html)
+from eagleviz.visuals.style import (ACCEPTED, INK, NEUTRAL, PREFIX, PRUNED, VISIBLE, chips, figure, focus_box,
+                                    layout, legend_on_top, legend_swatches, token_html)
 
 ROWS = {"target_before": 4.6, "target_after": 3.2, "draft_before": 1.6, "draft_after": 0.6}
 ROW_NAMES = {"target_before": "target: verify", "target_after": "target: after commit",
@@ -154,9 +154,10 @@ def kv_rewind_figure(cycle: CycleTrace, height: int = 400, frame: Frame = FINAL,
                  line=dict(color=ACCEPTED, width=2.5))
     legend = [("committed prefix", PREFIX), ("root (written this cycle)", INK), ("accepted path", ACCEPTED),
               ("discarded slot", PRUNED), ("free slot", FREE)]
-    return go.Figure(data=traces + legend_swatches(legend) + [moved], layout=layout(
-        title, height, annotations=_moves(cycle) if frame.reached("rewind") else [], **legend_on_top(2),
-        xaxis=dict(title="cache slot (after the prefix)", range=[-PREFIX_WIDTH - 0.7, width - 0.3],
+    arrows = _moves(cycle) if frame.reached("rewind") else []
+    return figure(data=traces + legend_swatches(legend) + [moved], layout=layout(
+        title, height, **({"annotations": arrows} if arrows else {}), **legend_on_top(2),
+        xaxis=dict(title=dict(text="cache slot (after the prefix)"), range=[-PREFIX_WIDTH - 0.7, width - 0.3],
                    tickvals=list(range(0, width, step)), ticktext=[str(S + k) for k in range(0, width, step)]),
         yaxis=dict(tickvals=list(ROWS.values()), ticktext=list(ROW_NAMES.values()), range=[0.1, 5.1],
                    showline=False, ticks="")))

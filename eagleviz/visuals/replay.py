@@ -21,7 +21,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace
-from eagleviz.visuals.style import BONUS, NEUTRAL, empty_figure, layout, legend_on_top, token_html
+from eagleviz.visuals.style import BONUS, NEUTRAL, empty_figure, figure, layout, legend_on_top, token_html
 
 OTHER = -1   # token id of the pooled "other" bucket
 DEFAULT_DRAWS = 10_000
@@ -116,8 +116,9 @@ def replay_figure(cycle: CycleTrace, draws: int = DEFAULT_DRAWS, seed: int = 0, 
                    marker_color=BONUS, hovertemplate="%{x}<br>replayed frequency = %{y:.4f}<extra></extra>")]
     title = (f"Cycle {cycle.index} \u00b7 first committed token over {draws:,} replays of the acceptance step "
              f"(total variation to p: {result.total_variation:.3f})")
-    return go.Figure(data=traces, layout=layout(
+    return figure(data=traces, layout=layout(
         title, height, barmode="group", **legend_on_top(1),
-        xaxis=dict(title="token (\u201c(draft)\u201d = a child the draft proposed, tried first)", tickangle=-30,
+        xaxis=dict(title=dict(text="token (\u201c(draft)\u201d = a child the draft proposed, tried first)"),
+                   tickangle=-30,
                    type="category"),
-        yaxis=dict(title="probability", rangemode="tozero")))
+        yaxis=dict(title=dict(text="probability"), rangemode="tozero")))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from eagleviz.measured import Measured
-from eagleviz.visuals.style import ACCEPTED, INK, NEUTRAL, REJECTED, VISIBLE, empty_figure, layout
+from eagleviz.visuals.style import ACCEPTED, INK, NEUTRAL, REJECTED, VISIBLE, empty_figure, figure, layout
 
 NO_CURVE = ("No verification cost curve is available: run `python -m eagleviz tune` to measure this machine "
             "(`python -m eagleviz tune --curve-only` measures just the curve).")
@@ -106,9 +106,10 @@ def bench_figure(result: dict, height: int = 320) -> go.Figure:
                               "(median per prompt)<br>\u03c4 = %{customdata}<extra></extra>"))
     title = (f"Median tokens/s, {result['prompts']:g} prompts, T = {result['sampling']['temperature']:g} "
              f"({_dtypes(mc)}, {mc.get('threads', '?')} threads)")
-    return go.Figure(data=[bar], layout=layout(
-        title, height, showlegend=False, xaxis=dict(title=f"method (bar label: speedup vs {result['reference']})"),
-        yaxis=dict(title="tokens/s", range=[0, max(tps) * 1.18], rangemode="tozero")))
+    return figure(data=[bar], layout=layout(
+        title, height, showlegend=False,
+        xaxis=dict(title=dict(text=f"method (bar label: speedup vs {result['reference']})")),
+        yaxis=dict(title=dict(text="tokens/s"), range=[0, max(tps) * 1.18], rangemode="tozero")))
 
 
 def _curve_points(verify_cost: dict) -> list[tuple[int, float, float]]:
@@ -140,12 +141,12 @@ def verify_cost_figure(verify_cost: dict | None, height: int = 380) -> go.Figure
     subtitle = dict(text=_curve_subtitle(pts), x=0, y=1.02, xref="paper", yref="paper",
                     xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=13))
     axis = dict(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks], showgrid=True, gridcolor="#EEEEEE")
-    return go.Figure(data=traces, layout=layout(
+    return figure(data=traces, layout=layout(
         _curve_title(pts), height, margin=dict(l=10, r=10, t=64, b=10), annotations=[subtitle],
         legend=dict(x=0.01, y=0.99, xanchor="left", yanchor="top", bgcolor="rgba(255,255,255,0.85)",
                     font=dict(size=12)),
-        xaxis=axis | dict(title="tokens verified in one forward (n)"),
-        yaxis=axis | dict(title="time relative to n = 1", range=[-0.15, math.log10(top) + 0.1])))
+        xaxis=axis | dict(title=dict(text="tokens verified in one forward (n)")),
+        yaxis=axis | dict(title=dict(text="time relative to n = 1"), range=[-0.15, math.log10(top) + 0.1])))
 
 
 def _curve_title(pts: list[tuple[int, float, float]]) -> str:

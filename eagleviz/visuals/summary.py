@@ -12,7 +12,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from eagleviz.trace import RunTrace, summarize
-from eagleviz.visuals.style import ACCEPTED, BONUS, INK, NEUTRAL, REJECTED, empty_figure, layout
+from eagleviz.visuals.style import ACCEPTED, BONUS, INK, NEUTRAL, REJECTED, empty_figure, figure, layout
 
 PHASE_COLOURS = {"draft": "#CC79A7", "verify": "#009E73", "accept": BONUS, "rewind": NEUTRAL}
 
@@ -55,10 +55,12 @@ def summary_figure(run: RunTrace, selected: int | None = None, height: int = 380
     domains = ([0, 0.28], [0.36, 0.64], [0.72, 1.0])
     notes = [dict(text=t, x=sum(d) / 2, y=1.0, xref="paper", yref="paper", xanchor="center", yanchor="bottom",
                   showarrow=False, font=dict(size=14)) for t, d in zip(titles, domains)]
-    return go.Figure(data=traces, layout=layout(
+    return figure(data=traces, layout=layout(
         "", height, barmode="stack", annotations=notes, margin=dict(l=10, r=10, t=34, b=10),
         legend=dict(orientation="h", yanchor="top", y=-0.3, x=0, font=dict(size=12), traceorder="normal"),
-        xaxis=dict(domain=domains[0], title="cycle"), yaxis=dict(title="draft tokens accepted", rangemode="tozero"),
-        xaxis2=dict(domain=domains[1], anchor="y2", dtick=1, title="n (depth n + 1 given depth n accepted)"),
-        yaxis2=dict(anchor="x2", title="acceptance rate", range=[0, 1.15]),
-        xaxis3=dict(domain=domains[2], anchor="y3", title="cycle"), yaxis3=dict(anchor="x3", title="ms")))
+        xaxis=dict(domain=domains[0], title=dict(text="cycle")),
+        yaxis=dict(title=dict(text="draft tokens accepted"), rangemode="tozero"),
+        xaxis2=dict(domain=domains[1], anchor="y2", dtick=1, title=dict(text="n (depth n + 1 given depth n accepted)")),
+        yaxis2=dict(anchor="x2", title=dict(text="acceptance rate"), range=[0, 1.15]),
+        xaxis3=dict(domain=domains[2], anchor="y3", title=dict(text="cycle")),
+        yaxis3=dict(anchor="x3", title=dict(text="ms"))))
