@@ -27,7 +27,7 @@ from eagleviz.errors import UserFacingError
 from eagleviz.app.limits import Limits
 from eagleviz.models.loading import EMBEDDED, EMBEDDED_HUB_ID, EMBEDDED_PACKAGE
 from eagleviz.decoding.load import RANDOM_HEAD, default_head, load_engine
-from eagleviz.app.pairs import Pair, PairHub, pairs_from_env
+from eagleviz.app.pairs import Pair, PairHub, pairs_from_env, settle_memory
 from eagleviz.app.session import RANDOM_HEAD_NOTE, EngineHub
 from eagleviz.app.ui import CSS, build_app
 
@@ -82,7 +82,9 @@ def load_pair(pair: Pair) -> EngineHub:
         engine.generate("Hello", TreeConfig.create(), SamplingConfig(max_new_tokens=4))
     here = os.path.dirname(os.path.abspath(__file__))
     head_path = None if head == RANDOM_HEAD else (os.path.relpath(head, here) if head.startswith(here) else head)
-    return EngineHub(engine, model_id=pair.model_id, head_path=head_path)
+    hub = EngineHub(engine, model_id=pair.model_id, head_path=head_path)
+    settle_memory()
+    return hub
 
 
 def create_app(limits: Limits | None = None):
@@ -104,6 +106,7 @@ def main() -> int:
     except UserFacingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    settle_memory()  # the page's components too: they live as long as the server
     # Gradio refuses larger uploads before storing them; read_trace checks the size again.
     # Every active run holds a worker thread while it waits for its turn at the model: room for them all, and
     # for the light events (stepping, knobs) beside them.

@@ -155,3 +155,29 @@ def test_a_failed_load_says_why_and_the_previous_pair_still_works(error, match):
     with hub.use("a") as held:
         assert held.name == "a"
     assert memory.loads == ["a", "b", "a"]
+
+
+def test_what_a_load_leaves_is_frozen_out_of_collections_until_the_next_release():
+    """settle_memory freezes the loaded model (a full collection then skips it); release_memory thaws it first,
+    so a dropped model's reference cycles are collected."""
+    import gc
+    import weakref
+
+    from eagleviz.app.pairs import release_memory, settle_memory
+
+    class Model:
+        pass
+
+    model = Model()
+    model.me = model          # a reference cycle: only the cyclic collector frees it
+    gone = weakref.ref(model)
+    try:
+        settle_memory()
+        assert gc.get_freeze_count() > 0
+        del model
+        gc.collect()
+        assert gone() is not None   # frozen: not collected
+        release_memory()
+        assert gc.get_freeze_count() == 0 and gone() is None
+    finally:
+        gc.unfreeze()
