@@ -16,6 +16,7 @@ error is reported: the server keeps working.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import json
 import os
@@ -106,6 +107,8 @@ def settle_memory() -> None:
     with thirty runs on the page, one came as the runs started and stalled the first of them by as long."""
     gc.collect()
     gc.freeze()
+    atexit.unregister(gc.unfreeze)   # once: at exit the interpreter's last collection sees everything again, so
+    atexit.register(gc.unfreeze)     # libraries' objects are destroyed as usual (nanobind reports them otherwise)
 
 
 def release_memory() -> None:
