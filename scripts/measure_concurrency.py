@@ -1,5 +1,5 @@
 """N visitors press Run at the same moment: time to each one's first figures and to its finished run, measured
-through the page's own streaming endpoint (the Run button's /run event, with gradio_client), as a browser
+through the page's own streaming endpoint (the Run button's event, joined and read as the page's browser code does), as a browser
 sees them.
 
     python scripts/measure_concurrency.py                          # 30 users, 48 tokens, the server's defaults
@@ -11,8 +11,12 @@ free port, with EAGLEVIZ_ACTIVE_RUNS from --active-runs when given. Users take t
 presets (each with its own tree), the fastest tree and a cost-aware tree. A user's first figure is the
 update that brings the first cycle's views (status "Running... cycle"); its run is done at the final update
 ("Done: ..."); a user without one is counted as lost. Prints one JSON object: the medians, 90th percentiles
-and maxima of both times, the number done, and each user's row. The clients run in this process, on the
-same machine as the server: their own work (reading the streamed figures) is included in the times.
+and maxima of both times, the number done, the CPU seconds the server and the clients used while they ran,
+and each user's row.
+
+Each client first opens the page (its load event, which creates the visitor's session, as a browser does
+when the page opens), then all press Run together. The clients run in this process, on the same machine as
+the server: their own work (reading the streamed updates) is included in the times.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,21 +79,76 @@ def start_server(active_runs: int | None, log: Path) -> tuple[subprocess.Popen, 
     raise SystemExit("app.py did not start within 10 minutes")
 
 
-def visit(client, row, tokens: int, start: threading.Barrier, out: dict) -> None:
+class Visitor:
+    """One browser tab, speaking the page's own protocol: an event joins the queue (`queue/join`), its updates
+    arrive on the tab's event stream (`queue/data`, server-sent events; after a generator's first update each
+    output comes as a diff against the previous one). The tab keeps one HTTP connection, as a browser does.
+    gradio_client would add its own costs to the server's two cores: a new HTTP client (with its TLS context,
+    ~30 ms of CPU) per request, thirty of them at the same moment, and a loop that wakes every millisecond
+    per job (17 s of CPU during one 45 s measurement)."""
+
+    def __init__(self, url: str, events: dict[str, int]):
+        import httpx
+
+        self.http = httpx.Client(base_url=url + "gradio_api/", timeout=httpx.Timeout(60.0, read=None))
+        self.session, self.events = uuid.uuid4().hex, events
+
+    def call(self, api_name: str, data: list, track: tuple[int, ...]) -> Iterator[dict[int, object]]:
+        """The event's updates as they arrive: the tracked outputs' values after each one."""
+        from gradio_client.utils import apply_diff
+
+        body = {"data": data, "fn_index": self.events[api_name], "session_hash": self.session, "event_data": None}
+        response = self.http.post("queue/join", json=body)
+        response.raise_for_status()
+        event = response.json()["event_id"]
+        values: dict[int, object] | None = None
+        with self.http.stream("GET", "queue/data", params={"session_hash": self.session}) as stream:
+            for line in stream.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                message = json.loads(line[5:])
+                if message.get("event_id") != event or message["msg"] not in ("process_generating",
+                                                                            "process_completed"):
+                    continue
+                output = message.get("output") or {}
+                if not message.get("success", True) or output.get("error"):
+                    raise RuntimeError(str(output.get("error") or message)[:200])
+                data = output["data"]
+                full = values is None or message["msg"] == "process_completed"  # the rest are diffs
+                values = {i: data[i] if full else apply_diff(values[i], data[i]) for i in track}
+                yield values
+                if message["msg"] == "process_completed":
+                    return
+
+    def open_page(self) -> None:
+        """The page's load event, as when a browser opens it: the visitor's session exists before Run."""
+        for _ in self.call("opened", [], ()):
+            pass
+
+
+def events(url: str) -> dict[str, int]:
+    """The page's events by API name (from its config)."""
+    with urllib.request.urlopen(url + "config", timeout=60) as r:
+        config = json.load(r)
+    return {d["api_name"]: d["id"] for d in config["dependencies"] if d.get("api_name")}
+
+
+def visit(visitor: Visitor, row, tokens: int, start: threading.Barrier, out: dict) -> None:
     label, prompt, (steps, topk, budget), temperature, adaptive = row
     start.wait()
     t0 = time.monotonic()
     out.update(label=label, first_s=None, done_s=None, tokens=0, status="")
     try:
-        job = client.submit(None, prompt, steps, topk, budget, temperature, 1.0, tokens, 0, "auto", adaptive, "eagle",
-                            api_name="/run")
-        for update in job:
-            status = str(update[1])
+        # The Run button's inputs: the tab's stop flag (a state: the server holds it), the model pair, the prompt,
+        # the ten knobs; outputs 1 and 2 are the answer's tokens and the status line.
+        knobs = [steps, topk, budget, temperature, 1.0, tokens, 0, "auto", adaptive, "eagle"]
+        for update in visitor.call("run", [None, None, prompt, *knobs], track=(1, 2)):
+            status = str(update[2])
             out["status"] = status[:120]
             if out["first_s"] is None and status.startswith(FIRST):
                 out["first_s"] = round(time.monotonic() - t0, 2)
-            if isinstance(update[0], list):
-                out["tokens"] = len(update[0])
+            if isinstance(update[1], list):
+                out["tokens"] = len(update[1])
         if out["status"].startswith("Done"):
             out["done_s"] = round(time.monotonic() - t0, 2)
     except Exception as exc:  # a refused or failed request: counted as lost, with its message
@@ -102,25 +163,39 @@ def stats(values: list[float]) -> dict:
             "max": round(values[-1], 2)}
 
 
-def measure(url: str, users: int, tokens: int) -> dict:
-    from gradio_client import Client
+def cpu_seconds(pid: int | None) -> float | None:
+    """CPU time (user + system) a process has used so far, from /proc (None where it cannot be read)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, TypeError):
+        return None
 
-    clients = [Client(url, verbose=False) for _ in range(users)]
+
+def measure(url: str, users: int, tokens: int, server_pid: int | None = None) -> dict:
+    page = events(url)
+    clients = [Visitor(url, page) for _ in range(users)]
+    for client in clients:
+        client.open_page()
     rows = mix()
     results = [dict() for _ in range(users)]
     start = threading.Barrier(users)
     threads = [threading.Thread(target=visit, args=(clients[i], rows[i % len(rows)], tokens, start, results[i]))
                for i in range(users)]
+    cpu0 = cpu_seconds(server_pid), sum(os.times()[:2])
     t0 = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
         t.join(1800)
+    wall = time.monotonic() - t0
+    cpu1 = cpu_seconds(server_pid), sum(os.times()[:2])
     firsts = [r["first_s"] for r in results if r.get("first_s") is not None]
     dones = [r["done_s"] for r in results if r.get("done_s") is not None]
     return {"users": users, "tokens": tokens, "done": len(dones), "lost": users - len(dones),
-            "first_figure_s": stats(firsts), "done_s": stats(dones), "wall_s": round(time.monotonic() - t0, 1),
-            "rows": results}
+            "first_figure_s": stats(firsts), "done_s": stats(dones), "wall_s": round(wall, 1),
+            "server_cpu_s": round(cpu1[0] - cpu0[0], 1) if None not in (cpu0[0], cpu1[0]) else None,
+            "clients_cpu_s": round(cpu1[1] - cpu0[1], 1), "rows": results}
 
 
 def main() -> None:
@@ -137,7 +212,7 @@ def main() -> None:
     else:
         url = args.url
     try:
-        result = measure(url, args.users, args.tokens)
+        result = measure(url, args.users, args.tokens, proc.pid if proc is not None else None)
     finally:
         if proc is not None:
             proc.terminate()
