@@ -97,6 +97,20 @@ def test_run_streams_then_finishes(finished):
     assert read_trace(final[6]).token_ids == run.token_ids     # the export file reloads to the same run
     slider = final[3]
     assert slider.maximum == max(len(run.cycles) - 1, 1)
+    assert slider.constructor_args["value"] == 0
+
+
+def test_streamed_progress_grows_the_slider_without_moving_it(handlers, monkeypatch):
+    """While the run streams, the visitor may browse the cycles recorded so far: a progress update sends the
+    slider's new range but no value (only the first cycle's update and the end set it to cycle 0)."""
+    import eagleviz.app.handlers as module
+
+    monkeypatch.setattr(module, "STREAM_EVERY_S", 0.0)   # an update after every cycle
+    steps = list(handlers.run(StopRequest(), None, "a prompt", *KNOBS))
+    progress = [s[3] for s in steps[:-1] if str(s[2]).startswith("Running\u2026 cycle") and not isinstance(s[9], str)]
+    assert progress and all("value" not in slider.constructor_args for slider in progress)
+    firsts = [s[3] for s in steps[:-1] if isinstance(s[9], str) and s[9].startswith("**Cycle 0**")]
+    assert firsts[0].constructor_args["value"] == 0
 
 
 def test_accepted_drafts_are_coloured_as_such(finished):

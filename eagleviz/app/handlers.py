@@ -62,10 +62,13 @@ def knobs_from(steps, topk, draft_tokens, temperature, top_p, max_new_tokens, se
                  str(source))
 
 
-def _slider(run: RunTrace | None, value: int = 0):
+def _slider(run: RunTrace | None, value: int | None = 0):
+    """The cycle slider over the run's cycles at `value` (None: the range grows, the visitor's position stays:
+    while a run streams, the cycles recorded so far can be browsed)."""
     n = len(run.cycles) if run is not None else 0
-    return gr.Slider(minimum=0, maximum=max(n - 1, 1), value=min(value, max(n - 1, 0)), step=1,
-                     label=f"cycle (0 .. {max(n - 1, 0)})", interactive=n > 1)
+    at = {} if value is None else {"value": min(value, max(n - 1, 0))}
+    return gr.Slider(minimum=0, maximum=max(n - 1, 1), step=1, label=f"cycle (0 .. {max(n - 1, 0)})",
+                     interactive=n > 1, **at)
 
 
 @dataclass
@@ -167,7 +170,8 @@ class Handlers:
                                *view_values(run, 0))
                         last = time.perf_counter()
                     elif time.perf_counter() - last >= STREAM_EVERY_S * max(self._running, 1):
-                        yield (run, output_tokens(run), self._progress(run), _slider(run), *[skip] * (4 + VIEW_SIZE))
+                        yield (run, output_tokens(run), self._progress(run), _slider(run, None),
+                               *[skip] * (4 + VIEW_SIZE))
                         last = time.perf_counter()
                     if stop.requested:
                         run.stop_reason = "stopped by the user"
