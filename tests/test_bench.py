@@ -44,6 +44,19 @@ def test_ab_modes_report_ratios_and_same_tokens(tiny_cli, capsys):
     assert "same tokens: True" in capsys.readouterr().out
 
 
+def test_the_prefix_lever_reports_the_prefill_times(tiny_cli, monkeypatch, capsys):
+    import eagleviz.decoding.load as loading
+
+    monkeypatch.setattr(loading, "load_engine", lambda *args, **kwargs: tiny_engine("llama", vocab=8, chat=True))
+    prompts = tiny_cli / "prompts.txt"
+    prompts.write_text("abc\nhello there\n")
+    assert bench.bench_main(["--prompts", str(prompts), "--max-new-tokens", "5", "--repeats", "2", "--steps", "2",
+                             "--topk", "2", "--draft-tokens", "4", "--ab", "prefix"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["plain", "eagle-tree"]
+    assert all("median prefill without" in ln and "same tokens: True" in ln for ln in lines)
+
+
 
 
 def test_eagle_tuned_runs_the_tree_tune_saved(tiny_cli, capsys):

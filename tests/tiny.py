@@ -19,22 +19,33 @@ class TinyTokenizer(CharTokenizer):
         super().__init__(alphabet=7)
 
 
+class ChatTinyTokenizer(TinyTokenizer):
+    """TinyTokenizer with a chat template: every prompt opens with the same system line and user header."""
+
+    chat_template = "system: be brief / user: {content} / assistant:"
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True) -> str:
+        return self.chat_template.format(content=messages[-1]["content"])
+
+
 def tiny_target(model_type: str = "llama", vocab: int = 32, seed: int = 0, layers: int = 4,
-                dtype: torch.dtype = torch.float32, scale: float = 1.0, device: str = "cpu") -> TargetModel:
+                dtype: torch.dtype = torch.float32, scale: float = 1.0, device: str = "cpu",
+                chat: bool = False) -> TargetModel:
     """A randomly initialised Llama-family model (the same weights on any `device`). `scale` multiplies the LM
-    head: larger = peakier outputs."""
+    head: larger = peakier outputs. `chat`: its tokenizer has a chat template (`ChatTinyTokenizer`)."""
     shape = {"model_type": model_type, "vocab_size": vocab, "hidden_size": 64, "intermediate_size": 128,
              "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
              "max_position_embeddings": 256, "tie_word_embeddings": False}
     hf = random_hf_model(shape, seed, dtype, lm_head_scale=scale)
     hf.to(device)
-    return TargetModel(hf, TinyTokenizer(), f"tiny-{model_type}")
+    return TargetModel(hf, ChatTinyTokenizer() if chat else TinyTokenizer(), f"tiny-{model_type}")
 
 
 def tiny_engine(model_type: str = "llama", arch: str = "eagle1", seed: int = 0, head_std: float = 0.5,
-                **kwargs) -> Engine:
+                prefix_cache: bool = True, **kwargs) -> Engine:
     target = tiny_target(model_type, seed=seed, **kwargs)
-    return Engine(target, random_head(target, arch, seed=seed + 1, std=head_std), "random")
+    return Engine(target, random_head(target, arch, seed=seed + 1, std=head_std), "random",
+                  prefix_cache=prefix_cache)
 
 
 # A CPU-like price list (the verification curve `tune` measured for the shipped head, assets/bench/tuned.json):

@@ -54,7 +54,7 @@ PRESETS = (
            "Tree {tree}. Keywords, indentation and repeated names are easy to guess; the names and numbers the "
            "target picks are not (tau about {code}). Watch the cycles where a whole keyword run is accepted, and "
            "those where a second or third child won.", "code", (4, 3, 10)),
-    Preset("Explanation (low acceptance)", "Explain photosynthesis in two sentences.",
+    Preset("Explanation (low acceptance)", "Explain what a black hole is in two sentences.",
            "Tree {tree}: wide and shallow, four guesses per position. Open prose has many good next words, and the "
            "draft often bets on a different one than the target: tau about {low}, the lowest of these presets. "
            "Watch which depth the target says no at.", "low", (3, 4, 10)),
@@ -64,11 +64,11 @@ PRESETS = (
            "rejected token's mass leaves the residual the next sibling or the bonus token is drawn from: up to "
            "four siblings per node give up to four chances. The path panel shows p and the draw of every check (tau about "
            "{sampling}).", "sampling", (4, 4, 12), 0.8),
-    Preset("Near-tie in bf16", "What are the primary colors?",
-           "Tree {tree}. Run, then press Race. After `These three colors are essential` the target's two best "
-           "next tokens, ` for` and ` in`, get the same bf16 logit: the verify forward (several tree tokens at "
-           "once) and plain decoding (one token) round differently, so EAGLE commits ` for`, plain decoding ` in`, "
-           "and the texts part there (tau about {near_tie}). In fp32 the two are identical token for token: the "
+    Preset("Near-tie in bf16", "Why is the sky blue?",
+           "Tree {tree}. Run, then press Race. After `the shorter wavelengths of light,` the target's two best "
+           "next tokens, ` including` and ` particularly`, get the same bf16 logit: the verify forward (several "
+           "tree tokens at once) and plain decoding (one token) round differently, so EAGLE commits ` including`, "
+           "plain decoding ` particularly`, and the texts part there (tau about {near_tie}). In fp32 the two are identical token for token: the "
            "algorithm is lossless, bf16 arithmetic is not bit-exact. Found on {near_tie_cpu}; a CPU that runs "
            "fp32, or rounds this tie alike in both forwards, shows identical texts.", "near_tie", (5, 4, 16)),
 )
@@ -79,7 +79,7 @@ NEAR_TIE_CPU = "AMD EPYC, AVX512, native bf16"
 
 # The tau each note quotes, as tests/test_presets.py measured it with the shipped head (printed with -s):
 # each preset's own tree, 48 new tokens, bf16, on MEASURED_ON (`cpu_description`).
-MEASURED_TAU = {"high": 4.45, "code": 2.40, "low": 1.81, "sampling": 1.68, "near_tie": 2.00}
+MEASURED_TAU = {"high": 4.45, "code": 2.40, "low": 1.30, "sampling": 1.62, "near_tie": 1.68}
 MEASURED_ON = "AMD EPYC, AVX512, native bf16"
 
 

@@ -43,6 +43,7 @@ from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding.drafting import causal, grow
 from eagleviz.decoding.lookup import SuffixIndex
 from eagleviz.decoding.policy import HeadRest, TreePolicy
+from eagleviz.decoding.prefix import Prefix, PrefixCache, chat_prefix
 from eagleviz.decoding.tree import Candidates, VerifyTree
 from eagleviz.decoding.verify import draw, greedy_verify, sample_verify, sampling_probs
 from kernels.self_check import KernelCheck, choose_attention
@@ -89,12 +90,16 @@ class Engine:
     A cost-aware tree (`TreeConfig.adaptive`) prices its choices with `costs` (what verification and drafting
     cost here, `eagleviz.decoding.costs`; default: a flat, GPU-like list) and values its nodes with
     `calibration` (the head's, `eagleviz.decoding.calibration`; default: EAGLE-2's assumption).
-    `eagleviz.decoding.load.load_engine` gives both: this machine's measured costs and the head's file."""
+    `eagleviz.decoding.load.load_engine` gives both: this machine's measured costs and the head's file.
+
+    Every prefill starts from the chat template's opening encoded once (`eagleviz.decoding.prefix`;
+    `prefix_cache` False encodes each prompt whole, the reference of an A/B run)."""
 
     def __init__(self, target: TargetModel, head: DraftHead | None, head_name: str = "", attn_impl: str = "auto",
                  pack: bool | None = None,
                  kernel_check: Callable[[torch.device, torch.dtype], KernelCheck] | None = None,
-                 costs: CostModel | None = None, calibration: HeadCalibration | None = None):
+                 costs: CostModel | None = None, calibration: HeadCalibration | None = None,
+                 prefix_cache: bool = True):
         self.target, self.head_name = target, head_name
         self.head = None if head is None else head.for_drafting(pack, target.ops)
         self.costs = costs or CostModel.flat()
@@ -103,6 +108,7 @@ class Engine:
         self.attn_impl, self.notes = self._attention(attn_impl)
         arch = head.config.arch if head is not None else "eagle1"
         self.feature_layers = target.eagle3_layers if arch == "eagle3" else None
+        self.prefix = PrefixCache(chat_prefix(target.tokenizer) if prefix_cache else ())
 
     def _attention(self, attn_impl: str) -> tuple[str, list[str]]:
         runnable_impl(attn_impl, self.target.device)
@@ -177,14 +183,28 @@ class Engine:
         return min(limit, kv_slots(n_prompt, sampling.max_new_tokens, tree))
 
     def _prefill(self, ids: list[int], cache: KVCache, sampling: SamplingConfig, gen: torch.Generator,
-                 features: bool = False):
-        """Target forward over the prompt: returns the first new token and (given `features`) the prompt's
-        features, which the draft head reads."""
+                 run: RunTrace, features: bool = False):
+        """Target forward over the prompt after the chat prefix (copied from the engine's `PrefixCache`):
+        returns the first new token and (given `features`) the prompt's features, which the draft head reads.
+        Records in `run` how many prompt tokens came from the cache."""
+        reused = self.prefix.covers(ids)
+        prefix = self.prefix.get(self.attn_impl, self._encode_prefix) if reused else None
+        if prefix is not None:
+            prefix.copy_into(cache)
+        x = torch.tensor(ids[reused:], device=self.target.device)
+        out = self.target.forward(x, torch.arange(reused, len(ids), device=x.device), cache,
+                                  causal(len(ids) - reused, x.device), logit_rows=slice(-1, None),
+                                  feature_layers=self.feature_layers if features else None, impl=self.attn_impl)
+        run.prefill_reused = reused
+        feats = out.features if prefix is None or not features else torch.cat([prefix.features, out.features])
+        return self._choose(out.logits[0], sampling, gen), feats
+
+    def _encode_prefix(self, ids: list[int]) -> Prefix:
+        cache = self.target.new_cache(len(ids))
         x = torch.tensor(ids, device=self.target.device)
         out = self.target.forward(x, torch.arange(len(ids), device=x.device), cache, causal(len(ids), x.device),
-                                  logit_rows=slice(-1, None), feature_layers=self.feature_layers if features else None,
-                                  impl=self.attn_impl)
-        return self._choose(out.logits[0], sampling, gen), out.features
+                                  logit_rows=None, feature_layers=self.feature_layers, impl=self.attn_impl)
+        return Prefix(cache.k, cache.v, out.features)
 
     @staticmethod
     def _choose(logits: torch.Tensor, sampling: SamplingConfig, gen: torch.Generator) -> int:
@@ -214,7 +234,7 @@ class Engine:
         gen = torch.Generator(device=self.target.device).manual_seed(sampling.seed)
         cache = self.target.new_cache(self._capacity(len(prompt_ids), sampling, None))
         text = _TokenText(self.target.tokenizer)
-        token, _ = self._prefill(prompt_ids, cache, sampling, gen)
+        token, _ = self._prefill(prompt_ids, cache, sampling, gen, run)
         run.prefill_ms = (time.perf_counter() - start) * 1e3
         done = self._emit(run, [(token, "prefill")], -1, self.target.eos_token_ids, sampling.max_new_tokens, text)
         yield run.output[-1]
@@ -256,7 +276,7 @@ class Engine:
         text = _TokenText(target.tokenizer) if record else (lambda token: "")
         policy = self.policy(tree_cfg, sampling)
 
-        root, feats = self._prefill(prompt_ids, tcache, sampling, gen, use_head)
+        root, feats = self._prefill(prompt_ids, tcache, sampling, gen, run, use_head)
         run.prefill_ms = (time.perf_counter() - start) * 1e3
         pend_tokens = list(prompt_ids[1:]) + [root]
         index = SuffixIndex(list(prompt_ids) + [root]) if tree_cfg.source != "eagle" else None

@@ -13,12 +13,13 @@ with the same model, dtype and thread count. Reports the median tokens/s per met
 speedup over hf-generate, tau and the mean time per phase, checks that the greedy methods agree (explaining
 bf16 differences by the target's top-2 gap where they diverge), and writes JSON, a Markdown table and a
 Plotly HTML figure to --out; the JSON is also copied to <cache>/bench/, where the app's measured-speed
-section looks first (eagleviz.measured). Seven A/B modes measure one engineering lever each, interleaved in one
+section looks first (eagleviz.measured). Eight A/B modes measure one engineering lever each, interleaved in one
 process: `--ab trace` (recording the full trace), `--ab packing` (oneDNN-packed linears,
 eagleviz.models.dense), `--ab hot-vocab` (the hot draft vocabulary, eagleviz.models.hot_vocab),
 `--ab kv-fp32` (keys, values and attention in fp32 for a bf16 model, eagleviz.models.layers.attention_dtype),
 `--ab fused` (each layer's small operations as compiled C calls, kernels.cpu_ops), `--ab policy` (the
-cost-aware tree against SGLang's fixed tree with the same knobs) and `--ab lookup` (prompt-lookup candidates
+cost-aware tree against SGLang's fixed tree with the same knobs), `--ab prefix` (each prefill after the cached
+chat prefix, eagleviz.decoding.prefix) and `--ab lookup` (prompt-lookup candidates
 merged into the head's tree).
 """
 
@@ -42,7 +43,7 @@ from eagleviz.models.loading import cpu_description
 from eagleviz.prompts import load_prompts
 from eagleviz.visuals.speed import bench_figure, markdown_table
 
-AB_LEVERS = ("trace", "packing", "hot-vocab", "kv-fp32", "fused", "policy", "lookup")
+AB_LEVERS = ("trace", "packing", "hot-vocab", "kv-fp32", "fused", "policy", "lookup", "prefix")
 METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "lookup", "eagle-chain", "eagle-tree")
 TUNED_METHOD = "eagle-tuned"
 GREEDY_REFERENCE = "hf-generate"
@@ -54,6 +55,7 @@ class Sample:
     seconds: float
     tau: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
+    prefill_ms: float = 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -86,7 +88,8 @@ def run_ours(engine, ids: list[int], tree: TreeConfig | None, sampling: Sampling
         pass
     seconds = time.perf_counter() - start
     s = run.summary()
-    return Sample(tokens=run.token_ids, seconds=seconds, tau=s["tau"], phases=s["mean_phase_ms"])
+    return Sample(tokens=run.token_ids, seconds=seconds, tau=s["tau"], phases=s["mean_phase_ms"],
+                  prefill_ms=run.prefill_ms)
 
 
 def run_method(engine, method: str, ids: list[int], sampling: SamplingConfig, tree: TreeConfig,
@@ -140,7 +143,9 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
     fused: PyTorch's small operations vs the compiled layer (kernels.cpu_ops), the same fp32 cache, for our
     plain loop and the EAGLE tree;
     policy: SGLang's fixed tree vs the cost-aware tree under the same knobs (eagleviz.decoding.policy);
-    lookup: candidates from the head alone vs merged with prompt lookup's (eagleviz.decoding.lookup)."""
+    lookup: candidates from the head alone vs merged with prompt lookup's (eagleviz.decoding.lookup);
+    prefix: every prompt prefilled whole vs after the cached chat prefix (eagleviz.decoding.prefix), for our
+    plain loop and the EAGLE tree; the median prefill times are reported too."""
     from eagleviz.decoding.engine import Engine
     from eagleviz.models.draft import load_head
     from eagleviz.models.target import TargetModel
@@ -167,6 +172,8 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
                          engine.head_name, engine.attn_impl, **policy)
     elif lever == "hot-vocab":
         without = Engine(t, load_head(head_dir, t), "whole draft vocabulary", engine.attn_impl, **policy)
+    elif lever == "prefix":
+        without = Engine(t, engine.head, engine.head_name, engine.attn_impl, prefix_cache=False, **policy)
     else:
         without = engine
     if lever in ("policy", "lookup"):  # the same engine, two trees
@@ -179,17 +186,20 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
         runs = (("plain", None, None), ("eagle-tree", tree, tree))
     results = {}
     for name, cfg_without, cfg_with in runs:
-        taus = {"without": [], "with": []}
+        taus, prefills = {"without": [], "with": []}, {"without": [], "with": []}
 
         def timed(eng, key, ids, cfg):
             sample = run_ours(eng, ids, cfg, sampling)
             taus[key].append(sample.tau)
+            prefills[key].append(sample.prefill_ms)
             return sample
 
         res = ab_ratio(with_, prompts, lambda ids, c=cfg_without: timed(without, "without", ids, c),
                        lambda ids, c=cfg_with: timed(with_, "with", ids, c), repeats)
         if cfg_with is not None:
             res["tau"] = {k: round(statistics.mean(v), 3) for k, v in taus.items()}
+        if lever == "prefix":
+            res["prefill_ms"] = {k: round(statistics.median(v), 1) for k, v in prefills.items()}
         results[name] = res
     return results
 
@@ -367,7 +377,8 @@ def bench_main(argv: list[str]) -> int:
                         "(trace), what packed linears gain (packing), what the hot draft vocabulary gains (hot-vocab), "
                         "what fp32 keys, values and attention gain for a bf16 model (kv-fp32), what the compiled layer "
                         "operations gain (fused), what the cost-aware tree gains over SGLang's fixed tree with the "
-                        "same knobs (policy), what prompt-lookup candidates add to the head's (lookup)")
+                        "same knobs (policy), what prompt-lookup candidates add to the head's (lookup), what "
+                        "starting each prefill from the cached chat prefix gains (prefix)")
     args = p.parse_args(argv)
     sampling, tree = check_knobs(args, tree_args=True)
     if args.methods is None:
@@ -402,8 +413,10 @@ def bench_main(argv: list[str]) -> int:
 
 def _print_ratio(what: str, res: dict) -> None:
     tau = f"; tau without {res['tau']['without']:.3f}, with {res['tau']['with']:.3f}" if "tau" in res else ""
+    prefill = (f"; median prefill without {res['prefill_ms']['without']:.1f} ms, with {res['prefill_ms']['with']:.1f} "
+               "ms" if "prefill_ms" in res else "")
     print(f"{what}: median {res['median_ratio']:.3f} over {len(res['per_prompt'])} prompts "
-          f"({', '.join(f'{r:.3f}' for r in res['per_prompt'])}); same tokens: {res['same_tokens']}{tau}")
+          f"({', '.join(f'{r:.3f}' for r in res['per_prompt'])}); same tokens: {res['same_tokens']}{tau}{prefill}")
 
 
 if __name__ == "__main__":

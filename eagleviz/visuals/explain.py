@@ -96,6 +96,13 @@ def replay_text(cycle: CycleTrace, result: ReplayResult | None) -> str:
             f"which shrinks like 1/\u221an with more draws. That is why speculative sampling is lossless.")
 
 
+def prefill_reuse(run: RunTrace) -> str:
+    """", N of M prompt tokens from the prefix cache" where the prefill reused the chat template's opening."""
+    if not run.prefill_reused:
+        return ""
+    return f", {run.prefill_reused} of {run.prompt_tokens} prompt tokens from the prefix cache"
+
+
 def summary_text(run: RunTrace) -> str:
     s = summarize(run)
     if not run.cycles:
@@ -105,7 +112,8 @@ def summary_text(run: RunTrace) -> str:
     ph = s["mean_phase_ms"]
     return (f"**\u03c4 = {s['tau']:.2f}** tokens per cycle \u00b7 **{s['tokens_per_s']:.1f} tokens/s** \u00b7 "
             f"{s['new_tokens']} tokens in {s['num_cycles']} cycles, {s['wall_s']:.2f} s (prefill "
-            f"{s['prefill_ms']:.0f} ms) \u00b7 {alpha} \u00b7 mean ms per cycle: draft {ph['draft']:.0f}, verify "
+            f"{s['prefill_ms']:.0f} ms{prefill_reuse(run)}) \u00b7 {alpha} \u00b7 mean ms per cycle: draft "
+            f"{ph['draft']:.0f}, verify "
             f"{ph['verify']:.0f}, accept {ph['accept']:.1f}, rewind {ph['rewind']:.2f} \u00b7 stop: {s['stop_reason']}")
 
 

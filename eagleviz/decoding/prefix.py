@@ -1,0 +1,92 @@
+"""The chat template's opening, encoded once: every chat prompt starts with the same tokens (SmolLM2's system
+prompt and the user turn's header, 24 of a typical prompt's ~40), so their keys, values and features are
+computed once per engine and copied into each run's cache; a prefill then computes only the rest of the prompt.
+SGLang's radix cache does this for any prefix that requests share; here it is the one every request shares.
+
+    chat_prefix(tokenizer)   the token ids every prompt rendered by the tokenizer's chat template starts with
+    PrefixCache              that prefix's encoded form, per attention implementation, computed on first use
+    Prefix                   one encoded prefix: keys, values (the target cache's layout) and features
+
+The prefill always splits where the prefix ends, the first time too, so a run's numbers do not depend on
+whether the prefix was encoded before it: the same prompt gives the same tokens, bit for bit, cold or warm.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from eagleviz.models.kv_cache import KVCache
+
+# Two user messages that differ from their first character: their token ids agree exactly on the opening
+PROBES = ("x", "0")
+
+
+def chat_prefix(tokenizer) -> tuple[int, ...]:
+    """The longest run of token ids that prompts rendered through the chat template share: () for a tokenizer
+    without a chat template. The ids are compared, not the text, so a prompt whose first characters merge with
+    the opening into other tokens simply does not start with it (`PrefixCache.covers`)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return ()
+    ids = []
+    for probe in PROBES:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": probe}], tokenize=False,
+                                             add_generation_prompt=True)
+        ids.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+    shared = 0
+    for a, b in zip(*ids):
+        if a != b:
+            break
+        shared += 1
+    return tuple(ids[0][:shared])
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """An encoded prefix: k, v (layers, Hkv, P, D) as the target's cache holds them; features (P, F): what the
+    draft head reads for those positions (the engine's feature layers)."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    features: torch.Tensor
+
+    @property
+    def length(self) -> int:
+        return self.k.shape[2]
+
+    def copy_into(self, cache: KVCache) -> None:
+        """The prefix's slots of an empty cache, filled."""
+        if cache.length:
+            raise ValueError(f"a prefix goes into an empty cache, this one holds {cache.length} slots")
+        n = self.length
+        cache.k[:, :, :n] = self.k
+        cache.v[:, :, :n] = self.v
+        cache.length = n
+
+
+class PrefixCache:
+    """The chat prefix's encoded form, shared by every run of an engine (and its views with other attention
+    implementations: each implementation has its own entry, since their numbers may differ in the last bit).
+    Thread-safe: runs that start together encode it once."""
+
+    def __init__(self, ids: tuple[int, ...]):
+        self.ids = ids
+        self._lock = threading.Lock()
+        self._entries: dict[str, Prefix] = {}
+
+    def covers(self, prompt_ids: list[int]) -> int:
+        """How many leading ids of this prompt come from the cache: the prefix's length when the prompt starts
+        with it and goes on past it (the last position's logits are computed fresh), else 0."""
+        n = len(self.ids)
+        return n if n and len(prompt_ids) > n and tuple(prompt_ids[:n]) == self.ids else 0
+
+    def get(self, impl: str, encode: Callable[[list[int]], Prefix]) -> Prefix:
+        """The prefix encoded with attention `impl`; `encode(ids)` computes it the first time."""
+        with self._lock:
+            entry = self._entries.get(impl)
+            if entry is None:
+                entry = self._entries[impl] = encode(list(self.ids))
+            return entry
