@@ -13,8 +13,6 @@ import gradio as gr
 from eagleviz.trace import RunTrace
 from eagleviz.visuals import CycleView, cycle_view, empty_view, summary_figure
 from eagleviz.visuals.explain import TOUR, tour_step
-from eagleviz.visuals.output_text import COLOURS as OUTPUT_COLOURS
-from eagleviz.visuals.output_text import output_tokens
 from eagleviz.visuals.phases import frame_at, frames, label
 from eagleviz.visuals.selection import output_origin, slot_of_item
 from eagleviz.visuals.views import cycle_figures

@@ -29,7 +29,7 @@ from eagleviz.measured import latest_bench, latest_verify_cost
 from eagleviz.app.pairs import Pair, PairHub
 from eagleviz.app.session import EngineHub, Knobs, fastest_tree, why_small_trees
 from eagleviz.visuals import SpeedView, speed_view
-from eagleviz.config import SOURCES
+from eagleviz.visuals.output_text import COLOURS as OUTPUT_COLOURS
 from kernels.tree_attention import IMPLS
 
 INTRO = ("# eagleviz: EAGLE speculative decoding, cycle by cycle\n"
@@ -114,7 +114,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                 queue_note = gr.Markdown(elem_id="queue-note")
                 status = gr.Markdown(elem_id="status")
                 output = gr.HighlightedText([], label="Output: click a token to open the cycle that committed it",
-                                            color_map=nav.OUTPUT_COLOURS, show_legend=True, combine_adjacent=False,
+                                            color_map=OUTPUT_COLOURS, show_legend=True, combine_adjacent=False,
                                             elem_id="output-text", interactive=False)
             with gr.Column(scale=2):
                 steps = gr.Slider(1, 8, d.steps, step=1, label="steps \u00b7 speculative_num_steps", elem_id="steps")
