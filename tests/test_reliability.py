@@ -211,3 +211,18 @@ def test_hub_download_without_network_is_actionable(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(UserFacingError, match="network|offline"):
         load_target("someone/not-a-cached-model")
+
+
+def test_the_concurrency_measurement_speaks_the_pages_protocol(server):
+    """scripts/measure_concurrency.py's browser-like clients (queue join, the tab's event stream, diffs applied)
+    against a live page: every visitor's first figures arrive before its run is done, and nothing is lost."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("measure_concurrency", ROOT / "scripts" / "measure_concurrency.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    result = script.measure(server, users=3, tokens=8, server_pid=os.getpid())
+    assert result["done"] == 3 and result["lost"] == 0, result["rows"]
+    for row in result["rows"]:
+        assert 0 < row["first_s"] <= row["done_s"] and row["tokens"] == 8, row
+    assert result["server_cpu_s"] is not None and result["clients_cpu_s"] >= 0
