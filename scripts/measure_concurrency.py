@@ -43,12 +43,12 @@ from eagleviz.app import presets  # noqa: E402
 FIRST = "Running\u2026 cycle"
 
 
-def mix() -> list[tuple[str, str, tuple[int, int, int], float, bool]]:
-    """(label, prompt, tree, temperature, cost-aware) the users take in turn."""
-    rows = [(p.name, p.prompt, p.tree, p.temperature, False) for p in presets.PRESETS]
+def mix() -> list[tuple[str, str, tuple[int, int, int], float, bool, str]]:
+    """(label, prompt, tree, temperature, cost-aware, draft source) the users take in turn."""
+    rows = [(p.name, p.prompt, p.tree, p.temperature, False, p.source) for p in presets.PRESETS]
     counting, code = presets.PRESETS[0], presets.by_name()["Code"]
-    rows.append(("counting, chain 4/1/5", counting.prompt, (4, 1, 5), 0.0, False))
-    rows.append(("code, cost-aware 5/4/16", code.prompt, (5, 4, 16), 0.0, True))
+    rows.append(("counting, chain 4/1/5", counting.prompt, (4, 1, 5), 0.0, False, "eagle"))
+    rows.append(("code, cost-aware 5/4/16", code.prompt, (5, 4, 16), 0.0, True, "eagle"))
     return rows
 
 
@@ -134,14 +134,14 @@ def events(url: str) -> dict[str, int]:
 
 
 def visit(visitor: Visitor, row, tokens: int, start: threading.Barrier, out: dict) -> None:
-    label, prompt, (steps, topk, budget), temperature, adaptive = row
+    label, prompt, (steps, topk, budget), temperature, adaptive, source = row
     start.wait()
     t0 = time.monotonic()
     out.update(label=label, first_s=None, done_s=None, tokens=0, status="")
     try:
         # The Run button's inputs: the tab's stop flag (a state: the server holds it), the model pair, the prompt,
         # the ten knobs; outputs 1 and 2 are the answer's tokens and the status line.
-        knobs = [steps, topk, budget, temperature, 1.0, tokens, 0, "auto", adaptive, "eagle"]
+        knobs = [steps, topk, budget, temperature, 1.0, tokens, 0, "auto", adaptive, source]
         for update in visitor.call("run", [None, None, prompt, *knobs], track=(1, 2)):
             status = str(update[2])
             out["status"] = status[:120]

@@ -9,6 +9,7 @@ Each assertion message says which applied."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -75,7 +76,7 @@ def test_code_beats_prose_and_the_low_preset_is_the_lowest_greedy_one(runs):
     assert tau["low"] == min(t for k, t in tau.items() if k != "sampling")
 
 
-@pytest.mark.parametrize("shows", ["high", "code", "low", "sampling", "near_tie"])
+@pytest.mark.parametrize("shows", ["high", "code", "low", "sampling", "near_tie", "lookup"])
 def test_each_preset_writes_sensible_text(runs, shows):
     """No degenerate loop: no line, and no 6-word phrase, repeated 4 times or more."""
     text = runs[shows][1]
@@ -93,7 +94,7 @@ def test_the_code_preset_writes_lines_of_code(runs):
     assert len(lines) >= 4 and sum(line.startswith("    ") for line in lines) >= 2, lines
 
 
-@pytest.mark.parametrize("shows", ["high", "code", "low", "sampling", "near_tie"])
+@pytest.mark.parametrize("shows", ["high", "code", "low", "sampling", "near_tie", "lookup"])
 def test_the_notes_quote_what_a_run_shows(runs, shows):
     tau, _, run = runs[shows]
     allowed, which = tolerance(run)
@@ -126,3 +127,19 @@ def test_the_near_tie_prompt_is_exact_in_fp32(smol_engine_fp32):
     tree, sampling = presets.knobs(preset, BASE).configs()
     spec = smol_engine_fp32.generate(preset.prompt, tree, sampling)
     assert spec.token_ids == smol_engine_fp32.generate(preset.prompt, None, sampling).token_ids
+
+
+def test_the_lookup_preset_is_carried_by_candidates_copied_from_the_context(hub, runs):
+    """Its note: nearly every accepted token was a prompt-lookup candidate (green in the tree), and the head
+    alone, on the same prompt and tree, reaches the much lower tau quoted as lookup_head."""
+    preset = next(p for p in presets.PRESETS if p.shows == "lookup")
+    tau, _, run = runs["lookup"]
+    assert run.config["tree"]["source"] == "eagle+lookup"
+    accepted = [next(n for n in c.nodes if n.slot == s) for c in run.cycles for s in c.path[1:]]
+    from_lookup = sum(n.source in ("lookup", "both") for n in accepted)
+    assert accepted and from_lookup >= 0.8 * len(accepted), (from_lookup, len(accepted))
+    assert all(any(n.source != "eagle" and n.slot > 0 for n in c.nodes) for c in run.cycles[1:])  # from cycle 1
+    alone = generate(hub, preset.prompt, replace(presets.knobs(preset, BASE), source="eagle"))
+    allowed, which = tolerance(alone)
+    assert abs(alone.summary()["tau"] - presets.MEASURED_TAU["lookup_head"]) <= allowed, which
+    assert tau > alone.summary()["tau"] + 1.0

@@ -73,12 +73,12 @@ def test_presets_fill_the_prompt_the_temperature_and_their_own_branching_fixed_t
     for p in presets.PRESETS:
         prompt, note, temperature, steps, topk, draft_tokens, adaptive, source = Handlers.preset_chosen(p.name)
         assert (prompt, temperature) == (p.prompt, p.temperature) and "{" not in note
-        assert (steps, topk, draft_tokens) == p.tree and topk >= 2 and adaptive is False and source == "eagle"
+        assert (steps, topk, draft_tokens) == p.tree and topk >= 2 and adaptive is False and source == p.source
         assert f"Tree {p.tree_label}" in note                      # the note quotes its tree
     with pytest.raises(ValueError, match="must branch"):
         presets.Preset("chain", "p", "n", "high", (4, 1, 5))
     assert Handlers.preset_chosen(None)[1] == ""
-    assert {p.shows for p in presets.PRESETS} == {"high", "code", "low", "sampling", "near_tie"}
+    assert {p.shows for p in presets.PRESETS} == {"high", "code", "low", "sampling", "near_tie", "lookup"}
 
 
 # ------------------------------------------------------------------ a run, streamed

@@ -103,11 +103,11 @@ class Handlers:
     @staticmethod
     def preset_chosen(name: str | None) -> tuple:
         """The preset's prompt, its note, its temperature, its tree (steps, topk, draft tokens), the fixed tree
-        (cost-aware off: the picture is what the knobs say) and the EAGLE head as the draft source."""
+        (cost-aware off: the picture is what the knobs say) and its draft source."""
         preset = presets.by_name().get(name)
         if preset is None:
             return gr.skip(), "", *[gr.skip()] * 6
-        return preset.prompt, presets.note(preset), preset.temperature, *preset.tree, False, "eagle"
+        return preset.prompt, presets.note(preset), preset.temperature, *preset.tree, False, preset.source
 
     def pair_note(self, name: str | None) -> str:
         try:

@@ -27,7 +27,9 @@ PRESET_TOKENS = 48  # the page's default max new tokens: what a preset's claim i
 class Preset:
     """A prompt with the tree and temperature it is run at and a note saying what it shows. `shows` is the
     claim the test checks: "high" (the highest tau of the presets), "code", "low" (the lowest tau at T = 0),
-    "sampling" (T > 0) or "near_tie" (in bf16, EAGLE and plain decoding part at a tied top-2)."""
+    "sampling" (T > 0), "near_tie" (in bf16, EAGLE and plain decoding part at a tied top-2) or "lookup" (prompt
+    lookup's candidates, copied from the context, carry the run). `source`: where its candidates come from
+    (`config.SOURCES`)."""
 
     name: str
     prompt: str
@@ -35,6 +37,7 @@ class Preset:
     shows: str
     tree: tuple[int, int, int]      # steps, topk, draft tokens: a fixed tree with topk >= 2
     temperature: float = 0.0
+    source: str = "eagle"
 
     def __post_init__(self):
         if self.tree[1] < 2:
@@ -71,6 +74,15 @@ PRESETS = (
            "plain decoding ` particularly`, and the texts part there (tau about {near_tie}). In fp32 the two are identical token for token: the "
            "algorithm is lossless, bf16 arithmetic is not bit-exact. Found on {near_tie_cpu}; a CPU that runs "
            "fp32, or rounds this tie alike in both forwards, shows identical texts.", "near_tie", (5, 4, 16)),
+    Preset("Quoting (prompt lookup)",
+           "Repeat this paragraph exactly: Speculative decoding lets a small model guess several tokens ahead. The "
+           "large model checks all the guesses in one forward pass. Every guess it agrees with is kept, so the text "
+           "is exactly what the large model would have written.",
+           "Tree {tree}, candidates from the EAGLE head and from prompt lookup. The answer quotes the prompt, and "
+           "lookup proposes what followed the last words the last time they appeared in the context: from cycle 1 "
+           "on, those candidates (green in the tree) are accepted several at a time, and nearly every accepted "
+           "token is one of them (tau about {lookup}; the head alone, draft source `eagle`, about {lookup_head}). "
+           "They cost no model work to propose.", "lookup", (5, 4, 16), source="eagle+lookup"),
 )
 
 # Where the near-tie preset's divergence was found: bf16 rounding depends on the CPU's bf16 units, so the
@@ -79,15 +91,16 @@ NEAR_TIE_CPU = "AMD EPYC, AVX512, native bf16"
 
 # The tau each note quotes, as tests/test_presets.py measured it with the shipped head (printed with -s):
 # each preset's own tree, 48 new tokens, bf16, on MEASURED_ON (`cpu_description`).
-MEASURED_TAU = {"high": 4.45, "code": 2.40, "low": 1.30, "sampling": 1.62, "near_tie": 1.68}
+MEASURED_TAU = {"high": 4.45, "code": 2.40, "low": 1.30, "sampling": 1.62, "near_tie": 1.68, "lookup": 3.71,
+                "lookup_head": 1.62}   # lookup_head: the lookup preset with the head's candidates alone
 MEASURED_ON = "AMD EPYC, AVX512, native bf16"
 
 
 def knobs(preset: Preset, base):
-    """`base` (a session.Knobs) with the preset's tree (fixed, drafted by the EAGLE head) and its temperature."""
+    """`base` (a session.Knobs) with the preset's tree (fixed), its draft source and its temperature."""
     steps, topk, draft_tokens = preset.tree
     return replace(base, steps=steps, topk=topk, draft_tokens=draft_tokens, temperature=preset.temperature,
-                   adaptive=False, source="eagle")
+                   adaptive=False, source=preset.source)
 
 
 def by_name() -> dict[str, Preset]:
