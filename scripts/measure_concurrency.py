@@ -1,6 +1,6 @@
 """N visitors press Run at the same moment: time to each one's first figures and to its finished run, measured
-through the page's own streaming endpoint (the Run button's event, joined and read as the page's browser code does), as a browser
-sees them.
+through the page's own streaming endpoint (the Run button's event, joined and read as the page's browser code
+does), as a browser sees them.
 
     python scripts/measure_concurrency.py                          # 30 users, 48 tokens, the server's defaults
     python scripts/measure_concurrency.py --active-runs 1          # first come, first served, for comparison

@@ -13,7 +13,7 @@ from eagleviz.decoding.drafting import causal
 from eagleviz.decoding.prefix import Prefix, PrefixCache, chat_prefix
 from eagleviz.trace import RunTrace
 from eagleviz.visuals.explain import summary_text
-from tiny import CPU_COSTS, ChatTinyTokenizer, TinyTokenizer, tiny_engine
+from tiny import CPU_COSTS, ChatTinyTokenizer, tiny_engine
 
 TREES = [TreeConfig.create(5, 4, 16, adaptive=False), TreeConfig.create(4, 2, 9, source="eagle+lookup"),
          TreeConfig.create(3, 1, 4, adaptive=False)]
@@ -27,14 +27,13 @@ def run(engine, prompt, tree, sampling, chat=True):
 
 
 def test_the_chat_prefix_is_the_opening_every_prompt_shares():
-    tok = ChatTinyTokenizer()
-    prefix = chat_prefix(tok)
-    opening = tok("system: be brief / user: ")["input_ids"]
-    assert prefix == tuple(opening)
+    engine = tiny_engine(chat=True)
+    prefix = chat_prefix(engine.encode_prompt)
+    opening = ChatTinyTokenizer()("system: be brief / user: ")["input_ids"]
+    assert prefix == engine.prefix.ids == tuple(opening)
     for prompt in ("abc", "0", "zzz"):
-        ids = tok(tok.apply_chat_template([{"role": "user", "content": prompt}]))["input_ids"]
-        assert tuple(ids[:len(prefix)]) == prefix
-    assert chat_prefix(TinyTokenizer()) == ()
+        assert tuple(engine.encode_prompt(prompt)[:len(prefix)]) == prefix
+    assert tiny_engine().prefix.ids == ()   # no chat template: no prefix
 
 
 def test_covers_only_prompts_that_start_with_the_prefix_and_go_past_it():

@@ -71,8 +71,8 @@ PRESETS = (
            "Tree {tree}. Run, then press Race. After `the shorter wavelengths of light,` the target's two best "
            "next tokens, ` including` and ` particularly`, get the same bf16 logit: the verify forward (several "
            "tree tokens at once) and plain decoding (one token) round differently, so EAGLE commits ` including`, "
-           "plain decoding ` particularly`, and the texts part there (tau about {near_tie}). In fp32 the two are identical token for token: the "
-           "algorithm is lossless, bf16 arithmetic is not bit-exact. Found on {near_tie_cpu}; a CPU that runs "
+           "plain decoding ` particularly`, and the texts part there (tau about {near_tie}). In fp32 the two are "
+           "identical token for token: the algorithm is lossless, bf16 arithmetic is not bit-exact. Found on {near_tie_cpu}; a CPU that runs "
            "fp32, or rounds this tie alike in both forwards, shows identical texts.", "near_tie", (5, 4, 16)),
     Preset("Quoting (prompt lookup)",
            "Repeat this paragraph exactly: Speculative decoding lets a small model guess several tokens ahead. The "

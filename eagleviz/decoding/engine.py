@@ -108,7 +108,7 @@ class Engine:
         self.attn_impl, self.notes = self._attention(attn_impl)
         arch = head.config.arch if head is not None else "eagle1"
         self.feature_layers = target.eagle3_layers if arch == "eagle3" else None
-        self.prefix = PrefixCache(chat_prefix(target.tokenizer) if prefix_cache else ())
+        self.prefix = PrefixCache(chat_prefix(self.encode_prompt) if prefix_cache and self.uses_chat() else ())
 
     def _attention(self, attn_impl: str) -> tuple[str, list[str]]:
         runnable_impl(attn_impl, self.target.device)

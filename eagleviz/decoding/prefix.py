@@ -3,7 +3,7 @@ prompt and the user turn's header, 24 of a typical prompt's ~40), so their keys,
 computed once per engine and copied into each run's cache; a prefill then computes only the rest of the prompt.
 SGLang's radix cache does this for any prefix that requests share; here it is the one every request shares.
 
-    chat_prefix(tokenizer)   the token ids every prompt rendered by the tokenizer's chat template starts with
+    chat_prefix(encode)      the token ids every prompt encoded through the chat template starts with
     PrefixCache              that prefix's encoded form, per attention implementation, computed on first use
     Prefix                   one encoded prefix: keys, values (the target cache's layout) and features
 
@@ -25,17 +25,11 @@ from eagleviz.models.kv_cache import KVCache
 PROBES = ("x", "0")
 
 
-def chat_prefix(tokenizer) -> tuple[int, ...]:
-    """The longest run of token ids that prompts rendered through the chat template share: () for a tokenizer
-    without a chat template. The ids are compared, not the text, so a prompt whose first characters merge with
-    the opening into other tokens simply does not start with it (`PrefixCache.covers`)."""
-    if not getattr(tokenizer, "chat_template", None):
-        return ()
-    ids = []
-    for probe in PROBES:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": probe}], tokenize=False,
-                                             add_generation_prompt=True)
-        ids.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+def chat_prefix(encode: Callable[[str], list[int]]) -> tuple[int, ...]:
+    """The longest run of token ids that prompts encoded by `encode` (the engine's `encode_prompt`, through the
+    chat template) share. The ids are compared, not the text, so a prompt whose first characters merge with the
+    opening into other tokens simply does not start with it (`PrefixCache.covers`)."""
+    ids = [encode(probe) for probe in PROBES]
     shared = 0
     for a, b in zip(*ids):
         if a != b:
