@@ -5,6 +5,7 @@ does), as a browser sees them.
     python scripts/measure_concurrency.py                          # 30 users, 48 tokens, the server's defaults
     python scripts/measure_concurrency.py --active-runs 1          # first come, first served, for comparison
     python scripts/measure_concurrency.py --users 10 --url http://127.0.0.1:7860/   # a server already running
+    python scripts/measure_concurrency.py --trace runs/trace   # also where the server's time went (server_log)
 
 Without --url it starts `python app.py` as `make run` does (EAGLEVIZ_THREADS=1, OMP_WAIT_POLICY=PASSIVE) on a
 free port, with EAGLEVIZ_ACTIVE_RUNS from --active-runs when given. Users take turns through a mix of the
@@ -58,13 +59,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(active_runs: int | None, log: Path) -> tuple[subprocess.Popen, str]:
+def start_server(active_runs: int | None, log: Path, trace: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """`python app.py` on a free port (with `trace`: under scripts/serve_traced.py, logging into that folder)."""
     port = free_port()
     env = dict(os.environ, GRADIO_SERVER_NAME="127.0.0.1", GRADIO_SERVER_PORT=str(port), OMP_WAIT_POLICY="PASSIVE",
                EAGLEVIZ_THREADS=os.environ.get("EAGLEVIZ_THREADS", "1"), GRADIO_ANALYTICS_ENABLED="False")
     if active_runs is not None:
         env["EAGLEVIZ_ACTIVE_RUNS"] = str(active_runs)
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log.open("w"),
+    if trace is not None:
+        env["EAGLEVIZ_TRACE_DIR"] = str(trace)
+    entry = [str(ROOT / "scripts" / "serve_traced.py")] if trace is not None else ["app.py"]
+    proc = subprocess.Popen([sys.executable, *entry], cwd=ROOT, env=env, stdout=log.open("w"),
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     for _ in range(600):
@@ -172,7 +177,26 @@ def cpu_seconds(pid: int | None) -> float | None:
         return None
 
 
-def measure(url: str, users: int, tokens: int, server_pid: int | None = None) -> dict:
+def server_log(trace: Path, since: float) -> dict:
+    """What scripts/serve_traced.py logged from `since` (time.monotonic) on: the model's steps (first steps
+    apart) and the collections of generation 2."""
+    def read(name: str) -> list[dict]:
+        lines = (trace / name).read_text().splitlines() if (trace / name).is_file() else []
+        return [row for row in map(json.loads, lines) if row.get("end", row.get("start", 0)) >= since]
+
+    steps, full = read("steps.jsonl"), [c for c in read("gc.jsonl") if c["generation"] == 2]
+    firsts = [s for s in steps if s["first"]]
+    return {"steps": len(steps), "steps_wall_s": round(sum(s["wall"] for s in steps), 1),
+            "steps_cpu_s": round(sum(s["cpu"] for s in steps), 1),
+            "steps_span_s": round(max(s["end"] for s in steps) - min(s["end"] - s["wall"] for s in steps), 1)
+            if steps else 0.0,
+            "first_steps_s": stats([s["wall"] for s in firsts]),
+            "last_first_step_ends_s": round(max(s["end"] for s in firsts) - since, 2) if firsts else None,
+            "full_collections": [{"at_s": round(c["start"] - since, 2), "ms": round(c["seconds"] * 1e3)}
+                                 for c in full]}
+
+
+def measure(url: str, users: int, tokens: int, server_pid: int | None = None, trace: Path | None = None) -> dict:
     page = events(url)
     clients = [Visitor(url, page) for _ in range(users)]
     for client in clients:
@@ -195,7 +219,8 @@ def measure(url: str, users: int, tokens: int, server_pid: int | None = None) ->
     return {"users": users, "tokens": tokens, "done": len(dones), "lost": users - len(dones),
             "first_figure_s": stats(firsts), "done_s": stats(dones), "wall_s": round(wall, 1),
             "server_cpu_s": round(cpu1[0] - cpu0[0], 1) if None not in (cpu0[0], cpu1[0]) else None,
-            "clients_cpu_s": round(cpu1[1] - cpu0[1], 1), "rows": results}
+            "clients_cpu_s": round(cpu1[1] - cpu0[1], 1),
+            **({"server_log": server_log(trace, t0)} if trace is not None else {}), "rows": results}
 
 
 def main() -> None:
@@ -205,14 +230,20 @@ def main() -> None:
     p.add_argument("--active-runs", type=int, default=None, help="EAGLEVIZ_ACTIVE_RUNS of the started server")
     p.add_argument("--url", default=None, help="a running server instead of starting one")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    p.add_argument("--trace", type=Path, default=None,
+                   help="start the server under scripts/serve_traced.py, logging its model steps and collections "
+                        "into this folder, and summarise them (server_log)")
     args = p.parse_args()
+    if args.trace is not None and args.url is not None:
+        p.error("--trace starts its own server: leave out --url")
     proc = None
     if args.url is None:
-        proc, url = start_server(args.active_runs, Path(os.environ.get("TMPDIR", "/tmp")) / "eagleviz-concurrency.log")
+        proc, url = start_server(args.active_runs, Path(os.environ.get("TMPDIR", "/tmp")) / "eagleviz-concurrency.log",
+                                 args.trace)
     else:
         url = args.url
     try:
-        result = measure(url, args.users, args.tokens, proc.pid if proc is not None else None)
+        result = measure(url, args.users, args.tokens, proc.pid if proc is not None else None, args.trace)
     finally:
         if proc is not None:
             proc.terminate()

@@ -226,3 +226,22 @@ def test_the_concurrency_measurement_speaks_the_pages_protocol(server):
     for row in result["rows"]:
         assert 0 < row["first_s"] <= row["done_s"] and row["tokens"] == 8, row
     assert result["server_cpu_s"] is not None and result["clients_cpu_s"] >= 0
+
+
+def test_the_server_log_summary_counts_only_the_measured_window(tmp_path):
+    """scripts/measure_concurrency.py --trace: steps and full collections from the measurement's start on."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("measure_concurrency", ROOT / "scripts" / "measure_concurrency.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    steps = [{"end": 9.0, "wall": 1.0, "cpu": 1.0, "first": True},            # before the window: left out
+             {"end": 10.2, "wall": 0.2, "cpu": 0.1, "first": True},
+             {"end": 10.5, "wall": 0.3, "cpu": 0.3, "first": False}]
+    (tmp_path / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    (tmp_path / "gc.jsonl").write_text(json.dumps({"generation": 2, "start": 10.1, "seconds": 0.3}) + "\n"
+                                       + json.dumps({"generation": 1, "start": 10.3, "seconds": 0.01}) + "\n")
+    log = script.server_log(tmp_path, since=10.0)
+    assert (log["steps"], log["steps_wall_s"], log["steps_cpu_s"], log["steps_span_s"]) == (2, 0.5, 0.4, 0.5)
+    assert log["first_steps_s"]["max"] == 0.2 and log["last_first_step_ends_s"] == 0.2
+    assert log["full_collections"] == [{"at_s": 0.1, "ms": 300}]

@@ -103,8 +103,8 @@ def pairs_from_env(env: Mapping[str, str] | None = None) -> tuple[Pair, ...]:
 def settle_memory() -> None:
     """Once a model is loaded: collect, then move everything alive into the collector's permanent generation
     (`gc.freeze`). The model, its tokenizer, the libraries and the page stay for the server's life; without
-    this every full collection walks their ~540,000 objects, ~300 ms during which no other Python thread runs:
-    with thirty runs on the page, one came as the runs started and stalled the first of them by as long."""
+    this every full collection walks all their objects while no other Python thread runs: with thirty runs on
+    the page, one came as the runs started and stalled the first of them."""
     gc.collect()
     gc.freeze()
     atexit.unregister(gc.unfreeze)   # once: at exit the interpreter's last collection sees everything again, so
