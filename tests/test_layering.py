@@ -1,8 +1,8 @@
-"""The house's layering, stated once and checked on every module's imports (function-level ones included):
-the data flows one way (decoding -> trace -> visuals -> app), and the folders say so.
+"""The house's layering, stated once and checked on every module's imports (function-level and relative ones
+included): the data flows one way (decoding -> trace -> visuals -> app), and the folders say so.
 
     app       may import decoding, perf, visuals, models and the root vocabulary; nothing imports app
-    perf      may import decoding, models, visuals, kernels; never app
+    perf      may import decoding, models, visuals, kernels; never app or train
     decoding  imports models and kernels; never app, perf, train or visuals
     models    imports kernels; never decoding, app, perf, train or visuals
     visuals   never torch, never decoding, models, app or perf (everything is drawn from a trace)
@@ -28,7 +28,7 @@ VOCABULARY = ("config", "trace", "errors", "prompts", "measured", "paths")
 
 FORBIDDEN = {  # importer's layer -> layers (or top-level packages) it must never import
     "app": set(),
-    "perf": {"app"},
+    "perf": {"app", "train"},
     "decoding": {"app", "perf", "train", "visuals"},
     "models": {"decoding", "app", "perf", "train", "visuals"},
     "visuals": {"decoding", "models", "app", "perf", "train", "torch", "gradio", "transformers"},
@@ -44,16 +44,39 @@ def module_name(path: Path) -> str:
 
 
 def imports_of(path: Path) -> set[str]:
-    """Every module an `import` or `from ... import` names, wherever it sits in the file."""
+    """Every module the file at `path` imports (`imports_in` on its text, relative imports resolved)."""
+    module = module_name(path)
+    return imports_in(path.read_text(), module if path.stem == "__init__" else module.rpartition(".")[0])
+
+
+def imports_in(source: str, package: str) -> set[str]:
+    """Every module an `import` or `from ... import` in `source` names, wherever it sits; a relative import is
+    resolved against `package`, the package the source's module belongs to (`from ..app import x` in
+    eagleviz/perf/bench.py names eagleviz.app.x)."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        elif isinstance(node, ast.ImportFrom):
+            parts = package.split(".")  # level 1 is the package itself, each level more one package up
+            base = parts[: len(parts) + 1 - node.level] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
             for a in node.names:  # `from eagleviz.app import presets` names the module eagleviz.app.presets
-                sub = f"{node.module}.{a.name}"
-                names.add(sub if (ROOT / (sub.replace(".", "/") + ".py")).is_file() else node.module)
+                sub = f"{module}.{a.name}"
+                names.add(sub if is_module(sub) else module)
     return names
+
+
+def is_module(name: str) -> bool:
+    """Whether `name` is a module or a package of this repository."""
+    path = ROOT / name.replace(".", "/")
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def breaches(module: str, imports: set[str]) -> list[str]:
+    """The imports a module in `module`'s layer must not make."""
+    banned = FORBIDDEN.get(layer(module), set())
+    return sorted(i for i in imports if layer(i) in banned or i.split(".")[0] in banned)
 
 
 def layer(module: str) -> str:
@@ -78,11 +101,17 @@ def test_the_vocabulary_is_all_that_sits_at_the_root():
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_no_import_from_a_lower_layer_to_a_higher_one(module):
-    mine = layer(module)
-    banned = FORBIDDEN.get(mine, set())
-    breaches = sorted(i for i in imports_of(MODULES[module])
-                      if layer(i) in banned or i.split(".")[0] in banned)
-    assert breaches == [], f"{module} ({mine}) imports {breaches}"
+    found = breaches(module, imports_of(MODULES[module]))
+    assert found == [], f"{module} ({layer(module)}) imports {found}"
+
+
+def test_a_relative_import_that_climbs_a_layer_is_caught():
+    """Relative imports are resolved against the importer's package, so they cannot slip past the rules."""
+    climbs = "from ..app import handlers\nfrom .. import train\nfrom . import tune\n"
+    found = imports_in(climbs, "eagleviz.perf")
+    assert found == {"eagleviz.app.handlers", "eagleviz.train", "eagleviz.perf.tune"}
+    assert breaches("eagleviz.perf.bench", found) == ["eagleviz.app.handlers", "eagleviz.train"]
+    assert imports_in("from .tree import VerifyTree\n", "eagleviz.decoding") == {"eagleviz.decoding.tree"}
 
 
 def test_nothing_imports_the_app_from_outside_it():
