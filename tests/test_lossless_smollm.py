@@ -1,8 +1,8 @@
 """The product's promise on the real embedded model: in fp32, EAGLE's greedy output equals plain greedy decoding
-on MT-bench first turns for a chain, SGLang's default tree, a large budget, the cost-aware tree (priced like
-this CPU, valued by the shipped head's calibration, so it prunes, stops early and rests the head) and the
-cost-aware tree with prompt-lookup candidates. A divergence is accepted only where the target's top-2 logits
-are within 1e-4 (a rounding-level tie), and the test checks that it is one."""
+on MT-bench first turns for a chain, SGLang's default tree, a large budget, the cost-aware tree drafted by the
+head alone (priced like this CPU, valued by the shipped head's calibration, so it prunes, stops early and rests
+the head) and the cost-aware tree with prompt-lookup candidates. A divergence is accepted only where the
+target's top-2 logits are within 1e-4 (a rounding-level tie), and the test checks that it is one."""
 
 import os
 
@@ -16,7 +16,8 @@ from eagleviz.prompts import mtbench_first_turns
 from tiny import CPU_COSTS
 
 CONFIGS = {"chain": TreeConfig.create(5, 1, 6, adaptive=False), "tree": TreeConfig.create(5, 4, 16, adaptive=False),
-           "large": TreeConfig.create(7, 8, 64, adaptive=False), "cost-aware": TreeConfig.create(5, 4, 16),
+           "large": TreeConfig.create(7, 8, 64, adaptive=False),
+           "cost-aware": TreeConfig.create(5, 4, 16, source="eagle"),
            "cost-aware+lookup": TreeConfig.create(5, 4, 16, source="eagle+lookup")}
 NEW_TOKENS = int(os.environ.get("EAGLEVIZ_LOSSLESS_TOKENS", "32"))
 TIE = 1e-4
@@ -28,6 +29,14 @@ def check_equal_or_tie(engine, prompt_ids, plain, spec):
     i = next((k for k, (a, b) in enumerate(zip(plain, spec)) if a != b), min(len(plain), len(spec)))
     gap = top2_gap(engine, prompt_ids + plain[:i])
     assert gap < TIE, f"outputs diverge at new token {i} where the target's top-2 gap is {gap:.3g} (not a tie)"
+
+
+def test_the_cost_aware_tree_is_checked_with_the_head_alone_and_with_lookup():
+    """No two configs are the same, and the cost-aware ones differ in their draft source (the default source is
+    eagle+lookup: a config that names none is not the head alone)."""
+    assert len(set(CONFIGS.values())) == len(CONFIGS)
+    sources = {name: tree.source for name, tree in CONFIGS.items() if tree.adaptive}
+    assert sources == {"cost-aware": "eagle", "cost-aware+lookup": "eagle+lookup"}
 
 
 @pytest.fixture(scope="module")
