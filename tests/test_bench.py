@@ -1,5 +1,6 @@
 """eagleviz/perf/bench.py on a tiny random engine: `bench` writes its files and keeps its JSON where the app looks
-first, runs the tree `tune` saved as eagle-tuned, and resumes after an interruption."""
+first, runs the tree `tune` saved as eagle-tuned, and resumes after an interruption; each A/B writes its arms'
+ratios, taus and trees to JSON."""
 
 from __future__ import annotations
 
@@ -31,17 +32,51 @@ def test_bench_writes_its_files_and_keeps_the_latest_for_the_app(tiny_cli, capsy
     assert str(found.path) in capsys.readouterr().out
 
 
+def ratio_lines(out: str) -> list[str]:
+    """An A/B's printed ratios, without the line that says where its JSON went."""
+    return [ln for ln in out.splitlines() if not ln.startswith("wrote ")]
+
+
 def test_ab_modes_report_ratios_and_same_tokens(tiny_cli, capsys):
     prompts = tiny_cli / "prompts.txt"
     prompts.write_text("abc\nhello there\n")
     common = ["--prompts", str(prompts), "--max-new-tokens", "5", "--repeats", "2", "--steps", "2", "--topk", "2",
-              "--draft-tokens", "4"]
+              "--draft-tokens", "4", "--out", str(tiny_cli / "out")]
     assert bench.bench_main(common + ["--ab", "packing"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = ratio_lines(capsys.readouterr().out)
     assert [ln.split(":")[0] for ln in lines] == ["plain", "eagle-tree"]
     assert all("over 2 prompts" in ln and "same tokens: True" in ln for ln in lines)
     assert bench.bench_main(common + ["--ab", "trace"]) == 0
     assert "same tokens: True" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("lever,changed", [("policy", {"adaptive": (False, True)}),
+                                           ("lookup", {"source": ("eagle", "eagle+lookup")})])
+def test_the_policy_and_lookup_levers_write_what_the_docs_quote(tiny_cli, capsys, lever, changed):
+    """README and docs/performance.md entry 22 quote each lever's median ratio and tau without -> with: the JSON
+    holds them per arm, with the two trees the arm compared (only the lever differs) and the machine."""
+    prompts = tiny_cli / "prompts.txt"
+    prompts.write_text("abc\nhello there\n")
+    out = tiny_cli / "out"
+    argv = ["--prompts", str(prompts), "--max-new-tokens", "5", "--repeats", "2", "--steps", "2", "--topk", "2",
+            "--draft-tokens", "4", "--ab", lever, "--out", str(out)]
+    assert bench.bench_main(argv) == 0
+    path = out / f"ab-{lever}-T0.json"
+    assert path.is_file() and f"wrote {path}" in capsys.readouterr().out
+    result = json.loads(path.read_text())
+    assert (result["lever"], result["prompts"], result["repeats"]) == (lever, 2, 2)
+    assert result["ratio"] == f"decode time without {lever} / with"
+    assert result["command"] == "python -m eagleviz bench " + " ".join(argv)
+    assert result["sampling"]["temperature"] == 0 and result["machine"]["cpu"] and result["machine"]["threads"] >= 1
+    assert list(result["arms"]) == ["eagle-tree"]  # one engine, two trees
+    arm = result["arms"]["eagle-tree"]
+    assert arm["median_ratio"] > 0 and len(arm["per_prompt"]) == 2 and arm["same_tokens"] is True  # greedy, fp32
+    assert set(arm["tau"]) == {"without", "with"} and all(t >= 1 for t in arm["tau"].values())
+    trees = arm["trees"]
+    assert {k: (trees["without"][k], trees["with"][k]) for k in trees["with"]
+            if trees["with"][k] != trees["without"][k]} == changed
+    assert (trees["with"]["steps"], trees["with"]["topk"], trees["with"]["draft_tokens"]) == (2, 2, 4)
+    assert bench.ab_name(lever, 0.0) == path.name and bench.ab_name(lever, 1.0) == f"ab-{lever}-T1.json"
 
 
 def test_the_prefix_lever_reports_the_prefill_times(tiny_cli, monkeypatch, capsys):
@@ -51,8 +86,8 @@ def test_the_prefix_lever_reports_the_prefill_times(tiny_cli, monkeypatch, capsy
     prompts = tiny_cli / "prompts.txt"
     prompts.write_text("abc\nhello there\n")
     assert bench.bench_main(["--prompts", str(prompts), "--max-new-tokens", "5", "--repeats", "2", "--steps", "2",
-                             "--topk", "2", "--draft-tokens", "4", "--ab", "prefix"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+                             "--topk", "2", "--draft-tokens", "4", "--ab", "prefix", "--out", str(tiny_cli / "out")]) == 0
+    lines = ratio_lines(capsys.readouterr().out)
     assert [ln.split(":")[0] for ln in lines] == ["plain", "eagle-tree"]
     assert all("median prefill without" in ln and "same tokens: True" in ln for ln in lines)
 

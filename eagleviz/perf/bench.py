@@ -20,7 +20,8 @@ eagleviz.models.dense), `--ab hot-vocab` (the hot draft vocabulary, eagleviz.mod
 `--ab fused` (each layer's small operations as compiled C calls, kernels.cpu_ops), `--ab policy` (the
 cost-aware tree against SGLang's fixed tree with the same knobs), `--ab prefix` (each prefill after the cached
 chat prefix, eagleviz.decoding.prefix) and `--ab lookup` (prompt-lookup candidates
-merged into the head's tree).
+merged into the head's tree). Each A/B prints its ratios and writes them, per arm with the trees each side ran,
+to --out/ab-LEVER-T{T}.json (`ab_name`): the file a figure quoted from it can be checked against.
 """
 
 from __future__ import annotations
@@ -198,10 +199,17 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
                        lambda ids, c=cfg_with: timed(with_, "with", ids, c), repeats)
         if cfg_with is not None:
             res["tau"] = {k: round(statistics.mean(v), 3) for k, v in taus.items()}
+            res["trees"] = {"without": tree_record(cfg_without), "with": tree_record(cfg_with)}
         if lever == "prefix":
             res["prefill_ms"] = {k: round(statistics.median(v), 1) for k, v in prefills.items()}
         results[name] = res
     return results
+
+
+def tree_record(tree: TreeConfig) -> dict:
+    """A tree as the JSON files record it: its knobs, whether it is cost-aware, where its candidates come from."""
+    return {"steps": tree.steps, "topk": tree.topk, "draft_tokens": tree.draft_tokens, "adaptive": tree.adaptive,
+            "source": tree.source}
 
 
 def top2_gap(engine, ids: list[int]) -> float:
@@ -314,6 +322,11 @@ def machine_info(engine) -> dict:
             "model": engine.target.name, "head": engine.head_name}
 
 
+def ab_name(lever: str, temperature: float) -> str:
+    """The file name of an A/B result: ab-policy-T0.json, ab-lookup-T1.json."""
+    return f"ab-{lever}-T{temperature:g}.json"
+
+
 def write_outputs(result: dict, out: Path, stem: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(result, indent=2))
@@ -389,25 +402,37 @@ def bench_main(argv: list[str]) -> int:
     if unknown or not methods:
         p.error(f"--methods: unknown {unknown}" if unknown else "--methods: none given")
     engine, prompts = setup(args)
-    if args.ab == "trace":
-        _print_ratio("decode time with the full trace / without", tracing_overhead(engine, prompts, sampling, tree,
-                                                                                    args.repeats))
-        return 0
     if args.ab:
-        from eagleviz.decoding.load import default_head
-
-        head_dir = args.head or default_head(args.model)
-        for name, res in lever_ab(engine, args.ab, prompts, sampling, tree, args.repeats, head_dir).items():
-            _print_ratio(f"{name}: decode time without {args.ab} / with", res)
-        return 0
+        return ab_main(args, argv, engine, prompts, sampling, tree)
     stem = Path(bench_name(args.temperature)).stem
     result = bench(engine, prompts, sampling, tree, args.repeats, methods, journal=args.out / f"{stem}.journal.jsonl")
-    result["tree"] = {"steps": tree.steps, "topk": tree.topk, "draft_tokens": tree.draft_tokens,
-                      "adaptive": tree.adaptive, "source": tree.source}
+    result["tree"] = tree_record(tree)
     result["command"] = "python -m eagleviz bench " + " ".join(argv)
     write_outputs(result, args.out, stem)
     print(markdown_table(result))
     print(f"wrote {args.out / stem}.md/.json/.html; the app shows it from {keep_latest(result)}")
+    return 0
+
+
+def ab_main(args, argv: list[str], engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig) -> int:
+    """`bench --ab LEVER`: the lever's ratio per arm, printed and written to --out (`ab_name`)."""
+    if args.ab == "trace":
+        ratio = "decode time with the full trace / without"
+        arms = {"eagle-tree": tracing_overhead(engine, prompts, sampling, tree, args.repeats)}
+    else:
+        from eagleviz.decoding.load import default_head
+
+        ratio = f"decode time without {args.ab} / with"
+        arms = lever_ab(engine, args.ab, prompts, sampling, tree, args.repeats, args.head or default_head(args.model))
+    for name, res in arms.items():
+        _print_ratio(f"{name}: {ratio}" if args.ab != "trace" else ratio, res)
+    result = {"lever": args.ab, "ratio": ratio, "arms": arms, "prompts": len(prompts), "repeats": args.repeats,
+              "sampling": vars(sampling), "tree": tree_record(tree), "machine": machine_info(engine),
+              "command": "python -m eagleviz bench " + " ".join(argv)}
+    path = args.out / ab_name(args.ab, args.temperature)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
     return 0
 
 
