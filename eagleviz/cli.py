@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 from eagleviz.config import SamplingConfig
@@ -120,8 +121,20 @@ def build_parser() -> argparse.ArgumentParser:
 DELEGATED = ("train-head", "eval-head", "hot-tokens", "calibrate", "bench", "tune", "gpu-check", "export-bundle")
 
 
+def _one_line(message, category, filename, lineno, line=None) -> str:
+    """A warning as the command line shows it: one line, no source location (they are notes for the user)."""
+    text = str(message)
+    if text.startswith("eagleviz: "):
+        return f"note: {text.removeprefix('eagleviz: ')}\n"
+    return _plain_warning(message, category, filename, lineno, line)
+
+
+_plain_warning = warnings.formatwarning
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    warnings.formatwarning = _one_line
     try:
         if argv and argv[0] in DELEGATED:  # their own parsers see every option, including the leading ones
             return _delegate(argv[0], argv[1:])

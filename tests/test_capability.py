@@ -1,0 +1,91 @@
+"""kernels/capability.py: one answer to what this CPU and torch build can do; the AVX2 emulation really holds
+torch and oneDNN to AVX2 (oneDNN then refuses bf16 packing as on such a CPU) and the product still runs there;
+the dtype `auto` picks and the C operations' flags follow the answer."""
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from eagleviz.models import loading
+from kernels import capability, cpu_ops
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_detect_is_decided_once_and_describes_the_machine():
+    cpu = capability.detect()
+    assert capability.detect() is cpu
+    assert cpu.describe().startswith(f"{cpu.cpu_name}, {cpu.vector_isa}, ")
+    assert cpu.describe() == loading.cpu_description()
+    assert (cpu.why_not_bf16() is None) == cpu.bf16_packing
+
+
+@pytest.mark.filterwarnings("ignore:EAGLEVIZ_CPU=avx2 without")  # torch started before the override here
+def test_the_override_only_removes_abilities(monkeypatch):
+    real = capability.detect()
+    monkeypatch.setenv(capability.OVERRIDE, "avx2")
+    emulated = capability.detect.__wrapped__()
+    assert emulated.emulating == "avx2" and emulated.march == "haswell"
+    assert not emulated.bf16_packing and not emulated.native_bf16
+    assert "refuses bf16 weight packing" in emulated.why_not_bf16()
+    assert (emulated.compiler, emulated.triton, emulated.cpu_name) == (real.compiler, real.triton, real.cpu_name)
+    monkeypatch.setenv(capability.OVERRIDE, "pentium")
+    with pytest.raises(ValueError, match="known emulations are"):
+        capability.detect.__wrapped__()
+
+
+def test_auto_dtype_follows_what_the_cpu_can_do(monkeypatch):
+    base = capability.detect()
+    for native, packing, want in ((True, True, torch.bfloat16), (True, False, torch.float32),
+                                  (False, True, torch.float32), (False, False, torch.float32)):
+        cpu = dataclasses.replace(base, native_bf16=native, bf16_packing=packing)
+        monkeypatch.setattr(capability, "detect", lambda cpu=cpu: cpu)
+        assert loading.resolve_dtype("auto", "cpu") == want
+        assert loading.resolve_dtype("bfloat16", "cpu") == torch.bfloat16  # asked for: runs (unpacked if need be)
+
+
+def test_the_c_operations_are_compiled_for_the_emulated_cpu(monkeypatch):
+    emulated = dataclasses.replace(capability.detect(), emulating="avx2")
+    monkeypatch.setattr(capability, "detect", lambda: emulated)
+    assert cpu_ops.flag_sets()[0] == ("-O3", "-march=haswell", "-fopenmp-simd")
+
+
+def _emulated(code: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}
+    env.update(capability.emulation_environment("avx2"))
+    return subprocess.run([sys.executable, *( ["-c", code] if code else []), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_avx2_emulation_holds_torch_and_onednn_to_avx2():
+    """Not our flag alone: under the emulation's environment torch dispatches AVX2 kernels and oneDNN itself
+    refuses bf16 packing with the error an AVX2-only CPU gives."""
+    done = _emulated("import torch\n"
+                     "print(torch.backends.cpu.get_cpu_capability())\n"
+                     "try:\n"
+                     "    torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=torch.bfloat16))\n"
+                     "    print('packed')\n"
+                     "except RuntimeError as exc:\n"
+                     "    print('refused', 'avx512bw' in str(exc))\n"
+                     "from kernels import capability\n"
+                     "print(capability.detect().describe())\n")
+    assert done.returncode == 0, done.stderr
+    isa, refused, described = done.stdout.splitlines()
+    assert isa == "AVX2" and refused == "refused True"
+    assert described.endswith("AVX2, no native bf16 (emulating avx2)")
+
+
+def test_bf16_generation_runs_on_an_avx2_cpu_with_a_one_line_note():
+    done = _emulated("", "-m", "eagleviz", "generate", "--model", "random", "--dtype", "bfloat16", "--prompt", "hi",
+                     "--max-new-tokens", "4")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    notes = [ln for ln in done.stderr.splitlines() if "bfloat16" in ln and "unpacked" in ln]
+    assert notes == ["note: bfloat16 runs with unpacked weights: EAGLEVIZ_CPU=avx2 emulates a CPU whose oneDNN "
+                     "refuses bf16 weight packing"], done.stderr
+    assert "tokens/s" in done.stderr + done.stdout
