@@ -4,6 +4,7 @@ skipped with its reason, the prompts it picks, the command's one-line refusals (
 its dry run writing the report. The bare machine's runs, in subprocesses: tests/test_bare_box.py."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -69,6 +70,18 @@ def test_a_failing_section_is_reported_and_the_others_still_run(engine_for, monk
     assert report["bench"]["triton"] == {"skipped": "Triton is not installed"} and "torch" in report["bench"]
     assert report["summary"]["failed"] == ["lossless"] and report["ok"] is False
     assert gpu_check.describe(report["lossless"]) == "FAILED (RuntimeError: out of memory)"
+
+
+def test_different_outputs_with_no_located_difference_fail(engine_for, monkeypatch):
+    """A run whose outputs differ is ok only when a near-tie explains its first difference; one whose first
+    difference was not found has no explanation and fails."""
+    from eagleviz.decoding import race
+
+    monkeypatch.setattr(race, "race", lambda engine, run: SimpleNamespace(identical=False, divergence=None))
+    section = gpu_check.lossless(engine_for, ["abcde"], TREE, max_new_tokens=6, dtypes=("float32",))["float32"]
+    row = section["prompts"][0]
+    assert (row["identical"], row["near_tie"], row["divergence"]) == (False, False, "not located")
+    assert section["ok"] is False
 
 
 def test_an_error_in_one_dtype_fails_that_dtype_only(engine_for):
