@@ -67,7 +67,8 @@ class NodeCheck:
     token: int
     text: str
     p: float             # target probability of the token (residual after earlier rejections at this depth)
-    q: float             # draft probability of the token (shown for teaching; the proposal was deterministic)
+    q: float             # draft probability of the token (shown for teaching; the proposal was deterministic);
+                         # for a lookup node (TreeNode.source), its calibrated acceptance, as TreeNode.prob
     accept_prob: float
     uniform: float | None
     accepted: bool

@@ -130,6 +130,40 @@ def test_accepted_path_grid(label, cycle):
         assert len(bars[0].x) == len(cycle.checks)
 
 
+def _tries(fig) -> list[str]:
+    """The hover texts of the grid's tried tokens."""
+    chips = next(t for t in fig.data if t.mode == "markers+text")
+    return [h for h in chips.hovertext if h.startswith("try ")]
+
+
+def test_a_lookup_candidates_value_is_labelled_its_calibrated_acceptance_not_the_drafts_q():
+    """A lookup token was never drafted: what its check records as q is the calibrated acceptance reranking valued
+    it at (TreeNode.prob), and the path says so, from the node's source, while the head's tokens keep q(x)."""
+    from dataclasses import replace
+
+    from eagleviz.paths import GALLERY
+
+    cycle = synthetic_cycle(steps=4, topk=3, draft_tokens=10, accept=2, sampling=True)
+    looked = cycle.checks[0]
+    cycle.nodes = [replace(n, source="lookup") if n.slot == looked.slot else n for n in cycle.nodes]
+    fig = accepted_path_figure(cycle)
+    bars = {t.name: t for t in fig.data if t.type == "bar"}
+    draft, lookup = bars["q(x): draft"], bars["lookup candidate: calibrated acceptance"]
+    assert draft.y[0] is None and list(draft.y[1:]) == [c.q for c in cycle.checks[1:]]
+    assert lookup.y[0] == looked.q and all(y is None for y in lookup.y[1:])
+    assert draft.offsetgroup == lookup.offsetgroup  # in q(x)'s place, not beside it
+    first, *rest = _tries(fig)
+    assert first.startswith("try 1 at depth 1: lookup candidate") and "q(x) =" not in first
+    assert f"calibrated acceptance = {looked.q:.3f}" in first
+    assert all("draft token" in h and f"q(x) = {c.q:.3f}" in h for h, c in zip(rest, cycle.checks[1:]))
+    _as_validated(fig)
+    # a run where prompt lookup carries the decoding, as the engine recorded it (T = 0: the grid only)
+    quoting = RunTrace.from_json((GALLERY / "quoting.json").read_text(encoding="utf-8"))
+    tries = [h for c in quoting.cycles for h in _tries(accepted_path_figure(c))]
+    from_lookup = [h for h in tries if ": lookup candidate" in h]
+    assert from_lookup and all("calibrated acceptance" in h and "q(x) =" not in h for h in from_lookup)
+
+
 # ------------------------------------------------------------------ KV rewind
 
 

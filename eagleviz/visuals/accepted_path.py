@@ -8,8 +8,11 @@ that depth (the residual). If every child is rejected, the bonus token is drawn 
 
 The top panel is a grid: one column per depth, rows = the committed token, the target's top choice, and
 the draft tokens tried in order. At T > 0 a second panel shows p(x), q(x) and u for every tried token and
-the residual distribution the bonus was drawn from. Nothing is accepted before the accept frame of a cycle
-(`eagleviz.visuals.phases`); a focused token's chips are outlined (`eagleviz.visuals.selection`).
+the residual distribution the bonus was drawn from. A prompt-lookup candidate was never drafted, so it has no
+q(x): in its place the path shows the calibrated acceptance reranking valued it at (`TreeNode.source` says
+who proposed each node; acceptance reads p and u only, whoever proposed the token). Nothing is accepted
+before the accept frame of a cycle (`eagleviz.visuals.phases`); a focused token's chips are outlined
+(`eagleviz.visuals.selection`).
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import plotly.graph_objects as go
 from eagleviz.trace import CycleTrace, NodeCheck
 from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import Focus
-from eagleviz.visuals.style import (ACCEPTED, BONUS, INK, NEUTRAL, PRUNED, REJECTED, chips, empty_figure, figure,
-                                    focus_box, layout, token_html)
+from eagleviz.visuals.style import (ACCEPTED, BONUS, INK, LOOKUP, NEUTRAL, PRUNED, REJECTED, chips, empty_figure,
+                                    figure, focus_box, layout, token_html)
 
 TARGET_P = "#009E73"   # bluish green: the target's probability p(x)
 DRAFT_Q = "#CC79A7"    # reddish purple: the draft's probability q(x)
 CHECK, CROSS, GE = "\u2713", "\u2717", "\u2265"
+PROPOSED = {"eagle": "draft token", "lookup": "lookup candidate", "both": "draft token (also a lookup candidate)"}
+LOOKUP_VALUE = "lookup candidate: calibrated acceptance"
 
 
 def is_sampling(cycle: CycleTrace) -> bool:
@@ -40,6 +45,19 @@ def checks_by_depth(cycle: CycleTrace) -> dict[int, list[NodeCheck]]:
     return out
 
 
+def slot_sources(cycle: CycleTrace) -> dict[int, str]:
+    """Who proposed the node in each verification slot: its `TreeNode.source` ("eagle", "lookup" or "both")."""
+    return {n.slot: n.source for n in cycle.nodes if n.slot >= 0}
+
+
+def q_text(check: NodeCheck, source: str) -> str:
+    """What the check's q slot holds: the draft's probability q(x), or for a lookup candidate (never drafted) the
+    calibrated acceptance of a lookup token after its suffix match, which only ranked it for verification."""
+    if source == "lookup":
+        return f"{LOOKUP_VALUE} = {check.q:.3f} (no draft q(x): the head did not propose it)"
+    return f"q(x) = {check.q:.3f}"
+
+
 def depth_columns(cycle: CycleTrace) -> int:
     """Columns of the grid: the accepted depths plus the depth of the bonus token."""
     return cycle.accept_length + 1
@@ -50,6 +68,7 @@ def _grid_cells(cycle: CycleTrace) -> list[dict]:
     cells = []
     by_depth = checks_by_depth(cycle)
     sampling = is_sampling(cycle)
+    sources = slot_sources(cycle)
     for d in range(1, depth_columns(cycle) + 1):
         parent = cycle.path[d - 1]
         if d <= cycle.accept_length:
@@ -68,15 +87,17 @@ def _grid_cells(cycle: CycleTrace) -> list[dict]:
                                 f"<b>{token_html(cycle.target_texts[parent], 24)}</b> "
                                 f"(p = {cycle.target_probs[parent]:.3f})"))
         for k, c in enumerate(by_depth.get(d, [])):
-            detail = f"p(x) = {c.p:.3f}, q(x) = {c.q:.3f}"
+            source = sources.get(c.slot, "eagle")
+            detail = f"p(x) = {c.p:.3f}, {q_text(c, source)}"
             if c.uniform is not None:
                 detail += f", u = {c.uniform:.3f} {'<' if c.accepted else GE} p(x)"
             label = f"{CHECK if c.accepted else CROSS} {token_html(c.text, 9)}"
             if sampling:
                 label += f"<br><span style='font-size:11px'>p={c.p:.2f}</span>"
             cells.append(dict(x=d, y=2 + k, fill=ACCEPTED if c.accepted else REJECTED, text=label, font="white",
-                              hover=f"try {k + 1} at depth {d}: draft token <b>{token_html(c.text, 24)}</b> (slot "
-                                    f"{c.slot}) {'accepted' if c.accepted else 'rejected'}<br>{detail}"))
+                              hover=f"try {k + 1} at depth {d}: {PROPOSED.get(source, 'draft token')} "
+                                    f"<b>{token_html(c.text, 24)}</b> (slot {c.slot}) "
+                                    f"{'accepted' if c.accepted else 'rejected'}<br>{detail}"))
         if not by_depth.get(d):
             cells.append(dict(x=d, y=2, fill=PRUNED, text="(no draft)", font=INK,
                               hover=f"depth {d}: the last accepted node is a leaf of the verified tree: "
@@ -97,15 +118,24 @@ def _grid(cycle: CycleTrace) -> tuple[list[dict], dict, dict, int]:
 
 
 def _bars(cycle: CycleTrace) -> list[dict]:
-    """p(x), q(x) and u for every tried token, then the residual distribution the bonus came from (x2/y2)."""
+    """p(x), q(x) and u for every tried token, then the residual distribution the bonus came from (x2/y2). A lookup
+    candidate's bar in q(x)'s place is its calibrated acceptance, hatched in the tree's lookup colour."""
     labels = [f"d{c.depth}:{token_html(c.text, 8)}" for c in cycle.checks]
+    sources = slot_sources(cycle)
+    looked = [sources.get(c.slot) == "lookup" for c in cycle.checks]
     axes = dict(xaxis="x2", yaxis="y2")
     traces = [
         dict(type="bar", x=labels, y=[c.p for c in cycle.checks], name="p(x): target (accept prob)",
              marker_color=TARGET_P, text=[CHECK if c.accepted else CROSS for c in cycle.checks],
-             textposition="outside", hovertemplate="%{x}<br>p(x) = %{y:.3f}<extra></extra>", **axes),
-        dict(type="bar", x=labels, y=[c.q for c in cycle.checks], name="q(x): draft", marker_color=DRAFT_Q,
-             hovertemplate="%{x}<br>q(x) = %{y:.3f}<extra></extra>", **axes),
+             textposition="outside", hovertemplate="%{x}<br>p(x) = %{y:.3f}<extra></extra>", offsetgroup="p", **axes),
+        dict(type="bar", x=labels, y=[None if lk else c.q for c, lk in zip(cycle.checks, looked)], name="q(x): draft",
+             marker_color=DRAFT_Q, hovertemplate="%{x}<br>q(x) = %{y:.3f}<extra></extra>", offsetgroup="q", **axes)]
+    if any(looked):  # the same place as q(x), which a lookup candidate does not have
+        traces.append(dict(
+            type="bar", x=labels, y=[c.q if lk else None for c, lk in zip(cycle.checks, looked)], name=LOOKUP_VALUE,
+            marker=dict(color="white", line=dict(color=LOOKUP, width=1.5), pattern=dict(shape="/", fgcolor=LOOKUP)),
+            hovertemplate="%{x}<br>calibrated acceptance = %{y:.3f}<extra></extra>", offsetgroup="q", **axes))
+    traces += [
         dict(type="scatter", x=labels, y=[c.uniform for c in cycle.checks], mode="markers",
              name="u: uniform draw (accept if u < p)", hovertemplate="%{x}<br>u = %{y:.3f}<extra></extra>",
              marker=dict(symbol="diamond", size=14, color=INK, line=dict(color="white", width=1)), **axes)]
