@@ -94,3 +94,35 @@ def test_a_bundle_target_brings_its_own_prompt_sets(tmp_path):
     assert bundle_copies(str(tmp_path)) == (str(bundle.sharegpt), "mtbench")  # no MT-bench copy in this one
     assert bundle_copies(str(tmp_path), "mine.json", "prompts.txt") == ("mine.json", "prompts.txt")  # given: kept
     assert bundle_copies("embedded") == bundle_copies("random") == ("sharegpt", "mtbench")
+
+
+@pytest.fixture
+def touched(monkeypatch):
+    """What `train-head --online` reached: the device check, the model load, the recipe (each a stand-in)."""
+    import eagleviz.models.loading as loading
+    from eagleviz.train import recipe
+
+    seen = []
+    monkeypatch.setattr(loading, "check_device", lambda device: seen.append("device") or torch.device("cpu"))
+    monkeypatch.setattr(loading, "load_target", lambda *args, **kwargs: seen.append("model") or
+                        SimpleNamespace(name="tiny"))
+    monkeypatch.setattr(recipe, "run", lambda *args, **kwargs: seen.append("trained") or {"minutes": 0.1})
+    return seen
+
+
+@pytest.mark.parametrize("given", [["--device", "cuda", "--prepare-only"], ["--online", "--prepare-only"],
+                                   ["--device", "cuda", "--epochs", "3"], ["--online", "--max-steps", "100"],
+                                   ["--device", "cuda:1", "--heldout-answers", "original"]])
+def test_the_staged_runs_options_are_refused_online_before_any_device_is_touched(touched, tmp_path, given):
+    """--online (implied by --device cuda) fits its schedule to --minutes, prepares nothing and scores the held-out
+    prompts on the target's own answers: an option it would ignore is refused in one line, no device or model used."""
+    from eagleviz.errors import UserFacingError
+    from eagleviz.train.cli import train_head_main
+
+    common = ["--minutes", "1", "--out", str(tmp_path / "run"), "--cache", str(tmp_path / "cache")]
+    flag = next(a for a in given if a not in ("--device", "--online") and a.startswith("--"))
+    with pytest.raises(UserFacingError, match=f"^{flag}.*not for --online"):
+        train_head_main(given + common)
+    assert touched == []
+    assert train_head_main(["--online", "--heldout-answers", "self"] + common) == 0  # what it does anyway: kept
+    assert touched == ["device", "model", "trained"]

@@ -31,11 +31,13 @@ def train_head_parser() -> argparse.ArgumentParser:
                    help="skip this many training conversations (train a later stage on prompts not yet seen)")
     p.add_argument("--max-len", type=int, default=512, help="tokens per conversation (cut)")
     p.add_argument("--heldout", type=int, default=200, help="conversations held out for the top-1 metric")
-    p.add_argument("--heldout-answers", choices=("original", "self"), default="original",
-                   help="the held-out conversations' answers for the training curve: ShareGPT's own, or the "
-                        "target's greedy answers (the text greedy decoding reads; generated once and cached)")
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--max-steps", type=int, default=0, help="length of the schedule in steps (overrides --epochs)")
+    p.add_argument("--heldout-answers", choices=("original", "self"), default=None,
+                   help="the held-out conversations' answers for the training curve: ShareGPT's own (default), or "
+                        "the target's greedy answers (the text greedy decoding reads; generated once and cached; "
+                        "what --online always uses)")
+    p.add_argument("--epochs", type=int, default=None, help="passes over the data (default 2; not with --online)")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="length of the schedule in steps (overrides --epochs; not with --online)")
     p.add_argument("--minutes", type=float, default=None, help="stop (with a checkpoint) after this much training")
     p.add_argument("--lr", type=float, default=6e-4)
     p.add_argument("--warmup", type=int, default=20, help="warmup steps")
@@ -58,7 +60,8 @@ def train_head_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     p.add_argument("--init", default=None, help="start from this head directory (its weights and draft vocabulary) "
                    "with a fresh optimizer and schedule, e.g. to fine-tune a head on new data")
-    p.add_argument("--prepare-only", action="store_true", help="build the cached answers and features, then stop")
+    p.add_argument("--prepare-only", action="store_true",
+                   help="build the cached answers and features, then stop (not with --online)")
     p.add_argument("--dtype", default="auto", help="target dtype (auto: bf16 on a GPU or where the CPU runs it fast)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: one per core)")
@@ -84,6 +87,9 @@ def train_head_main(argv: list[str] | None = None) -> int:
         return train_online(args)
     args.answers = args.answers or "original"
     args.max_conversations = 1600 if args.max_conversations is None else args.max_conversations
+    args.heldout_answers = args.heldout_answers or "original"
+    args.epochs = 2 if args.epochs is None else args.epochs
+    args.max_steps = args.max_steps or 0
     args.data, _ = bundle_copies(args.target, args.data)
     from tqdm import tqdm
 
@@ -166,6 +172,22 @@ def _run_checks(args) -> None:
         raise UserFacingError("--add-layers grows the --init head: pass --init HEAD")
 
 
+def _refuse_staged_only(args) -> None:
+    """The staged run's options the online one has no use for, refused in one line rather than ignored, before
+    any device or model is touched: it fits its schedule to --minutes (not --epochs or --max-steps), computes
+    features as it trains (nothing for --prepare-only to build) and draws its curve on the target's own answers
+    to the held-out prompts (--heldout-answers self)."""
+    given = [flag for flag, value in (("--epochs", args.epochs), ("--max-steps", args.max_steps),
+                                      ("--prepare-only", args.prepare_only or None)) if value is not None]
+    if args.heldout_answers not in (None, "self"):
+        given.append(f"--heldout-answers {args.heldout_answers}")
+    if given:
+        raise UserFacingError(f"{', '.join(given)}: not for --online (implied by --device cuda), which fits its "
+                              "schedule to --minutes, computes features as it trains and scores the held-out prompts "
+                              "on the target's own answers; drop them, or run the staged recipe on a CPU without "
+                              "--online")
+
+
 def train_online(args) -> int:
     """`train-head --online` (or on a GPU): answers, online features, training and eval-head --quick within
     --minutes (eagleviz/train/recipe.py)."""
@@ -174,6 +196,7 @@ def train_online(args) -> int:
     from eagleviz.train import recipe
     from eagleviz.train.trainer import TrainConfig
 
+    _refuse_staged_only(args)
     if args.minutes is None:
         raise UserFacingError("--online trains within a time budget: pass --minutes (the whole run, answers and "
                               "measurement included)")
