@@ -9,24 +9,46 @@ import json
 import pytest
 
 from eagleviz import measured
-from eagleviz.config import TreeConfig
+from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.perf import bench, tune
 from tiny import tiny_engine
 
 
-def test_tune_interleaves_the_trees_and_ranks_them_against_plain(tiny_cli, capsys):
-    from eagleviz.config import SamplingConfig, TreeConfig
-
+def test_tune_interleaves_the_trees_and_ranks_them_against_plain(tiny_cli, monkeypatch, capsys):
+    """A stand-in for the runs records their order and returns set speeds (tokens/s per prompt; plain: 10): per
+    prompt, plain and every tree run once, in an order rotated from prompt to prompt, and the trees are ranked
+    by their median per-prompt speedup over plain, which here differs from the ranking by mean speedup or by
+    overall tokens/s."""
     engine = tiny_engine("llama", vocab=8)
     grid = [TreeConfig.create(2, 1, 3), TreeConfig.create(2, 2, 4), TreeConfig.create(3, 2, 6)]
-    result = tune.tune(engine, ["abc", "hello there", "xyz"], SamplingConfig(max_new_tokens=6), prefix=8,
-                        grid=grid)
-    speedups = [r["speedup_vs_plain"] for r in result["grid"]]
-    assert result["interleaved"] and len(speedups) == 3 and speedups == sorted(speedups, reverse=True)
-    assert result["best"] == {k: result["grid"][0][k] for k in ("steps", "topk", "draft_tokens")}
-    assert all(r["tau"] >= 1 and r["tokens_per_s"] > 0 for r in result["grid"])
-    assert "[tune] prompt 3/3" in capsys.readouterr().out
+    prompts = ["abc", "hello there", "xyz"]
+    speeds = {None: (10, 10, 10), grid[0]: (8, 30, 9), grid[1]: (40, 11, 9), grid[2]: (12, 13, 14)}
+    taus = {None: 0.0, grid[0]: 1.5, grid[1]: 2.0, grid[2]: 2.5}
+    index = {tuple(engine.encode_prompt(text)): p for p, text in enumerate(prompts)}
+    calls = []
 
+    def measure(engine, ids, tree, sampling):
+        calls.append((index[tuple(ids)], tree))
+        return bench.Sample(tokens=[1] * 6, seconds=6 / speeds[tree][index[tuple(ids)]], tau=taus[tree])
+
+    monkeypatch.setattr(tune, "run_ours", measure)
+    result = tune.tune(engine, prompts, SamplingConfig(max_new_tokens=6), prefix=8, grid=grid)
+
+    runs = [None, *grid]
+    order = [[tree for _, tree in calls[i:i + len(runs)]] for i in range(0, len(calls), len(runs))]
+    assert [p for p, _ in calls] == [p for p in range(len(prompts)) for _ in runs]  # one prompt at a time
+    shifts = [next((k for k in range(len(runs)) if o == runs[k:] + runs[:k]), None) for o in order]
+    assert None not in shifts and len(set(shifts)) == len(prompts)  # each a rotation of the runs, a different one
+    ranked = [grid[2], grid[1], grid[0]]  # median speedups 1.3, 1.1, 0.9 (mean 1.3, 2.0, 1.57; tokens/s 13, 13.2, 11)
+    assert [(r["steps"], r["topk"], r["draft_tokens"]) for r in result["grid"]] == [
+        (t.steps, t.topk, t.draft_tokens) for t in ranked]
+    assert [r["speedup_vs_plain"] for r in result["grid"]] == pytest.approx([1.3, 1.1, 0.9])
+    assert [r["tokens_per_s"] for r in result["grid"]] == pytest.approx(
+        [18 / sum(6 / v for v in speeds[t]) for t in ranked])
+    assert [r["tau"] for r in result["grid"]] == pytest.approx([taus[t] for t in ranked])
+    assert result["best"] == {"steps": 3, "topk": 2, "draft_tokens": 6}
+    assert result["plain_tokens_per_s"] == pytest.approx(10)
+    assert "[tune] prompt 3/3" in capsys.readouterr().out
 
 
 def test_tune_at_a_temperature_saves_the_tree_bench_runs_at_it(tiny_cli, monkeypatch, capsys):
