@@ -154,6 +154,9 @@ class RunTrace:
     kv_dtype: str = ""   # the KV caches' and attention's dtype ("" in traces written before it was recorded)
     cpu_layer: str = ""  # "compiled" (kernels/cpu_ops) or "torch": how each layer's small operations ran
     chat: bool | None = None  # whether the prompt went through the chat template (None: not recorded)
+    # where the timings were taken: the GPU's name, or the CPU's description and torch's thread count
+    # (`Engine.machine`); "" in traces written before it was recorded
+    machine: str = ""
     # what the run's reader should know about how it ran, one sentence each: e.g. that the Triton kernel failed
     # its self-check on this GPU and verification fell back to PyTorch attention (empty in older traces)
     notes: list[str] = field(default_factory=list)

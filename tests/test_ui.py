@@ -237,6 +237,37 @@ def test_race_refuses_an_imported_trace_over_the_limits(hub, finished):
     assert "EAGLEVIZ_KV_BUDGET_MB" in tiny_kv.race(run, "auto")
 
 
+def _row(text: str, name: str) -> list[str]:
+    """The cells of the race table's row that starts with `name`."""
+    row = next(ln for ln in text.splitlines() if ln.startswith(f"| {name}"))
+    return [cell.strip() for cell in row.strip("|").split("|")]
+
+
+@pytest.mark.parametrize("machine", ["Another CPU, AVX2, no native bf16, 64 thread(s)", ""])
+def test_race_divides_only_times_taken_on_this_machine(handlers, hub, finished, tmp_path, machine):
+    """A trace imported from another machine, or one that does not say where it ran, is compared token by token,
+    but its speed is not divided by a plain run timed here: the race says it needs a run made here."""
+    _, run = finished
+    data = json.loads(run.to_json())
+    data["machine"] = machine
+    path = tmp_path / "imported.json"
+    path.write_text(json.dumps(data))
+    imported = read_trace(path)
+    text = handlers.race(imported, "auto")
+    assert "Identical outputs" in text and "No speedup measured" in text and "Press Run" in text
+    assert _row(text, "EAGLE, this run's tree")[0].endswith("(timed elsewhere)")
+    assert _row(text, "EAGLE, this run's tree")[-1] == ""          # no speedup in its row
+    result = race_mod.race(hub.get(), imported)
+    assert result.identical and not result.timed_here and result.speedup is None
+    assert "Measured speedup" not in race_mod.describe(result)
+    assert (machine or "a machine its trace does not record") in race_mod.elsewhere(result)
+    # the run as this server made it: timed here, raced with its speedup
+    assert run.machine and run.machine == hub.get().machine()
+    text = handlers.race(run, "auto")
+    assert "No speedup" not in text and _row(text, "EAGLE, this run's tree")[-1].endswith("x")
+    assert race_mod.race(hub.get(), run).speedup > 0
+
+
 def test_race_stops_plain_decoding_at_the_time_limit(hub, finished):
     from eagleviz.app.session import race_run
 

@@ -264,7 +264,8 @@ def race_text(result: race_mod.RaceResult, fastest_run: RunTrace | None, fastest
     run, plain = result.speculative, result.plain
     p = plain.summary()["tokens_per_s"]
     rows = [("EAGLE, this CPU's fastest tree", fastest_run)] if fastest_run is not None else []
-    own = "EAGLE, this run's tree" + (" (the fastest here)" if fastest is not None and fastest_run is None else
+    own = "EAGLE, this run's tree" + (" (timed elsewhere)" if not result.timed_here else
+                                      " (the fastest here)" if fastest is not None and fastest_run is None else
                                       " (as it ran)" if fastest_run is not None else "")
     rows += [(own, run), ("plain decoding", plain)]
     lines = ["| | tree | tokens | time (s) | tokens/s | \u03c4 | speedup |", "|---|---|---:|---:|---:|---:|---:|"]
@@ -272,12 +273,14 @@ def race_text(result: race_mod.RaceResult, fastest_run: RunTrace | None, fastest
         s, tree = r.summary(), tree_of(r)
         shape = f"{tree.steps} / {tree.topk} / {tree.draft_tokens}" if tree else ""
         tau = f"{s['tau']:.2f}" if tree else ""
-        speedup = f"{s['tokens_per_s'] / p:.2f}x" if p > 0 else ""
+        speedup = f"{s['tokens_per_s'] / p:.2f}x" if p > 0 and (r is not run or result.timed_here) else ""
         lines.append(f"| {name} | {shape} | {s['new_tokens']} | {s['wall_s']:.2f} | {s['tokens_per_s']:.1f} | {tau} "
                      f"| {speedup} |")
     where = (f"The fastest tree is the one `tune` found ({fastest.origin}); it and plain decoding were timed "
              "alone, other runs waiting. " if fastest is not None else
-             "No `tune` result here: the race times this run's tree. ")
+             "No `tune` result here: the race times this run's tree. " if result.timed_here else "")
+    if not result.timed_here:
+        where += f"**No speedup measured**: {race_mod.elsewhere(result)} Press Run to make one here. "
     verdict = race_mod.describe(result).split("\n\n", 2)[2:]  # after describe's table and speedup: the texts
     return "\n".join(lines) + "\n\n" + where + why_small_trees() + "\n\n**This run against plain decoding.** " + \
         "".join(verdict)

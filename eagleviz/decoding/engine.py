@@ -46,6 +46,7 @@ from eagleviz.decoding.policy import HeadRest, TreePolicy
 from eagleviz.decoding.prefix import Prefix, PrefixCache, chat_prefix
 from eagleviz.decoding.tree import Candidates, VerifyTree
 from eagleviz.decoding.verify import draw, greedy_verify, sample_verify, sampling_probs
+from kernels import capability
 from kernels.self_check import KernelCheck, choose_attention
 from kernels.tree_attention import resolve_impl
 
@@ -161,6 +162,14 @@ class Engine:
         """Whether `encode_prompt(prompt, chat)` renders the prompt through the chat template."""
         return bool(chat and self.target.tokenizer.chat_template)
 
+    def machine(self) -> str:
+        """Where this engine's runs are timed, as their traces record it: the GPU's name, or the CPU's description
+        (`kernels.capability`) and torch's thread count. Timings divide only between runs with the same."""
+        dev = self.target.device
+        if dev.type == "cuda":
+            return torch.cuda.get_device_name(dev)
+        return f"{capability.detect().describe()}, {torch.get_num_threads()} thread(s)"
+
     def new_run(self, prompt: str, prompt_ids: list[int], tree: TreeConfig | None, sampling: SamplingConfig,
                 chat: bool = True) -> RunTrace:
         config = {"sampling": vars(sampling).copy(), "speculative": tree is not None}
@@ -174,7 +183,7 @@ class Engine:
                         head=self.head_name if tree is not None else "",
                         kv_dtype=str(self.target.kv_dtype).removeprefix("torch."),
                         cpu_layer="compiled" if self.target.ops is not None else "torch", chat=self.uses_chat(chat),
-                        notes=list(self.notes))
+                        machine=self.machine(), notes=list(self.notes))
 
     def _capacity(self, n_prompt: int, sampling: SamplingConfig, tree: TreeConfig | None) -> int:
         limit = self.target.max_positions

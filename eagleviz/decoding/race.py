@@ -6,6 +6,11 @@ differently, so where the target's two best logits are tied or one rounding step
 flip. The comparison finds the first differing position and measures the target's top-2 logit gap there
 with one forward over the common prefix. At T > 0 both runs sample the target distribution but consume
 different random numbers, so their texts differ by design.
+
+The speedup divides the run's tokens/s by plain decoding's, timed now: only a run timed on this machine
+(`RunTrace.machine` equal to `Engine.machine`) gives one. An imported or recorded trace made elsewhere, or one
+that does not say where, is still compared token by token, but its speed is not divided by a plain run timed
+here: the race says that it needs a run made here.
 """
 
 from __future__ import annotations
@@ -48,13 +53,23 @@ class RaceResult:
     plain: RunTrace
     greedy: bool
     divergence: Divergence | None
+    machine: str = ""        # where plain decoding was timed (`Engine.machine`)
 
     @property
     def identical(self) -> bool:
         return self.speculative.token_ids == self.plain.token_ids
 
     @property
-    def speedup(self) -> float:
+    def timed_here(self) -> bool:
+        """Whether the speculative run was timed on the machine plain decoding just ran on (a trace that does not
+        record its machine was not, as far as anyone can tell)."""
+        return bool(self.speculative.machine) and self.speculative.machine == self.machine
+
+    @property
+    def speedup(self) -> float | None:
+        """Speculative over plain tokens/s; None when the two were timed on different machines (`timed_here`)."""
+        if not self.timed_here:
+            return None
         s, p = self.speculative.summary()["tokens_per_s"], self.plain.summary()["tokens_per_s"]
         return s / p if p > 0 else 0.0
 
@@ -112,16 +127,18 @@ def race(engine: Engine, run: RunTrace, stop: Callable[[RunTrace], str] | None =
         prefix = engine.encode_prompt(run.prompt, race_chat(run)) + spec_ids[:first]
         divergence = Divergence(position=first, speculative=run.output[first].text, plain=plain.output[first].text,
                                 top2=top2_after(engine, prefix), dtype=run.dtype)
-    return RaceResult(speculative=run, plain=plain, greedy=greedy, divergence=divergence)
+    return RaceResult(speculative=run, plain=plain, greedy=greedy, divergence=divergence, machine=engine.machine())
 
 
 def describe(result: RaceResult) -> str:
     """The race as Markdown: speeds side by side, then agreement and, where they differ, why."""
     s, p = result.speculative.summary(), result.plain.summary()
+    where = "" if result.timed_here else " (timed elsewhere)"
     lines = ["| | tokens | time (s) | tokens/s |", "|---|---:|---:|---:|",
-             f"| speculative (EAGLE) | {s['new_tokens']} | {s['wall_s']:.2f} | {s['tokens_per_s']:.1f} |",
+             f"| speculative (EAGLE){where} | {s['new_tokens']} | {s['wall_s']:.2f} | {s['tokens_per_s']:.1f} |",
              f"| plain decoding | {p['new_tokens']} | {p['wall_s']:.2f} | {p['tokens_per_s']:.1f} |", "",
-             f"**Measured speedup: {result.speedup:.2f}x** (\u03c4 = {s['tau']:.2f} tokens per target forward).", ""]
+             f"**Measured speedup: {result.speedup:.2f}x** (\u03c4 = {s['tau']:.2f} tokens per target forward)."
+             if result.timed_here else f"**No speedup measured**: {elsewhere(result)}", ""]
     if not result.greedy:
         lines.append("At T > 0 both runs sample the target's distribution with different random draws, so their "
                      "texts differ by design; the replay panel shows why the speculative one is distributed exactly "
@@ -137,6 +154,14 @@ def describe(result: RaceResult) -> str:
     else:
         lines.append(_divergence_text(result.divergence))
     return "\n".join(lines)
+
+
+def elsewhere(result: RaceResult) -> str:
+    """Why a recorded run's speed is not divided by plain decoding's, in one sentence."""
+    recorded = result.speculative.machine
+    return (f"this run was timed on {recorded if recorded else 'a machine its trace does not record'} and plain "
+            f"decoding here ({result.machine}), now; times from two machines do not divide: a speedup needs a "
+            "run made on this machine.")
 
 
 def _divergence_text(d: Divergence) -> str:
