@@ -41,13 +41,13 @@ MAX_ROWS = 32
 MAX_HEAD_DIM = 256  # the C attention's register tiles (MAX_CHUNKS vectors of 16 floats)
 _ERRORS = {-1: (MemoryError, "out of memory"), -2: (ValueError, "shapes the C code refuses")}
 
-_loaded: dict[str, CpuOps] = {}
-_errors: dict[str, str] = {}
+_loaded: dict[tuple[str, str], object] = {}
+_errors: dict[tuple[str, str], str] = {}
 
 
-def last_error(build_dir: str | Path) -> str | None:
-    """Why the last `load(build_dir)` returned None (None when it did not)."""
-    return _errors.get(str(build_dir))
+def last_error(build_dir: str | Path, source: Path = SOURCE) -> str | None:
+    """Why the last `load(build_dir)` (or `load_library(source, build_dir, ...)`) returned None."""
+    return _errors.get((source.name, str(build_dir)))
 
 
 def load(build_dir: str | Path) -> CpuOps | None:
@@ -55,12 +55,17 @@ def load(build_dir: str | Path) -> CpuOps | None:
     or `build_dir` is not safe to load code from (`last_error` says why). A success is cached per process
     (later calls cost a dict lookup); a failure is not, so a later call tries again (e.g. once a compiler
     is installed)."""
-    key = str(build_dir)
+    return load_library(SOURCE, build_dir, ("-fopenmp-simd",), CpuOps)
+
+
+def load_library(source: Path, build_dir: str | Path, extra: tuple[str, ...], wrap):
+    """`wrap(ctypes.CDLL)` of `source` compiled with `extra` flags into `build_dir`, as `load` does it."""
+    key = (source.name, str(build_dir))
     if key not in _loaded:
         try:
-            path = _build(Path(build_dir))
+            path = build_library(source, Path(build_dir), extra)
             _check_private(path)
-            _loaded[key] = CpuOps(ctypes.CDLL(str(path)))
+            _loaded[key] = wrap(ctypes.CDLL(str(path)))
             _errors.pop(key, None)
         except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as err:
             _errors[key] = f"{type(err).__name__}: {err}"
@@ -97,33 +102,34 @@ def _cpu_signature() -> str:
         return platform.processor() + platform.machine()
 
 
-def flag_sets() -> tuple[tuple[str, ...], ...]:
+def flag_sets(extra: tuple[str, ...] = ("-fopenmp-simd",)) -> tuple[tuple[str, ...], ...]:
     """The compiler flags tried in order: for this CPU (or the one `kernels.capability` emulates), then
     without -march where the compiler does not know it."""
-    return (("-O3", f"-march={capability.detect().march}", "-fopenmp-simd"), ("-O3", "-fopenmp-simd"))
+    return (("-O3", f"-march={capability.detect().march}", *extra), ("-O3", *extra))
 
 
-def _build(build_dir: Path) -> Path:
+def build_library(source_path: Path, build_dir: Path, extra: tuple[str, ...] = ("-fopenmp-simd",)) -> Path:
+    """Compile `source_path` into a shared library in `build_dir` (once per source, flags, compiler and CPU)."""
     compiler = shlex.split(os.environ.get("CC", "cc") or "cc")  # e.g. CC="ccache gcc"
     version = subprocess.run([*compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
-    source = SOURCE.read_bytes()
+    source = source_path.read_bytes()
     failures = []
-    for flags in flag_sets():
+    for flags in flag_sets(extra):
         digest = hashlib.sha256(source + repr(flags).encode() + version.encode() + _cpu_signature().encode())
-        target = build_dir / f"cpu_ops-{digest.hexdigest()[:16]}.so"
+        target = build_dir / f"{source_path.stem}-{digest.hexdigest()[:16]}.so"
         if target.exists():
             return target
         build_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=build_dir) as tmp:
             out = Path(tmp) / target.name
-            done = subprocess.run([*compiler, *flags, "-shared", "-fPIC", str(SOURCE), "-o", str(out), "-lm"],
+            done = subprocess.run([*compiler, *flags, "-shared", "-fPIC", str(source_path), "-o", str(out), "-lm"],
                                   capture_output=True, text=True, timeout=120)
             if done.returncode == 0:
                 os.chmod(out, 0o700)
                 os.replace(out, target)  # atomic: a concurrent build of the same library is harmless
                 return target
             failures.append(f"{' '.join(flags)}: {done.stderr.strip()[-500:]}")
-    raise RuntimeError("could not compile kernels/cpu_ops.c: " + " | ".join(failures))
+    raise RuntimeError(f"could not compile kernels/{source_path.name}: " + " | ".join(failures))
 
 
 def _ptr(t: torch.Tensor) -> int:

@@ -108,10 +108,10 @@ def test_attention_matches_the_reference(ops, rows, prefix, tree, d, group, dtyp
 
 
 def test_a_library_per_cpu_and_a_reason_without_a_compiler(ops, tmp_path, monkeypatch):  # ops: skip without cc
-    first = cpu_ops._build(tmp_path)
-    assert cpu_ops._build(tmp_path) == first  # built once
+    first = cpu_ops.build_library(cpu_ops.SOURCE, tmp_path)
+    assert cpu_ops.build_library(cpu_ops.SOURCE, tmp_path) == first  # built once
     monkeypatch.setattr(cpu_ops, "_cpu_signature", lambda: "flags : another cpu")
-    other = cpu_ops._build(tmp_path)
+    other = cpu_ops.build_library(cpu_ops.SOURCE, tmp_path)
     assert other != first and other.exists()  # a cache shared with another CPU never loads this one's build
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     assert cpu_ops.load(tmp_path / "empty") is None
@@ -259,7 +259,7 @@ def test_the_other_wrappers_refuse_mismatched_operands(ops):
 
 def test_a_library_in_a_folder_others_can_write_is_refused(ops, tmp_path):
     shared = tmp_path / "shared"
-    cpu_ops._build(shared)  # a genuine build, then the folder is opened to everyone
+    cpu_ops.build_library(cpu_ops.SOURCE, shared)  # a genuine build, then the folder is opened to everyone
     shared.chmod(0o777)
     assert cpu_ops.load(shared) is None and "writable by other users" in cpu_ops.last_error(shared)
     shared.chmod(0o700)

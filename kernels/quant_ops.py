@@ -1,0 +1,133 @@
+"""Matrix products from a model file's weight blocks (`kernels/quant_ops.c`), built once per machine.
+
+A decode step on a CPU reads every weight once, so its speed is the weights' bytes: SmolLM2-135M's linears
+and LM head are 538 MB in fp32 and ~96 MB in the GGUF's own Q4_1 and Q8_0 blocks. `quant_matmul` multiplies
+fp32 rows by weights kept in those blocks, each block widened to fp32 once per group of rows, with one fixed
+order of operations per output element (batch invariant: a row's result does not depend on the rows computed
+with it, the thread count or the CPU's vector width; the C file says how).
+
+Formats (`QuantWeight`, the layout the C code reads; `from_blocks` converts `eagleviz.models.packed`'s):
+    q4_1   q (n * k / 32, 16) uint8, byte i = q[i] | q[i + 16] << 4; d, m (n * k / 32,) fp32; w = d * q + m
+    q8_0   q (n * k / 32, 32) int8 viewed as uint8; d (n * k / 32,) fp32; w = d * q
+`reference` computes the same product in PyTorch from the dequantized weight (equal up to summation order).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kernels import cpu_ops
+
+SOURCE = Path(__file__).with_suffix(".c")
+FLAGS = ("-fopenmp", "-ffp-contract=fast")
+FORMATS = {"q4_1": 0, "q8_0": 1}
+BLOCK = 32
+
+
+@dataclass(frozen=True)
+class QuantWeight:
+    """A weight (n, k) in blocks of 32 along k (see the module docstring for the layout)."""
+
+    fmt: str
+    q: torch.Tensor
+    d: torch.Tensor
+    m: torch.Tensor | None
+    shape: tuple[int, int]
+
+    def __post_init__(self):
+        n, k = self.shape
+        blocks, width = n * k // BLOCK, 16 if self.fmt == "q4_1" else 32
+        if self.fmt not in FORMATS or k % BLOCK:
+            raise ValueError(f"a {self.fmt} weight of shape {self.shape}: formats {sorted(FORMATS)}, k a multiple of 32")
+        if not (self.q.dtype == torch.uint8 and self.q.shape == (blocks, width) and self.q.is_contiguous()):
+            raise ValueError(f"{self.fmt} q must be contiguous uint8 ({blocks}, {width}), got {self.q.dtype} "
+                             f"{tuple(self.q.shape)}")
+        for name, part in (("d", self.d), ("m", self.m if self.fmt == "q4_1" else self.d)):
+            if part is None or not (part.dtype == torch.float32 and part.shape == (blocks,) and part.is_contiguous()):
+                raise ValueError(f"{self.fmt} {name} must be contiguous fp32 ({blocks},)")
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.q, self.d, self.m) if t is not None)
+
+    @classmethod
+    def from_blocks(cls, fmt: str, parts: dict[str, torch.Tensor], shape) -> QuantWeight:
+        """From `eagleviz.models.packed`'s parts (q4_1: q (B, 16) two values per byte, low nibble first, in
+        order; d, m fp16. q8_0: q (B, 32) int8, d fp16)."""
+        if fmt == "q4_1":
+            packed = parts["q"]
+            q = torch.stack((packed & 0x0F, packed >> 4), dim=-1).reshape(packed.shape[0], BLOCK)
+            q = (q[:, :16] | (q[:, 16:] << 4)).contiguous()
+            return cls(fmt, q, parts["d"].float().contiguous(), parts["m"].float().contiguous(), tuple(shape))
+        if fmt == "q8_0":
+            return cls(fmt, parts["q"].contiguous().view(torch.uint8), parts["d"].float().contiguous(), None,
+                       tuple(shape))
+        raise ValueError(f"no quantized product for the format {fmt!r} (supported: {', '.join(FORMATS)})")
+
+    def dequantize(self) -> torch.Tensor:
+        """The fp32 weight (n, k) these blocks hold (d * q + m, exact in fp32)."""
+        if self.fmt == "q4_1":
+            q = torch.cat((self.q & 0x0F, self.q >> 4), dim=1).float()
+            w = self.d[:, None] * q + self.m[:, None]
+        else:
+            w = self.d[:, None] * self.q.view(torch.int8).float()
+        return w.reshape(self.shape)
+
+    @classmethod
+    def concat(cls, weights: list[QuantWeight]) -> QuantWeight | None:
+        """One weight whose rows are those of `weights` in order (they share k and a format), else None."""
+        first = weights[0]
+        if any(w.fmt != first.fmt or w.shape[1] != first.shape[1] for w in weights):
+            return None
+        m = None if first.m is None else torch.cat([w.m for w in weights])
+        return cls(first.fmt, torch.cat([w.q for w in weights]), torch.cat([w.d for w in weights]), m,
+                   (sum(w.shape[0] for w in weights), first.shape[1]))
+
+
+class QuantOps:
+    """The typed wrapper over `quant_matmul`: every pointer is checked before it reaches C."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        p, i = ctypes.c_void_p, ctypes.c_int
+        lib.quant_matmul.argtypes, lib.quant_matmul.restype = [i, p, p, p, p, p, p, i, i, i, i], ctypes.c_int
+        self._lib = lib
+
+    def __deepcopy__(self, memo: dict) -> QuantOps:
+        return self
+
+    def matmul(self, x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None = None,
+               threads: int | None = None) -> torch.Tensor:
+        """x (T, k) fp32 -> (T, n) fp32 = x w^T (+ bias (n,) fp32)."""
+        n, k = w.shape
+        if not (x.dtype == torch.float32 and x.dim() == 2 and x.shape[1] == k and x.is_cpu):
+            raise ValueError(f"quant_ops: x must be an fp32 CPU tensor (T, {k}), got {x.dtype} {tuple(x.shape)}")
+        x = x.contiguous()
+        if bias is not None and not (bias.dtype == torch.float32 and bias.shape == (n,) and bias.is_contiguous()):
+            raise ValueError(f"quant_ops: bias must be contiguous fp32 ({n},)")
+        y = torch.empty(x.shape[0], n, dtype=torch.float32)
+        code = self._lib.quant_matmul(FORMATS[w.fmt], x.data_ptr(), w.q.data_ptr(), w.d.data_ptr(),
+                                      None if w.m is None else w.m.data_ptr(),
+                                      None if bias is None else bias.data_ptr(), y.data_ptr(), x.shape[0], k, n,
+                                      threads or torch.get_num_threads())
+        if code:
+            raise ValueError(f"quant_ops.matmul: the C code refused the shapes (code {code})")
+        return y
+
+
+def load(build_dir: str | Path) -> QuantOps | None:
+    """The compiled product, built into `build_dir` on first use; None when it cannot be built (`last_error`)."""
+    return cpu_ops.load_library(SOURCE, build_dir, FLAGS, QuantOps)
+
+
+def last_error(build_dir: str | Path) -> str | None:
+    return cpu_ops.last_error(build_dir, SOURCE)
+
+
+def reference(x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The same product in PyTorch, on the dequantized weight (fp64 sums: the exact value to compare with)."""
+    y = x.double() @ w.dequantize().double().T
+    return (y if bias is None else y + bias.double()).float()

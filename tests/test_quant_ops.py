@@ -1,0 +1,86 @@
+"""kernels/quant_ops.py: products from Q4_1 and Q8_0 blocks agree with the dequantized weight's exact product,
+a row's result is bitwise the same whatever rows, grouping or threads come with it, the 8-lane (AVX2) and
+16-lane (AVX-512) builds give the same bits, and the block layouts convert exactly."""
+
+import ctypes
+import dataclasses
+
+import pytest
+import torch
+
+from eagleviz.models import packed
+from kernels import capability, cpu_ops, quant_ops
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory):
+    loaded = quant_ops.load(tmp_path_factory.mktemp("quant"))
+    if loaded is None:
+        pytest.skip(f"the quantized product could not be built here: {quant_ops.last_error('')}")
+    return loaded
+
+
+def random_blocks(fmt: str, n: int, k: int, seed: int = 0) -> tuple[quant_ops.QuantWeight, dict]:
+    """Blocks as a quantizer writes them (q4_1: each block's minimum is m, its maximum d * 15 + m; q8_0: its
+    largest magnitude is 127 d)."""
+    gen = torch.Generator().manual_seed(seed)
+    blocks = n * k // 32
+    d = (torch.rand(blocks, generator=gen) * 0.02 + 1e-3).half()
+    if fmt == "q4_1":
+        q = torch.randint(0, 16, (blocks, 32), generator=gen, dtype=torch.uint8)
+        q[:, 0], q[:, 1] = 0, 15
+        parts = {"q": q[:, 0::2] | (q[:, 1::2] << 4), "d": d, "m": (-torch.rand(blocks, generator=gen) * 0.1).half()}
+    else:
+        q = torch.randint(-127, 128, (blocks, 32), generator=gen, dtype=torch.int8)
+        q[:, 0] = 127  # d = the block's largest magnitude / 127
+        parts = {"q": q, "d": d}
+    return quant_ops.QuantWeight.from_blocks(fmt, parts, (n, k)), parts
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+def test_blocks_convert_exactly_from_the_packed_layout(fmt):
+    weight, parts = random_blocks(fmt, 48, 96)
+    assert torch.equal(weight.dequantize(), packed._dequantize(fmt, parts, [48, 96]))
+    found, again = packed.pack_tensor(weight.dequantize())  # the values found back in the same blocks
+    assert found == fmt and torch.equal(quant_ops.QuantWeight.from_blocks(fmt, again, (48, 96)).q, weight.q)
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("rows", [1, 3, 4, 9, 64])
+def test_the_product_is_the_dequantized_weights(ops, fmt, rows):
+    weight, _ = random_blocks(fmt, 80, 192, seed=rows)
+    gen = torch.Generator().manual_seed(100 + rows)
+    x, bias = torch.randn(rows, 192, generator=gen), torch.randn(80, generator=gen)
+    for b in (None, bias):
+        got, want = ops.matmul(x, weight, b), quant_ops.reference(x, weight, b)
+        torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-5 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+def test_a_rows_result_does_not_depend_on_its_batch(ops, fmt):
+    weight, _ = random_blocks(fmt, 67, 160, seed=3)
+    x = torch.randn(37, 160, generator=torch.Generator().manual_seed(4)) * 3
+    full = ops.matmul(x, weight, threads=2)
+    for start, stop, threads in ((0, 1, 1), (5, 6, 2), (3, 7, 1), (10, 26, 2), (0, 37, 1), (36, 37, 3)):
+        assert torch.equal(ops.matmul(x[start:stop], weight, threads=threads), full[start:stop]), (start, stop)
+
+
+def test_8_and_16_lane_builds_give_the_same_bits(ops, tmp_path, monkeypatch):
+    """The AVX2 build (8-float vectors) and this CPU's native build compute every lane alike."""
+    emulated = dataclasses.replace(capability.detect(), emulating="avx2")
+    monkeypatch.setattr(capability, "detect", lambda: emulated)
+    haswell = quant_ops.QuantOps(ctypes.CDLL(str(cpu_ops.build_library(quant_ops.SOURCE, tmp_path, quant_ops.FLAGS))))
+    for fmt in ("q4_1", "q8_0"):
+        weight, _ = random_blocks(fmt, 50, 128, seed=7)
+        x = torch.randn(6, 128, generator=torch.Generator().manual_seed(8))
+        assert torch.equal(haswell.matmul(x, weight), ops.matmul(x, weight)), fmt
+
+
+def test_refusals_are_one_line(ops):
+    weight, _ = random_blocks("q4_1", 32, 64)
+    with pytest.raises(ValueError, match="x must be an fp32 CPU tensor"):
+        ops.matmul(torch.zeros(2, 64, dtype=torch.bfloat16), weight)
+    with pytest.raises(ValueError, match="no quantized product for the format 'q5_k'"):
+        quant_ops.QuantWeight.from_blocks("q5_k", {}, (32, 64))
+    with pytest.raises(ValueError, match="k a multiple of 32"):
+        quant_ops.QuantWeight("q4_1", weight.q, weight.d, weight.m, (64, 32 + 1))
