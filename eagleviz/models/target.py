@@ -22,8 +22,10 @@ from torch import nn
 from eagleviz.models.kv_cache import KVCache
 from eagleviz.paths import cache_dir
 from eagleviz.models.dense import Dense
+from eagleviz.models.quantized import QuantDense, weight_names
 from eagleviz.models.layers import AttentionWeights, attention_dtype, cached_attention, rms_norm, swiglu_mlp
-from kernels import cpu_ops
+from kernels import cpu_ops, quant_ops
+from kernels.quant_ops import QuantWeight
 from kernels.tree_attention import resolve_impl
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -52,7 +54,8 @@ class TargetModel:
     fp32), else measures which is faster on this machine (`eagleviz.models.layers.attention_dtype`)."""
 
     def __init__(self, hf_model: nn.Module, tokenizer, name: str, pack: bool | None = None,
-                 kv_dtype: torch.dtype | None = None, fused: bool | None = None):
+                 kv_dtype: torch.dtype | None = None, fused: bool | None = None,
+                 blocks: dict[str, QuantWeight] | None = None):
         cfg = hf_model.config
         if cfg.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(f"model type {cfg.model_type!r} is not supported; use one of {SUPPORTED_MODEL_TYPES}")
@@ -74,10 +77,14 @@ class TargetModel:
         self._norm = base.norm
         self._rotary = base.rotary_emb
         self.lm_head = hf_model.lm_head
-        self.unembed = Dense.of(hf_model.lm_head, pack=pack)  # the LM head for inference (packed)
+        self._quant = self._quant_ops(blocks, hf_model)
+        self.unembed = self._dense(hf_model.lm_head, pack=pack)  # the LM head for inference (packed)
         self._attn = [self._attention_weights(layer, pack) for layer in base.layers]
-        self._gate_up = [Dense.of(layer.mlp.gate_proj, layer.mlp.up_proj, pack=pack) for layer in base.layers]
-        self._down = [Dense.of(layer.mlp.down_proj, pack=pack) for layer in base.layers]
+        self._gate_up = [self._dense(layer.mlp.gate_proj, layer.mlp.up_proj, pack=pack) for layer in base.layers]
+        self._down = [self._dense(layer.mlp.down_proj, pack=pack) for layer in base.layers]
+        self.weights = "blocks" if all(isinstance(d, QuantDense) for d in (self.unembed, *self._gate_up, *self._down,
+                                                                          *(a.qkv for a in self._attn),
+                                                                          *(a.o_proj for a in self._attn))) else "dense"
         # the norm after layer i's MLP: layer i + 1's input norm, the final norm after the last layer
         self._next_norms = [layer.input_layernorm.weight for layer in base.layers[1:]] + [base.norm.weight]
         self.eos_token_ids = _eos_ids(hf_model, tokenizer)
@@ -110,11 +117,35 @@ class TargetModel:
             raise ValueError("the fused CPU layer is unavailable: " + "; ".join(reasons))
         return ops
 
+    def _quant_ops(self, blocks: dict[str, QuantWeight] | None, hf_model: nn.Module):
+        """What the linears need to compute from `blocks` (the products' library and each weight's name), or
+        None: no blocks, not an fp32 CPU model, or the library cannot be built (said once)."""
+        if not blocks or self.device.type != "cpu" or self.dtype != torch.float32:
+            return None
+        ops = quant_ops.load(cache_dir() / "kernels")
+        if ops is None:
+            warnings.warn("eagleviz: the quantized products (kernels/quant_ops.c) could not be built, so the "
+                          f"weights run widened to fp32: {quant_ops.last_error(cache_dir() / 'kernels')}",
+                          RuntimeWarning, stacklevel=3)
+            return None
+        return ops, blocks, weight_names(hf_model)
+
+    def _dense(self, *linears: nn.Linear, pack: bool | None):
+        """The inference product of linears sharing an input: from their weight blocks where the model has
+        them (`QuantDense`), else a `Dense`."""
+        if self._quant is not None:
+            ops, blocks, names = self._quant
+            found = QuantDense.of(blocks, [names.get(id(lin), "") for lin in linears], list(linears), ops)
+            if found is not None:
+                return found
+        return Dense.of(*linears, pack=pack)
+
     def _attention_weights(self, layer: nn.Module, pack: bool | None) -> AttentionWeights:
         a = layer.self_attn
-        return AttentionWeights(a.q_proj, a.k_proj, a.v_proj, Dense.of(a.o_proj, pack=pack), self.num_heads,
+        return AttentionWeights(a.q_proj, a.k_proj, a.v_proj, self._dense(a.o_proj, pack=pack), self.num_heads,
                                 self.num_kv_heads, self.head_dim, getattr(a, "q_norm", None),
-                                getattr(a, "k_norm", None), self.eps, qkv=Dense.of(a.q_proj, a.k_proj, a.v_proj, pack=pack))
+                                getattr(a, "k_norm", None), self.eps,
+                                qkv=self._dense(a.q_proj, a.k_proj, a.v_proj, pack=pack))
 
     @property
     def dtype(self) -> torch.dtype:
