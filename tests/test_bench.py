@@ -25,7 +25,7 @@ def test_bench_writes_its_files_and_keeps_the_latest_for_the_app(tiny_cli, capsy
     assert list(result["rows"]) == ["hf-generate", "plain", "eagle-tree"] and result["prompts"] == 2
     assert (out / "bench-T0.md").read_text().startswith("| method |")
     cpu = result["machine"]["cpu"]  # what the figures depend on: the CPU's name, vector unit and bf16 support
-    assert f", {torch.backends.cpu.get_cpu_capability()}, " in cpu and cpu.endswith("native bf16")
+    assert f", {torch.backends.cpu.get_cpu_capability()}, " in cpu and "native bf16" in cpu
     assert "plotly" in (out / "bench-T0.html").read_text()[:5000].lower()
     found = measured.latest_bench(0)
     assert found is not None and not found.shipped and found.data == result
