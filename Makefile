@@ -12,7 +12,7 @@ TORCH_INDEX ?=
 # Sleeping (not spinning) OpenMP threads: robust when the cores are shared (docs/performance.md, section 3).
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: run test test-slow setup browser rehearsal
+.PHONY: run test test-slow test-avx2 setup browser rehearsal
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,8 +35,19 @@ browser:
 run: $(STAMP)
 	EAGLEVIZ_THREADS=$${EAGLEVIZ_THREADS:-1} $(PY) app.py
 
+# The suites whose results depend on what the CPU can do (dtype choice, packing, the C operations, the
+# quantized products, the engine on tiny models), run again as an AVX2-only CPU runs them
+# (EAGLEVIZ_CPU=avx2: torch's kernels and oneDNN held to AVX2, C code built for Haswell; kernels/capability.py).
+AVX2_TESTS := tests/test_capability.py tests/test_dense.py tests/test_cpu_ops.py tests/test_quant_ops.py \
+	tests/test_quantized.py tests/test_models.py tests/test_limits.py tests/test_gpu_check.py tests/test_engine.py \
+	tests/test_bench.py
+
 test: $(STAMP) browser
 	$(PY) -m pytest -q -m "not slow" --durations=15
+	EAGLEVIZ_CPU=avx2 $(PY) -m pytest -q -m "not slow" $(AVX2_TESTS)
+
+test-avx2: $(STAMP)
+	EAGLEVIZ_CPU=avx2 $(PY) -m pytest -q -m "not slow" $(if $(TESTS),$(TESTS),tests)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow --durations=15
