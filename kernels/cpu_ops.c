@@ -9,6 +9,10 @@
  *   attention       softmax(q K^T * scale) V over the cache, tree mask on the last keys, GQA
  *   silu_mul        round(silu(gate)) * up
  *
+ * Batch invariance: a row's results do not depend on the other rows, nor on where its visible keys sit. Every
+ * sum runs in one fixed order whatever the CPU's vector width (`FixedSum`; keys scored in zero-padded tiles
+ * of 16; the softmax denominator over the row's visible keys only, in order), so a tree node's attention
+ * is bitwise the plain decoding step's for the same path, on AVX2, AVX-512 and NEON alike.
  * Hidden states are bf16 (`bf` = 1) or fp32 (`bf` = 0). In bf16 every intermediate is rounded where
  * PyTorch's eager code rounds it (round to nearest even), so the results match the eager path's up to the
  * order of a sum and the last bits of exp. Keys, values and queries are fp32.
@@ -85,6 +89,33 @@ static inline float exp_neg(float x) {
     return x < lo ? 0.0f : p * scale;
 }
 
+/* Sums in one fixed order, whatever the CPU's vector width: value i goes to partial sum i % 16 (in order),
+ * then the 16 partial sums are added by halves (8, 4, 2, 1). `FixedSum` carries the partial sums across
+ * calls, so values can be added in pieces (a contiguous run, then single values). */
+typedef struct {
+    v16 lanes;
+    long count;
+} FixedSum;
+
+static inline void fixed_add_run(FixedSum *acc, const float *x, int n) { /* n contiguous values */
+    int i = 0;
+    while (i < n && (acc->count & 15)) acc->lanes[acc->count++ & 15] += x[i++];
+    for (; i + 16 <= n; i += 16, acc->count += 16) {
+        v16 v;
+        memcpy(&v, x + i, sizeof v);
+        acc->lanes += v;
+    }
+    for (; i < n; i++) acc->lanes[acc->count++ & 15] += x[i];
+}
+
+static inline float fixed_total(const FixedSum *acc) {
+    float t[16];
+    memcpy(t, &acc->lanes, sizeof t);
+    for (int w = 8; w > 0; w >>= 1)
+        for (int i = 0; i < w; i++) t[i] += t[i + w];
+    return t[0];
+}
+
 /* out = w * round(x * rsqrt(mean(x^2) + eps)) per row of `dim`; with delta, first h = round(h + delta)
  * (h updated in place). In bf16 the product with w is rounded too, as `weight * x.to(bf16)` is. */
 int rms_norm(void *h, const void *delta, const void *w, void *out, int rows, int dim, float eps, int bf) {
@@ -100,10 +131,10 @@ int rms_norm(void *h, const void *delta, const void *w, void *out, int rows, int
             for (int i = 0; i < dim; i++) x[i] = bf ? round_bf16(x[i] + d[i]) : x[i] + d[i];
             store_row(h, off, dim, bf, x);
         }
-        float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-        for (int i = 0; i < dim; i++) ss += x[i] * x[i];
-        float r = 1.0f / sqrtf(ss / (float)dim + eps);
+        FixedSum sq = {{0}, 0}; /* the mean of squares in one order on every CPU */
+        for (int i = 0; i < dim; i++) d[i] = x[i] * x[i];
+        fixed_add_run(&sq, d, dim);
+        float r = 1.0f / sqrtf(fixed_total(&sq) / (float)dim + eps);
         for (int i = 0; i < dim; i++) x[i] = bf ? round_bf16(wf[i] * round_bf16(x[i] * r)) : wf[i] * (x[i] * r);
         store_row(out, off, dim, bf, x);
     }
@@ -178,10 +209,10 @@ static inline v16 sum_lanes16(const v16 *p) {
 /* Scores of `rows` queries (rows, d) against keys [0, n) of k (n, d): s (rows, n) = scale * q k^T. Keys go
  * 16 at a time: each query's 16 partial products (one vector of d/16-chunk sums per key) are summed across
  * lanes together (`sum_lanes16`), and a key tile is read from memory once for all the rows of a KV head. */
-static inline __attribute__((always_inline)) void scores(const float *q, const float *k, float *s, int rows,
-                                                          int n, int d, float scale) {
-    int chunks = d / 16, full = n - n % 16;
-    for (int j = 0; j < full; j += 16) {
+static inline __attribute__((always_inline)) void score_tiles(const float *q, const float *k, float *s, long stride,
+                                                               int rows, int n, int d, float scale) {
+    int chunks = d / 16; /* n: a multiple of 16 keys; row r's scores go to s + r * stride */
+    for (int j = 0; j < n; j += 16) {
         for (int r = 0; r < rows; r += 2) { /* two rows at a time share each key's loads */
             int second = r + 1 < rows ? r + 1 : r;
             v16 qa[MAX_CHUNKS], qb[MAX_CHUNKS], pa[16], pb[16];
@@ -201,18 +232,25 @@ static inline __attribute__((always_inline)) void scores(const float *q, const f
                 pb[l] = b;
             }
             v16 dots = sum_lanes16(pa) * scale;
-            memcpy(s + (long)r * n + j, &dots, sizeof(v16));
+            memcpy(s + (long)r * stride + j, &dots, sizeof(v16));
             dots = sum_lanes16(pb) * scale;
-            memcpy(s + (long)second * n + j, &dots, sizeof(v16));
+            memcpy(s + (long)second * stride + j, &dots, sizeof(v16));
         }
     }
-    for (int r = 0; r < rows; r++)
-        for (int j = full; j < n; j++) {
-            const float *kj = k + (long)j * d, *qr = q + (long)r * d;
-            float dot = 0.0f;
-            for (int i = 0; i < d; i++) dot += qr[i] * kj[i];
-            s[(long)r * n + j] = dot * scale;
-        }
+}
+
+/* `score_tiles` over any n: the last n % 16 keys go through the same tile code, copied into `tile` (16 * d
+ * floats) and zero-padded, their scores through `spill` (16 * rows floats). A key's score is thus computed
+ * the same way wherever it falls, and does not change when the number of keys grows past a tile. */
+static inline __attribute__((always_inline)) void scores(const float *q, const float *k, float *s, int rows, int n,
+                                                         int d, float scale, float *tile, float *spill) {
+    int full = n - n % 16;
+    score_tiles(q, k, s, n, rows, full, d, scale);
+    if (full == n) return;
+    memset(tile, 0, sizeof(float) * 16 * (size_t)d);
+    memcpy(tile, k + (long)full * d, sizeof(float) * (size_t)(n - full) * d);
+    score_tiles(q, tile, spill, 16, rows, 16, d, scale);
+    for (int r = 0; r < rows; r++) memcpy(s + (long)r * n + full, spill + 16L * r, sizeof(float) * (n - full));
 }
 
 /* out (rows, hq * d) = softmax(scale * q K^T) V for each query row and head, over keys [0, n_keys) of
@@ -224,13 +262,14 @@ static inline __attribute__((always_inline)) int attention_d(
         const float *q, const float *kc, const float *vc, const uint8_t *mask, void *out, int rows, int hq, int hkv,
         int d, int cap, int n_keys, int prefix, float scale, int bf) {
     int group = hq / hkv, tree = n_keys - prefix, r_count = rows * group, chunks = d / 16;
-    float *qg = malloc(sizeof(float) * (size_t)r_count * ((size_t)n_keys + 2 * d + 1));
+    float *qg = malloc(sizeof(float) * ((size_t)r_count * ((size_t)n_keys + 2 * d + 1 + 16) + 16 * (size_t)d));
     if (!qg) return ERR_NOMEM;
     float *s = qg + (long)r_count * d, *acc = s + (long)r_count * n_keys, *inv_sum = acc + (long)r_count * d;
+    float *spill = inv_sum + r_count, *tile = spill + 16L * r_count;
     for (int g = 0; g < hkv; g++) {
         for (int t = 0; t < rows; t++) /* row t * group + e is query head g * group + e of token t */
             memcpy(qg + (long)t * group * d, q + ((long)t * hq + g * group) * d, sizeof(float) * (size_t)(group * d));
-        scores(qg, kc + (long)g * cap * d, s, r_count, n_keys, d, scale);
+        scores(qg, kc + (long)g * cap * d, s, r_count, n_keys, d, scale, tile, spill);
         for (int r = 0; r < r_count; r++) {
             float *sr = s + (long)r * n_keys, m = -INFINITY, sum = 0.0f;
             const uint8_t *row_mask = mask ? mask + (long)(r / group) * tree : NULL;
@@ -238,11 +277,16 @@ static inline __attribute__((always_inline)) int attention_d(
                 for (int j = 0; j < tree; j++) sr[prefix + j] = row_mask[j] ? sr[prefix + j] : -INFINITY;
 #pragma omp simd reduction(max : m)
             for (int j = 0; j < n_keys; j++) m = sr[j] > m ? sr[j] : m;
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < n_keys; j++) {
-                sr[j] = exp_neg(sr[j] - m);
-                sum += sr[j];
-            }
+#pragma omp simd
+            for (int j = 0; j < n_keys; j++) sr[j] = exp_neg(sr[j] - m);
+            /* The denominator sums the keys this row sees, in order, as `FixedSum` does: a tree node's
+             * ancestors then count as the tokens before it do in plain decoding (masked keys are skipped, not
+             * added as zeros, which would shift the later keys' partial sums). */
+            FixedSum total = {{0}, 0};
+            fixed_add_run(&total, sr, prefix);
+            for (int j = 0; j < tree; j++)
+                if (!row_mask || row_mask[j]) fixed_add_run(&total, sr + prefix + j, 1);
+            sum = fixed_total(&total);
             inv_sum[r] = 1.0f / sum; /* applied to the output row */
         }
         const float *v = vc + (long)g * cap * d;

@@ -5,10 +5,13 @@ compiler), and TargetModel's use of it (the same logits as its PyTorch layer, th
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
+
 import pytest
 import torch
 
-from kernels import cpu_ops
+from kernels import capability, cpu_ops
 from kernels.tree_attention import tree_attention_torch
 from eagleviz.models.layers import apply_rope, rms_norm
 from eagleviz.models.target import TargetModel
@@ -105,6 +108,23 @@ def test_attention_matches_the_reference(ops, rows, prefix, tree, d, group, dtyp
         torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)
     else:
         torch.testing.assert_close(got, want, atol=2e-6, rtol=2e-5)
+
+
+def test_the_avx2_build_gives_the_same_bits(ops, tmp_path, monkeypatch):
+    """The sums go in one order whatever the vector width (`FixedSum`, the 16-key tiles), so the library built
+    for an AVX2-only CPU computes norms, attention and SiLU bit for bit as this CPU's own build does."""
+    emulated = dataclasses.replace(capability.detect(), emulating="avx2")
+    monkeypatch.setattr(capability, "detect", lambda: emulated)
+    haswell = cpu_ops.CpuOps(ctypes.CDLL(str(cpu_ops.build_library(cpu_ops.SOURCE, tmp_path))))
+    h, w = _randn(5, 576, seed=1), _randn(576, seed=2)
+    assert torch.equal(haswell.rms_norm(h.clone(), w, 1e-5), ops.rms_norm(h.clone(), w, 1e-5))
+    gate_up = _randn(5, 2 * 1536, seed=3)
+    assert torch.equal(haswell.silu_mul(gate_up), ops.silu_mul(gate_up))
+    q, k, v = _randn(5, 8, 64, seed=4), _randn(2, 2, 64, 64, seed=5), _randn(2, 2, 64, 64, seed=6)
+    mask = torch.rand(5, 5, generator=torch.Generator().manual_seed(7)) < 0.6
+    for tree in (None, mask):
+        assert torch.equal(haswell.attention(q, k, v, 1, 37, tree, torch.float32, 0.125),
+                           ops.attention(q, k, v, 1, 37, tree, torch.float32, 0.125))
 
 
 def test_a_library_per_cpu_and_a_reason_without_a_compiler(ops, tmp_path, monkeypatch):  # ops: skip without cc

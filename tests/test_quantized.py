@@ -1,6 +1,7 @@
 """eagleviz/models/quantized.py: a target whose linears are exactly Q4_1 blocks (its LM head Q8_0) computes from
 the blocks: the same logits as its fp32 linears up to the order of the sums, and a token's logits bitwise the
-same whether it is run alone or with other tokens after it (the products' batch invariance)."""
+same whether it is run alone, with other tokens after it, or as a node of a tree (batch invariance: the
+products' and the C attention's fixed orders of summation)."""
 
 import pytest
 import torch
@@ -55,12 +56,7 @@ def test_the_logits_are_the_fp32_linears_up_to_summation_order(pair):
     torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
 
 
-ATTENTION_TILES = pytest.mark.xfail(strict=True, reason=(
-    "kernels/cpu_ops.c scores keys in tiles of 16 and the remainder one by one, so whether a key falls in a "
-    "tile moves with the number of keys: the attention is not yet batch invariant (the products are)"))
-
-
-@pytest.mark.parametrize("prefix", [5, 20, pytest.param(14, marks=ATTENTION_TILES)])
+@pytest.mark.parametrize("prefix", [5, 14, 20, 31])
 def test_a_tokens_logits_do_not_depend_on_the_tokens_after_it(pair, prefix):
     """The first new token's logits from a causal forward of 1, 2, 3 or 5 new tokens after `prefix` tokens: the
     rows after it change nothing in its products and norms, and its attention never sees them."""
@@ -76,3 +72,34 @@ def test_a_tokens_logits_do_not_depend_on_the_tokens_after_it(pair, prefix):
         rows.append(out.logits[0])
         cache.length -= t
     assert all(torch.equal(rows[0], r) for r in rows[1:])
+
+
+@pytest.mark.parametrize("prefix", [9, 15, 30])
+def test_a_tree_nodes_logits_are_plain_decodings(pair, prefix):
+    """Verification is batch invariant: each node of a branching tree gets bitwise the logits plain decoding
+    gives the same token after the same path, though its ancestors sit at other cache slots and siblings'
+    keys are masked out between them."""
+    _, quant, _ = pair
+    gen = torch.Generator().manual_seed(prefix)
+    ids = torch.randint(0, 64, (prefix,), generator=gen)
+    tokens = torch.randint(0, 64, (7,), generator=gen)
+    parents = [-1, 0, 0, 1, 2, 4, 4]  # node 0 the root; depths 0, 1, 1, 2, 2, 3, 3
+    mask = torch.zeros(7, 7, dtype=torch.bool)
+    for node in range(7):
+        at = node
+        while at >= 0:
+            mask[node, at] = True
+            at = parents[at]
+    depth = mask.sum(1) - 1
+    cache = quant.new_cache(64)
+    quant.forward(ids, torch.arange(prefix), cache, torch.ones(prefix, prefix, dtype=torch.bool).tril(), logit_rows=None)
+    tree = quant.forward(tokens, prefix + depth, cache, mask).logits
+    cache.length = prefix
+    for node in range(7):
+        path = [node]
+        while parents[path[-1]] >= 0:
+            path.append(parents[path[-1]])
+        for step, at in enumerate(reversed(path)):  # plain decoding, one token at a time
+            plain = quant.forward(tokens[at:at + 1], torch.tensor([prefix + step]), cache, None).logits[0]
+        assert torch.equal(plain, tree[node]), node
+        cache.length = prefix
