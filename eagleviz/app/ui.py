@@ -246,7 +246,9 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                       **model)
         # Stop skips the queue: it must reach the running generator even when the queue is full.
         stop_btn.click(h.request_stop, stop, status, queue=False, **quiet)
-        slider.release(nav.show, [run_state, slider], cycle_outputs, **quiet)
+        # The slider moved by hand (typed, clicked, dragged): the views follow; the slider itself is not an output.
+        gr.on([slider.input, slider.release], nav.show, [run_state, slider], [summary_plot, *view],
+              trigger_mode="always_last", **quiet)
         prev_btn.click(lambda r, i: nav.step(r, i, -1), [run_state, slider], cycle_outputs, **quiet)
         next_btn.click(lambda r, i: nav.step(r, i, +1), [run_state, slider], cycle_outputs, **quiet)
         play_btn.click(nav.play, [run_state, playing], [playing, timer, play_btn])

@@ -1,0 +1,76 @@
+"""The workshop, end to end in headless Chromium, as an instructor tries it before a class: every control does
+what it says. The cycle slider typed, clicked and dragged; the queue notice counting only runs that exist;
+Race refusing an unfinished run; presets that let go once edited and come back on a click, and an imported
+trace bringing back its prompt and knobs; labels that say what they measure (speedups against plain
+decoding, launch flags from the first screen, a prompt over the limit said); plain words instead of the
+machinery's; a run opening on its most instructive cycle.
+
+Uses the server and the browser of tests/test_app_browser.py (same requirements: Debian's chromium and the
+Python `playwright` package). Screenshots go to artifacts/.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from test_app_browser import (CHROMIUM, PROSE_JS, RUN_TIMEOUT_MS, app_url, browser, export, figure,  # noqa: F401
+                              open_accordion, open_page, page, prose, run_and_wait, set_number, shot)
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing: apt-get install -y chromium "
+                                                           "fonts-dejavu-core"),
+]
+
+TREE_TITLE_JS = "() => (document.querySelector('#draft-tree .js-plotly-plot').layout.title.text || '')"
+
+
+def shown_cycle(page) -> int:
+    """The cycle the four views show, from the caption and the draft tree's title (they must agree)."""
+    caption = re.search(r"Cycle (\d+)", prose(page, "cycle-caption"))
+    title = re.search(r"Cycle (\d+)", page.evaluate(TREE_TITLE_JS))
+    assert caption and title, (prose(page, "cycle-caption"), page.evaluate(TREE_TITLE_JS))
+    assert caption.group(1) == title.group(1)
+    return int(caption.group(1))
+
+
+def wait_for_cycle(page, k: int) -> None:
+    page.wait_for_function(f"() => ({TREE_TITLE_JS})().includes('Cycle {k} ') && "
+                           f"({PROSE_JS})('cycle-caption').includes('Cycle {k} of')", timeout=30_000)
+
+
+def slider_value(page) -> int:
+    return int(page.locator("#cycle-slider input[type=number]").first.input_value())
+
+
+# ------------------------------------------------------------------ 1. the cycle slider
+
+def test_the_cycle_slider_moves_every_view_when_typed_clicked_or_dragged(page):
+    set_number(page, "max-new-tokens", 32)
+    run_and_wait(page)
+    n = int(page.locator("#cycle-slider input[type=range]").get_attribute("max")) + 1
+    assert n >= 4, n
+    # typed into its number box
+    target = 2 if shown_cycle(page) != 2 else 1
+    set_number(page, "cycle-slider", target)
+    wait_for_cycle(page, target)
+    # clicked on its track: the left end is cycle 0
+    track = page.locator("#cycle-slider input[type=range]")
+    track.scroll_into_view_if_needed()
+    box = track.bounding_box()
+    track.click(position={"x": 2, "y": box["height"] / 2})
+    wait_for_cycle(page, 0)
+    assert slider_value(page) == 0
+    # dragged from the left end to the right end: the last cycle
+    page.mouse.move(box["x"] + 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, steps=5)
+    page.mouse.move(box["x"] + box["width"] - 1, box["y"] + box["height"] / 2, steps=5)
+    page.mouse.up()
+    wait_for_cycle(page, n - 1)
+    assert slider_value(page) == n - 1 and shown_cycle(page) == n - 1
+    shot(page, "w01_slider_dragged_to_the_last_cycle.png")
