@@ -11,7 +11,7 @@ import pytest
 from starlette.datastructures import QueryParams
 
 from eagleviz.app import gallery, workshop
-from eagleviz.app.handlers import Handlers
+from eagleviz.app.handlers import Handlers, StopRequest
 from eagleviz.app.limits import Limits
 from eagleviz.app.navigation import VIEW_SIZE
 from eagleviz.app.pairs import Pair, PairHub
@@ -102,12 +102,22 @@ def test_a_link_needs_valid_knobs():
     assert "prompt=a%20b%26c" in link and "preset=Code" in unquote(link) and "model=" not in link
 
 
-def test_the_queue_says_when_runs_are_ahead(handlers):
-    assert handlers.announce() == ""          # nobody ahead
-    handlers._started()                        # that run is now running
-    note = handlers.announce()                 # a second visitor clicks Run
+def test_the_queue_says_when_runs_are_ahead_and_counts_each_tab_once(handlers):
+    first, second = StopRequest(), StopRequest()
+    assert handlers.announce(first) == ""     # nobody ahead
+    skip = type(gr.skip())
+    assert isinstance(handlers.announce(first), skip) and len(handlers._pending) == 1   # clicked again: once
+    handlers._started(first)                   # that run is now running
+    first.running = True
+    assert isinstance(handlers.announce(first), skip)   # clicks while it runs count for nothing
+    note = handlers.announce(second)           # a second visitor clicks Run
     assert "1 run(s) ahead" in note and "one cycle in turn" in note and "recorded runs" in note
+    handlers.announce(second)                  # and again, before the run starts
+    assert len(handlers._pending) == 1
+    handlers._started(second)
     handlers._ended()
+    handlers._ended()
+    assert handlers._pending == {} and handlers._running == 0
     first_come = Handlers(handlers.pairs, Limits(active_runs=1))   # the old first-come-first-served server
-    first_come._started()
-    assert "runs 1 at a time" in first_come.announce()
+    first_come._started(StopRequest())
+    assert "runs 1 at a time" in first_come.announce(StopRequest())

@@ -43,6 +43,10 @@ def wait_for_cycle(page, k: int) -> None:
                            f"({PROSE_JS})('cycle-caption').includes('Cycle {k} of')", timeout=30_000)
 
 
+# A run that outlasts the test's clicks (512 tokens, about 13 s alone on this machine's 2 cores).
+LONG_PROMPT = "Write a 2000-word essay about the history of Rome, with many sections."
+
+
 def slider_value(page) -> int:
     return int(page.locator("#cycle-slider input[type=number]").first.input_value())
 
@@ -74,3 +78,35 @@ def test_the_cycle_slider_moves_every_view_when_typed_clicked_or_dragged(page):
     wait_for_cycle(page, n - 1)
     assert slider_value(page) == n - 1 and shown_cycle(page) == n - 1
     shot(page, "w01_slider_dragged_to_the_last_cycle.png")
+
+
+# ------------------------------------------------------------------ 2. the queue notice
+
+def test_the_queue_notice_counts_only_runs_that_exist_and_goes_when_the_run_is_done(browser, app_url):
+    """One visitor presses Run four times during a long run: the page starts one run, and the notice counts
+    one. A second visitor's run then has exactly one run ahead of it, and its notice goes once it is done."""
+    first, second = open_page(browser, app_url), open_page(browser, app_url)
+    try:
+        first.fill("#prompt textarea", LONG_PROMPT)
+        set_number(first, "max-new-tokens", 512)
+        first.click("#run")
+        first.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Running\\u2026 cycle')",
+                                timeout=RUN_TIMEOUT_MS)
+        for _ in range(3):
+            first.click("#run")
+        first.wait_for_timeout(1000)
+        assert prose(first, "queue-note") == ""          # its own extra clicks are not runs ahead of it
+        set_number(second, "max-new-tokens", 8)
+        second.click("#run")
+        second.wait_for_function(f"() => ({PROSE_JS})('queue-note').includes('ahead')", timeout=30_000)
+        assert prose(second, "queue-note").startswith("\u23f3 1 run(s) ahead"), prose(second, "queue-note")
+        assert prose(first, "status").startswith("Running")
+        shot(second, "w02_queue_notice.png")
+        second.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Done')", timeout=RUN_TIMEOUT_MS)
+        second.wait_for_function(f"() => ({PROSE_JS})('queue-note') === ''", timeout=10_000)
+        first.click("#stop")
+        first.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Done')", timeout=60_000)
+        assert prose(first, "queue-note") == ""
+    finally:
+        first.close()
+        second.close()

@@ -78,6 +78,7 @@ class StopRequest:
 
     requested: bool = False
     running: bool = False
+    clicked_at: float | None = None   # when Run was clicked and its run has not started yet (`Handlers.announce`)
 
 
 class Handlers:
@@ -86,7 +87,7 @@ class Handlers:
         self.turns = Turns(self.limits.concurrency)   # the one line to the model: runs take it cycle by cycle
         self._lock = threading.Lock()
         self._running = 0
-        self._pending: list[float] = []
+        self._pending: dict[int, float] = {}   # tab (id of its StopRequest) -> when its Run click was announced
 
     # ---------------------------------------------------------------- knobs, presets, pairs
     def knobs_changed(self, *values) -> tuple[str, str]:
@@ -120,11 +121,17 @@ class Handlers:
                 f"{self.pairs.resident() or 'none'}, is released first: one model at a time.")
 
     # ---------------------------------------------------------------- the queue
-    def announce(self) -> str:
-        """Called without queueing when Run is clicked: a note when other runs share the model with this one."""
+    def announce(self, stop: StopRequest):
+        """Called without queueing when Run is clicked: a note when other runs share the model with this one.
+        A tab counts once: a click while its run is waiting or going is ignored by the page (Gradio starts no
+        second run from it), so it is not counted either and the note stays as it is."""
         now = time.monotonic()
         with self._lock:
-            self._pending = [t for t in self._pending if now - t < PENDING_TTL_S] + [now]
+            if stop.running or (stop.clicked_at is not None and now - stop.clicked_at < PENDING_TTL_S):
+                return gr.skip()
+            stop.clicked_at = now
+            self._pending = {tab: t for tab, t in self._pending.items() if now - t < PENDING_TTL_S}
+            self._pending[id(stop)] = now
             ahead = self._running + len(self._pending) - 1
         if ahead < 1:
             return ""
@@ -136,11 +143,11 @@ class Handlers:
                 f"its first cycle after about {ahead} other cycles, then advances at 1/{ahead + 1} of its own speed. "
                 f"{gallery}")
 
-    def _started(self) -> None:
+    def _started(self, stop: StopRequest) -> None:
         with self._lock:
             self._running += 1
-            if self._pending:
-                self._pending.pop(0)
+            self._pending.pop(id(stop), None)
+            stop.clicked_at = None
 
     def _ended(self) -> None:
         with self._lock:
@@ -152,7 +159,7 @@ class Handlers:
         skip = gr.skip()
         last, run, stream = 0.0, None, None
         stop.requested, stop.running = False, True
-        self._started()
+        self._started(stop)
         try:
             knobs = knobs_from(*values)
             name = self.pairs.pair(pair).name

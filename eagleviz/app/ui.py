@@ -241,9 +241,9 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         settings = [prompt, preset, preset_note, *knobs]
         demo.load(opened, None, [*run_outputs, *settings, pair, projector, link_note])
         projector.change(None, projector, None, js=workshop.PROJECTOR_JS)
-        run_btn.click(h.announce, None, queue_note, queue=False, **quiet)
+        run_btn.click(h.announce, stop, queue_note, queue=False, **quiet)
         run_btn.click(run_fn, [stop, pair, prompt, *knobs], run_outputs, show_progress="minimal", api_name="run",
-                      **model)
+                      **model).then(lambda: "", None, queue_note, queue=False, **quiet)   # the run is over: no queue
         # Stop skips the queue: it must reach the running generator even when the queue is full.
         stop_btn.click(h.request_stop, stop, status, queue=False, **quiet)
         # The slider moved by hand (typed, clicked, dragged): the views follow; the slider itself is not an output.
