@@ -110,3 +110,20 @@ def test_the_queue_notice_counts_only_runs_that_exist_and_goes_when_the_run_is_d
     finally:
         first.close()
         second.close()
+
+
+# ------------------------------------------------------------------ 6. Race during a run
+
+def test_race_during_a_run_is_refused_in_plain_words(page):
+    page.fill("#prompt textarea", LONG_PROMPT)
+    set_number(page, "max-new-tokens", 512)
+    page.click("#run")
+    page.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Running\\u2026 cycle')", timeout=RUN_TIMEOUT_MS)
+    page.click("#race")
+    page.wait_for_function(f"() => ({PROSE_JS})('race-result').includes('still going')", timeout=30_000)
+    assert prose(page, "status").startswith("Running")             # refused at once, not after the run
+    assert "|" not in prose(page, "race-result")                    # no race table of a half-made run
+    assert "still going" in page.locator(".toast-body").first.inner_text()   # said where the visitor looks
+    shot(page, "w06_race_refused_during_a_run.png")
+    page.click("#stop")
+    page.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Done')", timeout=60_000)

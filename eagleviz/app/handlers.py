@@ -29,6 +29,8 @@ from eagleviz.visuals.output_text import output_tokens
 STREAM_EVERY_S = 0.3      # minimum time between two streamed text updates, times the runs in progress (thirty
                           # runs streaming every cycle would spend the server's time on updates, not on decoding)
 KNOB_COUNT = 10           # the knobs every handler receives, in Knobs' field order
+RACE_WAITS = ("A run is still going: the race compares a finished run with plain decoding. Press Race again once "
+              "the run says Done (or press Stop to end it there).")
 PENDING_TTL_S = 600       # a click not followed by its run within this long is forgotten (tab closed, queue full)
 
 
@@ -219,9 +221,14 @@ class Handlers:
                 write_trace(run), tour, *view_values(run, 0))
 
     # ---------------------------------------------------------------- race, import, API
-    def race(self, run: RunTrace | None, attn_impl: str, pair: str | None = None) -> str:
+    def race(self, run: RunTrace | None, attn_impl: str, pair: str | None = None,
+             stop: StopRequest | None = None) -> str:
         """Plain decoding against the page's run (do the texts agree?) and against EAGLE with this machine's
-        fastest tree (how fast can it be?), each timed alone: other runs wait for the race's turn to end."""
+        fastest tree (how fast can it be?), each timed alone: other runs wait for the race's turn to end.
+        `stop`: the tab's run flags; a run still going is refused, its output is not the run's yet."""
+        if stop is not None and stop.running:
+            gr.Warning(RACE_WAITS)
+            return f"\u26a0 {RACE_WAITS}"
         if run is None:
             return "Run a prompt first; the race decodes the same prompt without speculation."
         fastest = fastest_tree(float(run.config["sampling"].get("temperature", 0.0)))

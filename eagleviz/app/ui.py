@@ -262,7 +262,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                          [phase, *figures, phase_playing, phase_timer, phase_btn], **quiet)
         tour_prev.click(lambda r, i, s: nav.tour(r, i, s, -1), [run_state, slider, tour_state], [tour_state, tour_md])
         tour_next.click(lambda r, i, s: nav.tour(r, i, s, +1), [run_state, slider, tour_state], [tour_state, tour_md])
-        race_btn.click(race_fn, [run_state, attn, pair], race_md, **model)
+        race_btn.click(race_fn, [run_state, attn, pair, stop], race_md, **model)
         import_file.upload(h.imported, import_file, run_outputs)
         recorded.input(lambda e: workshop.gallery_opened(h, e), recorded, [*run_outputs, *settings])
         link_btn.click(lambda p, s, m, *k: workshop.link_for(p, s, m if len(pairs.names) > 1 else None, *k),
