@@ -121,3 +121,24 @@ def test_the_queue_says_when_runs_are_ahead_and_counts_each_tab_once(handlers):
     first_come = Handlers(handlers.pairs, Limits(active_runs=1))   # the old first-come-first-served server
     first_come._started(StopRequest())
     assert "runs 1 at a time" in first_come.announce(StopRequest())
+
+
+def test_an_edited_preset_lets_go_and_an_imported_trace_brings_its_settings(handlers):
+    from dataclasses import fields, replace
+
+    from eagleviz.app import presets
+
+    story = next(p for p in presets.PRESETS if p.temperature > 0)
+    knobs = presets.knobs(story, Knobs(max_new_tokens=24, seed=3))     # knobs a preset does not set stay free
+    values = [getattr(knobs, f.name) for f in fields(Knobs)]
+    kept = Handlers.preset_kept(story.name, story.prompt, *values)
+    assert all(isinstance(v, type(gr.skip())) for v in kept)
+    assert Handlers.preset_kept(story.name, story.prompt + "!", *values) == (None, presets.edited_note(story.name))
+    hotter = [getattr(replace(knobs, temperature=0.85), f.name) for f in fields(Knobs)]
+    assert Handlers.preset_kept(story.name, story.prompt, *hotter)[0] is None
+    assert Handlers.preset_kept(None, story.prompt, *values) == (story.name, presets.note(story))   # edited back
+    entry = next(e for e in gallery.entries() if e.preset == story.name)
+    out = workshop.trace_imported(handlers, str(gallery.GALLERY_DIR / entry.file), "torch")
+    prompt, preset, note, *knobs = settings(out)
+    assert out[2].startswith("Imported") and (prompt, preset) == (entry.prompt, story.name) and "tau" in note
+    assert Knobs(*knobs) == replace(entry.knobs, attn_impl="torch")     # the page's attention is kept

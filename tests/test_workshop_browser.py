@@ -127,3 +127,57 @@ def test_race_during_a_run_is_refused_in_plain_words(page):
     shot(page, "w06_race_refused_during_a_run.png")
     page.click("#stop")
     page.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Done')", timeout=60_000)
+
+
+# ------------------------------------------------------------------ 7. presets that do not go stale
+
+def knob_values(page) -> dict:
+    return {k: page.locator(f"#{k} input[type=number]").first.input_value()
+            for k in ("steps", "topk", "draft-tokens", "temperature")}
+
+
+def selected_preset(page) -> str | None:
+    checked = page.locator("#preset input[type=radio]:checked")
+    return checked.first.get_attribute("value") if checked.count() else None
+
+
+def test_an_edited_preset_lets_go_a_click_restores_it_and_an_import_restores_its_settings(page, tmp_path):
+    from eagleviz.app import gallery, presets
+
+    first = presets.PRESETS[0]
+    opened = knob_values(page)
+    assert selected_preset(page) == first.name and "tau about" in prose(page, "preset-note")
+    # a knob moved: the preset is no longer what the page shows, and its note stops promising its tau
+    set_number(page, "steps", 3)
+    page.wait_for_function("() => !document.querySelector('#preset input[type=radio]:checked')", timeout=10_000)
+    assert "tau about" not in prose(page, "preset-note") and first.name in prose(page, "preset-note")
+    # clicking it restores it
+    page.get_by_role("radio", name=first.name).check()
+    page.wait_for_function(f"() => ({PROSE_JS})('preset-note').includes('tau about')", timeout=30_000)
+    assert knob_values(page) == opened and selected_preset(page) == first.name
+    # the prompt edited: the same
+    page.locator("#prompt textarea").press_sequentially(" Then stop.")
+    page.wait_for_function("() => !document.querySelector('#preset input[type=radio]:checked')", timeout=10_000)
+    page.get_by_role("radio", name=first.name).check()
+    page.wait_for_function(f"(p) => document.querySelector('#prompt textarea').value === p", arg=first.prompt,
+                           timeout=30_000)
+    # "Fastest on this CPU" is another tree: the preset lets go
+    if page.locator("#fastest-tree").is_enabled():
+        page.click("#fastest-tree")
+        page.wait_for_function("() => !document.querySelector('#preset input[type=radio]:checked')", timeout=10_000)
+    # an imported trace brings back its prompt and knobs, and the preset they are
+    entry = next(e for e in gallery.entries() if e.preset and e.preset != first.name and e.knobs.temperature > 0)
+    open_accordion(page, "Save, load, deploy")
+    page.locator("#import input[type=file]").set_input_files(str(gallery.GALLERY_DIR / entry.file))
+    page.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Imported')", timeout=60_000)
+    page.wait_for_function("(p) => document.querySelector('#prompt textarea').value === p", arg=entry.prompt,
+                           timeout=30_000)
+    k = entry.knobs
+    page.wait_for_function(f"() => document.querySelector('#steps input[type=number]').value === '{k.steps}'",
+                           timeout=10_000)
+    assert knob_values(page) == {"steps": str(k.steps), "topk": str(k.topk), "draft-tokens": str(k.draft_tokens),
+                                 "temperature": f"{k.temperature:g}"}
+    page.wait_for_function("(n) => (document.querySelector('#preset input[type=radio]:checked') || {}).value === n",
+                           arg=entry.preset, timeout=10_000)
+    assert "tau about" in prose(page, "preset-note")
+    shot(page, "w07_imported_trace_restores_its_settings.png")

@@ -112,6 +112,18 @@ class Handlers:
             return gr.skip(), "", *[gr.skip()] * 6
         return preset.prompt, presets.note(preset), preset.temperature, *preset.tree, False, preset.source
 
+    @staticmethod
+    def preset_kept(name: str | None, prompt: str, *values) -> tuple:
+        """After the prompt or a knob changed: the preset the page's settings still are (`presets.matching`) and
+        its note; an edited preset is let go, its note saying so. Outputs: preset, preset note."""
+        try:
+            found = presets.matching(prompt, knobs_from(*values))
+        except UserFacingError:
+            found = None
+        if (found.name if found else None) == name:
+            return gr.skip(), gr.skip()
+        return (found.name, presets.note(found)) if found else (None, presets.edited_note(name))
+
     def pair_note(self, name: str | None) -> str:
         try:
             pair = self.pairs.pair(name)

@@ -18,6 +18,7 @@ them to 0.05. Another CPU rounds bf16 differently (or runs fp32), so elsewhere i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 PRESET_TOKENS = 48  # the page's default max new tokens: what a preset's claim is measured at
@@ -111,3 +112,21 @@ def note(preset: Preset) -> str:
     """The preset's note with the measured figures filled in."""
     return preset.note.format(near_tie_cpu=NEAR_TIE_CPU, tree=preset.tree_label,
                               **{k: f"{v:.1f}" for k, v in MEASURED_TAU.items()})
+
+
+def matching(prompt: str, settings) -> Preset | None:
+    """The preset whose prompt and knobs `settings` (a session.Knobs) and `prompt` still are: its prompt, its
+    tree (fixed), its draft source and its temperature. The knobs a preset does not set (max new tokens, top-p,
+    seed, attention) leave it selected; any other edit lets it go, so its note stops describing the page."""
+    for preset in PRESETS:
+        own = knobs(preset, settings)
+        if (prompt == preset.prompt and own == replace(settings, temperature=own.temperature)
+                and math.isclose(settings.temperature, preset.temperature, abs_tol=1e-9)):
+            return preset
+    return None
+
+
+def edited_note(name: str) -> str:
+    """What the note says once the page's settings are no longer the preset's."""
+    return (f"Settings changed since the preset **{name}**: its note no longer describes them. Click it to restore "
+            "its prompt, tree and temperature.")

@@ -8,6 +8,7 @@
     generate      the same run drained, as the API returns it
     race_run      plain decoding against a recorded (maybe imported) run, within the same limits, and EAGLE
                   with this machine's fastest tree, each timed alone
+    knobs_of      the knobs a recorded run was made with, to set the page to it
     read_trace    an uploaded trace, size-limited and validated before any figure touches it
     write_trace   a run as a JSON file for download, in a temp folder that forgets files after an hour
 """
@@ -19,7 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eagleviz.config import LIMITS, SamplingConfig, TreeConfig, tree_token_cap
@@ -264,6 +265,19 @@ def tree_of(run: RunTrace) -> TreeConfig | None:
                                  adaptive=tree.get("adaptive", False) is True, source=tree.get("source", "eagle"))
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def knobs_of(run: RunTrace, base: Knobs, limits: Limits = DEFAULT_LIMITS) -> Knobs:
+    """The knobs a recorded run was made with (its tree and its sampling, within this server's limits), the
+    others from `base`; a run of plain decoding keeps base's tree."""
+    s = run.config["sampling"]
+    knobs = replace(base, temperature=float(s["temperature"]), top_p=float(s["top_p"]), seed=int(s["seed"]),
+                    max_new_tokens=min(int(s["max_new_tokens"]), limits.max_new_tokens))
+    tree = tree_of(run)
+    if tree is None:
+        return knobs
+    return replace(knobs, steps=tree.steps, topk=tree.topk, adaptive=tree.adaptive, source=tree.source,
+                   draft_tokens=min(tree.draft_tokens, limits.max_draft_tokens))
 
 
 def read_trace(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS) -> RunTrace:

@@ -234,6 +234,9 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             fast_btn.click(lambda: (t.steps, t.topk, t.draft_tokens, t.adaptive, t.source), None,
                            [steps, topk, draft_tokens, adaptive, source], queue=False)
         gr.on([k.change for k in knobs] + [pair.change], h.knobs_changed, knobs + [pair], [validity, flags], **quiet)
+        # An edited preset lets go (its note would describe settings no longer there); clicking it restores it.
+        gr.on([prompt.change, *[k.change for k in knobs]], h.preset_kept, [preset, prompt, *knobs],
+              [preset, preset_note], queue=False, **quiet)
         pair.change(h.pair_note, pair, pair_note, **quiet)
         def opened(request: gr.Request):  # Gradio passes the page's request (its query) by this annotation
             return workshop.open_link(h, d, request)
@@ -263,7 +266,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         tour_prev.click(lambda r, i, s: nav.tour(r, i, s, -1), [run_state, slider, tour_state], [tour_state, tour_md])
         tour_next.click(lambda r, i, s: nav.tour(r, i, s, +1), [run_state, slider, tour_state], [tour_state, tour_md])
         race_btn.click(race_fn, [run_state, attn, pair, stop], race_md, **model)
-        import_file.upload(h.imported, import_file, run_outputs)
+        import_file.upload(lambda path, a: workshop.trace_imported(h, path, a), [import_file, attn],
+                           [*run_outputs, *settings])
         recorded.input(lambda e: workshop.gallery_opened(h, e), recorded, [*run_outputs, *settings])
         link_btn.click(lambda p, s, m, *k: workshop.link_for(p, s, m if len(pairs.names) > 1 else None, *k),
                        [prompt, preset, pair, *knobs], link_md, queue=False)

@@ -1,6 +1,7 @@
 """Workshop mode on the page: a link that reproduces a run, recorded runs that replay with no model work,
 and the projector layout.
 
+    trace_imported an uploaded trace, shown with the prompt and knobs it was made with
     open_link      on page load: the link's prompt, knobs, preset, model, layout and gallery entry, validated
                    (`eagleviz.app.share`); a bad parameter gives its default and a visible note, never an error page
     gallery_opened a recorded run from assets/gallery (`eagleviz.app.gallery`), shown like an imported trace
@@ -18,7 +19,8 @@ from eagleviz.app import gallery, presets, share
 from eagleviz.errors import UserFacingError
 from eagleviz.app.handlers import Handlers, knobs_from
 from eagleviz.app.navigation import VIEW_SIZE
-from eagleviz.app.session import Knobs
+from eagleviz.app.session import Knobs, knobs_of
+from eagleviz.trace import RunTrace
 
 LAYOUT_PARAMS = ("projector", "model")
 PROJECTOR_CLASS = "ev-projector"
@@ -62,6 +64,19 @@ def gallery_opened(h: Handlers, entry_id: str | None) -> tuple:
     out[2] = (f"Recorded run **{e.title}** ({e.description}; recorded {e.recorded} on {e.cpu}). Replayed from "
               "assets/gallery: no model work. Press Run to make it live.")
     return (*out, *_settings(e.prompt, e.preset, e.knobs))
+
+
+def trace_imported(h: Handlers, path: str | None, attn_impl: str) -> tuple:
+    """An uploaded trace, with the prompt and knobs it was made with (as a recorded run) and the preset they
+    are, if any. Outputs: the run outputs (as `Handlers.imported`), then prompt, preset, preset note and the
+    knobs."""
+    out = h.imported(path)
+    run = out[0]
+    if not isinstance(run, RunTrace):
+        return (*out, *[gr.skip()] * SETTINGS_SIZE)
+    knobs = knobs_of(run, Knobs(attn_impl=attn_impl), h.limits)
+    found = presets.matching(run.prompt, knobs)
+    return (*out, *_settings(run.prompt, found.name if found else None, knobs))
 
 
 def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple:
