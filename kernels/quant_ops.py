@@ -93,15 +93,18 @@ class QuantOps:
 
     def __init__(self, lib: ctypes.CDLL):
         p, i = ctypes.c_void_p, ctypes.c_int
-        lib.quant_matmul.argtypes, lib.quant_matmul.restype = [i, p, p, p, p, p, p, i, i, i, i], ctypes.c_int
+        for name in ("quant_matmul", "quant_matmul_i8"):
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = [i, p, p, p, p, p, p, i, i, i, i], ctypes.c_int
         self._lib = lib
 
     def __deepcopy__(self, memo: dict) -> QuantOps:
         return self
 
     def matmul(self, x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None = None,
-               threads: int | None = None) -> torch.Tensor:
-        """x (T, k) fp32 -> (T, n) fp32 = x w^T (+ bias (n,) fp32)."""
+               threads: int | None = None, int8: bool = False) -> torch.Tensor:
+        """x (T, k) fp32 -> (T, n) fp32 = x w^T (+ bias (n,) fp32). int8: the rows are first quantized per
+        block of 32 to int8 and multiplied in integers (`reference_int8` says exactly what is computed)."""
         n, k = w.shape
         if not (x.dtype == torch.float32 and x.dim() == 2 and x.shape[1] == k and x.is_cpu):
             raise ValueError(f"quant_ops: x must be an fp32 CPU tensor (T, {k}), got {x.dtype} {tuple(x.shape)}")
@@ -109,7 +112,8 @@ class QuantOps:
         if bias is not None and not (bias.dtype == torch.float32 and bias.shape == (n,) and bias.is_contiguous()):
             raise ValueError(f"quant_ops: bias must be contiguous fp32 ({n},)")
         y = torch.empty(x.shape[0], n, dtype=torch.float32)
-        code = self._lib.quant_matmul(FORMATS[w.fmt], x.data_ptr(), w.q.data_ptr(), w.d.data_ptr(),
+        product = self._lib.quant_matmul_i8 if int8 else self._lib.quant_matmul
+        code = product(FORMATS[w.fmt], x.data_ptr(), w.q.data_ptr(), w.d.data_ptr(),
                                       None if w.m is None else w.m.data_ptr(),
                                       None if bias is None else bias.data_ptr(), y.data_ptr(), x.shape[0], k, n,
                                       threads or torch.get_num_threads())
@@ -130,4 +134,32 @@ def last_error(build_dir: str | Path) -> str | None:
 def reference(x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """The same product in PyTorch, on the dequantized weight (fp64 sums: the exact value to compare with)."""
     y = x.double() @ w.dequantize().double().T
+    return (y if bias is None else y + bias.double()).float()
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (T, k) fp32 -> (qx, dx): qx (T, k / 32, 32) integers in -127..127 (as fp64), dx (T, k / 32, 1) fp32
+    = the block's largest magnitude / 127, qx = x / dx rounded half away from zero as the C code does it:
+    sign(v) * trunc(min(|v| + 0.5, 127)) in fp32."""
+    blocks = x.float().reshape(x.shape[0], -1, BLOCK)
+    dx = blocks.abs().amax(-1, keepdim=True) / 127.0
+    inv = torch.where(dx > 0, 1.0 / dx, torch.zeros_like(dx))
+    v = blocks * inv
+    qx = v.sign() * (v.abs() + 0.5).clamp(max=127.0).trunc()
+    return qx.double(), dx
+
+
+def reference_int8(x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """What `matmul(..., int8=True)` computes, in fp64: sum over blocks of d dx (q . qx) (+ m dx sum(qx) for
+    Q4_1), with q the stored integers."""
+    n, k = w.shape
+    qx, dx = quantize_rows(x)
+    if w.fmt == "q4_1":
+        q = torch.cat((w.q & 0x0F, w.q >> 4), dim=1).double().reshape(n, k // BLOCK, BLOCK)
+    else:
+        q = w.q.view(torch.int8).double().reshape(n, k // BLOCK, BLOCK)
+    dots = torch.einsum("tbi,nbi->tnb", qx, q)  # exact integers
+    y = (dots * (w.d.double().reshape(n, -1)[None] * dx.double()[:, None, :, 0])).sum(-1)
+    if w.fmt == "q4_1":
+        y = y + (w.m.double().reshape(n, -1)[None] * (dx.double()[..., 0] * qx.sum(-1))[:, None, :]).sum(-1)
     return (y if bias is None else y + bias.double()).float()

@@ -56,13 +56,14 @@ def test_the_product_is_the_dequantized_weights(ops, fmt, rows):
         torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-5 * want.abs().max().item())
 
 
+@pytest.mark.parametrize("int8", [False, True])
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
-def test_a_rows_result_does_not_depend_on_its_batch(ops, fmt):
+def test_a_rows_result_does_not_depend_on_its_batch(ops, fmt, int8):
     weight, _ = random_blocks(fmt, 67, 160, seed=3)
     x = torch.randn(37, 160, generator=torch.Generator().manual_seed(4)) * 3
-    full = ops.matmul(x, weight, threads=2)
+    full = ops.matmul(x, weight, threads=2, int8=int8)
     for start, stop, threads in ((0, 1, 1), (5, 6, 2), (3, 7, 1), (10, 26, 2), (0, 37, 1), (36, 37, 3)):
-        assert torch.equal(ops.matmul(x[start:stop], weight, threads=threads), full[start:stop]), (start, stop)
+        assert torch.equal(ops.matmul(x[start:stop], weight, threads=threads, int8=int8), full[start:stop]), (start, stop)
 
 
 def test_8_and_16_lane_builds_give_the_same_bits(ops, tmp_path, monkeypatch):
@@ -84,3 +85,32 @@ def test_refusals_are_one_line(ops):
         quant_ops.QuantWeight.from_blocks("q5_k", {}, (32, 64))
     with pytest.raises(ValueError, match="k a multiple of 32"):
         quant_ops.QuantWeight("q4_1", weight.q, weight.d, weight.m, (64, 32 + 1))
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("rows,k", [(1, 192), (5, 160), (9, 576)])
+def test_int8_rows_compute_the_int8_scheme(ops, fmt, rows, k):
+    """Rows quantized per block of 32 to int8 and multiplied in integers: what `reference_int8` computes,
+    and within int8 rounding of the fp32 product (k = 160: an odd number of blocks)."""
+    weight, _ = random_blocks(fmt, 40, k, seed=rows)
+    gen = torch.Generator().manual_seed(rows + k)
+    x, bias = torch.randn(rows, k, generator=gen), torch.randn(40, generator=gen)
+    got = ops.matmul(x, weight, bias, int8=True)
+    want = quant_ops.reference_int8(x, weight, bias)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    exact = quant_ops.reference(x, weight, bias)
+    assert (got - exact).abs().max() < 0.02 * exact.abs().max()
+
+
+@pytest.mark.parametrize("march", ["haswell", "x86-64"])
+def test_int8_builds_for_other_cpus_give_the_same_bits(ops, tmp_path, monkeypatch, march):
+    """The AVX2 build (maddubs) and the plain C build compute the same integer lanes and add the floats in the
+    same order as this CPU's own build (AVX-512 VNNI here)."""
+    monkeypatch.setitem(capability.EMULATED_MARCH, "avx2", march)
+    emulated = dataclasses.replace(capability.detect(), emulating="avx2")
+    monkeypatch.setattr(capability, "detect", lambda: emulated)
+    other = quant_ops.QuantOps(ctypes.CDLL(str(cpu_ops.build_library(quant_ops.SOURCE, tmp_path, quant_ops.FLAGS))))
+    for fmt in ("q4_1", "q8_0"):
+        weight, _ = random_blocks(fmt, 50, 160, seed=7)
+        x = torch.randn(6, 160, generator=torch.Generator().manual_seed(8))
+        assert torch.equal(other.matmul(x, weight, int8=True), ops.matmul(x, weight, int8=True)), fmt
