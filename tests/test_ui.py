@@ -69,6 +69,20 @@ def test_launch_flags_name_sglang_and_vllm_knobs(hub):
     assert "temperature=0.7" in flags
 
 
+def test_launch_flags_say_what_does_not_carry_over_and_name_no_server_path(hub):
+    from eagleviz.app.flags import HEAD_PLACEHOLDER
+
+    here = EngineHub(hub.get(), model_id="tiny", head_path="assets/eagle-smollm2-135m")   # a folder here
+    flags = Knobs(adaptive=True, source="eagle+lookup").flags(here)
+    assert "assets/" not in flags and HEAD_PLACEHOLDER in flags and "a folder here" in flags
+    assert "upper bounds" in flags and "Neither server mixes lookup" in flags
+    lookup = Knobs(steps=4, draft_tokens=8, adaptive=False, source="lookup").flags(here)
+    assert "--speculative-algorithm NGRAM" in lookup and '"method": "ngram"' in lookup and "upper bounds" not in lookup
+    assert "--speculative-draft-model-path" not in lookup
+    published = EngineHub(hub.get(), model_id="tiny", head_path="owner/some-eagle-head")      # a Hub id
+    assert "--speculative-draft-model-path owner/some-eagle-head" in Knobs(adaptive=False).flags(published)
+
+
 def test_presets_fill_the_prompt_the_temperature_and_their_own_branching_fixed_tree():
     for p in presets.PRESETS:
         prompt, note, temperature, steps, topk, draft_tokens, adaptive, source = Handlers.preset_chosen(p.name)

@@ -181,3 +181,60 @@ def test_an_edited_preset_lets_go_a_click_restores_it_and_an_import_restores_its
                            arg=entry.preset, timeout=10_000)
     assert "tau about" in prose(page, "preset-note")
     shot(page, "w07_imported_trace_restores_its_settings.png")
+
+
+# ------------------------------------------------------------------ 8. labels that say what they measure
+
+@pytest.fixture
+def tiny_page(browser, tmp_path, monkeypatch):
+    """A page served by a tiny random engine, built with this machine's own bench results out of sight
+    (EAGLEVIZ_CACHE empty): it shows the shipped ones, whose speedups the file holds."""
+    from eagleviz.app.ui import CSS, build_app
+    from servers import serving
+    from tiny import tiny_engine
+
+    monkeypatch.setenv("EAGLEVIZ_CACHE", str(tmp_path / "cache"))
+    head = "assets/eagle-smollm2-135m"   # as app.py names the shipped head: a folder on this server
+    with serving(build_app(tiny_engine("llama", vocab=8), model_id="tiny", head_path=head), css=CSS) as url:
+        tab = open_page(browser, url)
+        yield tab
+        tab.close()
+
+
+FLAGS_JS = "() => document.querySelector('#launch-flags').innerText"
+
+
+def test_labels_say_what_they_measure(tiny_page):
+    from eagleviz.app.flags import HEAD_PLACEHOLDER
+    from eagleviz.paths import SHIPPED_BENCH
+
+    page = tiny_page
+    # the launch flags are there on a fresh page, and follow the cost-aware switch and the draft source
+    open_accordion(page, "Save, load, deploy")
+    page.wait_for_function(f"() => ({FLAGS_JS})().includes('sglang.launch_server')", timeout=30_000)
+    flags = page.evaluate(FLAGS_JS)
+    assert "--speculative-num-steps 5" in flags                            # the opening preset's tree
+    assert "assets/" not in flags and HEAD_PLACEHOLDER in flags            # no path that only the server has
+    page.locator("#adaptive input[type=checkbox]").check()
+    page.wait_for_function(f"() => ({FLAGS_JS})().includes('upper bounds')", timeout=30_000)
+    page.locator("#draft-source input[value=lookup]").check()
+    page.wait_for_function(f"() => ({FLAGS_JS})().includes('NGRAM')", timeout=30_000)
+    assert '"method": "ngram"' in page.evaluate(FLAGS_JS)
+    # measured speed: EAGLE against plain decoding, as the section's title says
+    bench = json.loads((SHIPPED_BENCH / "bench-T0.json").read_text(encoding="utf-8"))
+    rows = bench["rows"]
+    ratio = f"{rows['eagle-tree']['tokens_per_s'] / rows['plain']['tokens_per_s']:.2f}x"
+    open_accordion(page, "Measured speed: EAGLE vs plain decoding vs peers")
+    table = prose(page, "bench-table-0")
+    assert "vs plain decoding" in table and ratio in table, table
+    figure(page, "bench-plot-0")
+    bars = page.evaluate("() => { const gd = document.querySelector('#bench-plot-0 .js-plotly-plot');"
+                         " return [gd.data[0].text, gd.layout.xaxis.title.text]; }")
+    assert bars[0][list(rows).index("eagle-tree")] == ratio and "plain decoding" in bars[1]
+    page.locator("#bench-table-0").scroll_into_view_if_needed()
+    shot(page, "w08_measured_speed_vs_plain.png")
+    # a 20,000-character paste is kept whole and the page says it is over the limit
+    page.fill("#prompt textarea", "word " * 4000)
+    assert len(page.locator("#prompt textarea").input_value()) == 20_000
+    page.wait_for_function(f"() => ({PROSE_JS})('prompt-note').includes('20,000 characters')", timeout=30_000)
+    assert "8,000" in prose(page, "prompt-note")

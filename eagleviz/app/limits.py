@@ -79,6 +79,15 @@ class Limits:
                 f"{self.active_runs} runs in progress at once, taking turns at the model cycle by cycle "
                 f"({self.concurrency} step(s) at a time), and {self.queue_size} waiting.")
 
+    def prompt_note(self, prompt: str | None) -> str:
+        """A line under the prompt once it is longer than this server takes, said as it is typed or pasted
+        (the page never cuts it short silently), else empty."""
+        n = len(prompt or "")
+        if n <= self.max_prompt_chars:
+            return ""
+        return (f"\u26a0 The prompt has {n:,} characters; this server takes at most {self.max_prompt_chars:,}. "
+                f"Shorten it by {n - self.max_prompt_chars:,} before pressing Run.")
+
     def check_request(self, prompt: str, tree: TreeConfig | None, sampling: SamplingConfig) -> None:
         """Refuse what a shared server should not run, with the limit named."""
         if not prompt or not prompt.strip():

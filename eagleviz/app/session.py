@@ -26,7 +26,8 @@ from pathlib import Path
 from eagleviz.config import LIMITS, SamplingConfig, TreeConfig, tree_token_cap
 from eagleviz.decoding.engine import Engine
 from eagleviz.errors import UserFacingError
-from eagleviz.app.flags import launch_flags
+from eagleviz.paths import ASSETS
+from eagleviz.app.flags import hub_id, launch_flags
 from eagleviz.app.limits import Limits
 from eagleviz.app.scheduler import Turns
 from eagleviz.measured import latest_verify_cost, tuned_config, tuned_tree
@@ -125,9 +126,11 @@ class Knobs:
             tree, sampling = self.configs()
         except UserFacingError as exc:
             return f"# invalid knobs: {exc}"
-        head = hub.get().head
-        arch = head.config.arch if head is not None else "eagle1"
-        return launch_flags(hub.model_id or hub.get().target.name, hub.head_path, tree, sampling, arch)
+        engine = hub.get()
+        arch = engine.head.config.arch if engine.head is not None else "eagle1"
+        head = hub_id(hub.head_path, exists=lambda p: Path(p).exists() or (ASSETS.parent / p).exists())
+        local = engine.head_name if hub.head_path and head is None else ""
+        return launch_flags(hub.model_id or engine.target.name, head, tree, sampling, arch, local)
 
 
 @dataclass(frozen=True)

@@ -102,8 +102,9 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             pair_note = gr.Markdown(h.pair_note(pairs.default), elem_id="pair-note")
         with gr.Row():
             with gr.Column(scale=3):
-                prompt = gr.Textbox(first.prompt, label="Prompt", lines=2, elem_id="prompt",
-                                    max_length=limits.max_prompt_chars)
+                # No max_length: the browser would cut a long paste short without a word; the note says it.
+                prompt = gr.Textbox(first.prompt, label="Prompt", lines=2, elem_id="prompt")
+                prompt_note = gr.Markdown(elem_id="prompt-note", elem_classes="ev-line")
                 preset = gr.Radio([p.name for p in presets.PRESETS], value=first.name, label="Presets that teach",
                                   elem_id="preset")
                 preset_note = gr.Markdown(presets.note(first), elem_id="preset-note", elem_classes="ev-line")
@@ -233,7 +234,10 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             t = fastest.tree   # as `tune` measured it: fixed, with its draft source
             fast_btn.click(lambda: (t.steps, t.topk, t.draft_tokens, t.adaptive, t.source), None,
                            [steps, topk, draft_tokens, adaptive, source], queue=False)
-        gr.on([k.change for k in knobs] + [pair.change], h.knobs_changed, knobs + [pair], [validity, flags], **quiet)
+        # On load too: the launch flags are there before any knob moves.
+        gr.on([demo.load, *[k.change for k in knobs], pair.change], h.knobs_changed, knobs + [pair], [validity, flags],
+              **quiet)
+        prompt.change(limits.prompt_note, prompt, prompt_note, queue=False, **quiet)
         # An edited preset lets go (its note would describe settings no longer there); clicking it restores it.
         gr.on([prompt.change, *[k.change for k in knobs]], h.preset_kept, [preset, prompt, *knobs],
               [preset, preset_note], queue=False, **quiet)

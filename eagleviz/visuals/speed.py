@@ -22,6 +22,10 @@ NO_CURVE_FIGURE = "No verification cost curve measured yet"
 NO_BENCH = "No bench result is available: run `python -m eagleviz bench` to measure this machine."
 CURVE_TITLE = "One forward verifies n tokens for less than n forwards"
 TEMPERATURE_TITLES = {0.0: "Greedy decoding (T = 0)", 1.0: "Sampling (T = 1)"}
+PLAIN = "plain"                      # the bench's row for eagleviz's own loop without speculation
+VS_PLAIN_NOTE = ("*vs plain decoding*: each method's median tokens/s over the plain row's, eagleviz's own loop "
+                 "with the same model and no speculation, which is what EAGLE speeds up; *vs {reference}*: the "
+                 "median per-prompt ratio against that Hugging Face peer. ")
 
 
 def method_colour(method: str) -> str:
@@ -31,19 +35,31 @@ def method_colour(method: str) -> str:
     return VISIBLE if method == "plain" else NEUTRAL
 
 
-def markdown_table(result: dict, mismatches: str = "list") -> str:
+def against_plain(result: dict) -> dict[str, float] | None:
+    """Each method's median tokens/s divided by eagleviz's own plain loop's (the same model and code without
+    speculation: what EAGLE speeds up); None when the bench has no plain row, or compares with it already."""
+    rows = result["rows"]
+    plain = rows.get(PLAIN, {}).get("tokens_per_s", 0) if result["reference"] != PLAIN else 0
+    return {m: row["tokens_per_s"] / plain for m, row in rows.items()} if plain > 0 else None
+
+
+def markdown_table(result: dict, mismatches: str = "list", vs_plain: bool = False) -> str:
     """The bench table; below it, at T = 0, the greedy outputs that differ from the reference, either each
     one (`mismatches="list"`: method, prompt, first divergent token, the target's top-2 logit gap there) or
-    a count per method and the largest gap (`"summary"`)."""
+    a count per method and the largest gap (`"summary"`). `vs_plain`: a first speedup column against plain
+    decoding (`against_plain`), where the bench has it."""
     if mismatches not in ("list", "summary"):
         raise ValueError(f"mismatches must be 'list' or 'summary', got {mismatches!r}")
-    lines = [f"| method | tokens/s (median) | speedup vs {result['reference']} | tau | draft / verify ms per cycle |",
-             "|---|---:|---:|---:|---|"]
+    ratios = against_plain(result) if vs_plain else None
+    first = "| vs plain decoding " if ratios else ""
+    lines = [f"| method | tokens/s (median) {first}| speedup vs {result['reference']} | tau | "
+             "draft / verify ms per cycle |", "|---|---:|" + ("---:|" if ratios else "") + "---:|---:|---|"]
     for m, row in result["rows"].items():
         tau = f"{row['tau']:.2f}" if row["tau"] else "-"
         ph = row.get("phase_ms", {})
         phases = f"{ph['draft']:.1f} / {ph['verify']:.1f}" if row["tau"] and {"draft", "verify"} <= ph.keys() else "-"
-        lines.append(f"| {m} | {row['tokens_per_s']:.1f} | {row['speedup']:.2f}x | {tau} | {phases} |")
+        ours = f"| {ratios[m]:.2f}x " if ratios else ""
+        lines.append(f"| {m} | {row['tokens_per_s']:.1f} {ours}| {row['speedup']:.2f}x | {tau} | {phases} |")
     if result["sampling"]["temperature"] == 0:
         lines += ["", _mismatch_text(result, mismatches)]
     return "\n".join(lines)
@@ -93,22 +109,26 @@ def bench_caption(result: dict, origin: str) -> str:
     return f"{what}; {where}.{command} Source: {origin}."
 
 
-def bench_figure(result: dict, height: int = 320) -> go.Figure:
-    """Median tokens/s per method, each bar labelled with its median per-prompt speedup over the reference."""
+def bench_figure(result: dict, height: int = 320, vs_plain: bool = False) -> go.Figure:
+    """Median tokens/s per method, each bar labelled with its median per-prompt speedup over the reference,
+    or (`vs_plain`, where the bench has a plain row) with its tokens/s over plain decoding's."""
     rows, mc = result["rows"], result.get("machine", {})
     methods = list(rows)
     tps = [rows[m]["tokens_per_s"] for m in methods]
     taus = [f"{rows[m]['tau']:.2f}" if rows[m]["tau"] else "-" for m in methods]
-    bar = dict(type="bar", x=methods, y=tps, text=[f"{rows[m]['speedup']:.2f}x" for m in methods],
+    ratios = against_plain(result) if vs_plain else None
+    speedups = [ratios[m] if ratios else rows[m]["speedup"] for m in methods]
+    against = "plain decoding (ratio of median tokens/s)" if ratios else f"{result['reference']} (median per prompt)"
+    bar = dict(type="bar", x=methods, y=tps, text=[f"{x:.2f}x" for x in speedups],
                textposition="outside", cliponaxis=False, customdata=taus,
                marker=dict(color=[method_colour(m) for m in methods], line=dict(color=INK, width=1)),
-               hovertemplate=(f"%{{x}}: %{{y:.1f}} tokens/s<br>%{{text}} vs {result['reference']} "
-                              "(median per prompt)<br>\u03c4 = %{customdata}<extra></extra>"))
+               hovertemplate=(f"%{{x}}: %{{y:.1f}} tokens/s<br>%{{text}} vs {against}"
+                              "<br>\u03c4 = %{customdata}<extra></extra>"))
     title = (f"Median tokens/s, {result['prompts']:g} prompts, T = {result['sampling']['temperature']:g} "
              f"({_dtypes(mc)}, {mc.get('threads', '?')} threads)")
     return figure(data=[bar], layout=layout(
         title, height, showlegend=False,
-        xaxis=dict(title=dict(text=f"method (bar label: speedup vs {result['reference']})")),
+        xaxis=dict(title=dict(text=f"method (bar label: speedup vs {against.split(' (')[0]})")),
         yaxis=dict(title=dict(text="tokens/s"), range=[0, max(tps) * 1.18], rangemode="tozero")))
 
 
@@ -196,10 +216,12 @@ def bench_panel(found: Measured) -> BenchPanel:
     r = found.data
     t = float(r["sampling"]["temperature"])
     heading = TEMPERATURE_TITLES.get(t, f"Sampling (T = {t:g})")
-    text = f"#### {heading}\n\n{markdown_table(r, mismatches='summary')}\n\n{bench_caption(r, found.origin)}"
+    note = VS_PLAIN_NOTE.format(reference=r["reference"]) if against_plain(r) else ""
+    text = (f"#### {heading}\n\n{markdown_table(r, mismatches='summary', vs_plain=True)}\n\n"
+            f"{note}{bench_caption(r, found.origin)}")
     if found.shipped:
         text += " Run `python -m eagleviz bench` to measure this machine."
-    return BenchPanel(text, bench_figure(r))
+    return BenchPanel(text, bench_figure(r, vs_plain=True))
 
 
 def speed_view(benches: list[Measured | None], curve: Measured | None) -> SpeedView:
