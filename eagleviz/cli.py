@@ -45,7 +45,7 @@ def run_generate(args) -> int:
     for note in (tree.adjustments if tree else ()):
         print(f"note: {note}", file=sys.stderr)
     engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl, args.draft_vocab,
-                         args.kv_dtype)
+                         args.kv_dtype, weights=args.weights)
     run = engine.generate(args.prompt, tree, sampling, chat=args.chat)
     summary = run.summary()
     text = engine.target.tokenizer.decode(run.token_ids, skip_special_tokens=True)
@@ -57,7 +57,7 @@ def run_generate(args) -> int:
                           "acceptance_by_depth": summary["acceptance_by_depth"],
                           "tokens_per_s": summary["tokens_per_s"], "wall_s": summary["wall_s"],
                           "stop_reason": run.stop_reason, "config": run.config, "dtype": run.dtype,
-                          "kv_dtype": run.kv_dtype, "cpu_layer": run.cpu_layer,
+                          "kv_dtype": run.kv_dtype, "cpu_layer": run.cpu_layer, "weights": run.weights,
                           "attn_impl": run.attn_impl, "head": run.head}, ensure_ascii=False))
     else:
         print(text)

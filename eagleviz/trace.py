@@ -153,6 +153,7 @@ class RunTrace:
     stop_reason: str = ""
     kv_dtype: str = ""   # the KV caches' and attention's dtype ("" in traces written before it was recorded)
     cpu_layer: str = ""  # "compiled" (kernels/cpu_ops) or "torch": how each layer's small operations ran
+    weights: str = ""  # "blocks" (the model file's Q4_1/Q8_0 blocks, kernels/quant_ops) or "dense": the products
     chat: bool | None = None  # whether the prompt went through the chat template (None: not recorded)
     # where the timings were taken: the GPU's name, or the CPU's description and torch's thread count
     # (`Engine.machine`); "" in traces written before it was recorded

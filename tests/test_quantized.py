@@ -3,11 +3,16 @@ the blocks: the same logits as its fp32 linears up to the order of the sums, and
 same whether it is run alone, with other tokens after it, or as a node of a tree (batch invariance: the
 products' and the C attention's fixed orders of summation)."""
 
+import dataclasses
+
 import pytest
 import torch
 
+from eagleviz.errors import UserFacingError
+from eagleviz.models import loading
+from kernels import capability
 from eagleviz.models.quantized import find_blocks
-from eagleviz.models.target import TargetModel
+from eagleviz.models.target import ACTIVATIONS, TargetModel
 from tiny import tiny_target
 
 
@@ -34,33 +39,39 @@ def pair():
                 p.copy_(_quantize(p, "q8_0" if "embed" in name or "lm_head" in name else "q4_1"))
     dense = TargetModel(dense.hf, dense.tokenizer, dense.name)
     blocks = find_blocks(dense.hf.state_dict())
-    quant = TargetModel(dense.hf, dense.tokenizer, dense.name, blocks=blocks)
-    if quant.weights != "blocks":
+    quant = {act: TargetModel(dense.hf, dense.tokenizer, dense.name, blocks=blocks, activations=act)
+             for act in ACTIVATIONS}
+    if any(q.weights != "blocks" for q in quant.values()):
         pytest.skip("the quantized products could not be built here")
     return dense, quant, blocks
 
 
 def test_every_linear_and_the_lm_head_compute_from_blocks(pair):
     dense, quant, blocks = pair
-    assert dense.weights == "dense" and quant.weights == "blocks"
+    assert dense.weights == "dense" and all(q.weights == "blocks" for q in quant.values())
     assert {w.fmt for name, w in blocks.items() if "lm_head" in name or "embed" in name} == {"q8_0"}
     assert {w.fmt for name, w in blocks.items() if "layers" in name} == {"q4_1"}
 
 
-def test_the_logits_are_the_fp32_linears_up_to_summation_order(pair):
+def test_the_logits_are_the_fp32_linears_up_to_summation_order_or_int8_rounding(pair):
     dense, quant, _ = pair
     ids = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6, 5, 3])
     mask = torch.ones(10, 10, dtype=torch.bool).tril()
     a = dense.forward(ids, torch.arange(10), dense.new_cache(16), mask).logits
-    b = quant.forward(ids, torch.arange(10), quant.new_cache(16), mask).logits
-    torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+    fp32 = quant["fp32"].forward(ids, torch.arange(10), quant["fp32"].new_cache(16), mask).logits
+    torch.testing.assert_close(fp32, a, rtol=1e-4, atol=1e-4)
+    int8 = quant["int8"].forward(ids, torch.arange(10), quant["int8"].new_cache(16), mask).logits
+    assert not torch.equal(int8, fp32)  # the activations really went through int8
+    assert (int8 - a).abs().max() < 0.05 * a.abs().max()
+    assert (int8.argmax(-1) == a.argmax(-1)).float().mean() >= 0.9
 
 
+@pytest.mark.parametrize("act", ACTIVATIONS)
 @pytest.mark.parametrize("prefix", [5, 14, 20, 31])
-def test_a_tokens_logits_do_not_depend_on_the_tokens_after_it(pair, prefix):
+def test_a_tokens_logits_do_not_depend_on_the_tokens_after_it(pair, prefix, act):
     """The first new token's logits from a causal forward of 1, 2, 3 or 5 new tokens after `prefix` tokens: the
     rows after it change nothing in its products and norms, and its attention never sees them."""
-    _, quant, _ = pair
+    quant = pair[1][act]
     ids = torch.randint(0, 64, (prefix + 5,), generator=torch.Generator().manual_seed(prefix))
     cache = quant.new_cache(64)
     quant.forward(ids[:prefix], torch.arange(prefix), cache, torch.ones(prefix, prefix, dtype=torch.bool).tril(),
@@ -74,12 +85,13 @@ def test_a_tokens_logits_do_not_depend_on_the_tokens_after_it(pair, prefix):
     assert all(torch.equal(rows[0], r) for r in rows[1:])
 
 
+@pytest.mark.parametrize("act", ACTIVATIONS)
 @pytest.mark.parametrize("prefix", [9, 15, 30])
-def test_a_tree_nodes_logits_are_plain_decodings(pair, prefix):
+def test_a_tree_nodes_logits_are_plain_decodings(pair, prefix, act):
     """Verification is batch invariant: each node of a branching tree gets bitwise the logits plain decoding
     gives the same token after the same path, though its ancestors sit at other cache slots and siblings'
     keys are masked out between them."""
-    _, quant, _ = pair
+    quant = pair[1][act]
     gen = torch.Generator().manual_seed(prefix)
     ids = torch.randint(0, 64, (prefix,), generator=gen)
     tokens = torch.randint(0, 64, (7,), generator=gen)
@@ -103,3 +115,27 @@ def test_a_tree_nodes_logits_are_plain_decodings(pair, prefix):
             plain = quant.forward(tokens[at:at + 1], torch.tensor([prefix + step]), cache, None).logits[0]
         assert torch.equal(plain, tree[node]), node
         cache.length = prefix
+
+
+@pytest.mark.parametrize("native,packing,dtype,stored,want", [
+    (False, False, "auto", True, True),    # an AVX2-only CPU: the embedded model decodes from its blocks
+    (True, False, "auto", True, True),     # native bf16 that oneDNN does not pack: no better than fp32 there
+    (True, True, "auto", True, False),     # native bf16 that packs: bf16 linears (EAGLE pays there)
+    (False, False, "float32", True, False),  # an explicit dtype is honoured with dense linears
+    (False, False, "auto", False, False),  # a model not stored in blocks
+])
+def test_auto_weights_follow_the_cpu_and_the_model(monkeypatch, native, packing, dtype, stored, want):
+    cpu = dataclasses.replace(capability.detect(), native_bf16=native, bf16_packing=packing)
+    monkeypatch.setattr(capability, "detect", lambda: cpu)
+    monkeypatch.setattr(loading, "stored_in_blocks", lambda model: stored)
+    assert loading.choose_weights("auto", "embedded", dtype, "cpu") is want
+    assert loading.choose_weights("dense", "embedded", dtype, "cpu") is False
+
+
+def test_blocks_asked_for_where_they_cannot_run_is_one_line(monkeypatch):
+    with pytest.raises(UserFacingError, match="drop --dtype bfloat16"):
+        loading.choose_weights("blocks", "embedded", "bfloat16", "cpu")
+    with pytest.raises(UserFacingError, match="does not store its weights in Q4_1/Q8_0 blocks"):
+        loading.choose_weights("blocks", "random", "auto", "cpu")
+    with pytest.raises(UserFacingError, match="weights must be one of"):
+        loading.choose_weights("int4", "embedded", "auto", "cpu")

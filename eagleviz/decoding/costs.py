@@ -135,10 +135,12 @@ def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
 
 
 def key(engine) -> str:
-    """What a price list depends on: model, head, dtypes, device, thread count."""
+    """What a price list depends on: model, head, dtypes, how the products compute, device, thread count."""
     t = engine.target
     parts = [t.name, engine.head_name, str(t.dtype), str(t.kv_dtype), str(t.device), str(torch.get_num_threads()),
              "compiled" if t.ops is not None else "torch", engine.attn_impl]
+    if t.weights != "dense":  # (dense keys unchanged: price lists kept before blocks existed stay valid)
+        parts += [t.weights, t.activations]
     if t.device.type == "cuda":
         parts.append(torch.cuda.get_device_name(t.device))
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]

@@ -182,7 +182,8 @@ class Engine:
                         attn_impl=self.attn_impl, model=self.target.name,
                         head=self.head_name if tree is not None else "",
                         kv_dtype=str(self.target.kv_dtype).removeprefix("torch."),
-                        cpu_layer="compiled" if self.target.ops is not None else "torch", chat=self.uses_chat(chat),
+                        cpu_layer="compiled" if self.target.ops is not None else "torch",
+                        weights=self.target.weights, chat=self.uses_chat(chat),
                         machine=self.machine(), notes=list(self.notes))
 
     def _capacity(self, n_prompt: int, sampling: SamplingConfig, tree: TreeConfig | None) -> int:

@@ -15,7 +15,7 @@ from eagleviz.decoding.engine import Engine, runnable_impl
 from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import load_head, random_head
 from eagleviz.models.hot_vocab import DEFAULT_HOT_SIZE, HOT_TOKENS_FILE, read_ranking, restrict
-from eagleviz.models.loading import DTYPES, EMBEDDED, EMBEDDED_HUB_ID, KV_DTYPES, check_device, load_target
+from eagleviz.models.loading import DTYPES, EMBEDDED, EMBEDDED_HUB_ID, KV_DTYPES, WEIGHTS, check_device, load_target
 from eagleviz.models.synthetic import RANDOM_MODEL
 from eagleviz.paths import SHIPPED_HEAD, Bundle
 from kernels.tree_attention import IMPLS
@@ -50,7 +50,8 @@ def local_head(head: str | None) -> str | None:
 
 
 def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "auto", device: str = "cpu",
-                attn_impl: str = "auto", draft_vocab: int | None = None, kv_dtype: str = "auto", progress=None):
+                attn_impl: str = "auto", draft_vocab: int | None = None, kv_dtype: str = "auto", progress=None,
+                weights: str = "auto"):
     """Target + draft head -> Engine. head: a directory, a Hub id (`local_head`), "random" (a random head) or
     None (`default_head(model)`).
 
@@ -58,13 +59,14 @@ def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "au
     hot-tokens.json); None uses DEFAULT_HOT_SIZE when the head ships a ranking, 0 the whole draft vocabulary.
     The engine's cost-aware trees value nodes with the head's calibration.json (EAGLE-2's assumption without
     one) and price them with this machine's costs, measured once and kept (`eagleviz.decoding.costs`;
-    `progress` hears when they are measured)."""
+    `progress` hears when they are measured). weights: how the target's linears compute
+    (`eagleviz.models.loading.choose_weights`)."""
     try:  # before minutes of loading
         runnable_impl(attn_impl, check_device(device))
     except ValueError as exc:
         raise UserFacingError(str(exc)) from exc
     head = local_head(head)  # before minutes of loading the target
-    target = load_target(model, dtype, device, kv_dtype)
+    target = load_target(model, dtype, device, kv_dtype, weights)
     head = head or default_head(model)
     arch = "eagle3" if model == RANDOM_MODEL else "eagle1"  # --model random proves the EAGLE-3 path
     draft = random_head(target, arch) if head == RANDOM_HEAD else load_head(head, target)
@@ -119,6 +121,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-dtype", default="auto", choices=KV_DTYPES,
                    help="dtype of the KV caches and attention: auto measures whether fp32 is faster than the model's "
                         "dtype on this CPU, model keeps the model's, float32 forces fp32")
+    p.add_argument("--weights", default="auto", choices=WEIGHTS,
+                   help="how the target's linears compute: blocks = straight from the model file's Q4_1/Q8_0 blocks "
+                        "(CPU, int8 activations, a token's logits the same in any batch: EAGLE equals plain decoding "
+                        "bit for bit), dense = widened weights in --dtype; auto = blocks on a CPU without native "
+                        "bf16 when the model is stored in blocks (the embedded model), else dense")
     p.add_argument("--draft-vocab", type=int, default=None,
                    help="draft among the N most frequent tokens (the head's hot-tokens.json); 0: the whole draft "
                         f"vocabulary (default: {DEFAULT_HOT_SIZE} when the head ships a ranking)")

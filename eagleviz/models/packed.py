@@ -113,6 +113,12 @@ def is_packed(model_dir: str | Path) -> bool:
     return (Path(model_dir) / PACKING_FILE).is_file()
 
 
+def has_blocks(model_dir: str | Path) -> bool:
+    """Whether a packed directory stores any tensor in Q4_1 or Q8_0 blocks."""
+    tensors = json.loads((Path(model_dir) / PACKING_FILE).read_text())["tensors"]
+    return any(info["format"] in ("q4_1", "q8_0") for info in tensors.values())
+
+
 def source_name(model_dir: str | Path) -> str:
     """The name of the model the packed weights came from ("" when not recorded)."""
     return json.loads((Path(model_dir) / PACKING_FILE).read_text()).get("source", "")

@@ -21,27 +21,33 @@ from kernels.quant_ops import QuantOps, QuantWeight
 
 
 class QuantDense:
-    """y = x W^T + b from W's blocks; x: (T, in) fp32 -> (T, out) fp32 (the call `Dense` has)."""
+    """y = x W^T + b from W's blocks; x: (T, in) fp32 -> (T, out) fp32 (the call `Dense` has). Linears fused
+    into one (q|k|v, gate|up) share one product when their formats match, else run one product each and
+    concatenate (the same per-row results either way)."""
 
-    def __init__(self, weight: QuantWeight, bias: torch.Tensor | None, ops: QuantOps):
-        self.weight, self.ops = weight, ops
-        self.bias = None if bias is None else bias.detach().float().contiguous()
+    def __init__(self, parts: list[tuple[QuantWeight, torch.Tensor | None]], ops: QuantOps, int8: bool = False):
+        self.parts, self.ops, self.int8 = parts, ops, int8
 
     @classmethod
     def of(cls, blocks: dict[str, QuantWeight], names: list[str], linears: list[nn.Linear],
-           ops: QuantOps) -> QuantDense | None:
+           ops: QuantOps, int8: bool = False) -> QuantDense | None:
         """One QuantDense for linears sharing an input (outputs concatenated in order), from `blocks` by weight
-        name; None when a weight has no blocks, the formats differ or only some have a bias."""
-        parts = [blocks.get(name) for name in names]
-        biases = [lin.bias for lin in linears]
-        if any(p is None for p in parts) or (any(b is not None for b in biases) and any(b is None for b in biases)):
+        name; None when a weight has no blocks. int8: activations quantized per block of 32 to int8 and
+        multiplied in integers (`kernels.quant_ops.reference_int8`), else fp32 activations."""
+        weights = [blocks.get(name) for name in names]
+        if any(w is None for w in weights):
             return None
-        weight = QuantWeight.concat(parts)
-        bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
-        return None if weight is None else cls(weight, bias, ops)
+        biases = [None if lin.bias is None else lin.bias.detach().float().contiguous() for lin in linears]
+        merged = QuantWeight.concat(weights)
+        if merged is not None and all(b is None for b in biases):
+            return cls([(merged, None)], ops, int8)
+        if merged is not None and all(b is not None for b in biases):
+            return cls([(merged, torch.cat(biases))], ops, int8)
+        return cls(list(zip(weights, biases)), ops, int8)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ops.matmul(x, self.weight, self.bias)
+        outs = [self.ops.matmul(x, w, b, int8=self.int8) for w, b in self.parts]
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
 
     def __deepcopy__(self, memo: dict) -> QuantDense:
         return self  # read-only weights shared by every copy of a model

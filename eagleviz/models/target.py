@@ -29,6 +29,9 @@ from kernels.quant_ops import QuantWeight
 from kernels.tree_attention import resolve_impl
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+# How products from weight blocks take their inputs: quantized per block of 32 to int8 and multiplied in
+# integers (llama.cpp's scheme), or as fp32 rows (`kernels/quant_ops.c`)
+ACTIVATIONS = ("int8", "fp32")
 
 
 @dataclass
@@ -55,7 +58,10 @@ class TargetModel:
 
     def __init__(self, hf_model: nn.Module, tokenizer, name: str, pack: bool | None = None,
                  kv_dtype: torch.dtype | None = None, fused: bool | None = None,
-                 blocks: dict[str, QuantWeight] | None = None):
+                 blocks: dict[str, QuantWeight] | None = None, activations: str = "int8"):
+        if activations not in ACTIVATIONS:
+            raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
+        self.activations = activations
         cfg = hf_model.config
         if cfg.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(f"model type {cfg.model_type!r} is not supported; use one of {SUPPORTED_MODEL_TYPES}")
@@ -82,9 +88,8 @@ class TargetModel:
         self._attn = [self._attention_weights(layer, pack) for layer in base.layers]
         self._gate_up = [self._dense(layer.mlp.gate_proj, layer.mlp.up_proj, pack=pack) for layer in base.layers]
         self._down = [self._dense(layer.mlp.down_proj, pack=pack) for layer in base.layers]
-        self.weights = "blocks" if all(isinstance(d, QuantDense) for d in (self.unembed, *self._gate_up, *self._down,
-                                                                          *(a.qkv for a in self._attn),
-                                                                          *(a.o_proj for a in self._attn))) else "dense"
+        # "blocks" when every product computes from blocks (so the forward is batch invariant), else "dense"
+        self.weights = "dense" if self._quant is None else "blocks"
         # the norm after layer i's MLP: layer i + 1's input norm, the final norm after the last layer
         self._next_norms = [layer.input_layernorm.weight for layer in base.layers[1:]] + [base.norm.weight]
         self.eos_token_ids = _eos_ids(hf_model, tokenizer)
@@ -120,7 +125,15 @@ class TargetModel:
     def _quant_ops(self, blocks: dict[str, QuantWeight] | None, hf_model: nn.Module):
         """What the linears need to compute from `blocks` (the products' library and each weight's name), or
         None: no blocks, not an fp32 CPU model, or the library cannot be built (said once)."""
+        self.weights_note = ""
         if not blocks or self.device.type != "cpu" or self.dtype != torch.float32:
+            return None
+        names = weight_names(hf_model)
+        linears = [m for m in hf_model.modules() if isinstance(m, nn.Linear)]
+        missing = [names[id(m)] for m in linears if names[id(m)] not in blocks]
+        if missing:  # all or nothing: a mix would lose batch invariance for nothing
+            self.weights_note = (f"{len(missing)} of {len(linears)} linears (e.g. {missing[0]}) are not Q4_1/Q8_0 "
+                                 "blocks, so every linear runs as a dense fp32 product")
             return None
         ops = quant_ops.load(cache_dir() / "kernels")
         if ops is None:
@@ -128,15 +141,16 @@ class TargetModel:
                           f"weights run widened to fp32: {quant_ops.last_error(cache_dir() / 'kernels')}",
                           RuntimeWarning, stacklevel=3)
             return None
-        return ops, blocks, weight_names(hf_model)
+        return ops, blocks, names
 
     def _dense(self, *linears: nn.Linear, pack: bool | None):
         """The inference product of linears sharing an input: from their weight blocks where the model has
         them (`QuantDense`), else a `Dense`."""
         if self._quant is not None:
             ops, blocks, names = self._quant
-            found = QuantDense.of(blocks, [names.get(id(lin), "") for lin in linears], list(linears), ops)
-            if found is not None:
+            found = QuantDense.of(blocks, [names[id(lin)] for lin in linears], list(linears), ops,
+                                  int8=self.activations == "int8")
+            if found is not None:  # None: formats that cannot be concatenated (e.g. q4_1 with q8_0), or mixed biases
                 return found
         return Dense.of(*linears, pack=pack)
 

@@ -318,7 +318,7 @@ def machine_info(engine) -> dict:
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
             "torch": torch.__version__, "dtype": str(engine.target.dtype).removeprefix("torch."),
             "kv_dtype": str(engine.target.kv_dtype).removeprefix("torch."), "device": str(engine.target.device),
-            "cpu_layer": "compiled" if engine.target.ops is not None else "torch",
+            "cpu_layer": "compiled" if engine.target.ops is not None else "torch", "weights": engine.target.weights,
             "model": engine.target.name, "head": engine.head_name}
 
 
@@ -372,7 +372,7 @@ def setup(args, with_prompts: bool = True):
     if args.threads:
         torch.set_num_threads(args.threads)
     engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl, args.draft_vocab,
-                         args.kv_dtype)
+                         args.kv_dtype, weights=args.weights)
     return engine, prompts
 
 

@@ -154,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(prompts) < 4:
         raise UserFacingError(f"only {len(prompts)} ShareGPT first turns from #{args.first_conversation} on: "
                               "lower --first-conversation")
-    engine = load_engine(args.model, head, args.dtype, args.device, args.attn_impl, args.draft_vocab, args.kv_dtype)
+    engine = load_engine(args.model, head, args.dtype, args.device, args.attn_impl, args.draft_vocab, args.kv_dtype,
+                         weights=args.weights)
     tables, reports = {}, {}
     for sampling in samplings:
         name = "greedy" if sampling.greedy else "sampling"
