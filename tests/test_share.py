@@ -79,8 +79,8 @@ def test_missing_parameters_keep_the_defaults():
     ("top_p", "1.5", "(0, 1]"),
     ("attn_impl", "flash", "auto, torch, triton"),
     ("max_new_tokens", "0", "[1, 512]"),
-    ("max_new_tokens", "513", "EAGLEVIZ_MAX_NEW_TOKENS"),
-    ("draft_tokens", "65", "EAGLEVIZ_MAX_DRAFT_TOKENS"),
+    ("max_new_tokens", "513", "[1, 512] (this server's limit)"),
+    ("draft_tokens", "65", "[2, 64] (this server's limit)"),
     ("adaptive", "yes", "0 or 1"),
     ("adaptive", "True", "0 or 1"),
     ("source", "medusa", "eagle, lookup, eagle+lookup"),
@@ -101,8 +101,8 @@ def test_the_server_limits_decide_the_ranges():
     shared = read("?max_new_tokens=33&draft_tokens=9&steps=5&topk=4&prompt=" + "x" * 11, small)
     assert shared.knobs == replace(DEFAULTS, steps=5, topk=4) and shared.prompt is None
     assert len(shared.notes) == 3
-    assert [any(limit in n for n in shared.notes) for limit in ("EAGLEVIZ_MAX_PROMPT_CHARS",
-            "EAGLEVIZ_MAX_DRAFT_TOKENS", "EAGLEVIZ_MAX_NEW_TOKENS")] == [True] * 3
+    assert [any(limit in n for n in shared.notes) for limit in ("limit of 10;",
+            "[2, 8] (this server's limit)", "[1, 32] (this server's limit)")] == [True] * 3
     assert read("?max_new_tokens=32&draft_tokens=8&prompt=" + "x" * 10, small).notes == ()
 
 

@@ -208,7 +208,7 @@ def test_import_round_trip_and_refusals(handlers, finished, tmp_path):
     assert "path" in handlers.imported(str(bad))[2]
     big = tmp_path / "big.json"
     big.write_bytes(b" " * (Limits().max_upload_bytes + 1))
-    with pytest.raises(UserFacingError, match="limited.*EAGLEVIZ_MAX_UPLOAD_MB"):
+    with pytest.raises(UserFacingError, match="limited to 20 MB on this server"):
         read_trace(big)
 
 
@@ -240,15 +240,15 @@ def test_race_refuses_an_imported_trace_over_the_limits(hub, finished):
     handlers = Handlers(as_pairs(hub))
     long = RunTrace.from_json(run.to_json())
     long.output = long.output * (600 // len(long.output) + 1)  # 600+ tokens: above this server's 512
-    assert "EAGLEVIZ_MAX_NEW_TOKENS" in handlers.race(long, "auto")
+    assert "above this server's limit of 512" in handlers.race(long, "auto")
     huge = RunTrace.from_json(run.to_json())
     huge.output = huge.output * (9000 // len(huge.output) + 1)  # above any run's 8,192
     assert handlers.race(huge, "auto").startswith("\u26a0 this run cannot be raced: max_new_tokens")
     long_prompt = RunTrace.from_json(run.to_json())
     long_prompt.prompt = "x" * (Limits().max_prompt_chars + 1)
-    assert "EAGLEVIZ_MAX_PROMPT_CHARS" in handlers.race(long_prompt, "auto")
+    assert "at most 8,000 characters" in handlers.race(long_prompt, "auto")
     tiny_kv = Handlers(as_pairs(hub), Limits(kv_budget_mb=0))
-    assert "EAGLEVIZ_KV_BUDGET_MB" in tiny_kv.race(run, "auto")
+    assert "budget of 0 MB" in tiny_kv.race(run, "auto")
 
 
 def _row(text: str, name: str) -> list[str]:

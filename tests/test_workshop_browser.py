@@ -238,3 +238,56 @@ def test_labels_say_what_they_measure(tiny_page):
     assert len(page.locator("#prompt textarea").input_value()) == 20_000
     page.wait_for_function(f"() => ({PROSE_JS})('prompt-note').includes('20,000 characters')", timeout=30_000)
     assert "8,000" in prose(page, "prompt-note")
+
+
+# ------------------------------------------------------------------ 9. plain words, not the machinery's
+
+RAW = ("<|im_end|>", "max_new_tokens", "Expecting value", "EAGLEVIZ_", "TRITON_INTERPRET")
+
+
+def no_raw(text: str) -> None:
+    assert not [r for r in RAW if r in text], text
+
+
+def test_a_learner_reads_plain_words_not_internals(page, tmp_path, browser, app_url):
+    from test_app_browser import OUTPUT_TEXT_JS
+
+    # a run that ends itself (19 tokens): the end-of-text token is said in words, and so is why the run stopped
+    page.fill("#prompt textarea", "Say hello in French.")
+    set_number(page, "max-new-tokens", 64)
+    run_and_wait(page)
+    assert "the model ended its answer" in prose(page, "status")
+    output = page.evaluate(OUTPUT_TEXT_JS)
+    assert output.rstrip().endswith("[end of answer]"), output
+    for elem_id in ("status", "summary", "cycle-caption"):
+        no_raw(prose(page, elem_id))
+    no_raw(output)
+    # a run cut at its length
+    set_number(page, "max-new-tokens", 6)
+    run_and_wait(page)
+    assert prose(page, "status").startswith("Done: reached max new tokens (6)")
+    no_raw(prose(page, "status") + prose(page, "summary"))
+    # a file that is not JSON
+    bad = tmp_path / "notes.json"
+    bad.write_text("my notes from the class", encoding="utf-8")
+    open_accordion(page, "Save, load, deploy")
+    page.locator("#import input[type=file]").set_input_files(str(bad))
+    page.wait_for_function(f"() => ({PROSE_JS})('status').includes('not JSON')", timeout=30_000)
+    no_raw(prose(page, "status"))
+    # a prompt over the limit: the limit's value, not the variable that sets it
+    page.fill("#prompt textarea", "word " * 2000 + "!")
+    page.click("#run")
+    page.wait_for_function(f"() => ({PROSE_JS})('status').includes('8,000')", timeout=30_000)
+    no_raw(prose(page, "status"))
+    # no Triton kernel offered on a CPU, and a link asking for it is answered in words
+    offered = page.evaluate("() => window.gradio_config.components.find(c => c.props.elem_id === 'attn-impl')"
+                            ".props.choices.map(c => c[1])")
+    assert offered and "triton" not in offered, offered
+    tab = browser.new_page(viewport={"width": 1280, "height": 800})
+    try:
+        tab.goto(app_url + "?attn_impl=triton&steps=3")
+        tab.wait_for_function(f"() => ({PROSE_JS})('link-note').includes('needs a GPU')", timeout=60_000)
+        no_raw(prose(tab, "link-note"))
+        assert tab.locator("#steps input[type=number]").first.input_value() == "3"
+    finally:
+        tab.close()

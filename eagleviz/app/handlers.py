@@ -23,7 +23,7 @@ from eagleviz.app.session import (RANDOM_HEAD_NOTE, SHARED_NOTE, FastestTree, Kn
                                   read_trace, rerun_with, stream_run, tree_of, why_small_trees, write_trace)
 from eagleviz.trace import RunTrace
 from eagleviz.visuals import summary_figure
-from eagleviz.visuals.explain import summary_text, tour_step
+from eagleviz.visuals.explain import stop_text, summary_text, tour_step
 from eagleviz.visuals.output_text import output_tokens
 
 STREAM_EVERY_S = 0.3      # minimum time between two streamed text updates, times the runs in progress (thirty
@@ -227,7 +227,7 @@ class Handlers:
             return (None, [], "", _slider(None), "", None, None, "", *view_values(None, 0))
         note = f" {RANDOM_HEAD_NOTE}" if run.head.startswith("random") else ""
         notes = "".join(f"\n\n{_mark(n)} {n}" for n in getattr(run, "notes", []))
-        status = f"Done: {run.stop_reason or 'stopped'}.{note}{notes}"
+        status = f"Done: {stop_text(run)}.{note}{notes}"
         tour = tour_step(run, run.cycles[0], 0) if run.cycles else ""
         return (run, output_tokens(run), status, _slider(run), summary_text(run), summary_figure(run, 0),
                 write_trace(run), tour, *view_values(run, 0))

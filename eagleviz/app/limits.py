@@ -89,24 +89,25 @@ class Limits:
                 f"Shorten it by {n - self.max_prompt_chars:,} before pressing Run.")
 
     def check_request(self, prompt: str, tree: TreeConfig | None, sampling: SamplingConfig) -> None:
-        """Refuse what a shared server should not run, with the limit named."""
+        """Refuse what a shared server should not run, with the limit's value in plain words (the variable that
+        sets it is the operator's business: docs/operations.md)."""
         if not prompt or not prompt.strip():
             raise UserFacingError("the prompt is empty")
         if len(prompt) > self.max_prompt_chars:
-            raise UserFacingError(f"the prompt has {len(prompt)} characters; this server accepts at most "
-                                  f"{self.max_prompt_chars} (EAGLEVIZ_MAX_PROMPT_CHARS)")
+            raise UserFacingError(f"the prompt has {len(prompt):,} characters; this server takes at most "
+                                  f"{self.max_prompt_chars:,} characters: shorten it")
         if sampling.max_new_tokens > self.max_new_tokens:
-            raise UserFacingError(f"max_new_tokens {sampling.max_new_tokens} is above this server's limit of "
-                                  f"{self.max_new_tokens} (EAGLEVIZ_MAX_NEW_TOKENS)")
+            raise UserFacingError(f"max new tokens {sampling.max_new_tokens} is above this server's limit of "
+                                  f"{self.max_new_tokens}")
         if tree is not None and tree.draft_tokens > self.max_draft_tokens:
-            raise UserFacingError(f"draft_tokens {tree.draft_tokens} is above this server's limit of "
-                                  f"{self.max_draft_tokens} (EAGLEVIZ_MAX_DRAFT_TOKENS)")
+            raise UserFacingError(f"draft tokens {tree.draft_tokens} is above this server's limit of "
+                                  f"{self.max_draft_tokens}")
 
     def check_kv(self, engine, n_prompt: int, tree: TreeConfig | None, sampling: SamplingConfig) -> int:
         """Bytes the request's KV caches would take; refuse a request over the budget (out-of-memory guard)."""
         need = engine.kv_bytes(n_prompt, tree, sampling)
         if need > self.kv_budget_mb * 2**20:
-            raise UserFacingError(f"this request needs {need / 2**20:.0f} MB of KV cache, above this server's "
-                                  f"budget of {self.kv_budget_mb} MB (EAGLEVIZ_KV_BUDGET_MB): shorten the prompt "
-                                  "or lower max_new_tokens")
+            raise UserFacingError(f"this request needs {need / 2**20:.0f} MB of KV cache (the model's memory of "
+                                  f"the text so far), above this server's budget of {self.kv_budget_mb} MB: "
+                                  "shorten the prompt or lower max new tokens")
         return need

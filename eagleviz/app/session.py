@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import threading
@@ -70,10 +71,21 @@ class EngineHub:
 
 
 def _view(base: Engine, attn_impl: str) -> Engine:
+    if attn_impl == "triton" and base.target.device.type != "cuda":
+        raise UserFacingError("the Triton attention kernel needs a GPU, and this server runs on a CPU: choose "
+                              "attention 'auto' or 'torch'")
     try:
         return base.with_attention(attn_impl)
     except ValueError as exc:
         raise UserFacingError(str(exc)) from exc
+
+
+def attention_choices() -> tuple[str, ...]:
+    """The attention implementations the page offers: Triton's kernel only where PyTorch sees a CUDA GPU (on
+    a CPU it runs only in Triton's interpreter, a tool for tests, not for a class)."""
+    import torch
+
+    return IMPLS if torch.cuda.is_available() else tuple(impl for impl in IMPLS if impl != "triton")
 
 
 @dataclass(frozen=True)
@@ -190,8 +202,8 @@ def stream_run(hub: EngineHub, prompt: str, knobs: Knobs, limits: Limits = DEFAU
         for cycle in cycles:
             run.wall_s = cycles.busy_s
             if cycles.busy_s > limits.max_run_seconds and not run.stop_reason:
-                run.stop_reason = (f"time limit of {limits.max_run_seconds} s per run on this server "
-                                   "(EAGLEVIZ_MAX_RUN_SECONDS); the run so far is kept")
+                run.stop_reason = (f"time limit of {limits.max_run_seconds} s per run on this server; the run so "
+                                   "far is kept")
                 yield run, cycle
                 return
             yield run, cycle
@@ -230,7 +242,7 @@ def race_run(hub: EngineHub, run: RunTrace, attn_impl: str = "auto", limits: Lim
     deadline = clock() + limits.max_run_seconds
 
     def stop(_plain: RunTrace) -> str:
-        return (f"time limit of {limits.max_run_seconds} s per run on this server (EAGLEVIZ_MAX_RUN_SECONDS)"
+        return (f"time limit of {limits.max_run_seconds} s per run on this server"
                 if clock() > deadline else "")
 
     try:
@@ -291,7 +303,7 @@ def read_trace(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS) -> RunT
         size = path.stat().st_size
         if size > limits.max_upload_bytes:
             raise UserFacingError(f"the file has {size / 2**20:.1f} MB; traces are limited to {limits.max_upload_mb} MB "
-                                  "on this server (EAGLEVIZ_MAX_UPLOAD_MB)")
+                                  "on this server")
         data = path.read_bytes()
     except OSError as exc:
         raise UserFacingError(f"the uploaded file could not be read ({exc.__class__.__name__})") from exc
@@ -303,6 +315,10 @@ def read_trace(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS) -> RunT
         run = RunTrace.from_json(text)
         _check_config(run.config)
         check_displayable(run)
+    except json.JSONDecodeError as exc:   # the parser's own words ("Expecting value: ...") mean little here
+        raise UserFacingError(f"this is not an eagleviz trace: the file is not JSON text (it goes wrong at line "
+                              f"{exc.lineno}, column {exc.colno}). Export a run with \"Export trace (JSON)\" "
+                              "and import that file") from exc
     except (ValueError, TypeError, KeyError) as exc:
         raise UserFacingError(f"this is not a valid eagleviz trace: {str(exc)[:300]}") from exc
     return run

@@ -161,8 +161,8 @@ def _prompt(value: str | None, limits: Limits, notes: list[str]) -> str | None:
         notes.append("The link's prompt is empty; the page's prompt is kept.")
         return None
     if len(value) > limits.max_prompt_chars:
-        notes.append(f"The link's prompt has {len(value)} characters, above this server's {limits.max_prompt_chars} "
-                     "(EAGLEVIZ_MAX_PROMPT_CHARS); the page's prompt is kept.")
+        notes.append(f"The link's prompt has {len(value):,} characters, above this server's limit of "
+                     f"{limits.max_prompt_chars:,}; the page's prompt is kept.")
         return None
     if "\x00" in value:
         notes.append("The link's prompt contains a NUL character; the page's prompt is kept.")
@@ -173,12 +173,12 @@ def _prompt(value: str | None, limits: Limits, notes: list[str]) -> str | None:
 def _int_range(name: str, limits: Limits) -> tuple[int, int, str]:
     """The integers a knob may take on this server, and where the upper bound comes from."""
     if name == "max_new_tokens":
-        return 1, limits.max_new_tokens, " (this server's limit, EAGLEVIZ_MAX_NEW_TOKENS)"
+        return 1, limits.max_new_tokens, " (this server's limit)"
     if name == "seed":
         return 0, 2**63 - 1, ""
     lo, hi = LIMITS[name]
     if name == "draft_tokens" and limits.max_draft_tokens < hi:
-        return lo, limits.max_draft_tokens, " (this server's limit, EAGLEVIZ_MAX_DRAFT_TOKENS)"
+        return lo, limits.max_draft_tokens, " (this server's limit)"
     return lo, hi, ""
 
 

@@ -27,10 +27,9 @@ from eagleviz.app.handlers import Handlers, StopRequest
 from eagleviz.app.limits import Limits
 from eagleviz.measured import latest_bench, latest_verify_cost
 from eagleviz.app.pairs import Pair, PairHub
-from eagleviz.app.session import EngineHub, Knobs, fastest_tree, why_small_trees
+from eagleviz.app.session import EngineHub, Knobs, attention_choices, fastest_tree, why_small_trees
 from eagleviz.visuals import SpeedView, speed_view
 from eagleviz.visuals.output_text import COLOURS as OUTPUT_COLOURS
-from kernels.tree_attention import IMPLS
 
 INTRO = ("# eagleviz: EAGLE speculative decoding, cycle by cycle\n"
          "A small **draft** head guesses a *tree* of next tokens; the big **target** model checks the whole tree "
@@ -144,7 +143,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                     max_new = gr.Slider(1, limits.max_new_tokens, min(d.max_new_tokens, limits.max_new_tokens),
                                         step=1, label="max new tokens", elem_id="max-new-tokens")
                     seed = gr.Number(d.seed, precision=0, minimum=0, label="seed", elem_id="seed")
-                attn = gr.Dropdown(list(IMPLS), value=d.attn_impl, label="attention implementation",
+                attn = gr.Dropdown(list(attention_choices()), value=d.attn_impl, label="attention implementation",
                                    elem_id="attn-impl")
         with gr.Accordion("Workshop: recorded runs, a link to these settings, projector", open=False,
                           elem_id="workshop"):

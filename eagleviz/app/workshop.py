@@ -10,7 +10,7 @@ and the projector layout.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from urllib.parse import quote
 
 import gradio as gr
@@ -19,7 +19,7 @@ from eagleviz.app import gallery, presets, share
 from eagleviz.errors import UserFacingError
 from eagleviz.app.handlers import Handlers, knobs_from
 from eagleviz.app.navigation import VIEW_SIZE
-from eagleviz.app.session import Knobs, knobs_of
+from eagleviz.app.session import Knobs, attention_choices, knobs_of
 from eagleviz.trace import RunTrace
 
 LAYOUT_PARAMS = ("projector", "model")
@@ -87,6 +87,11 @@ def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple
     shared = share.from_query(list(request.query_params.multi_items()) if request is not None else [], defaults,
                               h.limits, passthrough=LAYOUT_PARAMS)
     notes = list(shared.notes)
+    knobs = shared.knobs
+    if knobs.attn_impl not in attention_choices():   # Triton's kernel, on a server without a GPU
+        notes.append(f"Link parameter attn_impl={knobs.attn_impl} needs a GPU, and this server runs on a CPU; "
+                     f"attention {defaults.attn_impl} is used.")
+        knobs = replace(knobs, attn_impl=defaults.attn_impl)
     extra = dict(shared.extra)
     model = gr.skip()
     if "model" in extra:
@@ -103,7 +108,7 @@ def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple
     run = (gr.skip(),) * RUN_SIZE
     if not params:
         return run + (gr.skip(),) * SETTINGS_SIZE + tail
-    settings = list(_settings(gr.skip() if shared.prompt is None else shared.prompt, shared.preset, shared.knobs))
+    settings = list(_settings(gr.skip() if shared.prompt is None else shared.prompt, shared.preset, knobs))
     return run + tuple(settings) + tail
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from eagleviz.trace import CycleTrace, RunTrace, summarize
 from eagleviz.visuals.draft_tree import counts
 from eagleviz.visuals.kv_rewind import kv_counts
+from eagleviz.visuals.output_text import readable
 from eagleviz.visuals.replay import ReplayResult
 from eagleviz.visuals.style import token_label
 
@@ -103,6 +104,16 @@ def prefill_reuse(run: RunTrace) -> str:
     return f", {run.prefill_reused} of {run.prompt_tokens} prompt tokens from the prefix cache"
 
 
+# Why a run stopped, in words (the trace's stop reasons are the engine's codes; any other reason is words already).
+STOP_WORDS = {"eos": "the model ended its answer", "max_new_tokens": "reached max new tokens ({cap})",
+              "context": "the model's context window is full"}
+
+
+def stop_text(run: RunTrace) -> str:
+    cap = run.config.get("sampling", {}).get("max_new_tokens", "?")
+    return STOP_WORDS.get(run.stop_reason, run.stop_reason or "stopped").format(cap=cap)
+
+
 def summary_text(run: RunTrace) -> str:
     s = summarize(run)
     if not run.cycles:
@@ -114,12 +125,12 @@ def summary_text(run: RunTrace) -> str:
             f"{s['new_tokens']} tokens in {s['num_cycles']} cycles, {s['wall_s']:.2f} s (prefill "
             f"{s['prefill_ms']:.0f} ms{prefill_reuse(run)}) \u00b7 {alpha} \u00b7 mean ms per cycle: draft "
             f"{ph['draft']:.0f}, verify "
-            f"{ph['verify']:.0f}, accept {ph['accept']:.1f}, rewind {ph['rewind']:.2f} \u00b7 stop: {s['stop_reason']}")
+            f"{ph['verify']:.0f}, accept {ph['accept']:.1f}, rewind {ph['rewind']:.2f} \u00b7 stopped: {stop_text(run)}")
 
 
 def cycle_caption(run: RunTrace, cycle: CycleTrace) -> str:
     """The cycle in one line: what it committed, and (traces that record it) what the tree expected."""
-    committed = "".join(o.text for o in run.output if o.cycle == cycle.index)
+    committed = "".join(readable(run, i) for i, o in enumerate(run.output) if o.cycle == cycle.index)
     line = (f"**Cycle {cycle.index}** of {len(run.cycles)} (0-based): committed {tok(committed)} = "
             f"{cycle.accept_length} accepted + 1 bonus.")
     if cycle.expected_accept is not None:

@@ -7,7 +7,9 @@ target's own token, "prefill" = the token the prompt's forward produced, "target
 from searching the decoded text. The text keeps its line breaks and indentation: a newline is shown as a
 visible mark followed by the line break itself (the highlighted-text view starts a new line there, and the
 mark keeps a newline-only token visible and clickable), spaces are kept as they are (the page's CSS sets
-`white-space: pre-wrap` and a monospace font), and an empty token is shown as the empty-set sign.
+`white-space: pre-wrap` and a monospace font), and an empty token is shown as the empty-set sign. The
+end-of-text token that ended a run (the trace's stop reason "eos": it is the last output token) is shown in
+words, not as the tokenizer's marker (`<|im_end|>`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,17 @@ COLOURS = {"accepted draft": "#9CC3E0", "bonus (target)": "#F5CD80", "first toke
 
 
 NEWLINE = "\u21b5"
+END_MARK = "[end of answer]"
+
+
+def is_end(run: RunTrace, i: int) -> bool:
+    """Output token i is the end-of-text token that ended the run."""
+    return run.stop_reason == "eos" and i == len(run.output) - 1
+
+
+def readable(run: RunTrace, i: int) -> str:
+    """Output token i's text, the end-of-text token in words."""
+    return END_MARK if is_end(run, i) else run.output[i].text
 
 
 def shown(text: str) -> str:
@@ -32,4 +45,4 @@ def output_tokens(run: RunTrace | None) -> list[tuple[str, str]]:
     """Item i is output token i: its text as shown and its provenance category."""
     if run is None:
         return []
-    return [(shown(t.text), CATEGORY.get(t.source, t.source)) for t in run.output]
+    return [(shown(readable(run, i)), CATEGORY.get(t.source, t.source)) for i, t in enumerate(run.output)]
