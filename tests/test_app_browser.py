@@ -133,6 +133,12 @@ def open_accordion(page, label: str) -> None:
         page.wait_for_function("(b) => b.classList.contains('open')", arg=button.element_handle(), timeout=10_000)
 
 
+def opened(trace: dict) -> dict:
+    """The cycle a finished run opens on: the first with the longest accepted path."""
+    lengths = [c["accept_length"] for c in trace["cycles"]]
+    return trace["cycles"][lengths.index(max(lengths))]
+
+
 def check_cycle_figures(page, cycle: dict) -> None:
     """The four figures of the selected cycle carry the trace's node, cell and slot counts."""
     tree = figure(page, "draft-tree")
@@ -163,12 +169,16 @@ def test_run_step_rerun_and_import(page, tmp_path):
     shot(page, "01_after_run_top.png")
     first, first_path = export(page, tmp_path, "first.json")
     assert first["config"]["tree"]["steps"] == 4 and len(first["cycles"]) >= 2
-    check_cycle_figures(page, first["cycles"][0])
+    check_cycle_figures(page, opened(first))
     page.locator("#draft-tree").scroll_into_view_if_needed()
-    shot(page, "02_cycle0_tree.png")
+    shot(page, "02_opened_cycle_tree.png")
     shot(page, "03_after_run_full.png", full=True)
 
-    # step to another cycle: the figures follow, without recomputation
+    # step to cycle 0, then to the next: the figures follow, without recomputation
+    page.click("#first-cycle")
+    page.wait_for_function("() => document.querySelector('#cycle-caption').innerText.includes('Cycle 0')",
+                           timeout=30_000)
+    check_cycle_figures(page, first["cycles"][0])
     page.click("#next")
     page.wait_for_function("() => document.querySelector('#cycle-caption').innerText.includes('Cycle 1')",
                            timeout=30_000)
@@ -188,7 +198,7 @@ def test_run_step_rerun_and_import(page, tmp_path):
     tree = second["config"]["tree"]
     assert (tree["steps"], tree["topk"], tree["draft_tokens"]) == (3, 1, 4) and tree["adjustments"]
     assert second["config"]["sampling"]["temperature"] == pytest.approx(0.7)
-    check_cycle_figures(page, second["cycles"][0])
+    check_cycle_figures(page, opened(second))
     open_accordion(page, "Losslessness at T > 0: replay the acceptance step")
     replay = figure(page, "replay")
     assert "replays of the acceptance step" in replay["title"]
@@ -199,7 +209,7 @@ def test_run_step_rerun_and_import(page, tmp_path):
     page.wait_for_function("() => document.querySelector('#status').innerText.startsWith('Imported')",
                            timeout=60_000)
     assert f"{len(first['cycles'])} cycles" in page.locator("#status").inner_text()
-    check_cycle_figures(page, first["cycles"][0])
+    check_cycle_figures(page, opened(first))
     assert "sglang.launch_server" in page.locator("#launch-flags").inner_text()
     shot(page, "06_imported.png", full=True)
 
@@ -325,7 +335,7 @@ def test_a_recorded_run_replays_with_no_model_call(browser, app_url, monkeypatch
         tab.wait_for_function("() => document.querySelector('#status').innerText.startsWith('Recorded run')",
                               timeout=60_000)
         run = gallery.load(entry.id)
-        check_cycle_figures(tab, json.loads(run.to_json())["cycles"][0])
+        check_cycle_figures(tab, opened(json.loads(run.to_json())))
         shot(tab, "10_gallery_replay.png")
     finally:
         tab.close()

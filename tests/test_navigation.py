@@ -36,6 +36,18 @@ def test_a_cycle_view_carries_its_tokens_and_an_end_state_phase(run):
     assert nav.view_values(None, 0)[5] == ""
 
 
+def test_a_run_opens_on_the_first_cycle_with_the_longest_accepted_path():
+    from eagleviz.app import gallery
+
+    for entry in gallery.entries():
+        run = gallery.load(entry.id)
+        lengths = [c.accept_length for c in run.cycles]
+        i, view = nav.opening(run)
+        assert i == lengths.index(max(lengths)) and view[1].startswith(f"**Cycle {i}**")
+        assert ("longest accepted path" in view[5]) == (i > 0)
+    assert nav.instructive_cycle(None) == 0 and nav.opening(None)[0] == 0
+
+
 @pytest.mark.parametrize("name", RECORDED)
 def test_clicking_an_output_token_opens_its_cycle_with_it_selected(name):
     run = recorded(name)

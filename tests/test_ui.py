@@ -111,7 +111,9 @@ def test_run_streams_then_finishes(finished):
     assert read_trace(final[6]).token_ids == run.token_ids     # the export file reloads to the same run
     slider = final[3]
     assert slider.maximum == max(len(run.cycles) - 1, 1)
-    assert slider.constructor_args["value"] == 0
+    longest = max(c.accept_length for c in run.cycles)    # it opens on the first cycle with the longest path
+    opened = next(i for i, c in enumerate(run.cycles) if c.accept_length == longest)
+    assert slider.constructor_args["value"] == opened and final[9].startswith(f"**Cycle {opened}**")
 
 
 def test_streamed_progress_grows_the_slider_without_moving_it(handlers, monkeypatch):

@@ -291,3 +291,23 @@ def test_a_learner_reads_plain_words_not_internals(page, tmp_path, browser, app_
         assert tab.locator("#steps input[type=number]").first.input_value() == "3"
     finally:
         tab.close()
+
+
+# ------------------------------------------------------------------ 10. a run opens on its most instructive cycle
+
+def test_a_run_opens_on_its_most_instructive_cycle_and_cycle_0_is_one_click_away(page, tmp_path):
+    """The rule: the first cycle with the longest accepted path. The opening preset's cycle 0 drafts from the
+    prompt alone and accepts little; a later cycle accepts four or five."""
+    run_and_wait(page)
+    trace, _ = export(page, tmp_path, "counting.json")
+    lengths = [c["accept_length"] for c in trace["cycles"]]
+    opened = lengths.index(max(lengths))
+    assert opened > 0, lengths
+    wait_for_cycle(page, opened)
+    assert slider_value(page) == opened and "longest accepted path" in prose(page, "focus-text")
+    assert f"{max(lengths)} accepted" in figure(page, "accepted-path")["title"]
+    page.locator("#cycle-slider").scroll_into_view_if_needed()
+    shot(page, "w10_opened_on_the_instructive_cycle.png")
+    page.click("#first-cycle")
+    wait_for_cycle(page, 0)
+    assert slider_value(page) == 0

@@ -16,7 +16,7 @@ from eagleviz.app import presets
 from eagleviz.decoding import race as race_mod
 from eagleviz.errors import UserFacingError
 from eagleviz.app.limits import Limits
-from eagleviz.app.navigation import VIEW_SIZE, view_values
+from eagleviz.app.navigation import VIEW_SIZE, opening, view_values
 from eagleviz.app.pairs import PairHub
 from eagleviz.app.scheduler import Turns
 from eagleviz.app.session import (RANDOM_HEAD_NOTE, SHARED_NOTE, FastestTree, Knobs, fastest_tree, generate, race_run,
@@ -222,15 +222,17 @@ class Handlers:
 
     @staticmethod
     def finished(run: RunTrace | None) -> tuple:
-        """The end of a run (or of an import, or a Stop): summary, export file, full slider, first cycle."""
+        """The end of a run (or of an import, or a Stop): summary, export file, full slider, and the run's most
+        instructive cycle (`navigation.instructive_cycle`)."""
         if run is None:
             return (None, [], "", _slider(None), "", None, None, "", *view_values(None, 0))
         note = f" {RANDOM_HEAD_NOTE}" if run.head.startswith("random") else ""
         notes = "".join(f"\n\n{_mark(n)} {n}" for n in getattr(run, "notes", []))
         status = f"Done: {stop_text(run)}.{note}{notes}"
-        tour = tour_step(run, run.cycles[0], 0) if run.cycles else ""
-        return (run, output_tokens(run), status, _slider(run), summary_text(run), summary_figure(run, 0),
-                write_trace(run), tour, *view_values(run, 0))
+        i, view = opening(run)
+        tour = tour_step(run, run.cycles[i], 0) if run.cycles else ""
+        return (run, output_tokens(run), status, _slider(run, i), summary_text(run), summary_figure(run, i),
+                write_trace(run), tour, *view)
 
     # ---------------------------------------------------------------- race, import, API
     def race(self, run: RunTrace | None, attn_impl: str, pair: str | None = None,

@@ -162,6 +162,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             phase = gr.Slider(0, 1, 1, step=1, label="phase", elem_id="phase-slider", interactive=False, scale=4)
             with gr.Column(scale=3, min_width=260):
                 with gr.Row():
+                    first_btn = gr.Button("\u21e4 cycle 0", elem_id="first-cycle", size="sm", min_width=40)
                     prev_btn = gr.Button("\u25c0", elem_id="prev", size="sm", min_width=40)
                     next_btn = gr.Button("\u25b6", elem_id="next", size="sm", min_width=40)
                     play_btn = gr.Button("\u25b6 Play cycles", elem_id="play", size="sm")
@@ -255,6 +256,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         # The slider moved by hand (typed, clicked, dragged): the views follow; the slider itself is not an output.
         gr.on([slider.input, slider.release], nav.show, [run_state, slider], [summary_plot, *view],
               trigger_mode="always_last", **quiet)
+        first_btn.click(lambda r: nav.step(r, 0, 0), run_state, cycle_outputs, **quiet)
         prev_btn.click(lambda r, i: nav.step(r, i, -1), [run_state, slider], cycle_outputs, **quiet)
         next_btn.click(lambda r, i: nav.step(r, i, +1), [run_state, slider], cycle_outputs, **quiet)
         play_btn.click(nav.play, [run_state, playing], [playing, timer, play_btn])
