@@ -277,6 +277,10 @@ def test_an_output_token_opens_the_cycle_that_committed_it(page):
     caption = page.locator("#cycle-caption").inner_text()
     cycle = int(caption.split()[1])
     assert cycle > 0 and page.locator("#cycle-slider input[type=number]").first.input_value() == str(cycle)
+    # the figures are redrawn after the texts: wait for the tree that carries the selection
+    page.wait_for_function("() => { const gd = document.querySelector('#draft-tree .js-plotly-plot');"
+                           " return gd && gd.data && gd.data.some(t => t.name === 'selected token'); }",
+                           timeout=30_000)
     assert focus_marks(page, "draft-tree") == 1
 
 
