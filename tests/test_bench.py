@@ -11,7 +11,7 @@ import torch
 
 from eagleviz import errors, measured
 from eagleviz.perf import bench, tune
-from tiny import tiny_engine
+from tiny import CPU_COSTS, tiny_engine
 
 
 def test_bench_writes_its_files_and_keeps_the_latest_for_the_app(tiny_cli, capsys):
@@ -150,3 +150,77 @@ def test_a_journal_with_other_settings_is_started_afresh(tmp_path):
     bench.bench(engine, ["abc"], SamplingConfig(max_new_tokens=4), TreeConfig.create(2, 2, 4), 1, ("plain",),
                 progress=seen.append, journal=journal)
     assert not any("resuming" in m for m in seen) and not journal.exists()
+    assert any("other settings (" in m and "policy" in m and "tree" in m for m in seen)
+
+
+def test_a_journal_from_another_policy_is_not_resumed(tmp_path, monkeypatch):
+    """The same prompts and knobs with another price list (or draft source) start afresh: the cost-aware tree's
+    choices depend on them, so the finished prompts would mix two benches."""
+    from eagleviz.config import SamplingConfig, TreeConfig
+
+    engine, tree, seen, headers = tiny_engine("llama", vocab=8), TreeConfig.create(2, 2, 4), [], []
+    journal = tmp_path / "bench.journal.jsonl"
+    original = bench._read_journal
+    monkeypatch.setattr(bench, "_read_journal", lambda j, header, progress: headers.append(header) or
+                        original(j, header, progress))
+
+    def resumed(eng, tree_) -> bool:
+        """Leave the journal of a bench of these settings interrupted after its first prompt, then run `tree_`."""
+        journal.write_text(json.dumps(headers[0]) + "\n" + json.dumps({"plain": [{"tokens": [1], "seconds": 1.0}]})
+                           + "\n")
+        seen.clear()
+        bench.bench(eng, ["abc", "abd"], SamplingConfig(max_new_tokens=4), tree_, 1, ("plain",), progress=seen.append,
+                    journal=journal)
+        return any("resuming after prompt 1" in m for m in seen)
+
+    bench.bench(engine, ["abc", "abd"], SamplingConfig(max_new_tokens=4), tree, 1, ("plain",), progress=seen.append,
+                journal=journal)
+    assert resumed(engine, tree)  # the same settings resume
+    assert not resumed(engine.with_policy(CPU_COSTS), tree) and any("(policy)" in m for m in seen)
+    assert not resumed(engine, tree.with_(source="eagle")) and any("(tree)" in m for m in seen)
+
+
+def test_each_prompt_starts_with_another_method_and_ratios_to_plain_carry_an_interval(monkeypatch):
+    from eagleviz.config import SamplingConfig, TreeConfig
+
+    engine, order = tiny_engine("llama", vocab=8), []
+    speeds = {"plain": 1.0, "eagle-chain": 1.5, "eagle-tree": 2.0}
+    monkeypatch.setattr(bench, "run_method", lambda eng, m, ids, sampling, tree, tuned=None, peers=None: (
+        order.append(m), bench.Sample(tokens=[1] * 10, seconds=10 / speeds[m] / (1 + 0.1 * len(order) % 3)))[1])
+    methods = tuple(speeds)
+    result = bench.bench(engine, ["ab", "cd", "ef", "gh"], SamplingConfig(max_new_tokens=4), TreeConfig.create(2, 2, 4),
+                         2, methods, progress=lambda line: None)
+    runs = order[len(methods):]  # after the warm-up
+    firsts = [runs[k] for k in range(0, len(runs), len(methods))]  # (prompt, repeat) in order
+    assert firsts == [methods[(i + r) % 3] for i in range(4) for r in range(2)]
+    rows = result["rows"]
+    assert rows["plain"]["vs_plain"] == 1.0 and rows["plain"]["vs_plain_ci95"] == [1.0, 1.0]
+    for m in ("eagle-chain", "eagle-tree"):
+        low, high = rows[m]["vs_plain_ci95"]
+        assert low <= rows[m]["vs_plain"] <= high and len(rows[m]["vs_plain_per_prompt"]) == 4
+
+
+def test_the_bootstrap_interval_is_seeded_and_brackets_the_median():
+    values = [0.9, 1.1, 1.2, 1.25, 1.3, 1.5, 2.0]
+    low, high = bench.bootstrap_ci(values)
+    assert bench.bootstrap_ci(values) == [low, high] and low <= 1.25 <= high and low < high
+
+
+def test_the_llama_cpp_peer_says_what_it_needs_or_decodes_the_embedded_gguf():
+    from eagleviz.errors import UserFacingError
+    from eagleviz.perf import peers
+
+    with pytest.raises(UserFacingError, match="llama-cpp-python|embedded model's GGUF"):
+        peers.make_peers(("plain", "llama-cpp"), "random", 2)
+    assert peers.make_peers(("plain", "eagle-tree"), "random", 2) == {}
+    if peers.needs_llama_cpp():
+        pytest.skip(peers.needs_llama_cpp())
+    try:
+        made = peers.make_peers(("llama-cpp",), "embedded", 2)
+    except UserFacingError as exc:  # the embedded model package is not installed
+        pytest.skip(str(exc))
+    from eagleviz.config import SamplingConfig
+
+    tokens, seconds = made["llama-cpp"].run([1, 504, 3575, 282], SamplingConfig(max_new_tokens=6))
+    again, _ = made["llama-cpp"].run([1, 504, 3575, 282], SamplingConfig(max_new_tokens=6))
+    assert 1 <= len(tokens) <= 6 and seconds > 0 and again == tokens  # greedy, and no state kept between runs

@@ -27,6 +27,7 @@ to --out/ab-LEVER-T{T}.json (`ab_name`): the file a figure quoted from it can be
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -41,6 +42,7 @@ from eagleviz.decoding.load import add_model_args, add_tree_args, tree_from_args
 from eagleviz.errors import UserFacingError
 from eagleviz.measured import bench_name, tuned_config, tuned_tree, user_bench_path
 from eagleviz.models.loading import cpu_description
+from eagleviz.perf import peers as peer_methods
 from eagleviz.prompts import load_prompts
 from eagleviz.visuals.speed import bench_figure, markdown_table
 
@@ -94,7 +96,10 @@ def run_ours(engine, ids: list[int], tree: TreeConfig | None, sampling: Sampling
 
 
 def run_method(engine, method: str, ids: list[int], sampling: SamplingConfig, tree: TreeConfig,
-               tuned: TreeConfig | None = None) -> Sample:
+               tuned: TreeConfig | None = None, peers: dict | None = None) -> Sample:
+    if peers and method in peers:
+        tokens, seconds = peers[method].run(ids, sampling)
+        return Sample(tokens=tokens, seconds=seconds)
     if method == "hf-generate":
         return _hf_generate(engine, ids, sampling, None)
     if method == "hf-prompt-lookup":
@@ -221,12 +226,15 @@ def top2_gap(engine, ids: list[int]) -> float:
 
 
 def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig, repeats: int,
-          methods=METHODS, progress=print, journal: Path | None = None) -> dict:
-    """Interleaved runs: for each prompt and repeat, every method once, in rotating order.
+          methods=METHODS, progress=print, journal: Path | None = None, peers: dict | None = None) -> dict:
+    """Interleaved runs: for each prompt and repeat, every method once, the order rotated from one prompt and
+    repeat to the next. `peers`: the llama.cpp methods' models (`eagleviz.perf.peers.make_peers`).
 
     `journal`: a JSON-lines file that records each finished prompt; a run with the same settings picks up
     after the last recorded prompt (a long bench survives an interruption), and the file is removed at the
-    end. A journal written with other settings is started afresh."""
+    end. A journal written with other settings (the methods, the tree with its policy and draft source, the
+    machine, the price list and calibration the policy used) is never mixed in: the run starts afresh and says
+    which settings differed."""
     found = tuned_tree(sampling.temperature, shipped=False) if TUNED_METHOD in methods else None
     tuned = tuned_config(found) if found else None
     if TUNED_METHOD in methods and tuned is None:
@@ -234,9 +242,9 @@ def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig
     samples: dict[str, list[list[Sample]]] = {m: [] for m in methods}
     encoded = [engine.encode_prompt(p) for p in prompts]
     header = {"prompts": encoded, "methods": list(methods), "repeats": repeats, "sampling": vars(sampling),
-              "tree": [tree.steps, tree.topk, tree.draft_tokens], "machine": machine_info(engine),
+              "tree": tree_record(tree), "machine": machine_info(engine), "policy": policy_record(engine),
               "tuned": tuned and [tuned.steps, tuned.topk, tuned.draft_tokens]}
-    for per in _read_journal(journal, header):
+    for per in _read_journal(journal, header, progress):
         for m in methods:
             samples[m].append(per[m])
     first = len(samples[methods[0]])
@@ -246,14 +254,14 @@ def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig
         journal.parent.mkdir(parents=True, exist_ok=True)
         journal.write_text(json.dumps(header) + "\n")
     for m in methods:  # warm-up: first-call allocations and lazy initialisation
-        run_method(engine, m, encoded[0], SamplingConfig(max_new_tokens=8), tree, tuned)
+        run_method(engine, m, encoded[0], SamplingConfig(max_new_tokens=8), tree, tuned, peers)
     start = time.perf_counter()
     for i in range(first, len(encoded)):
         per = {m: [] for m in methods}
         for r in range(repeats):
-            order = methods[r % len(methods):] + methods[: r % len(methods)]
-            for m in order:
-                per[m].append(run_method(engine, m, encoded[i], sampling, tree, tuned))
+            shift = (i + r) % len(methods)  # no method always runs first (or right after another) on every prompt
+            for m in methods[shift:] + methods[:shift]:
+                per[m].append(run_method(engine, m, encoded[i], sampling, tree, tuned, peers))
         for m in methods:
             samples[m].append(per[m])
         if journal is not None:
@@ -271,17 +279,22 @@ def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig
     return result
 
 
-def _read_journal(journal: Path | None, header: dict) -> list[dict[str, list[Sample]]]:
-    """The finished prompts of a journal written with exactly `header`'s settings (else none)."""
+def _read_journal(journal: Path | None, header: dict, progress=print) -> list[dict[str, list[Sample]]]:
+    """The finished prompts of a journal written with exactly `header`'s settings (else none, said)."""
     if journal is None or not journal.exists():
         return []
     try:
         lines = journal.read_text().splitlines()
-        if json.loads(lines[0]) != json.loads(json.dumps(header)):
-            return []
-        return [{m: [Sample(**x) for x in reps] for m, reps in json.loads(line).items()} for line in lines[1:]]
-    except (ValueError, TypeError, IndexError):  # a torn last line or a foreign file: start afresh
+        recorded = json.loads(lines[0])
+        done = [{m: [Sample(**x) for x in reps] for m, reps in json.loads(line).items()} for line in lines[1:]]
+    except (ValueError, TypeError, IndexError):  # a torn header or a foreign file: start afresh
         return []
+    wanted = json.loads(json.dumps(header))
+    if recorded != wanted:  # never mixed into this run: it starts afresh, and says why
+        differ = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
+        progress(f"[bench] {journal} was written with other settings ({', '.join(differ)}): starting afresh")
+        return []
+    return done
 
 
 def summarize(engine, encoded, samples, sampling: SamplingConfig, methods) -> dict:
@@ -300,8 +313,17 @@ def summarize(engine, encoded, samples, sampling: SamplingConfig, methods) -> di
                    "tau": statistics.mean(taus) if taus else None,
                    "phase_ms": {k: statistics.mean(v) for k, v in phases.items()},
                    "tokens": sum(len(reps[0].tokens) for reps in samples[m])}
+    if "plain" in methods:
+        for m in methods:
+            per_prompt = [statistics.median(s.tokens_per_s for s in reps) / statistics.median(b.tokens_per_s for b in base)
+                          for reps, base in zip(samples[m], samples["plain"])]
+            rows[m]["vs_plain"] = statistics.median(per_prompt)
+            rows[m]["vs_plain_ci95"] = bootstrap_ci(per_prompt)
+            rows[m]["vs_plain_per_prompt"] = per_prompt
     if sampling.greedy:
         for m in methods:
+            if m in peer_methods.METHODS:  # another engine's numerics: compared for speed, not tokens
+                continue
             for i, (reps, base) in enumerate(zip(samples[m], samples[ref])):
                 a, b = base[0].tokens, reps[0].tokens
                 if a == b:
@@ -311,6 +333,21 @@ def summarize(engine, encoded, samples, sampling: SamplingConfig, methods) -> di
                                    "top2_gap": top2_gap(engine, encoded[i] + a[:k])})
     return {"rows": rows, "reference": ref, "greedy_mismatches": mismatches, "prompts": len(encoded),
             "sampling": vars(sampling), "machine": machine_info(engine)}
+
+
+def bootstrap_ci(values: list[float], draws: int = 2000, seed: int = 0) -> list[float]:
+    """The 95% bootstrap interval of the median of `values` (prompts resampled with replacement, seeded)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.tensor(values, dtype=torch.float64)
+    picks = torch.randint(0, len(values), (draws, len(values)), generator=gen)
+    medians = x[picks].median(dim=1).values  # the lower median, as statistics.median_low
+    return [round(float(medians.quantile(0.025)), 4), round(float(medians.quantile(0.975)), 4)]
+
+
+def policy_record(engine) -> dict:
+    """What the cost-aware tree's choices depend on: the price list and the calibration the engine holds."""
+    calibration = hashlib.sha256(engine.calibration.to_json().encode()).hexdigest()[:16]
+    return {"costs": engine.costs.to_dict(), "calibration_sha256": calibration}
 
 
 def machine_info(engine) -> dict:
@@ -382,8 +419,9 @@ def bench_main(argv: list[str]) -> int:
     add_tree_args(p)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--methods", default=None,
-                   help=f"comma-separated, from {', '.join(METHODS + (TUNED_METHOD,))} (default: all; "
-                        f"{TUNED_METHOD} once `tune` has run)")
+                   help=f"comma-separated, from {', '.join(METHODS + (TUNED_METHOD,) + peer_methods.METHODS)} "
+                        f"(default: all of ours and Hugging Face's; {TUNED_METHOD} once `tune` has run; the "
+                        "llama.cpp ones need llama-cpp-python)")
     p.add_argument("--out", type=Path, default=Path("runs/bench"))
     p.add_argument("--ab", choices=AB_LEVERS, default=None,
                    help="only measure one lever, interleaved in one process: what recording the full trace costs "
@@ -398,14 +436,16 @@ def bench_main(argv: list[str]) -> int:
         methods = METHODS + ((TUNED_METHOD,) if tuned_tree(args.temperature, shipped=False) else ())
     else:
         methods = tuple(m for m in args.methods.split(",") if m)
-    unknown = [m for m in methods if m not in METHODS + (TUNED_METHOD,)]
+    unknown = [m for m in methods if m not in METHODS + (TUNED_METHOD,) + peer_methods.METHODS]
     if unknown or not methods:
         p.error(f"--methods: unknown {unknown}" if unknown else "--methods: none given")
+    peers = peer_methods.make_peers(methods, args.model, args.threads or torch.get_num_threads())
     engine, prompts = setup(args)
     if args.ab:
         return ab_main(args, argv, engine, prompts, sampling, tree)
     stem = Path(bench_name(args.temperature)).stem
-    result = bench(engine, prompts, sampling, tree, args.repeats, methods, journal=args.out / f"{stem}.journal.jsonl")
+    result = bench(engine, prompts, sampling, tree, args.repeats, methods, journal=args.out / f"{stem}.journal.jsonl",
+                   peers=peers)
     result["tree"] = tree_record(tree)
     result["command"] = "python -m eagleviz bench " + " ".join(argv)
     write_outputs(result, args.out, stem)
