@@ -9,10 +9,12 @@
  *   attention       softmax(q K^T * scale) V over the cache, tree mask on the last keys, GQA
  *   silu_mul        round(silu(gate)) * up
  *
- * Batch invariance: a row's results do not depend on the other rows, nor on where its visible keys sit. Every
- * sum runs in one fixed order whatever the CPU's vector width (`FixedSum`; keys scored in zero-padded tiles
- * of 16; the softmax denominator over the row's visible keys only, in order), so a tree node's attention
- * is bitwise the plain decoding step's for the same path, on AVX2, AVX-512 and NEON alike.
+ * Batch invariance (`ordered` = 1): a row's results do not depend on the other rows, nor on where its visible
+ * keys sit. Every sum runs in one fixed order whatever the CPU's vector width (`FixedSum`; keys scored in
+ * zero-padded tiles of 16; the softmax denominator over the row's visible keys only, in order), so a tree
+ * node's attention is bitwise the plain decoding step's for the same path, on AVX2, AVX-512 and NEON alike.
+ * With `ordered` = 0 the sums are the compiler's vector reductions and the last keys go one by one: the
+ * order the bf16 and fp32 dense path has always used (its recorded runs and quoted figures depend on it).
  * Hidden states are bf16 (`bf` = 1) or fp32 (`bf` = 0). In bf16 every intermediate is rounded where
  * PyTorch's eager code rounds it (round to nearest even), so the results match the eager path's up to the
  * order of a sum and the last bits of exp. Keys, values and queries are fp32.
@@ -118,7 +120,7 @@ static inline float fixed_total(const FixedSum *acc) {
 
 /* out = w * round(x * rsqrt(mean(x^2) + eps)) per row of `dim`; with delta, first h = round(h + delta)
  * (h updated in place). In bf16 the product with w is rounded too, as `weight * x.to(bf16)` is. */
-int rms_norm(void *h, const void *delta, const void *w, void *out, int rows, int dim, float eps, int bf) {
+int rms_norm(void *h, const void *delta, const void *w, void *out, int rows, int dim, float eps, int bf, int ordered) {
     float *x = malloc(sizeof(float) * (size_t)dim * 3);
     if (!x) return ERR_NOMEM;
     float *d = x + dim, *wf = x + 2 * dim;
@@ -131,10 +133,17 @@ int rms_norm(void *h, const void *delta, const void *w, void *out, int rows, int
             for (int i = 0; i < dim; i++) x[i] = bf ? round_bf16(x[i] + d[i]) : x[i] + d[i];
             store_row(h, off, dim, bf, x);
         }
-        FixedSum sq = {{0}, 0}; /* the mean of squares in one order on every CPU */
-        for (int i = 0; i < dim; i++) d[i] = x[i] * x[i];
-        fixed_add_run(&sq, d, dim);
-        float r = 1.0f / sqrtf(fixed_total(&sq) / (float)dim + eps);
+        float ss = 0.0f;
+        if (ordered) { /* the mean of squares in one order on every CPU */
+            FixedSum sq = {{0}, 0};
+            for (int i = 0; i < dim; i++) d[i] = x[i] * x[i];
+            fixed_add_run(&sq, d, dim);
+            ss = fixed_total(&sq);
+        } else {
+#pragma omp simd reduction(+ : ss)
+            for (int i = 0; i < dim; i++) ss += x[i] * x[i];
+        }
+        float r = 1.0f / sqrtf(ss / (float)dim + eps);
         for (int i = 0; i < dim; i++) x[i] = bf ? round_bf16(wf[i] * round_bf16(x[i] * r)) : wf[i] * (x[i] * r);
         store_row(out, off, dim, bf, x);
     }
@@ -243,10 +252,20 @@ static inline __attribute__((always_inline)) void score_tiles(const float *q, co
  * floats) and zero-padded, their scores through `spill` (16 * rows floats). A key's score is thus computed
  * the same way wherever it falls, and does not change when the number of keys grows past a tile. */
 static inline __attribute__((always_inline)) void scores(const float *q, const float *k, float *s, int rows, int n,
-                                                         int d, float scale, float *tile, float *spill) {
+                                                         int d, float scale, float *tile, float *spill, int ordered) {
     int full = n - n % 16;
     score_tiles(q, k, s, n, rows, full, d, scale);
     if (full == n) return;
+    if (!ordered) { /* the remainder key by key: a key's score then depends on where the last tile ends */
+        for (int r = 0; r < rows; r++)
+            for (int j = full; j < n; j++) {
+                const float *kj = k + (long)j * d, *qr = q + (long)r * d;
+                float dot = 0.0f;
+                for (int i = 0; i < d; i++) dot += qr[i] * kj[i];
+                s[(long)r * n + j] = dot * scale;
+            }
+        return;
+    }
     memset(tile, 0, sizeof(float) * 16 * (size_t)d);
     memcpy(tile, k + (long)full * d, sizeof(float) * (size_t)(n - full) * d);
     score_tiles(q, tile, spill, 16, rows, 16, d, scale);
@@ -260,7 +279,7 @@ static inline __attribute__((always_inline)) void scores(const float *q, const f
  * accumulated over each value row once. d must be a multiple of 16, at most 16 * MAX_CHUNKS. */
 static inline __attribute__((always_inline)) int attention_d(
         const float *q, const float *kc, const float *vc, const uint8_t *mask, void *out, int rows, int hq, int hkv,
-        int d, int cap, int n_keys, int prefix, float scale, int bf) {
+        int d, int cap, int n_keys, int prefix, float scale, int bf, int ordered) {
     int group = hq / hkv, tree = n_keys - prefix, r_count = rows * group, chunks = d / 16;
     float *qg = malloc(sizeof(float) * ((size_t)r_count * ((size_t)n_keys + 2 * d + 1 + 16) + 16 * (size_t)d));
     if (!qg) return ERR_NOMEM;
@@ -269,7 +288,7 @@ static inline __attribute__((always_inline)) int attention_d(
     for (int g = 0; g < hkv; g++) {
         for (int t = 0; t < rows; t++) /* row t * group + e is query head g * group + e of token t */
             memcpy(qg + (long)t * group * d, q + ((long)t * hq + g * group) * d, sizeof(float) * (size_t)(group * d));
-        scores(qg, kc + (long)g * cap * d, s, r_count, n_keys, d, scale, tile, spill);
+        scores(qg, kc + (long)g * cap * d, s, r_count, n_keys, d, scale, tile, spill, ordered);
         for (int r = 0; r < r_count; r++) {
             float *sr = s + (long)r * n_keys, m = -INFINITY, sum = 0.0f;
             const uint8_t *row_mask = mask ? mask + (long)(r / group) * tree : NULL;
@@ -282,11 +301,16 @@ static inline __attribute__((always_inline)) int attention_d(
             /* The denominator sums the keys this row sees, in order, as `FixedSum` does: a tree node's
              * ancestors then count as the tokens before it do in plain decoding (masked keys are skipped, not
              * added as zeros, which would shift the later keys' partial sums). */
-            FixedSum total = {{0}, 0};
-            fixed_add_run(&total, sr, prefix);
-            for (int j = 0; j < tree; j++)
-                if (!row_mask || row_mask[j]) fixed_add_run(&total, sr + prefix + j, 1);
-            sum = fixed_total(&total);
+            if (ordered) {
+                FixedSum total = {{0}, 0};
+                fixed_add_run(&total, sr, prefix);
+                for (int j = 0; j < tree; j++)
+                    if (!row_mask || row_mask[j]) fixed_add_run(&total, sr + prefix + j, 1);
+                sum = fixed_total(&total);
+            } else {
+#pragma omp simd reduction(+ : sum)
+                for (int j = 0; j < n_keys; j++) sum += sr[j];
+            }
             inv_sum[r] = 1.0f / sum; /* applied to the output row */
         }
         const float *v = vc + (long)g * cap * d;
@@ -318,15 +342,15 @@ static inline __attribute__((always_inline)) int attention_d(
 /* The entry: common head sizes get a copy of the loops compiled for their size (the vectors of a query
  * or value row then stay in registers; 1.6x faster for d = 64 than the generic copy). */
 int attention(const float *q, const float *kc, const float *vc, const uint8_t *mask, void *out, int rows,
-              int hq, int hkv, int d, int cap, int n_keys, int prefix, float scale, int bf) {
+              int hq, int hkv, int d, int cap, int n_keys, int prefix, float scale, int bf, int ordered) {
     /* the register tiles hold MAX_CHUNKS vectors of 16: refuse what they cannot hold */
     if (d <= 0 || d % 16 || d > 16 * MAX_CHUNKS || hkv <= 0 || hq % hkv || n_keys > cap || prefix < 0 || prefix > n_keys)
         return ERR_SHAPE;
     if (d == 64)
-        return attention_d(q, kc, vc, mask, out, rows, hq, hkv, 64, cap, n_keys, prefix, scale, bf);
+        return attention_d(q, kc, vc, mask, out, rows, hq, hkv, 64, cap, n_keys, prefix, scale, bf, ordered);
     if (d == 128)
-        return attention_d(q, kc, vc, mask, out, rows, hq, hkv, 128, cap, n_keys, prefix, scale, bf);
-    return attention_d(q, kc, vc, mask, out, rows, hq, hkv, d, cap, n_keys, prefix, scale, bf);
+        return attention_d(q, kc, vc, mask, out, rows, hq, hkv, 128, cap, n_keys, prefix, scale, bf, ordered);
+    return attention_d(q, kc, vc, mask, out, rows, hq, hkv, d, cap, n_keys, prefix, scale, bf, ordered);
 }
 
 /* gu: (rows, 2 * inter) = [gate | up] -> out (rows, inter) = round(round(silu(gate)) * up). */

@@ -150,9 +150,9 @@ class CpuOps:
     def __init__(self, lib: ctypes.CDLL):
         p, i, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
         signatures = {
-            "rms_norm": [p, p, p, p, i, i, f, i],
+            "rms_norm": [p, p, p, p, i, i, f, i, i],
             "rope_to_cache": [p, p, p, p, p, p, i, i, i, i, i, i, i],
-            "attention": [p, p, p, p, p, i, i, i, i, i, i, i, f, i],
+            "attention": [p, p, p, p, p, i, i, i, i, i, i, i, f, i, i],
             "silu_mul": [p, p, i, i, i],
         }
         for name, argtypes in signatures.items():
@@ -196,9 +196,10 @@ class CpuOps:
         return layer * k_cache.stride(0) * k_cache.element_size()
 
     def rms_norm(self, h: torch.Tensor, weight: torch.Tensor, eps: float, delta: torch.Tensor | None = None,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
+                 out: torch.Tensor | None = None, ordered: bool = False) -> torch.Tensor:
         """RMSNorm of h (T, H) with `weight` (H,), all one dtype. With `delta`, h += delta first, in place
-        (the residual add before the norm). Returns the normed rows (into `out` when given)."""
+        (the residual add before the norm). Returns the normed rows (into `out` when given). ordered: the mean
+        of squares in one order on every CPU (kernels/cpu_ops.c, "Batch invariance")."""
         bf = self._is_bf16(h)
         if h.dim() != 2:
             raise ValueError(f"cpu_ops: rms_norm expects (T, H) rows, got {tuple(h.shape)}")
@@ -210,7 +211,7 @@ class CpuOps:
         else:
             self._like(out, h, h.shape, "out")
         _check(self._lib.rms_norm(_ptr(h), None if delta is None else _ptr(delta), _ptr(weight), _ptr(out),
-                                  h.shape[0], h.shape[1], eps, bf), "rms_norm")
+                                  h.shape[0], h.shape[1], eps, bf, int(ordered)), "rms_norm")
         return out
 
     def rope_to_cache(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
@@ -241,17 +242,19 @@ class CpuOps:
         return q, offset
 
     def attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, layer: int, n_keys: int,
-                  tree_mask: torch.Tensor | None, out_dtype: torch.dtype, scale: float) -> torch.Tensor:
+                  tree_mask: torch.Tensor | None, out_dtype: torch.dtype, scale: float,
+                  ordered: bool = False) -> torch.Tensor:
         """q (T, Hq, D) fp32 over keys [0, n_keys) of `layer`; the last tree_mask.shape[1] keys are seen
-        through tree_mask (T, Tk) bool (None: all keys visible). Returns (T, Hq * D) in `out_dtype`."""
+        through tree_mask (T, Tk) bool (None: all keys visible). Returns (T, Hq * D) in `out_dtype`. ordered:
+        sums in one order, whatever the batch, the tree or the CPU (kernels/cpu_ops.c, "Batch invariance")."""
         if not (q.dtype == torch.float32 and q.dim() == 3 and q.is_contiguous() and q.is_cpu):
             raise ValueError(f"cpu_ops: q must be a contiguous fp32 CPU tensor (T, Hq, D), got {q.dtype} "
                              f"{tuple(q.shape)}")
         hkv = k_cache.shape[1] if k_cache.dim() == 4 else 0
         offset = self._cache(k_cache, v_cache, layer, hkv, q.shape[2])
-        return self._attention(q, k_cache, v_cache, offset, n_keys, tree_mask, out_dtype, scale)
+        return self._attention(q, k_cache, v_cache, offset, n_keys, tree_mask, out_dtype, scale, ordered)
 
-    def _attention(self, q, k_cache, v_cache, offset: int, n_keys: int, tree_mask, out_dtype, scale):
+    def _attention(self, q, k_cache, v_cache, offset: int, n_keys: int, tree_mask, out_dtype, scale, ordered=False):
         """`attention` over caches already checked (`_cache`) for q's head size; `offset` locates the layer."""
         t, hq, d = q.shape
         hkv = k_cache.shape[1]
@@ -272,18 +275,19 @@ class CpuOps:
         out = torch.empty(t, hq * d, dtype=out_dtype)
         _check(self._lib.attention(_ptr(q), _ptr(k_cache) + offset, _ptr(v_cache) + offset,
                                    None if mask is None else _ptr(mask), _ptr(out), t, hq, hkv, d, k_cache.shape[2],
-                                   n_keys, n_keys - tree, scale, int(out_dtype == torch.bfloat16)), "attention")
+                                   n_keys, n_keys - tree, scale, int(out_dtype == torch.bfloat16), int(ordered)),
+               "attention")
         return out
 
     def self_attention(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
                        v_cache: torch.Tensor, layer: int, start: int, tree_mask: torch.Tensor | None,
-                       num_heads: int, num_kv_heads: int) -> torch.Tensor:
+                       num_heads: int, num_kv_heads: int, ordered: bool = False) -> torch.Tensor:
         """`rope_to_cache` then `attention` of the T new tokens over slots [0, start + T) of `layer`: the
         attention of one layer from its fused q|k|v output (the caches checked once). Returns (T, Hq * D) in
         qkv's dtype."""
         q, offset = self._rope_to_cache(qkv, cos, sin, k_cache, v_cache, layer, start, num_heads, num_kv_heads)
         return self._attention(q, k_cache, v_cache, offset, start + qkv.shape[0], tree_mask, qkv.dtype,
-                               q.shape[-1] ** -0.5)
+                               q.shape[-1] ** -0.5, ordered)
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """gate_up (T, 2 I) = [gate | up] -> silu(gate) * up (T, I)."""

@@ -43,6 +43,8 @@ def test_rms_norm_matches_torch(ops, dtype, with_delta):
         assert torch.equal(got, want)
     else:  # the sum of squares runs in another order
         torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+        ordered = ops.rms_norm(want_h.clone(), weight, 1e-5, ordered=True)
+        torch.testing.assert_close(ordered, want, atol=1e-6, rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -90,7 +92,8 @@ def test_silu_mul_matches_torch(ops, dtype):
     (3, 16, 3, 16, 4),     # the smallest head size
 ])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_attention_matches_the_reference(ops, rows, prefix, tree, d, group, dtype):
+@pytest.mark.parametrize("ordered", [False, True])
+def test_attention_matches_the_reference(ops, rows, prefix, tree, d, group, dtype, ordered):
     hkv, cap, layer = 2, prefix + tree + 5, 1
     hq = hkv * group
     k_cache, v_cache = _randn(3, hkv, cap, d), _randn(3, hkv, cap, d, seed=1)
@@ -99,7 +102,7 @@ def test_attention_matches_the_reference(ops, rows, prefix, tree, d, group, dtyp
     mask = None if rows == 1 else (torch.rand(rows, tree, generator=gen) < 0.5) | torch.eye(rows, tree, dtype=torch.bool)
     n = prefix + tree
     scale = d ** -0.5
-    got = ops.attention(q, k_cache, v_cache, layer, n, mask, dtype, scale)
+    got = ops.attention(q, k_cache, v_cache, layer, n, mask, dtype, scale, ordered=ordered)
     keys, values = k_cache[layer, :, :n].transpose(0, 1), v_cache[layer, :, :n].transpose(0, 1)
     want = tree_attention_torch(q, keys, values, prefix if mask is not None else n, mask, scale)
     want = want.reshape(rows, hq * d).to(dtype)
@@ -111,20 +114,20 @@ def test_attention_matches_the_reference(ops, rows, prefix, tree, d, group, dtyp
 
 
 def test_the_avx2_build_gives_the_same_bits(ops, tmp_path, monkeypatch):
-    """The sums go in one order whatever the vector width (`FixedSum`, the 16-key tiles), so the library built
-    for an AVX2-only CPU computes norms, attention and SiLU bit for bit as this CPU's own build does."""
+    """With `ordered`, the sums go in one order whatever the vector width (`FixedSum`, the 16-key tiles), so the
+    library built for an AVX2-only CPU computes norms, attention and SiLU bit for bit as this CPU's own build."""
     emulated = dataclasses.replace(capability.detect(), emulating="avx2")
     monkeypatch.setattr(capability, "detect", lambda: emulated)
     haswell = cpu_ops.CpuOps(ctypes.CDLL(str(cpu_ops.build_library(cpu_ops.SOURCE, tmp_path))))
     h, w = _randn(5, 576, seed=1), _randn(576, seed=2)
-    assert torch.equal(haswell.rms_norm(h.clone(), w, 1e-5), ops.rms_norm(h.clone(), w, 1e-5))
+    assert torch.equal(haswell.rms_norm(h.clone(), w, 1e-5, ordered=True), ops.rms_norm(h.clone(), w, 1e-5, ordered=True))
     gate_up = _randn(5, 2 * 1536, seed=3)
     assert torch.equal(haswell.silu_mul(gate_up), ops.silu_mul(gate_up))
     q, k, v = _randn(5, 8, 64, seed=4), _randn(2, 2, 64, 64, seed=5), _randn(2, 2, 64, 64, seed=6)
     mask = torch.rand(5, 5, generator=torch.Generator().manual_seed(7)) < 0.6
     for tree in (None, mask):
-        assert torch.equal(haswell.attention(q, k, v, 1, 37, tree, torch.float32, 0.125),
-                           ops.attention(q, k, v, 1, 37, tree, torch.float32, 0.125))
+        assert torch.equal(haswell.attention(q, k, v, 1, 37, tree, torch.float32, 0.125, ordered=True),
+                           ops.attention(q, k, v, 1, 37, tree, torch.float32, 0.125, ordered=True))
 
 
 def test_a_library_per_cpu_and_a_reason_without_a_compiler(ops, tmp_path, monkeypatch):  # ops: skip without cc

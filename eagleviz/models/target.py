@@ -32,6 +32,7 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # How products from weight blocks take their inputs: quantized per block of 32 to int8 and multiplied in
 # integers (llama.cpp's scheme), or as fp32 rows (`kernels/quant_ops.c`)
 ACTIVATIONS = ("int8", "fp32")
+BLOCKS_MAX_ROWS = 256  # the largest tree (config.LIMITS) and most prompts: see `TargetModel.forward`
 
 
 @dataclass
@@ -193,7 +194,10 @@ class TargetModel:
         the post-norm hidden state; a tuple returns the concatenated inputs of those layers (EAGLE-3).
         Advances cache.length by T.
         """
-        if (self.ops is not None and ids.shape[0] <= cpu_ops.MAX_ROWS and cache.k.dtype == torch.float32
+        # From blocks, any tree or prompt up to BLOCKS_MAX_ROWS takes the C layer, whose sums do not depend on the
+        # batch (PyTorch's attention and norms do): verification then gives plain decoding's logits bit for bit
+        rows_limit = BLOCKS_MAX_ROWS if self.weights == "blocks" else cpu_ops.MAX_ROWS
+        if (self.ops is not None and ids.shape[0] <= rows_limit and cache.k.dtype == torch.float32
                 and resolve_impl(impl, cache.k.device) == "torch"):
             return self._forward_fused(ids, positions, cache, tree_mask, logit_rows, feature_layers)
         h = self._embed(ids)
@@ -224,15 +228,17 @@ class TargetModel:
         cos, sin = cos[0].contiguous(), sin[0].contiguous()
         mask = None if tree_mask is None else tree_mask.contiguous()
         captured = {}
-        x = ops.rms_norm(h, self._layers[0].input_layernorm.weight, eps)
+        ordered = self.weights == "blocks"  # batch-invariant sums where the products are too
+        x = ops.rms_norm(h, self._layers[0].input_layernorm.weight, eps, ordered=ordered)
         for i, layer in enumerate(self._layers):
             if feature_layers is not None and i in feature_layers:
                 captured[i] = h.clone()
             attn = self._attn[i]
             out = ops.self_attention(attn.qkv(x), cos, sin, cache.k, cache.v, i, start, mask, self.num_heads,
-                                     self.num_kv_heads)
-            x = ops.rms_norm(h, layer.post_attention_layernorm.weight, eps, delta=attn.o_proj(out))
-            x = ops.rms_norm(h, self._next_norms[i], eps, delta=self._down[i](ops.silu_mul(self._gate_up[i](x))))
+                                     self.num_kv_heads, ordered)
+            x = ops.rms_norm(h, layer.post_attention_layernorm.weight, eps, delta=attn.o_proj(out), ordered=ordered)
+            x = ops.rms_norm(h, self._next_norms[i], eps, delta=self._down[i](ops.silu_mul(self._gate_up[i](x))),
+                             ordered=ordered)
         cache.advance(t)
         logits = None if logit_rows is None else self.unembed(x[logit_rows]).float()
         features = x if feature_layers is None else torch.cat([captured[i] for i in feature_layers], dim=-1)
