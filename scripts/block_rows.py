@@ -1,6 +1,7 @@
 """Time the embedded SmolLM2-135M's forward of n new tokens over a 200-token prefix (the cost curve verify(n)
 of a tree's verification; n = 1 is a plain decode step) with its weights as fp32 linears, as bf16 linears
-(where oneDNN packs bf16 here) and as the GGUF's own Q4_1/Q8_0 blocks (`eagleviz.models.quantized`).
+(where oneDNN packs bf16 here) and as the GGUF's own Q4_1/Q8_0 blocks (`eagleviz.models.quantized`), with
+fp32 activations and with int8 activations.
 
     OMP_WAIT_POLICY=ACTIVE python scripts/block_rows.py --threads 2 [--rows 1 2 4 8 16 32] [--repeats 15]
 
@@ -26,11 +27,12 @@ PREFIX = 200
 
 
 def variants() -> dict[str, TargetModel]:
-    fp32 = load_target("embedded", dtype="float32")
-    out = {"fp32": fp32, "blocks": TargetModel(fp32.hf, fp32.tokenizer, fp32.name,
-                                               blocks=find_blocks(fp32.hf.state_dict()))}
+    fp32 = load_target("embedded", dtype="float32", weights="dense")
+    blocks = find_blocks(fp32.hf.state_dict())
+    out = {"fp32": fp32, "blocks-fp32": TargetModel(fp32.hf, fp32.tokenizer, fp32.name, blocks=blocks, activations="fp32"),
+           "blocks-int8": TargetModel(fp32.hf, fp32.tokenizer, fp32.name, blocks=blocks, activations="int8")}
     if capability.detect().bf16_packing:
-        out["bf16"] = load_target("embedded", dtype="bfloat16")
+        out["bf16"] = load_target("embedded", dtype="bfloat16", weights="dense")
     return out
 
 
@@ -70,7 +72,7 @@ def main() -> None:
                             for name, per in times.items()}}
     for name, per in result["median_ms"].items():
         one = per[args.rows[0]]
-        print(f"{name:7s}" + "".join(f"  n={n}: {ms:6.1f} ms ({ms / one:4.2f})" for n, ms in per.items()))
+        print(f"{name:11s}" + "".join(f"  n={n}: {ms:6.1f} ms ({ms / one:4.2f})" for n, ms in per.items()))
     print(json.dumps(result))
 
 

@@ -1,0 +1,61 @@
+"""The promise of the weight-blocks path (`--weights blocks`, the default on a CPU without native bf16): every
+product, norm and attention sums in an order that does not depend on the batch, so greedy EAGLE equals plain
+greedy decoding bit for bit, with no tie to excuse: a chain, SGLang's default tree, a large budget, and the
+cost-aware tree drafted by the head alone and with prompt-lookup candidates, on MT-bench first turns
+(EAGLEVIZ_LOSSLESS_PROMPTS of them, 20 by default, all 80 with 80; EAGLEVIZ_LOSSLESS_TOKENS new tokens, 32)."""
+
+import os
+
+import pytest
+
+from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.decoding import calibration
+from eagleviz.decoding.engine import Engine
+from eagleviz.decoding.load import RANDOM_HEAD, default_head
+from eagleviz.models.draft import load_head, random_head
+from eagleviz.prompts import mtbench_first_turns
+from tiny import CPU_COSTS
+
+CONFIGS = {"chain": TreeConfig.create(5, 1, 6, adaptive=False, source="eagle"),
+           "tree": TreeConfig.create(5, 4, 16, adaptive=False, source="eagle"),
+           "large": TreeConfig.create(7, 8, 64, adaptive=False, source="eagle"),
+           "cost-aware": TreeConfig.create(5, 4, 16, source="eagle"),
+           "cost-aware+lookup": TreeConfig.create(5, 4, 16, source="eagle+lookup")}
+PROMPTS = int(os.environ.get("EAGLEVIZ_LOSSLESS_PROMPTS", "20"))
+NEW_TOKENS = int(os.environ.get("EAGLEVIZ_LOSSLESS_TOKENS", "32"))
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from eagleviz.models.loading import load_target
+
+    target = load_target("embedded", weights="blocks")
+    if target.weights != "blocks":
+        pytest.skip("the quantized products could not be built here")
+    path = default_head("embedded")
+    head = random_head(target, seed=0) if path == RANDOM_HEAD else load_head(path, target)
+    return Engine(target, head, path)
+
+
+@pytest.fixture(scope="module")
+def plain_outputs(engine):
+    sampling = SamplingConfig(max_new_tokens=NEW_TOKENS)
+    out = []
+    for prompt in mtbench_first_turns(PROMPTS):
+        ids = engine.encode_prompt(prompt)
+        run = engine.new_run(prompt, ids, None, sampling)
+        list(engine.plain(ids, sampling, run))
+        out.append((prompt, run.token_ids))
+    return out
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_greedy_eagle_is_plain_greedy_decoding_bit_for_bit(engine, plain_outputs, name):
+    tree = CONFIGS[name]
+    if tree.adaptive:
+        head = default_head("embedded")
+        engine = engine.with_policy(CPU_COSTS, calibration.read(head if os.path.isdir(head) else None))
+    sampling = SamplingConfig(max_new_tokens=NEW_TOKENS)
+    differ = [i for i, (prompt, plain) in enumerate(plain_outputs)
+              if engine.generate(prompt, tree, sampling).token_ids != plain]
+    assert differ == [], f"{name}: prompts {differ} differ from plain decoding"
