@@ -20,7 +20,7 @@ from eagleviz.models.loading import EMBEDDED, embedded_gguf_path
 
 METHODS = ("llama-cpp", "llama-cpp-lookup")
 INSTALL = 'CMAKE_ARGS="-DGGML_NATIVE=ON" pip install llama-cpp-python==0.3.36'
-CONTEXT = 4096
+CONTEXT = 2048  # MT-bench's longest first turn and 128 new tokens fit; with logits_all, 400 MB of scores
 
 
 def needs_llama_cpp() -> str | None:
@@ -40,8 +40,11 @@ class LlamaCppPeer:
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         draft = LlamaPromptLookupDecoding(num_pred_tokens=10) if lookup else None
+        # With a draft model llama-cpp-python writes the logits of every evaluated position into its score
+        # buffer, which holds only n_batch rows unless logits_all: past ~500 tokens it then fails with "could not
+        # broadcast input array" (seen on MT-bench prompt 53)
         self.llm = Llama(model_path=gguf, n_threads=threads, n_threads_batch=threads, n_ctx=CONTEXT,
-                         draft_model=draft, verbose=False)
+                         draft_model=draft, logits_all=lookup, verbose=False)
         self.eos = self.llm.token_eos()
 
     def run(self, ids: list[int], sampling: SamplingConfig) -> tuple[list[int], float]:
