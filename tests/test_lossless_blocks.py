@@ -40,13 +40,7 @@ def engine():
 @pytest.fixture(scope="module")
 def plain_outputs(engine):
     sampling = SamplingConfig(max_new_tokens=NEW_TOKENS)
-    out = []
-    for prompt in mtbench_first_turns(PROMPTS):
-        ids = engine.encode_prompt(prompt)
-        run = engine.new_run(prompt, ids, None, sampling)
-        list(engine.plain(ids, sampling, run))
-        out.append((prompt, run.token_ids))
-    return out
+    return [(prompt, engine.generate(prompt, None, sampling).token_ids) for prompt in mtbench_first_turns(PROMPTS)]
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
