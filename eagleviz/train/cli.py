@@ -115,7 +115,7 @@ def train_head_main(argv: list[str] | None = None) -> int:
     _run_checks(args)
 
     P.set_threads(args.threads)
-    target = load_target(args.target, dtype=args.dtype)
+    target = load_target(args.target, dtype=args.dtype, weights="dense")  # features from the dense weights, not int8 products
     cache = Path(args.cache) / P.cache_name(target.name)
     prompts = load_prompts(args.data)
     train_idx, held_idx = split(len(prompts), dcfg.heldout, dcfg.seed)
@@ -219,7 +219,7 @@ def train_online(args) -> int:
         raise UserFacingError(str(exc)) from exc
     _run_checks(args)
     P.set_threads(args.threads)
-    target = load_target(args.target, dtype=args.dtype, device=str(device))
+    target = load_target(args.target, dtype=args.dtype, device=str(device), weights="dense")
     cache = Path(args.cache) / P.cache_name(target.name)
     record = recipe.run(target, args, dcfg, tcfg, budget, Path(args.out), cache, eval_prompts)
     print(f"{record['minutes']:.1f} of {args.minutes:g} minutes; head written to {Path(args.out) / 'head'}; "
@@ -305,7 +305,7 @@ def hot_tokens_main(argv: list[str] | None = None) -> int:
     from eagleviz.train import pipeline as P
 
     head_dir = Path(args.head or default_head(args.target))
-    target = load_target(args.target)
+    target = load_target(args.target, weights="dense")
     head = load_head(head_dir, target)
     if head.config.arch != "eagle3":
         raise UserFacingError(f"{head_dir} is an EAGLE-1 head: it drafts with the target's LM head, not a draft "
