@@ -151,14 +151,15 @@ def test_an_edited_preset_lets_go_a_click_restores_it_and_an_import_restores_its
     set_number(page, "steps", 3)
     page.wait_for_function("() => !document.querySelector('#preset input[type=radio]:checked')", timeout=10_000)
     assert "tau about" not in prose(page, "preset-note") and first.name in prose(page, "preset-note")
-    # clicking it restores it
-    page.get_by_role("radio", name=first.name).check()
+    # clicking it restores it (a click, not check(): the knob's own update may still be arriving as it lands,
+    # so the final state is waited for rather than read at once)
+    page.get_by_role("radio", name=first.name).click()
     page.wait_for_function(f"() => ({PROSE_JS})('preset-note').includes('tau about')", timeout=30_000)
     assert knob_values(page) == opened and selected_preset(page) == first.name
     # the prompt edited: the same
     page.locator("#prompt textarea").press_sequentially(" Then stop.")
     page.wait_for_function("() => !document.querySelector('#preset input[type=radio]:checked')", timeout=10_000)
-    page.get_by_role("radio", name=first.name).check()
+    page.get_by_role("radio", name=first.name).click()
     page.wait_for_function(f"(p) => document.querySelector('#prompt textarea').value === p", arg=first.prompt,
                            timeout=30_000)
     # "Fastest on this CPU" is another tree: the preset lets go
@@ -201,7 +202,8 @@ def tiny_page(browser, tmp_path, monkeypatch):
         tab.close()
 
 
-FLAGS_JS = "() => document.querySelector('#launch-flags').innerText"
+# null-safe: wait_for_function gives up on an exception, and the flags box appears with its accordion
+FLAGS_JS = "() => { const e = document.querySelector('#launch-flags'); return e ? e.innerText : ''; }"
 
 
 def test_labels_say_what_they_measure(tiny_page):
@@ -215,9 +217,9 @@ def test_labels_say_what_they_measure(tiny_page):
     flags = page.evaluate(FLAGS_JS)
     assert "--speculative-num-steps 5" in flags                            # the opening preset's tree
     assert "assets/" not in flags and HEAD_PLACEHOLDER in flags            # no path that only the server has
-    page.locator("#adaptive input[type=checkbox]").check()
+    page.locator("#adaptive input[type=checkbox]").click()
     page.wait_for_function(f"() => ({FLAGS_JS})().includes('upper bounds')", timeout=30_000)
-    page.locator("#draft-source input[value=lookup]").check()
+    page.locator("#draft-source input[value=lookup]").click()
     page.wait_for_function(f"() => ({FLAGS_JS})().includes('NGRAM')", timeout=30_000)
     assert '"method": "ngram"' in page.evaluate(FLAGS_JS)
     # measured speed: EAGLE against plain decoding, as the section's title says
