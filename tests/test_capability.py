@@ -4,6 +4,7 @@ the dtype `auto` picks and the C operations' flags follow the answer."""
 
 import dataclasses
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,8 @@ from eagleviz.models import loading
 from kernels import capability, cpu_ops
 
 ROOT = Path(__file__).resolve().parents[1]
+needs_x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                               reason="the AVX2 emulation holds an x86-64 CPU to AVX2; this CPU is not x86-64")
 
 
 def test_detect_is_decided_once_and_describes_the_machine():
@@ -62,6 +65,7 @@ def _emulated(code: str, *args: str, timeout: int = 300) -> subprocess.Completed
                           capture_output=True, text=True, timeout=timeout)
 
 
+@needs_x86
 def test_the_avx2_emulation_holds_torch_and_onednn_to_avx2():
     """Not our flag alone: under the emulation's environment torch dispatches AVX2 kernels and oneDNN itself
     refuses bf16 packing with the error an AVX2-only CPU gives."""
@@ -80,6 +84,7 @@ def test_the_avx2_emulation_holds_torch_and_onednn_to_avx2():
     assert described.endswith("AVX2, no native bf16 (emulating avx2)")
 
 
+@needs_x86
 def test_bf16_generation_runs_on_an_avx2_cpu_with_a_one_line_note():
     done = _emulated("", "-m", "eagleviz", "generate", "--model", "random", "--dtype", "bfloat16", "--prompt", "hi",
                      "--max-new-tokens", "4")
