@@ -182,7 +182,7 @@ def test_run_step_rerun_and_import(page, tmp_path):
     page.click("#next")
     page.wait_for_function("() => document.querySelector('#cycle-caption').innerText.includes('Cycle 1')",
                            timeout=30_000)
-    page.wait_for_function("() => (document.querySelector('#draft-tree .js-plotly-plot').layout.title.text || '')"
+    page.wait_for_function("() => (document.querySelector('#draft-tree .js-plotly-plot')?.layout?.title?.text || '')"
                            ".includes('Cycle 1')", timeout=30_000)
     check_cycle_figures(page, first["cycles"][1])
     shot(page, "04_cycle1.png")
@@ -257,7 +257,7 @@ def test_preset_run_then_one_token_is_followed_through_the_four_views(page):
     page.locator("#cycle-tokens .token").nth(1).click()
     page.wait_for_function("() => document.querySelector('#focus-text').innerText.startsWith('Selected slot 1')",
                            timeout=30_000)
-    page.wait_for_function("() => document.querySelector('#draft-tree .js-plotly-plot').data"
+    page.wait_for_function("() => (document.querySelector('#draft-tree .js-plotly-plot')?.data || [])"
                            ".some(t => t.name === 'selected token')", timeout=30_000)
     assert focus_marks(page, "draft-tree") == 1
     assert focus_marks(page, "attention-mask") == 2               # its row and its column

@@ -26,11 +26,16 @@ pytestmark = [
                                                            "fonts-dejavu-core"),
 ]
 
-TREE_TITLE_JS = "() => (document.querySelector('#draft-tree .js-plotly-plot').layout.title.text || '')"
+# Null-safe: the draft tree's plot is drawn a moment after the run's status says Done.
+TREE_TITLE_JS = ("() => { const g = document.querySelector('#draft-tree .js-plotly-plot'); "
+                 "return (g && g.layout && g.layout.title && g.layout.title.text) || ''; }")
 
 
 def shown_cycle(page) -> int:
     """The cycle the four views show, from the caption and the draft tree's title (they must agree)."""
+    page.wait_for_function(f"() => {{ const t = /Cycle (\\d+)/.exec(({TREE_TITLE_JS})()), "
+                           f"c = /Cycle (\\d+)/.exec(({PROSE_JS})('cycle-caption')); "
+                           f"return t && c && t[1] === c[1]; }}", timeout=30_000)
     caption = re.search(r"Cycle (\d+)", prose(page, "cycle-caption"))
     title = re.search(r"Cycle (\d+)", page.evaluate(TREE_TITLE_JS))
     assert caption and title, (prose(page, "cycle-caption"), page.evaluate(TREE_TITLE_JS))
