@@ -236,6 +236,99 @@ static inline float m_terms(const float *m, const float *dsx, int blocks) {
     return halves16(t);
 }
 
+#if I8_PATH == 2
+#define COLS 4 /* output columns per register tile: COLS * ROWS accumulators, COLS weight vectors */
+
+/* Rows [r0, r0 + NR) of output columns [n0, n0 + NC) from int8 rows: each pair of weight blocks is unpacked
+ * once for NR rows and each row's activations loaded once for NC columns. Every (row, column) element gets
+ * the operations of the one-column loop in the same order, so the tile's shape changes no bit. */
+static inline __attribute__((always_inline)) void tile_i8(int fmt, const int NC, const int NR, Int8Rows in,
+                                                          const uint8_t *q, const float *d, const float *m,
+                                                          const float *bias, float *y, int r0, int k, int n0,
+                                                          int n_out) {
+    int blocks = k / 32;
+    __m512 acc[COLS][ROWS];
+    for (int c = 0; c < NC; c++)
+        for (int e = 0; e < NR; e++) acc[c][e] = _mm512_setzero_ps();
+    const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int b = 0; b < blocks; b += 2) {
+        int two = b + 1 < blocks; /* a last odd block runs alone in lanes 0-7, the others scaled by 0 */
+        __m512i w[COLS];
+        __m512 dw[COLS];
+        for (int c = 0; c < NC; c++) {
+            long wb = (long)(n0 + c) * blocks + b;
+            if (fmt == Q4_1) {
+                __m256i raw = two ? _mm256_loadu_si256((const __m256i *)(q + wb * 16))
+                                  : _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(q + wb * 16)));
+                __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+                w[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(lo, hi, 0x20)),
+                                          two ? _mm256_permute2x128_si256(lo, hi, 0x31) : _mm256_setzero_si256(), 1);
+            } else {
+                w[c] = two ? _mm512_loadu_si512(q + wb * 32)
+                           : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(q + wb * 32)));
+                w[c] = _mm512_xor_si512(w[c], c128); /* s8 -> u8 (+ 128), corrected below */
+            }
+            dw[c] = _mm512_insertf32x8(_mm512_set1_ps(d[wb]), _mm256_set1_ps(two ? d[wb + 1] : 0.0f), 1);
+        }
+        for (int e = 0; e < NR; e++) {
+            long rb = (long)(r0 + e) * blocks + b;
+            __m512i xv = two ? _mm512_loadu_si512(in.qx + rb * 32)
+                             : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(in.qx + rb * 32)));
+            __m512 dxv = two ? _mm512_loadu_ps(in.dx8 + rb * 8) : _mm512_zextps256_ps512(_mm256_loadu_ps(in.dx8 + rb * 8));
+            /* Q8_0: (w + 128) . x - 128 . x, the second term once per row (exact integers either way) */
+            __m512i start = fmt == Q8_0 ? _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, xv)) : zero;
+            for (int c = 0; c < NC; c++)
+                acc[c][e] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, w[c], xv)),
+                                            _mm512_mul_ps(dw[c], dxv), acc[c][e]);
+        }
+    }
+    for (int c = 0; c < NC; c++) {
+        int n = n0 + c;
+        long b0 = (long)n * blocks;
+        for (int e = 0; e < NR; e++) {
+            __m512 mt = _mm512_setzero_ps(); /* the m terms, lane b % 16 */
+            if (fmt == Q4_1) {
+                const float *dsx = in.dsx + (long)(r0 + e) * blocks;
+                for (int b = 0; b < blocks; b += 16) {
+                    __mmask16 live = blocks - b >= 16 ? 0xFFFF : (__mmask16)((1u << (blocks - b)) - 1);
+                    mt = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(live, m + b0 + b),
+                                               _mm512_maskz_loadu_ps(live, dsx + b), mt, live);
+                }
+            }
+            float s = halves16_512(acc[c][e]) + halves16_512(mt);
+            y[(long)(r0 + e) * n_out + n] = bias ? s + bias[n] : s;
+        }
+    }
+}
+
+/* Every row of output columns [n0, n0 + NC), ROWS at a time. */
+static inline __attribute__((always_inline)) void cols_i8(int fmt, const int NC, Int8Rows in, const uint8_t *q,
+                                                          const float *d, const float *m, const float *bias, float *y,
+                                                          int rows, int k, int n0, int n_out) {
+    int r0 = 0;
+    for (; r0 + ROWS <= rows; r0 += ROWS) tile_i8(fmt, NC, ROWS, in, q, d, m, bias, y, r0, k, n0, n_out);
+    switch (rows - r0) {
+    case 3: tile_i8(fmt, NC, 3, in, q, d, m, bias, y, r0, k, n0, n_out); break;
+    case 2: tile_i8(fmt, NC, 2, in, q, d, m, bias, y, r0, k, n0, n_out); break;
+    case 1: tile_i8(fmt, NC, 1, in, q, d, m, bias, y, r0, k, n0, n_out); break;
+    default: break;
+    }
+}
+
+/* Output columns [n0, n0 + COLS) (fewer at the end of the matrix). */
+static inline __attribute__((always_inline)) void tile_cols_i8(int fmt, Int8Rows in, const uint8_t *q, const float *d,
+                                                               const float *m, const float *bias, float *y, int rows,
+                                                               int k, int n0, int n_out) {
+    switch (n_out - n0 >= COLS ? COLS : n_out - n0) {
+    case 4: cols_i8(fmt, 4, in, q, d, m, bias, y, rows, k, n0, n_out); break;
+    case 3: cols_i8(fmt, 3, in, q, d, m, bias, y, rows, k, n0, n_out); break;
+    case 2: cols_i8(fmt, 2, in, q, d, m, bias, y, rows, k, n0, n_out); break;
+    case 1: cols_i8(fmt, 1, in, q, d, m, bias, y, rows, k, n0, n_out); break;
+    default: break;
+    }
+}
+#else
 /* Rows [r0, r0 + NR) of output column n from int8 rows. */
 static inline __attribute__((always_inline)) void column_i8(int fmt, const int NR, Int8Rows in, const uint8_t *q,
                                                             const float *d, const float *m, const float *bias,
@@ -243,51 +336,7 @@ static inline __attribute__((always_inline)) void column_i8(int fmt, const int N
     int blocks = k / 32;
     long b0 = (long)n * blocks;
     float lanes[ROWS][16] __attribute__((aligned(64)));
-#if I8_PATH == 2
-    __m512 acc[ROWS];
-    for (int e = 0; e < NR; e++) acc[e] = _mm512_setzero_ps();
-    const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    for (int b = 0; b < blocks; b += 2) {
-        int two = b + 1 < blocks; /* a last odd block runs alone in lanes 0-7, the others scaled by 0 */
-        __m512i w;
-        if (fmt == Q4_1) {
-            __m256i raw = two ? _mm256_loadu_si256((const __m256i *)(q + (b0 + b) * 16))
-                              : _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(q + (b0 + b) * 16)));
-            __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-            w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(lo, hi, 0x20)),
-                                   two ? _mm256_permute2x128_si256(lo, hi, 0x31) : _mm256_setzero_si256(), 1);
-        } else {
-            w = two ? _mm512_loadu_si512(q + (b0 + b) * 32)
-                    : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(q + (b0 + b) * 32)));
-            w = _mm512_xor_si512(w, c128); /* s8 -> u8 (+ 128), corrected below */
-        }
-        __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(d[b0 + b]), _mm256_set1_ps(two ? d[b0 + b + 1] : 0.0f), 1);
-        for (int e = 0; e < NR; e++) {
-            long rb = (long)(r0 + e) * blocks + b;
-            __m512i xv = two ? _mm512_loadu_si512(in.qx + rb * 32)
-                             : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(in.qx + rb * 32)));
-            __m512i dot = _mm512_dpbusd_epi32(zero, w, xv);
-            if (fmt == Q8_0) dot = _mm512_sub_epi32(dot, _mm512_dpbusd_epi32(zero, c128, xv));
-            __m512 dxv = two ? _mm512_loadu_ps(in.dx8 + rb * 8) : _mm512_zextps256_ps512(_mm256_loadu_ps(in.dx8 + rb * 8));
-            acc[e] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, dxv), acc[e]);
-        }
-    }
-    for (int e = 0; e < NR; e++) {
-        __m512 mt = _mm512_setzero_ps(); /* the m terms, lane b % 16 */
-        if (fmt == Q4_1) {
-            const float *dsx = in.dsx + (long)(r0 + e) * blocks;
-            for (int b = 0; b < blocks; b += 16) {
-                __mmask16 live = blocks - b >= 16 ? 0xFFFF : (__mmask16)((1u << (blocks - b)) - 1);
-                mt = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(live, m + b0 + b), _mm512_maskz_loadu_ps(live, dsx + b),
-                                           mt, live);
-            }
-        }
-        float s = halves16_512(acc[e]) + halves16_512(mt);
-        y[(long)(r0 + e) * n_out + n] = bias ? s + bias[n] : s;
-    }
-    return;
-#elif I8_PATH == 1
+#if I8_PATH == 1
     __m256 acc[ROWS][2];
     for (int e = 0; e < NR; e++) acc[e][0] = acc[e][1] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
@@ -376,6 +425,7 @@ static inline __attribute__((always_inline)) void rows_of_i8(int fmt, Int8Rows i
     default: break;
     }
 }
+#endif
 
 /* `quant_matmul` with the rows first quantized to int8 blocks: y (rows, n_out) fp32. */
 int quant_matmul_i8(int fmt, const float *x, const uint8_t *q, const float *d, const float *m, const float *bias,
@@ -393,6 +443,15 @@ int quant_matmul_i8(int fmt, const float *x, const uint8_t *q, const float *d, c
     }
     Int8Rows in = {qx, f, f + row_blocks + 1, f + 2 * (row_blocks + 1)};
     quantize_rows(x, row_blocks, in, threads);
+#if I8_PATH == 2
+    if (fmt == Q4_1) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+        for (int n0 = 0; n0 < n_out; n0 += COLS) tile_cols_i8(Q4_1, in, q, d, m, bias, y, rows, k, n0, n_out);
+    } else {
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+        for (int n0 = 0; n0 < n_out; n0 += COLS) tile_cols_i8(Q8_0, in, q, d, m, bias, y, rows, k, n0, n_out);
+    }
+#else
     if (fmt == Q4_1) {
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
         for (int n = 0; n < n_out; n++) rows_of_i8(Q4_1, in, q, d, m, bias, y, rows, k, n, n_out);
@@ -400,6 +459,7 @@ int quant_matmul_i8(int fmt, const float *x, const uint8_t *q, const float *d, c
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
         for (int n = 0; n < n_out; n++) rows_of_i8(Q8_0, in, q, d, m, bias, y, rows, k, n, n_out);
     }
+#endif
     free(qx);
     free(f);
     return 0;
