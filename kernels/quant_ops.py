@@ -68,6 +68,20 @@ class QuantWeight:
                        tuple(shape))
         raise ValueError(f"no quantized product for the format {fmt!r} (supported: {', '.join(FORMATS)})")
 
+    @classmethod
+    def quantize_q8_0(cls, weight: torch.Tensor) -> QuantWeight:
+        """Any weight (n, k) rounded to Q8_0 blocks as GGUF does it: d = the block's largest magnitude / 127
+        (kept to fp16's precision, as the file format stores it), q = w / d rounded to the nearest integer.
+        Not exact, unlike `from_blocks`: for weights the model file does not hold in blocks (a draft head's)."""
+        n, k = weight.shape
+        if k % BLOCK:
+            raise ValueError(f"Q8_0 needs k a multiple of {BLOCK}, got a weight of shape {tuple(weight.shape)}")
+        blocks = weight.detach().float().reshape(-1, BLOCK)
+        d = (blocks.abs().amax(1) / 127.0).half().float()
+        safe = torch.where(d > 0, d, torch.ones_like(d))
+        q = (blocks / safe[:, None]).round().clamp(-127, 127).to(torch.int8)
+        return cls("q8_0", q.contiguous().view(torch.uint8), d.contiguous(), None, (n, k))
+
     def dequantize(self) -> torch.Tensor:
         """The fp32 weight (n, k) these blocks hold (d * q + m, exact in fp32)."""
         if self.fmt == "q4_1":

@@ -114,3 +114,18 @@ def test_int8_builds_for_other_cpus_give_the_same_bits(ops, tmp_path, monkeypatc
         weight, _ = random_blocks(fmt, 50, 160, seed=7)
         x = torch.randn(6, 160, generator=torch.Generator().manual_seed(8))
         assert torch.equal(other.matmul(x, weight, int8=True), ops.matmul(x, weight, int8=True)), fmt
+
+
+def test_q8_0_rounding_of_any_weight_is_within_half_a_step_and_keeps_q8_0_values():
+    """`quantize_q8_0` rounds each block to its nearest Q8_0 values (d = largest magnitude / 127, fp16-exact),
+    and a weight that already holds Q8_0 values comes back unchanged."""
+    w = torch.randn(24, 96, generator=torch.Generator().manual_seed(3))
+    q = quant_ops.QuantWeight.quantize_q8_0(w)
+    assert q.fmt == "q8_0" and torch.equal(q.d, q.d.half().float())
+    step = q.d.reshape(24, 3, 1).expand(24, 3, 32).reshape(24, 96)
+    error = (q.dequantize() - w).abs()
+    assert (error <= step / 2 * (1 + 1e-3) + 1e-7).all() and error.max() > 0
+    again = quant_ops.QuantWeight.quantize_q8_0(q.dequantize())
+    assert torch.equal(again.dequantize(), q.dequantize())
+    with pytest.raises(ValueError, match="multiple of 32"):
+        quant_ops.QuantWeight.quantize_q8_0(torch.zeros(4, 40))

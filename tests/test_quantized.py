@@ -11,7 +11,11 @@ import torch
 from eagleviz.errors import UserFacingError
 from eagleviz.models import loading
 from kernels import capability
-from eagleviz.models.quantized import find_blocks
+from eagleviz.decoding.engine import Engine
+from eagleviz.models.dense import Dense, DenseModule
+from eagleviz.models.draft import random_head
+from eagleviz.models.quantized import QuantDense, find_blocks
+from kernels.quant_ops import QuantWeight
 from eagleviz.models.target import ACTIVATIONS, TargetModel
 from tiny import tiny_target
 
@@ -25,8 +29,7 @@ def _quantize(w: torch.Tensor, fmt: str) -> torch.Tensor:
         q = ((blocks - m) / d).round().clamp(0, 15)
         out = d * q + m
     else:
-        d = (blocks.abs().max(1, keepdim=True).values / 127).half().float()
-        out = d * (blocks / d).round().clamp(-127, 127)
+        return QuantWeight.quantize_q8_0(w).dequantize()
     return out.reshape(w.shape)
 
 
@@ -64,6 +67,29 @@ def test_the_logits_are_the_fp32_linears_up_to_summation_order_or_int8_rounding(
     assert not torch.equal(int8, fp32)  # the activations really went through int8
     assert (int8 - a).abs().max() < 0.05 * a.abs().max()
     assert (int8.argmax(-1) == a.argmax(-1)).float().mean() >= 0.9
+
+
+@pytest.mark.parametrize("arch", ["eagle1", "eagle3"])
+def test_a_head_beside_a_target_from_blocks_drafts_from_q8_0_blocks(pair, arch):
+    """Every product of the drafting copy computes from Q8_0 blocks (a draft level reads a quarter of the fp32
+    bytes), within Q8_0's rounding of the fp32 head; beside a dense target the head stays dense."""
+    dense, quant, _ = pair
+    head = random_head(dense, arch=arch, seed=1)
+    fp32 = Engine(dense, head).head
+    q8 = Engine(quant["int8"], head).head
+    products = [v for sub in q8.modules() for v in [*vars(sub).values(), getattr(sub, "dense", None)]
+                if isinstance(v, (Dense, QuantDense))]
+    assert products and all(isinstance(v, QuantDense) for v in products)
+    assert not any(isinstance(v, QuantDense) for sub in fp32.modules() for v in vars(sub).values())
+    assert all(isinstance(m.dense, Dense) for m in fp32.modules() if isinstance(m, DenseModule))
+    gen = torch.Generator().manual_seed(0)
+    feats = torch.randn(3, head.config.feature_size if arch == "eagle3" else dense.hidden_size, generator=gen)
+    embeds = dense.embed(torch.tensor([1, 2, 3]))
+    mask = torch.ones(3, 3, dtype=torch.bool).tril()
+    out = {name: h(feats, embeds, torch.arange(3), h.new_cache(8, torch.float32, "cpu"), mask)
+           for name, h in (("fp32", fp32), ("q8", q8))}
+    assert not torch.equal(out["q8"], out["fp32"])  # the products really went through the blocks
+    torch.testing.assert_close(out["q8"], out["fp32"], rtol=0.05, atol=0.05 * out["fp32"].abs().max().item())
 
 
 @pytest.mark.parametrize("act", ACTIVATIONS)

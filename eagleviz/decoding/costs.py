@@ -140,7 +140,7 @@ def key(engine) -> str:
     parts = [t.name, engine.head_name, str(t.dtype), str(t.kv_dtype), str(t.device), str(torch.get_num_threads()),
              "compiled" if t.ops is not None else "torch", engine.attn_impl]
     if t.weights != "dense":  # (dense keys unchanged: price lists kept before blocks existed stay valid)
-        parts += [t.weights, t.activations]
+        parts += [t.weights, t.activations, "head-q8_0"]  # the head's products from Q8_0 blocks too
     if t.device.type == "cuda":
         parts.append(torch.cuda.get_device_name(t.device))
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]

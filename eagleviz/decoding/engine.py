@@ -82,7 +82,8 @@ class Engine:
 
     The engine drafts with a frozen copy of `head` (`DraftHead.for_drafting`): linears packed where that pays
     (`eagleviz.models.dense`; `pack` False keeps them unpacked, the reference of an A/B run), projections
-    fused, and the target's compiled layer operations when it has them (`TargetModel.ops`).
+    fused, and the target's compiled layer operations when it has them (`TargetModel.ops`); beside a target
+    that computes from its file's blocks, the head's products from Q8_0 blocks too (`TargetModel.block_ops`).
 
     attn_impl 'auto' on CUDA takes the Triton kernel only once it has passed its self-check against PyTorch
     attention (`kernels.self_check`; `kernel_check` replaces that check); a fallback is explained in `notes`,
@@ -102,7 +103,8 @@ class Engine:
                  costs: CostModel | None = None, calibration: HeadCalibration | None = None,
                  prefix_cache: bool = True):
         self.target, self.head_name = target, head_name
-        self.head = None if head is None else head.for_drafting(pack, target.ops)
+        self.head = None if head is None else head.for_drafting(pack, target.ops, target.block_ops,
+                                                                 target.activations == "int8")
         self.costs = costs or CostModel.flat()
         self.calibration = calibration or HeadCalibration.identity()
         self._kernel_check = kernel_check

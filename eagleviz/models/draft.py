@@ -28,7 +28,9 @@ from eagleviz.models.dense import Dense, for_inference
 from eagleviz.models.layers import (AttentionWeights, cached_attention, rms_norm, rope_cos_sin, rope_inv_freq,
                                     swiglu_mlp)
 from eagleviz.models.layouts import read_checkpoint
+from eagleviz.models.quantized import to_q8_0
 from kernels import cpu_ops
+from kernels.quant_ops import QuantOps
 from kernels.tree_attention import resolve_impl
 
 ARCHS = ("eagle1", "eagle3")
@@ -190,15 +192,23 @@ class DraftHead(nn.Module):
                              persistent=False)
         self.ops: cpu_ops.CpuOps | None = None  # set on the frozen copy `for_drafting` makes
 
-    def for_drafting(self, pack: bool | None = None, ops: cpu_ops.CpuOps | None = None) -> DraftHead:
+    def for_drafting(self, pack: bool | None = None, ops: cpu_ops.CpuOps | None = None,
+                     block_ops: QuantOps | None = None, int8: bool = True) -> DraftHead:
         """A frozen copy to draft with: linears packed where that pays (`eagleviz.models.dense`), q/k/v and
         gate/up each fused into one product, and, given `ops` (the target's `kernels.cpu_ops`), each layer's
-        small operations compiled, as in the target's forward. This head is untouched (training goes on)."""
+        small operations compiled, as in the target's forward. Given `block_ops` (a target computing from its
+        file's blocks: `TargetModel.block_ops`), an fp32 head's products are rounded to Q8_0 blocks and computed
+        as the target's are (int8 activations unless `int8` is False): a draft level then reads a quarter of the
+        bytes. The head drafts; it never decides the output, which the target verifies. This head is untouched
+        (training goes on)."""
         frozen = for_inference(self, pack)
         for layer in frozen.blocks:
             a, m = layer.self_attn, layer.mlp
             a.qkv = Dense.of(a.q_proj, a.k_proj, a.v_proj, pack=pack)
             m.gate_up = Dense.of(m.gate_proj, m.up_proj, pack=pack)
+        if block_ops is not None and all(p.dtype == torch.float32 and p.device.type == "cpu"
+                                         for p in frozen.parameters()):
+            to_q8_0(frozen, block_ops, int8)
         weights = list(frozen.parameters())
         fits = (ops is not None and self.config.head_dim % 16 == 0 and weights[0].dtype in cpu_ops.DTYPES
                 and all(w.dtype == weights[0].dtype and w.device.type == "cpu" for w in weights)

@@ -8,7 +8,8 @@ order of the sums, and one fixed order per output element, so a token's products
 plain step and in a tree's verification (batch invariance, `kernels/quant_ops.c`).
 
 `find_blocks` packs a state dict (seconds per hundred million weights), `save_blocks`/`load_blocks` keep the
-result beside a model so that later loads skip the search.
+result beside a model so that later loads skip the search. `to_q8_0` rounds the products of a module the file
+does not hold in blocks (a draft head beside a target that runs from blocks) to Q8_0, as GGUF would store them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from eagleviz.models import packed
+from eagleviz.models.dense import Dense, DenseModule
 from kernels.quant_ops import QuantOps, QuantWeight
 
 
@@ -70,3 +72,25 @@ def find_blocks(state: dict[str, torch.Tensor]) -> dict[str, QuantWeight]:
 def weight_names(model: nn.Module) -> dict[int, str]:
     """id(module) -> the state-dict name of its weight, for every module with a `weight`."""
     return {id(m): f"{name}.weight" for name, m in model.named_modules() if getattr(m, "weight", None) is not None}
+
+
+def q8_0_product(dense: Dense, ops: QuantOps, int8: bool) -> QuantDense:
+    """`dense`'s product from its weight rounded to Q8_0 blocks (`QuantWeight.quantize_q8_0`)."""
+    bias = None if dense.bias is None else dense.bias.detach().float().contiguous()
+    return QuantDense([(QuantWeight.quantize_q8_0(dense.weight), bias)], ops, int8)
+
+
+def to_q8_0(module: nn.Module, ops: QuantOps, int8: bool = True) -> None:
+    """Every product of a frozen inference copy (`eagleviz.models.dense.for_inference`: its `DenseModule`s and
+    the `Dense` attributes of its modules, such as fused q|k|v) computed from Q8_0 blocks, in place. A decode
+    step then reads about a quarter of the fp32 weights' bytes; the values move by Q8_0's rounding (at most
+    half a step of 1/127 of each block's largest weight)."""
+    def fits(dense) -> bool:  # a width that is not a multiple of 32 keeps its dense product
+        return isinstance(dense, Dense) and dense.weight.shape[1] % 32 == 0
+
+    for sub in module.modules():
+        if isinstance(sub, DenseModule) and fits(sub.dense):
+            sub.dense = q8_0_product(sub.dense, ops, int8)
+        for name, value in list(vars(sub).items()):
+            if fits(value):
+                setattr(sub, name, q8_0_product(value, ops, int8))

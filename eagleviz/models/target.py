@@ -91,6 +91,8 @@ class TargetModel:
         self._down = [self._dense(layer.mlp.down_proj, pack=pack) for layer in base.layers]
         # "blocks" when every product computes from blocks (so the forward is batch invariant), else "dense"
         self.weights = "dense" if self._quant is None else "blocks"
+        # the products' library a draft head beside this target computes with (Q8_0 blocks), or None
+        self.block_ops = None if self._quant is None else self._quant[0]
         # the norm after layer i's MLP: layer i + 1's input norm, the final norm after the last layer
         self._next_norms = [layer.input_layernorm.weight for layer in base.layers[1:]] + [base.norm.weight]
         self.eos_token_ids = _eos_ids(hf_model, tokenizer)
