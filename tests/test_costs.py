@@ -1,0 +1,36 @@
+"""eagleviz/decoding/costs.py: the price list is in plain decoding steps, and a plain step is what a decoded
+token takes after the prompt's prefill."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from eagleviz.decoding import costs
+
+
+class _Engine:
+    """Runs that took `prefill_ms` for the prompt, then `step_ms` per token (a 4/2/8 tree: 3 tokens a cycle,
+    each cycle 4 draft levels of 1 ms and a verification of 10 ms)."""
+
+    head = object()
+
+    def __init__(self, prefill_ms: float, step_ms: float):
+        self.prefill_ms, self.step_ms, self.target = prefill_ms, step_ms, None
+
+    def generate(self, prompt, tree, sampling):
+        n = sampling.max_new_tokens
+        if tree is None:
+            return SimpleNamespace(wall_s=(self.prefill_ms + n * self.step_ms) / 1e3, prefill_ms=self.prefill_ms,
+                                   output=[0] * n, cycles=[])
+        cycles = [SimpleNamespace(timings_ms={"draft": 4.0, "verify": 10.0}) for _ in range(n // 3)]
+        return SimpleNamespace(wall_s=(self.prefill_ms + 15.0 * len(cycles)) / 1e3, prefill_ms=self.prefill_ms,
+                               output=[0] * n, cycles=cycles)
+
+
+def test_a_plain_step_leaves_the_prefill_out(monkeypatch):
+    monkeypatch.setattr(costs, "forward_ms", lambda target, sizes: {n: 4.0 + n for n in sizes})
+    slow_prompt, quick_prompt = (costs.measure(_Engine(prefill, 6.0)) for prefill in (300.0, 1.0))
+    for measured in (slow_prompt, quick_prompt):
+        assert abs(measured.step_ms - 6.0) < 1e-9
+        assert abs(measured.verify_cost(1) - 5.0 / 6.0) < 1e-9 and abs(measured.verify_cost(8) - 12.0 / 6.0) < 1e-9
+        assert abs(measured.draft_level - 1.0 / 6.0) < 1e-9 and abs(measured.overhead - 1.0 / 6.0) < 1e-9
