@@ -66,3 +66,15 @@ def test_tables_are_checked():
         C.Calibration(edges=(-1.0,), accept=(0.1,))
     with pytest.raises(ValueError):
         C.Calibration(edges=(-1.0,), accept=(0.1, 1.5))
+
+
+def test_a_target_from_blocks_reads_its_own_table_where_one_was_fitted(tmp_path):
+    dense = C.HeadCalibration(C.Calibration.identity_table(), C.Calibration.identity_table())
+    table = C.Calibration.identity_table()
+    blocks = C.HeadCalibration(C.Calibration(table.edges, tuple(0.5 * a for a in table.accept), table.child,
+                                             table.lookup, 10, "fitted from blocks"), table)
+    (tmp_path / C.FILE).write_text(dense.to_json())
+    assert C.read(tmp_path, "blocks") == dense  # no own table yet: the dense one
+    (tmp_path / C.file_for("blocks")).write_text(blocks.to_json())
+    assert C.file_for("blocks") == "calibration-blocks.json" and C.file_for("dense") == C.FILE
+    assert C.read(tmp_path, "blocks") == blocks and C.read(tmp_path, "dense") == C.read(tmp_path) == dense

@@ -162,11 +162,21 @@ class HeadCalibration:
         return cls(*tables)
 
 
-def read(head_dir: str | Path | None) -> HeadCalibration | None:
-    """The head's calibration.json, None when it has none. A damaged file is a ValueError naming it."""
+def file_for(weights: str = "dense") -> str:
+    """The calibration's file name for a target whose products compute this way (`TargetModel.weights`): a
+    target computing from its file's blocks with int8 activations accepts a little less of what the head
+    proposes (its features and logits carry the rounding), so it has its own table where one was fitted."""
+    return FILE if weights == "dense" else f"calibration-{weights}.json"
+
+
+def read(head_dir: str | Path | None, weights: str = "dense") -> HeadCalibration | None:
+    """The head's calibration for a target computing with `weights` (`file_for`; the dense table where no own
+    table was fitted), None when it has none. A damaged file is a ValueError naming it."""
     if head_dir is None:
         return None
-    path = Path(head_dir) / FILE
+    path = Path(head_dir) / file_for(weights)
+    if not path.is_file():
+        path = Path(head_dir) / FILE
     if not path.is_file():
         return None
     try:

@@ -57,8 +57,8 @@ def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "au
 
     draft_vocab: draft among the N most frequent tokens (`eagleviz.models.hot_vocab`, needs the head's
     hot-tokens.json); None uses DEFAULT_HOT_SIZE when the head ships a ranking, 0 the whole draft vocabulary.
-    The engine's cost-aware trees value nodes with the head's calibration.json (EAGLE-2's assumption without
-    one) and price them with this machine's costs, measured once and kept (`eagleviz.decoding.costs`;
+    The engine's cost-aware trees value nodes with the head's calibration (calibration.json, or the table
+    fitted for a target computing from blocks: `calibration.file_for`; EAGLE-2's assumption without one) and price them with this machine's costs, measured once and kept (`eagleviz.decoding.costs`;
     `progress` hears when they are measured). weights: how the target's linears compute
     (`eagleviz.models.loading.choose_weights`)."""
     try:  # before minutes of loading
@@ -74,7 +74,7 @@ def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "au
     head_dir = None if head == RANDOM_HEAD else Path(head)
     draft, name = _hot_vocabulary(draft, name, head_dir, draft_vocab)
     try:
-        engine = Engine(target, draft, name, attn_impl, calibration=calibration.read(head_dir))
+        engine = Engine(target, draft, name, attn_impl, calibration=calibration.read(head_dir, target.weights))
     except ValueError as exc:  # e.g. the Triton kernel asked for on a CPU, a damaged calibration.json
         raise UserFacingError(str(exc)) from exc
     return engine.with_policy(costs=load_or_measure(engine, progress))

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from eagleviz.config import SamplingConfig, TreeConfig
-from eagleviz.decoding.calibration import EDGES, FILE, Calibration, HeadCalibration, fit
+from eagleviz.decoding.calibration import EDGES, Calibration, HeadCalibration, file_for, fit
 from eagleviz.errors import UserFacingError
 from eagleviz.trace import CycleTrace
 
@@ -124,7 +124,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tree", default="6/8/48", help="the fixed tree observed, steps/topk/draft_tokens")
     p.add_argument("--temperatures", default="0,1", help="0 fits the greedy table, a T > 0 the sampling table")
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--out", type=Path, default=None, help=f"where {FILE} goes (default: the head's directory)")
+    p.add_argument("--out", type=Path, default=None, help="where calibration.json (calibration-blocks.json for --weights blocks) goes "
+                                                          "(default: the head's directory)")
     p.add_argument("--journal", type=Path, default=Path("runs/calibrate"), help="resumable observations")
     return p
 
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     greedy = tables.get("greedy") or tables["sampling"]
     calibration = HeadCalibration(greedy, tables.get("sampling") or greedy)
     out.mkdir(parents=True, exist_ok=True)
-    (out / FILE).write_text(calibration.to_json())
+    (out / file_for(engine.target.weights)).write_text(calibration.to_json())
     (args.journal / "reliability.json").write_text(json.dumps(reports, indent=1))
     for name, rep in reports.items():
         if rep["check_cycles"]:
@@ -177,5 +178,5 @@ def main(argv: list[str] | None = None) -> int:
         for row in rep["reliability"]:
             print(f"  score [{row['from']}, {row['to']}): predicted {row['predicted']:.3f} observed "
                   f"{row['observed']:.3f} over {row['nodes']} nodes")
-    print(f"wrote {out / FILE} and {args.journal / 'reliability.json'}")
+    print(f"wrote {out / file_for(engine.target.weights)} and {args.journal / 'reliability.json'}")
     return 0
