@@ -237,7 +237,8 @@ static inline float m_terms(const float *m, const float *dsx, int blocks) {
 }
 
 #if I8_PATH == 2
-#define COLS 4 /* output columns per register tile: COLS * ROWS accumulators, COLS weight vectors */
+#define COLS 4  /* output columns per register tile: COLS * TROWS accumulators, COLS weight vectors */
+#define TROWS 4 /* rows per register tile */
 
 /* Rows [r0, r0 + NR) of output columns [n0, n0 + NC) from int8 rows: each pair of weight blocks is unpacked
  * once for NR rows and each row's activations loaded once for NC columns. Every (row, column) element gets
@@ -247,7 +248,7 @@ static inline __attribute__((always_inline)) void tile_i8(int fmt, const int NC,
                                                           const float *bias, float *y, int r0, int k, int n0,
                                                           int n_out) {
     int blocks = k / 32;
-    __m512 acc[COLS][ROWS];
+    __m512 acc[COLS][TROWS];
     for (int c = 0; c < NC; c++)
         for (int e = 0; e < NR; e++) acc[c][e] = _mm512_setzero_ps();
     const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
@@ -302,27 +303,104 @@ static inline __attribute__((always_inline)) void tile_i8(int fmt, const int NC,
     }
 }
 
-/* Every row of output columns [n0, n0 + NC), ROWS at a time. */
+#elif I8_PATH == 1
+/* AVX2 has 16 vector registers, and its products (two instructions per block, a conversion, a multiply and
+ * a multiply-add) leave several rows compute-bound whatever the tile: one row runs two columns at a time
+ * (42 -> 34 us for a 1536 x 576 Q4_1 product on one thread, scripts/quant_matmul_bench.c), more rows one
+ * column at a time, four rows per tile (2 x 2 tiles measured 4% slower for 16 rows). */
+#define COLS 2
+#define TROWS 4
+
+/* As the AVX-512 tile, with 8-float halves: lanes 0-7 of an element take the even blocks, 8-15 the odd. */
+static inline __attribute__((always_inline)) void tile_i8(int fmt, const int NC, const int NR, Int8Rows in,
+                                                          const uint8_t *q, const float *d, const float *m,
+                                                          const float *bias, float *y, int r0, int k, int n0,
+                                                          int n_out) {
+    int blocks = k / 32;
+    __m256 acc[COLS][TROWS][2];
+    for (int c = 0; c < NC; c++)
+        for (int e = 0; e < NR; e++) acc[c][e][0] = acc[c][e][1] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int b = 0; b < blocks; b++) {
+        __m256i w[COLS];
+        __m256 dw[COLS];
+        for (int c = 0; c < NC; c++) {
+            long wb = (long)(n0 + c) * blocks + b;
+            if (fmt == Q4_1) {
+                __m128i raw = _mm_loadu_si128((const __m128i *)(q + wb * 16));
+                __m128i lo = _mm_and_si128(raw, _mm_set1_epi8(0x0F));
+                __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F));
+                w[c] = _mm256_set_m128i(hi, lo);
+            } else {
+                w[c] = _mm256_loadu_si256((const __m256i *)(q + wb * 32));
+            }
+            dw[c] = _mm256_set1_ps(d[wb]);
+        }
+        for (int e = 0; e < NR; e++) {
+            long rb = (long)(r0 + e) * blocks + b;
+            __m256i xv = _mm256_loadu_si256((const __m256i *)(in.qx + rb * 32));
+            __m256 dxv = _mm256_loadu_ps(in.dx8 + rb * 8);
+            for (int c = 0; c < NC; c++) {
+                __m256i p16 = fmt == Q4_1 ? _mm256_maddubs_epi16(w[c], xv)
+                                          /* |w| times x with w's sign: unsigned times signed, as maddubs needs */
+                                          : _mm256_maddubs_epi16(_mm256_sign_epi8(w[c], w[c]), _mm256_sign_epi8(xv, w[c]));
+                __m256i dot = _mm256_madd_epi16(p16, ones);
+                acc[c][e][b & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw[c], dxv), acc[c][e][b & 1]);
+            }
+        }
+    }
+    for (int c = 0; c < NC; c++) {
+        int n = n0 + c;
+        long b0 = (long)n * blocks;
+        for (int e = 0; e < NR; e++) {
+            __m256 mt0 = _mm256_setzero_ps(), mt1 = _mm256_setzero_ps(); /* the m terms, lane b % 16 */
+            if (fmt == Q4_1) {
+                const float *dsx = in.dsx + (long)(r0 + e) * blocks;
+                int b = 0;
+                for (; b + 16 <= blocks; b += 16) {
+                    mt0 = _mm256_fmadd_ps(_mm256_loadu_ps(m + b0 + b), _mm256_loadu_ps(dsx + b), mt0);
+                    mt1 = _mm256_fmadd_ps(_mm256_loadu_ps(m + b0 + b + 8), _mm256_loadu_ps(dsx + b + 8), mt1);
+                }
+                float t[16] __attribute__((aligned(32)));
+                _mm256_store_ps(t, mt0);
+                _mm256_store_ps(t + 8, mt1);
+                for (int l = 0; b + l < blocks; l++) t[l] = fmaf(m[b0 + b + l], dsx[b + l], t[l]);
+                mt0 = _mm256_load_ps(t);
+                mt1 = _mm256_load_ps(t + 8);
+            }
+            float s = halves16_256(acc[c][e][0], acc[c][e][1]) + halves16_256(mt0, mt1);
+            y[(long)(r0 + e) * n_out + n] = bias ? s + bias[n] : s;
+        }
+    }
+}
+#endif
+
+#if I8_PATH >= 1
+/* Every row of output columns [n0, n0 + NC), TROWS at a time. */
 static inline __attribute__((always_inline)) void cols_i8(int fmt, const int NC, Int8Rows in, const uint8_t *q,
                                                           const float *d, const float *m, const float *bias, float *y,
                                                           int rows, int k, int n0, int n_out) {
     int r0 = 0;
-    for (; r0 + ROWS <= rows; r0 += ROWS) tile_i8(fmt, NC, ROWS, in, q, d, m, bias, y, r0, k, n0, n_out);
+    for (; r0 + TROWS <= rows; r0 += TROWS) tile_i8(fmt, NC, TROWS, in, q, d, m, bias, y, r0, k, n0, n_out);
     switch (rows - r0) {
-    case 3: tile_i8(fmt, NC, 3, in, q, d, m, bias, y, r0, k, n0, n_out); break;
+    case 3: if (TROWS > 3) tile_i8(fmt, NC, 3, in, q, d, m, bias, y, r0, k, n0, n_out); break;
     case 2: tile_i8(fmt, NC, 2, in, q, d, m, bias, y, r0, k, n0, n_out); break;
     case 1: tile_i8(fmt, NC, 1, in, q, d, m, bias, y, r0, k, n0, n_out); break;
     default: break;
     }
 }
 
-/* Output columns [n0, n0 + COLS) (fewer at the end of the matrix). */
+/* The columns a tile takes: COLS, or on AVX2 one column where there are several rows (above). */
+static inline int tile_cols(int rows) { return I8_PATH == 1 && rows > 1 ? 1 : COLS; }
+
+/* Output columns [n0, n0 + tile_cols(rows)) (fewer at the end of the matrix). */
 static inline __attribute__((always_inline)) void tile_cols_i8(int fmt, Int8Rows in, const uint8_t *q, const float *d,
                                                                const float *m, const float *bias, float *y, int rows,
                                                                int k, int n0, int n_out) {
-    switch (n_out - n0 >= COLS ? COLS : n_out - n0) {
-    case 4: cols_i8(fmt, 4, in, q, d, m, bias, y, rows, k, n0, n_out); break;
-    case 3: cols_i8(fmt, 3, in, q, d, m, bias, y, rows, k, n0, n_out); break;
+    int cols = tile_cols(rows);
+    switch (n_out - n0 >= cols ? cols : n_out - n0) {
+    case 4: if (COLS >= 4) cols_i8(fmt, 4, in, q, d, m, bias, y, rows, k, n0, n_out); break;
+    case 3: if (COLS >= 3) cols_i8(fmt, 3, in, q, d, m, bias, y, rows, k, n0, n_out); break;
     case 2: cols_i8(fmt, 2, in, q, d, m, bias, y, rows, k, n0, n_out); break;
     case 1: cols_i8(fmt, 1, in, q, d, m, bias, y, rows, k, n0, n_out); break;
     default: break;
@@ -336,54 +414,6 @@ static inline __attribute__((always_inline)) void column_i8(int fmt, const int N
     int blocks = k / 32;
     long b0 = (long)n * blocks;
     float lanes[ROWS][16] __attribute__((aligned(64)));
-#if I8_PATH == 1
-    __m256 acc[ROWS][2];
-    for (int e = 0; e < NR; e++) acc[e][0] = acc[e][1] = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int b = 0; b < blocks; b++) {
-        __m256i w;
-        if (fmt == Q4_1) {
-            __m128i raw = _mm_loadu_si128((const __m128i *)(q + (b0 + b) * 16));
-            __m128i lo = _mm_and_si128(raw, _mm_set1_epi8(0x0F));
-            __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F));
-            w = _mm256_set_m128i(hi, lo);
-        } else {
-            w = _mm256_loadu_si256((const __m256i *)(q + (b0 + b) * 32));
-        }
-        __m256 dw = _mm256_set1_ps(d[b0 + b]);
-        for (int e = 0; e < NR; e++) {
-            long rb = (long)(r0 + e) * blocks + b;
-            __m256i xv = _mm256_loadu_si256((const __m256i *)(in.qx + rb * 32)), p16;
-            if (fmt == Q4_1)
-                p16 = _mm256_maddubs_epi16(w, xv);
-            else /* |w| times x with w's sign: unsigned times signed, as maddubs needs */
-                p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
-            __m256i dot = _mm256_madd_epi16(p16, ones);
-            acc[e][b & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_loadu_ps(in.dx8 + rb * 8)),
-                                            acc[e][b & 1]);
-        }
-    }
-    for (int e = 0; e < NR; e++) {
-        __m256 mt0 = _mm256_setzero_ps(), mt1 = _mm256_setzero_ps(); /* the m terms, lane b % 16 */
-        if (fmt == Q4_1) {
-            const float *dsx = in.dsx + (long)(r0 + e) * blocks;
-            int b = 0;
-            for (; b + 16 <= blocks; b += 16) {
-                mt0 = _mm256_fmadd_ps(_mm256_loadu_ps(m + b0 + b), _mm256_loadu_ps(dsx + b), mt0);
-                mt1 = _mm256_fmadd_ps(_mm256_loadu_ps(m + b0 + b + 8), _mm256_loadu_ps(dsx + b + 8), mt1);
-            }
-            float t[16] __attribute__((aligned(32)));
-            _mm256_store_ps(t, mt0);
-            _mm256_store_ps(t + 8, mt1);
-            for (int l = 0; b + l < blocks; l++) t[l] = fmaf(m[b0 + b + l], dsx[b + l], t[l]);
-            mt0 = _mm256_load_ps(t);
-            mt1 = _mm256_load_ps(t + 8);
-        }
-        float s = halves16_256(acc[e][0], acc[e][1]) + halves16_256(mt0, mt1);
-        y[(long)(r0 + e) * n_out + n] = bias ? s + bias[n] : s;
-    }
-    return;
-#else
     for (int e = 0; e < NR; e++)
         for (int l = 0; l < 16; l++) lanes[e][l] = 0.0f;
     for (int b = 0; b < blocks; b++) {
@@ -405,7 +435,6 @@ static inline __attribute__((always_inline)) void column_i8(int fmt, const int N
             }
         }
     }
-#endif
     for (int e = 0; e < NR; e++) {
         float s = halves16(lanes[e]);
         if (fmt == Q4_1) s += m_terms(m + b0, in.dsx + (long)(r0 + e) * blocks, blocks);
@@ -443,13 +472,15 @@ int quant_matmul_i8(int fmt, const float *x, const uint8_t *q, const float *d, c
     }
     Int8Rows in = {qx, f, f + row_blocks + 1, f + 2 * (row_blocks + 1)};
     quantize_rows(x, row_blocks, in, threads);
-#if I8_PATH == 2
+#if I8_PATH >= 1
     if (fmt == Q4_1) {
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-        for (int n0 = 0; n0 < n_out; n0 += COLS) tile_cols_i8(Q4_1, in, q, d, m, bias, y, rows, k, n0, n_out);
+        for (int n0 = 0; n0 < n_out; n0 += tile_cols(rows))
+            tile_cols_i8(Q4_1, in, q, d, m, bias, y, rows, k, n0, n_out);
     } else {
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-        for (int n0 = 0; n0 < n_out; n0 += COLS) tile_cols_i8(Q8_0, in, q, d, m, bias, y, rows, k, n0, n_out);
+        for (int n0 = 0; n0 < n_out; n0 += tile_cols(rows))
+            tile_cols_i8(Q8_0, in, q, d, m, bias, y, rows, k, n0, n_out);
     }
 #else
     if (fmt == Q4_1) {
