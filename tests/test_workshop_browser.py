@@ -1,9 +1,10 @@
 """The workshop, end to end in headless Chromium, as an instructor tries it before a class: every control does
 what it says. The cycle slider typed, clicked and dragged; the queue notice counting only runs that exist;
-Race refusing an unfinished run; presets that let go once edited and come back on a click, and an imported
-trace bringing back its prompt and knobs; labels that say what they measure (speedups against plain
-decoding, launch flags from the first screen, a prompt over the limit said); plain words instead of the
-machinery's; a run opening on its most instructive cycle.
+figures that fit their layout, normal or projector, at 1280 x 800 and 1024 x 768; Race refusing an unfinished
+run; presets that let go once edited and come back on a click, and an imported trace bringing back its prompt
+and knobs; labels that say what they measure (speedups against plain decoding, launch flags from the first
+screen, a prompt over the limit said); plain words instead of the machinery's; a run opening on its most
+instructive cycle.
 
 Uses the server and the browser of tests/test_app_browser.py (same requirements: Debian's chromium and the
 Python `playwright` package). Screenshots go to artifacts/.
@@ -18,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from test_app_browser import (CHROMIUM, PROSE_JS, RUN_TIMEOUT_MS, app_url, browser, export, figure,  # noqa: F401
-                              open_accordion, open_page, page, prose, run_and_wait, set_number, shot)
+                              open_accordion, open_page, page, playwright_sync, prose, run_and_wait, set_number,
+                              shot)
 
 pytestmark = [
     pytest.mark.browser,
@@ -115,6 +117,90 @@ def test_the_queue_notice_counts_only_runs_that_exist_and_goes_when_the_run_is_d
     finally:
         first.close()
         second.close()
+
+
+# ------------------------------------------------------------------ 4. figures that fit, projector or not
+
+# What of each figure on the page lies outside its box (the Plot block): its drawing, title, legend, plot
+# areas, colour bars, axis titles; legend entries printed over each other or over the title; a toolbar shown
+# in projector mode. Empty when every figure fits.
+MISFITS_JS = """() => {
+  const out = [], projector = document.body.classList.contains('ev-projector');
+  const meet = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > 2 &&
+                         Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 2;
+  for (const g of document.querySelectorAll('.js-plotly-plot')) {
+    const block = g.closest('.block'), box = block.getBoundingClientRect(), id = block.id;
+    if (box.width === 0) continue;
+    const rects = (sel) => Array.from(g.querySelectorAll(sel)).map(e => e.getBoundingClientRect())
+                                 .filter(r => r.width > 0);
+    for (const part of ['.main-svg', '.gtitle', '.legend', '.nsewdrag', '.colorbar', '.g-xtitle', '.g-ytitle'])
+      for (const r of rects(part))
+        if (r.left < box.left - 1 || r.right > box.right + 1)
+          out.push(`${id} ${part}: ${Math.round(r.left)}..${Math.round(r.right)} outside ${Math.round(box.left)}..${Math.round(box.right)}`);
+    const entries = rects('.legend .traces .legendtext'), titles = rects('.gtitle');
+    entries.forEach((a, i) => entries.slice(i + 1).forEach(b => { if (meet(a, b)) out.push(`${id}: legend entries overlap`); }));
+    for (const t of titles) for (const e of rects('.legend')) if (meet(t, e)) out.push(`${id}: legend over the title`);
+    const bar = g.querySelector('.modebar-container');
+    if (projector && bar && getComputedStyle(bar).display !== 'none') out.push(`${id}: toolbar shown`);
+  }
+  return out;
+}"""
+
+
+VIEWS = ("draft-tree", "attention-mask", "accepted-path", "kv-rewind", "summary-plot")
+DRAWN_WIDTH_JS = "(id) => document.querySelector('#' + id + ' .js-plotly-plot')._fullLayout.width"
+
+
+def assert_figures_fit(page, where: str) -> None:
+    """Waits for the figures to settle at the layout (Plotly redraws a moment after a resize), then checks
+    them, and that each is drawn at least as wide as the page gives a view (two side by side only where both
+    get that width; one per row on a narrow or zoomed page)."""
+    from eagleviz.app.ui import VIEW_MIN_WIDTH
+
+    for elem_id in VIEWS:
+        figure(page, elem_id)
+    try:
+        page.wait_for_function(f"() => ({MISFITS_JS})().length === 0", timeout=10_000)
+    except playwright_sync.TimeoutError:
+        pass
+    assert page.evaluate(MISFITS_JS) == [], where
+    widths = {elem_id: page.evaluate(DRAWN_WIDTH_JS, elem_id) for elem_id in VIEWS}
+    assert min(widths.values()) >= VIEW_MIN_WIDTH, (where, widths)
+
+
+def fits_and_shot(page, where: str, elem_id: str, name: str) -> None:
+    assert_figures_fit(page, where)
+    page.locator(f"#{elem_id}").scroll_into_view_if_needed()
+    shot(page, name)
+
+
+def set_projector(page, on: bool) -> None:
+    page.locator("#projector input[type=checkbox]").click()
+    page.wait_for_function("(on) => document.body.classList.contains('ev-projector') === on", arg=on,
+                           timeout=10_000)
+
+
+def test_the_figures_fit_the_layout_normal_and_projector(page, browser, app_url):
+    set_number(page, "max-new-tokens", 24)
+    run_and_wait(page)
+    assert_figures_fit(page, "1280 x 800")
+    # the projector box turned on, with the figures already drawn: they follow the larger text's layout
+    open_accordion(page, "Workshop: recorded runs, a link to these settings, projector")
+    set_projector(page, True)
+    fits_and_shot(page, "1280 x 800, projector", "draft-tree", "w04_projector_1280.png")
+    page.set_viewport_size({"width": 1024, "height": 768})
+    fits_and_shot(page, "1024 x 768, projector", "kv-rewind", "w04_projector_1024_kv.png")
+    set_projector(page, False)
+    fits_and_shot(page, "1024 x 768", "draft-tree", "w04_normal_1024.png")
+    # a link that opens a recorded run in projector mode at 1024 x 768
+    tab = browser.new_page(viewport={"width": 1024, "height": 768})
+    try:
+        tab.goto(app_url + "?projector=1&gallery=code")
+        tab.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Recorded run')", timeout=60_000)
+        assert tab.evaluate("() => document.body.classList.contains('ev-projector')")
+        fits_and_shot(tab, "1024 x 768, ?projector=1", "draft-tree", "w04_projector_link_1024.png")
+    finally:
+        tab.close()
 
 
 # ------------------------------------------------------------------ 6. Race during a run

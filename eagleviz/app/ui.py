@@ -49,6 +49,7 @@ CACHE_TTL_S = 3600        # Gradio deletes its cached files (uploads, downloads)
 KNOB_DEFAULTS = Knobs(max_new_tokens=presets.PRESET_TOKENS)
 SOURCE_CHOICES = [("EAGLE head", "eagle"), ("prompt lookup", "lookup"), ("both", "eagle+lookup")]
 TEXTBOOK = (5, 4, 16)
+VIEW_MIN_WIDTH = 580      # px: the narrowest a view is drawn; two side by side only where both get this width
 
 
 def measured_speed() -> SpeedView:
@@ -175,12 +176,15 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                 caption = gr.Markdown(elem_id="cycle-caption", elem_classes="ev-line")
                 phase_md = gr.Markdown(elem_id="phase-text", elem_classes="ev-line")
                 focus_md = gr.Markdown(nav.TOKEN_HELP, elem_id="focus-text", elem_classes="ev-line")
+        # Two views side by side where each gets VIEW_MIN_WIDTH, else one per row (a 1024 px screen, projector mode)
         with gr.Row():
-            tree_plot = gr.Plot(label="Draft tree", elem_id="draft-tree", show_label=False)
-            mask_plot = gr.Plot(label="Attention mask", elem_id="attention-mask", show_label=False)
+            tree_plot = gr.Plot(label="Draft tree", elem_id="draft-tree", show_label=False, min_width=VIEW_MIN_WIDTH)
+            mask_plot = gr.Plot(label="Attention mask", elem_id="attention-mask", show_label=False,
+                                min_width=VIEW_MIN_WIDTH)
         with gr.Row():
-            path_plot = gr.Plot(label="Accepted path", elem_id="accepted-path", show_label=False)
-            kv_plot = gr.Plot(label="KV rewind", elem_id="kv-rewind", show_label=False)
+            path_plot = gr.Plot(label="Accepted path", elem_id="accepted-path", show_label=False,
+                                min_width=VIEW_MIN_WIDTH)
+            kv_plot = gr.Plot(label="KV rewind", elem_id="kv-rewind", show_label=False, min_width=VIEW_MIN_WIDTH)
         with gr.Accordion("Explain these four views, with this cycle's numbers", open=False, elem_id="explain"):
             with gr.Row():
                 tree_md = gr.Markdown(elem_classes="ev-explain")

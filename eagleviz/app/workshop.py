@@ -24,10 +24,16 @@ from eagleviz.trace import RunTrace
 
 LAYOUT_PARAMS = ("projector", "model")
 PROJECTOR_CLASS = "ev-projector"
-# Applied in the browser: Gradio has no server-side switch for the page's CSS classes.
-PROJECTOR_JS = f"(on) => {{ document.body.classList.toggle('{PROJECTOR_CLASS}', !!on); return []; }}"
+# Applied in the browser: Gradio has no server-side switch for the page's CSS classes. Gradio's figures follow
+# their container's width on a window resize only; the zoom changes that width with no resize, so one is
+# announced once the new layout is there (else the figures keep their old width and are cut on the right).
+PROJECTOR_JS = (f"(on) => {{ document.body.classList.toggle('{PROJECTOR_CLASS}', !!on); "
+                "requestAnimationFrame(() => window.dispatchEvent(new Event('resize'))); return []; }")
+# The figures' toolbar shows while the pointer is over them, as an instructor's pointer usually is, and would
+# print over their titles: a projected figure is looked at, not zoomed.
 PROJECTOR_CSS = (f"body.{PROJECTOR_CLASS} .gradio-container {{zoom: 1.35}} "
-                 f"body.{PROJECTOR_CLASS} #output-text {{font-size: 20px}}")
+                 f"body.{PROJECTOR_CLASS} #output-text {{font-size: 20px}} "
+                 f"body.{PROJECTOR_CLASS} .js-plotly-plot .modebar-container {{display: none}}")
 RUN_SIZE = 8 + VIEW_SIZE
 
 
