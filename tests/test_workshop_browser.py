@@ -1,10 +1,11 @@
 """The workshop, end to end in headless Chromium, as an instructor tries it before a class: every control does
 what it says. The cycle slider typed, clicked and dragged; the queue notice counting only runs that exist;
-figures that fit their layout, normal or projector, at 1280 x 800 and 1024 x 768; Race refusing an unfinished
-run; presets that let go once edited and come back on a click, and an imported trace bringing back its prompt
-and knobs; labels that say what they measure (speedups against plain decoding, launch flags from the first
-screen, a prompt over the limit said); plain words instead of the machinery's; a run opening on its most
-instructive cycle.
+results where the visitor looks (the views brought into sight after a run and an output click, the race
+answered beside its button, the tour naming the cycle shown); figures that fit their layout, normal or
+projector, at 1280 x 800 and 1024 x 768; Race refusing an unfinished run; presets that let go once edited and
+come back on a click, and an imported trace bringing back its prompt and knobs; labels that say what they
+measure (speedups against plain decoding, launch flags from the first screen, a prompt over the limit said);
+plain words instead of the machinery's; a run opening on its most instructive cycle.
 
 Uses the server and the browser of tests/test_app_browser.py (same requirements: Debian's chromium and the
 Python `playwright` package). Screenshots go to artifacts/.
@@ -117,6 +118,79 @@ def test_the_queue_notice_counts_only_runs_that_exist_and_goes_when_the_run_is_d
     finally:
         first.close()
         second.close()
+
+
+# ------------------------------------------------------------------ 3. results where the visitor looks
+
+# The element's top inside the window with `px` of it seen below (all of it when it is shorter).
+IN_SIGHT_JS = ("([id, px]) => { const e = document.getElementById(id); if (!e) return false; "
+               "const b = e.getBoundingClientRect(); "
+               "return b.height > 0 && b.top >= 0 && b.top + Math.min(px, b.height) <= window.innerHeight; }")
+RECT_JS = "(id) => { const b = document.getElementById(id).getBoundingClientRect(); return [b.top, b.bottom]; }"
+
+
+# Resolves once the page has stopped scrolling (a smooth scroll takes a few hundred ms).
+SCROLLED_JS = ("() => new Promise(done => { let y = window.scrollY; const check = () => setTimeout(() => "
+               "{ if (window.scrollY === y) done(y); else { y = window.scrollY; check(); } }, 150); check(); })")
+
+
+def wait_in_sight(page, *elem_ids: str, px: int = 10_000) -> None:
+    """Each element wholly in the window, or its top with `px` of it below, once the page stops scrolling."""
+    for elem_id in elem_ids:
+        page.wait_for_function(IN_SIGHT_JS, arg=[elem_id, px], timeout=10_000)
+    page.evaluate(SCROLLED_JS)
+    for elem_id in elem_ids:
+        assert page.evaluate(IN_SIGHT_JS, [elem_id, px]), elem_id
+
+
+def race_beside_its_button(page) -> None:
+    """The race's answer starts in the window, at most a status line below the Race button."""
+    top, _ = page.evaluate(RECT_JS, "race-result")
+    _, button = page.evaluate(RECT_JS, "race")
+    assert 0 <= top < page.viewport_size["height"] and 0 <= top - button <= 120, (top, button)
+
+
+def test_results_appear_where_the_visitor_looks(page):
+    """At 1280 x 800 the four views start a screen and a half below Run, and the output a screen above them:
+    a finished run and a click in the output bring the views into sight; the race answers beside its button,
+    at once and when done; the tour's text names the cycle shown and sets the phase it talks about."""
+    page.click("#race")
+    page.wait_for_function(f"() => ({PROSE_JS})('race-result').startsWith('Run a prompt first')", timeout=30_000)
+    race_beside_its_button(page)
+    set_number(page, "max-new-tokens", 24)
+    run_and_wait(page)
+    wait_in_sight(page, "cycle-slider", "cycle-caption")
+    wait_in_sight(page, "draft-tree", px=300)     # a tall tree may go on below the window
+    opened = shown_cycle(page)
+    shot(page, "w03_after_run_the_views_in_sight.png")
+    # the tour: its text names the cycle shown, its step sets the phase, and it follows a step to another cycle
+    open_accordion(page, "Guided tour: one cycle in four steps")
+    page.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Draft (cycle {opened})')", timeout=10_000)
+    page.click("#tour-next")
+    page.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Verify (cycle {opened})') && "
+                           f"({PROSE_JS})('phase-text').startsWith('Verify')", timeout=10_000)
+    other = opened - 1 if opened else 1
+    page.click("#prev" if opened else "#next")
+    wait_for_cycle(page, other)
+    page.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Verify (cycle {other})')", timeout=10_000)
+    page.locator("#tour-next").scroll_into_view_if_needed()
+    shot(page, "w03_tour_beside_the_views.png")
+    # a click in the output, a screen above the views: the page takes the visitor to them
+    page.evaluate("window.scrollTo(0, 0)")
+    page.locator("#output-text .token").last.click()
+    page.wait_for_function("() => document.querySelector('#focus-text').innerText.startsWith('Selected')",
+                           timeout=30_000)
+    wait_in_sight(page, "cycle-caption")
+    wait_in_sight(page, "draft-tree", px=300)
+    shot(page, "w03_after_an_output_click_the_views_in_sight.png")
+    # Race: said at once beside the button, and its table comes there too
+    page.click("#race")
+    page.wait_for_function(f"() => ({PROSE_JS})('race-result').startsWith('Racing')", timeout=5_000)
+    race_beside_its_button(page)
+    page.wait_for_function(f"() => ({PROSE_JS})('race-result').includes('This run against plain decoding')",
+                           timeout=RUN_TIMEOUT_MS)
+    race_beside_its_button(page)
+    shot(page, "w03_race_result_beside_its_button.png")
 
 
 # ------------------------------------------------------------------ 4. figures that fit, projector or not

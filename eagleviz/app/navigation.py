@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import gradio as gr
 
-from eagleviz.trace import RunTrace
+from eagleviz.trace import CycleTrace, RunTrace
 from eagleviz.visuals import CycleView, cycle_view, empty_view, summary_figure
 from eagleviz.visuals.explain import TOUR, tour_step
-from eagleviz.visuals.phases import frame_at, frames, label
+from eagleviz.visuals.phases import PHASES, frame_at, frames, label
 from eagleviz.visuals.selection import output_origin, slot_of_item
 from eagleviz.visuals.views import cycle_figures
 
@@ -151,8 +151,29 @@ def phase_tick(run: RunTrace | None, index: float, frame: float, slot: int | Non
             *figure_values(run, index, nxt, slot), *(stop if done else (True, gr.skip(), gr.skip())))
 
 
-def tour(run: RunTrace | None, index: float, step_: int, delta: int) -> tuple[int, str]:
+def tour_frame(cycle: CycleTrace, step_: int) -> int:
+    """The phase frame tour stop `step_` talks about: the whole draft tree (its last draft level), verify, accept,
+    rewind (the end state). The stops follow the engine's phases in order (TOUR and PHASES)."""
+    phase = PHASES[step_ % len(PHASES)]
+    return max(i for i, f in enumerate(frames(cycle)) if f.phase == phase)
+
+
+def tour(run: RunTrace | None, index: float, step_: int, delta: int, slot: int | None = None) -> tuple:
+    """The tour's next (delta +1) or previous (-1) stop on the cycle shown, with the four figures at the phase it
+    talks about. Outputs: tour step, tour text, phase slider, *figures."""
     if run is None or not run.cycles:
-        return step_, "Run a prompt first: the tour walks through one recorded cycle."
+        return (step_, "Run a prompt first: the tour walks through one recorded cycle.", *[gr.skip()] * 7)
     step_ = (step_ + delta) % len(TOUR)
-    return step_, tour_step(run, run.cycles[_clamp(run, index)], step_)
+    i = _clamp(run, index)
+    frame = tour_frame(run.cycles[i], step_)
+    return (step_, tour_step(run, run.cycles[i], step_), gr.Slider(value=frame),
+            *figure_values(run, i, frame, slot))
+
+
+def tour_shown(run: RunTrace | None, index: float, step_: int):
+    """The tour's text for the cycle now shown (a run opened, a cycle stepped to): it names that cycle.
+    Output: tour text."""
+    if run is None or not run.cycles:
+        return gr.skip()
+    i = _clamp(run, index)
+    return tour_step(run, run.cycles[i], step_)

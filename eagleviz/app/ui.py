@@ -3,9 +3,11 @@
 model pairs in `pairs`; the figures in `visuals`. Per-user data (the recorded run, the selected token, the
 tour step, autoplay) lives in gr.State; the model is shared read-only by every tab.
 
-The page reads top to bottom: the prompt and knobs, then one cycle on one screen (the cycle and phase
-controls, the cycle's tokens to pick from, the four linked views with one-line titles; their long
-explanations one click away), then the run's summary and the deeper sections.
+The page reads top to bottom: the prompt and knobs (the run's status, the race's result and the output under
+the buttons), then one cycle on one screen (the cycle and phase controls, the cycle's tokens to pick from, the
+four linked views with one-line titles, the guided tour; their long explanations one click away), then the
+run's summary and the deeper sections. What a click changes comes into sight: a finished run and a click in
+the output scroll the cycle's views into the window.
 
 A shared server (a public Space, a workshop) is protected by `Limits` (eagleviz.app.limits, read from EAGLEVIZ_*
 variables): stated on the page, enforced in the handlers (the API bypasses the page's sliders), and setting
@@ -50,6 +52,17 @@ KNOB_DEFAULTS = Knobs(max_new_tokens=presets.PRESET_TOKENS)
 SOURCE_CHOICES = [("EAGLE head", "eagle"), ("prompt lookup", "lookup"), ("both", "eagle+lookup")]
 TEXTBOOK = (5, 4, 16)
 VIEW_MIN_WIDTH = 580      # px: the narrowest a view is drawn; two side by side only where both get this width
+RACING = "Racing: plain decoding, then this CPU's fastest tree, on this run's prompt, each timed alone\u2026"
+# Brings the cycle's controls, caption and first views into sight (unless the draft tree already is): after a
+# run, an import or a recorded run (status given: only once it is there, not after a warning), and after a
+# click in the output, which sits a screen above the views.
+SHOW_VIEWS_JS = """(status) => {
+  const tree = document.getElementById('draft-tree'), at = tree && tree.getBoundingClientRect();
+  const ok = status === undefined || status === null || !String(status).startsWith('\u26a0');
+  if (ok && at && (at.top < 0 || at.bottom > window.innerHeight))
+    document.getElementById('cycle-view').scrollIntoView({behavior: 'smooth', block: 'start'});
+  return [];
+}"""
 
 
 def measured_speed() -> SpeedView:
@@ -114,6 +127,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                     race_btn = gr.Button("Race plain decoding", elem_id="race")
                 queue_note = gr.Markdown(elem_id="queue-note")
                 status = gr.Markdown(elem_id="status")
+                race_md = gr.Markdown(elem_id="race-result")   # beside its button: a race is seen where it starts
                 output = gr.HighlightedText([], label="Output: click a token to open the cycle that committed it",
                                             color_map=OUTPUT_COLOURS, show_legend=True, combine_adjacent=False,
                                             elem_id="output-text", interactive=False)
@@ -158,7 +172,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             gr.Markdown(limits.describe(), elem_id="limits", elem_classes="ev-limits")
 
         # ------------------------------------------------------------ one cycle, one screen
-        with gr.Row(equal_height=True):
+        with gr.Row(equal_height=True, elem_id="cycle-view"):
             slider = gr.Slider(0, 1, 0, step=1, label="cycle", elem_id="cycle-slider", interactive=False, scale=4)
             phase = gr.Slider(0, 1, 1, step=1, label="phase", elem_id="phase-slider", interactive=False, scale=4)
             with gr.Column(scale=3, min_width=260):
@@ -185,6 +199,11 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             path_plot = gr.Plot(label="Accepted path", elem_id="accepted-path", show_label=False,
                                 min_width=VIEW_MIN_WIDTH)
             kv_plot = gr.Plot(label="KV rewind", elem_id="kv-rewind", show_label=False, min_width=VIEW_MIN_WIDTH)
+        with gr.Accordion("Guided tour: one cycle in four steps", open=False, elem_id="tour-section"):
+            tour_md = gr.Markdown("Run a prompt, then step through draft, verify, accept and rewind.", elem_id="tour")
+            with gr.Row():
+                tour_prev = gr.Button("\u25c0 Tour back", elem_id="tour-prev")
+                tour_next = gr.Button("Tour next \u25b6", elem_id="tour-next")
         with gr.Accordion("Explain these four views, with this cycle's numbers", open=False, elem_id="explain"):
             with gr.Row():
                 tree_md = gr.Markdown(elem_classes="ev-explain")
@@ -196,15 +215,9 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         # ------------------------------------------------------------ the run as a whole, and deeper
         summary = gr.Markdown(elem_id="summary")
         summary_plot = gr.Plot(label="Run summary", elem_id="summary-plot", show_label=False)
-        race_md = gr.Markdown(elem_id="race-result")
         with gr.Accordion("Losslessness at T > 0: replay the acceptance step", open=False):
             replay_plot = gr.Plot(label="Acceptance replay", elem_id="replay", show_label=False)
             replay_md = gr.Markdown(elem_classes="ev-explain")
-        with gr.Accordion("Guided tour: one cycle in four steps", open=False):
-            tour_md = gr.Markdown("Run a prompt, then step through draft, verify, accept and rewind.", elem_id="tour")
-            with gr.Row():
-                tour_prev = gr.Button("\u25c0 Tour back", elem_id="tour-prev")
-                tour_next = gr.Button("Tour next \u25b6", elem_id="tour-next")
         with gr.Accordion("Measured speed: EAGLE vs plain decoding vs peers", open=False, elem_id="measured-speed"):
             speed = measured_speed()
             for i, panel in enumerate(speed.benches):
@@ -253,8 +266,10 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         demo.load(opened, None, [*run_outputs, *settings, pair, projector, link_note])
         projector.change(None, projector, None, js=workshop.PROJECTOR_JS)
         run_btn.click(h.announce, stop, queue_note, queue=False, **quiet)
+        run_btn.click(lambda: "", None, race_md, queue=False, **quiet)   # a race result is about the previous run
         run_btn.click(run_fn, [stop, pair, prompt, *knobs], run_outputs, show_progress="minimal", api_name="run",
-                      **model).then(lambda: "", None, queue_note, queue=False, **quiet)   # the run is over: no queue
+                      **model).then(lambda: "", None, queue_note, queue=False, **quiet).then(  # no queue now
+            None, status, None, js=SHOW_VIEWS_JS)                                  # done: the views, in sight
         # Stop skips the queue: it must reach the running generator even when the queue is full.
         stop_btn.click(h.request_stop, stop, status, queue=False, **quiet)
         # The slider moved by hand (typed, clicked, dragged): the views follow; the slider itself is not an output.
@@ -266,18 +281,29 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         play_btn.click(nav.play, [run_state, playing], [playing, timer, play_btn])
         timer.tick(nav.tick, [run_state, slider], [*cycle_outputs, playing, timer, play_btn], **quiet)
         output.select(nav.output_selected, run_state, cycle_outputs, **quiet)
+        output.select(None, None, None, js=SHOW_VIEWS_JS)   # the output sits above the views, out of their sight
         tokens.select(nav.token_selected, [run_state, slider, phase], [focus, *figures], **quiet)
         phase.release(nav.phase_chosen, [run_state, slider, phase, focus], figures, **quiet)
         phase_btn.click(nav.phase_play, [run_state, slider, phase, phase_playing],
                         [phase_playing, phase_timer, phase_btn, phase], **quiet)
         phase_timer.tick(nav.phase_tick, [run_state, slider, phase, focus],
                          [phase, *figures, phase_playing, phase_timer, phase_btn], **quiet)
-        tour_prev.click(lambda r, i, s: nav.tour(r, i, s, -1), [run_state, slider, tour_state], [tour_state, tour_md])
-        tour_next.click(lambda r, i, s: nav.tour(r, i, s, +1), [run_state, slider, tour_state], [tour_state, tour_md])
-        race_btn.click(race_fn, [run_state, attn, pair, stop], race_md, **model)
+        tour_outputs = [tour_state, tour_md, phase, *figures]
+        tour_prev.click(lambda r, i, s, f: nav.tour(r, i, s, -1, f), [run_state, slider, tour_state, focus],
+                        tour_outputs, **quiet)
+        tour_next.click(lambda r, i, s, f: nav.tour(r, i, s, +1, f), [run_state, slider, tour_state, focus],
+                        tour_outputs, **quiet)
+        # The tour's text names the cycle shown: a run (an import, a recorded run) opens on the tour's first step,
+        # and a cycle moved to keeps the tour's step. Read from the slider once its own value has changed.
+        gr.on([run_btn.click, import_file.upload, recorded.input], lambda: 0, None, tour_state, queue=False, **quiet)
+        slider.change(nav.tour_shown, [run_state, slider, tour_state], tour_md, **quiet)
+        # Said at once, beside the button: the race itself waits for the model and takes seconds.
+        race_btn.click(lambda: RACING, None, race_md, queue=False, **quiet).then(
+            race_fn, [run_state, attn, pair, stop], race_md, **model)
         import_file.upload(lambda path, a: workshop.trace_imported(h, path, a), [import_file, attn],
-                           [*run_outputs, *settings])
-        recorded.input(lambda e: workshop.gallery_opened(h, e), recorded, [*run_outputs, *settings])
+                           [*run_outputs, *settings]).then(None, status, None, js=SHOW_VIEWS_JS)
+        recorded.input(lambda e: workshop.gallery_opened(h, e), recorded, [*run_outputs, *settings]).then(
+            None, status, None, js=SHOW_VIEWS_JS)
         link_btn.click(lambda p, s, m, *k: workshop.link_for(p, s, m if len(pairs.names) > 1 else None, *k),
                        [prompt, preset, pair, *knobs], link_md, queue=False)
         gr.api(api_fn, api_name="generate", **model)
