@@ -139,6 +139,16 @@ def test_an_interrupted_bench_resumes_after_its_last_finished_prompt(tmp_path):
     fresh = bench.bench(engine, prompts, sampling, tree, 1, methods, progress=lambda m: None)
     assert result["rows"]["plain"]["tokens"] == fresh["rows"]["plain"]["tokens"]
 
+    # killed while writing prompt 2's line: prompt 1 stands, prompt 2 runs again, the journal stays readable
+    with pytest.raises(KeyboardInterrupt):
+        bench.bench(engine, prompts, sampling, tree, 1, methods, progress=interrupt_at_third, journal=journal)
+    header, first, second = journal.read_text().splitlines()
+    journal.write_text(f"{header}\n{first}\n{second[:len(second) // 2]}")
+    seen = []
+    torn = bench.bench(engine, prompts, sampling, tree, 1, methods, progress=seen.append, journal=journal)
+    assert any("torn" in m for m in seen) and "resuming after prompt 1/3" in " ".join(seen)
+    assert torn["prompts"] == 3 and torn["rows"]["plain"]["tokens"] == fresh["rows"]["plain"]["tokens"]
+
 
 def test_a_journal_with_other_settings_is_started_afresh(tmp_path):
     from eagleviz.config import SamplingConfig, TreeConfig

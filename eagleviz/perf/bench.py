@@ -286,7 +286,6 @@ def _read_journal(journal: Path | None, header: dict, progress=print) -> list[di
     try:
         lines = journal.read_text().splitlines()
         recorded = json.loads(lines[0])
-        done = [{m: [Sample(**x) for x in reps] for m, reps in json.loads(line).items()} for line in lines[1:]]
     except (ValueError, TypeError, IndexError):  # a torn header or a foreign file: start afresh
         return []
     wanted = json.loads(json.dumps(header))
@@ -294,6 +293,14 @@ def _read_journal(journal: Path | None, header: dict, progress=print) -> list[di
         differ = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
         progress(f"[bench] {journal} was written with other settings ({', '.join(differ)}): starting afresh")
         return []
+    done = []
+    for line in lines[1:]:
+        try:
+            done.append({m: [Sample(**x) for x in reps] for m, reps in json.loads(line).items()})
+        except (ValueError, TypeError, AttributeError):  # a line torn by an interruption: the prompts before it stand
+            progress(f"[bench] {journal}: prompt {len(done) + 1}'s line is torn; it runs again")
+            journal.write_text("".join(f"{kept}\n" for kept in lines[:len(done) + 1]))  # appends then start clean
+            break
     return done
 
 
