@@ -188,3 +188,33 @@ def test_a_tree_the_knobs_cannot_make_is_adjusted_as_on_the_page():
 def test_passthrough_parameters_are_returned_to_the_caller():
     shared = read("?layout=projector&steps=6", passthrough=("layout",))
     assert shared.extra == (("layout", "projector"),) and shared.notes == ()
+
+
+def test_a_link_names_a_recorded_runs_picture():
+    shared = read("?gallery=code&cycle=3&phase=Verify&token=2")
+    assert shared.picture == share.Picture(3, "verify", 2) and shared.notes == ()
+    assert read("?gallery=code&phase=4").picture == share.Picture(phase=4)
+    assert read("?gallery=code").picture is None
+    query = share.picture_query("code", 3, "verify", 2)
+    assert query == "?gallery=code&cycle=3&phase=verify&token=2" and read(query).picture == share.Picture(3, "verify", 2)
+    assert share.picture_query("code", 0) == "?gallery=code&cycle=0"
+
+
+@pytest.mark.parametrize("query,why", [
+    ("cycle=-1", "cycle='-1' must be a whole number from 0"),
+    ("cycle=1.5", "cycle='1.5' must be a whole number from 0"),
+    ("token=99999999", "token='99999999' must be a whole number from 0"),
+    ("phase=commit", "phase='commit' must be one of draft, verify, accept, rewind or a frame number"),
+    ("phase=%3Cb%3E", "phase=(a 3-character value) must be"),
+])
+def test_a_bad_picture_parameter_is_noted_and_ignored(query, why):
+    shared = read(f"?gallery=code&{query}&steps=6")
+    assert len(shared.notes) == 1 and why in shared.notes[0] and shared.notes[0].endswith("ignored.")
+    assert shared.picture == share.Picture() and shared.knobs.steps == 6
+
+
+def test_a_picture_without_a_recorded_run_is_noted_and_ignored():
+    shared = read("?cycle=3&token=1&steps=6")
+    assert shared.picture is None and shared.knobs.steps == 6
+    assert shared.notes == ("Link parameter cycle and token: a picture needs a recorded run to show (gallery=...); "
+                            "ignored.",)

@@ -18,7 +18,8 @@ from eagleviz.app.pairs import Pair, PairHub
 from eagleviz.app.session import Knobs
 
 DEFAULTS = Knobs(steps=4, topk=1, draft_tokens=5, max_new_tokens=48)
-RUN = 8 + VIEW_SIZE   # the run outputs come first, then prompt, preset, note, the knobs, model, projector, notes
+RUN = 8 + VIEW_SIZE   # the run outputs come first, then prompt, preset, note, the knobs, model, projector, notes,
+#                       the recorded run shown
 SETTINGS = workshop.SETTINGS_SIZE
 
 
@@ -50,11 +51,11 @@ def test_a_link_restores_prompt_knobs_model_and_layout(handlers):
     query = link[link.index("(?") + 1:link.index(")")]
     assert "adaptive=0" in query and "source=eagle%2Blookup" in query
     out = workshop.open_link(handlers, DEFAULTS, request(query[1:] + "&projector=1"))
-    assert len(out) == RUN + SETTINGS + 3
+    assert len(out) == RUN + SETTINGS + 4
     prompt, preset, note, *knobs = settings(out)
     assert prompt == "Count to 5" and preset is None and note == ""
     assert tuple(knobs) == (6, 3, 12, 0.5, 0.9, 40, 7, "torch", False, "eagle+lookup")
-    assert tail(out) == ("large", True, "")
+    assert tail(out) == ("large", True, "", gr.skip())
     assert all(v == gr.skip() for v in out[:RUN])   # no gallery entry named: the run is left as it is
 
 
@@ -63,7 +64,7 @@ def test_bad_parameters_give_defaults_and_a_visible_note_never_an_error(handlers
                              request("steps=banana&topk=99&model=/etc/passwd&projector=yes&temperature=nan&x=1"))
     knobs = settings(out)[3:]
     assert knobs[0] == DEFAULTS.steps and knobs[1] == DEFAULTS.topk and knobs[3] == DEFAULTS.temperature
-    model, projector, notes = tail(out)
+    model, projector, notes, _ = tail(out)
     assert model == gr.skip() and projector is False
     for word in ("steps", "topk", "temperature", "model this server does not offer", "projector", "Unknown"):
         assert word in notes
@@ -142,3 +143,43 @@ def test_an_edited_preset_lets_go_and_an_imported_trace_brings_its_settings(hand
     prompt, preset, note, *knobs = settings(out)
     assert out[2].startswith("Imported") and (prompt, preset) == (entry.prompt, story.name) and "tau" in note
     assert Knobs(*knobs) == replace(entry.knobs, attn_impl="torch")     # the page's attention is kept
+
+
+def test_a_link_to_a_picture_opens_that_cycle_phase_and_token_of_a_recorded_run(handlers):
+    from eagleviz.app import navigation as nav
+    from eagleviz.visuals.phases import frames
+
+    run = gallery.load("story")
+    i = next(k for k, c in enumerate(run.cycles) if k != nav.instructive_cycle(run) and c.num_tree_tokens > 2)
+    cycle = run.cycles[i]
+    verify = nav.tour_frame(cycle, 1)
+    link = workshop.picture_link("story", run, i, verify, 2)
+    query = link[link.index("(?") + 1:link.index(")")]
+    assert query == f"?gallery=story&cycle={i}&phase=verify&token=2"
+    out = workshop.open_link(handlers, DEFAULTS, request(query[1:]))
+    assert out[3].value == i and out[8] == 2                      # the slider, the picked token's slot
+    assert out[8 + 3].value == verify and out[8 + 3].maximum == len(frames(cycle)) - 1
+    assert out[8 + 4].startswith("**Verify") and "Selected" in out[8 + 5]   # phase text, focus text
+    assert f"cycle {i})" in out[7]                                   # the tour names the cycle shown
+    assert tail(out)[2] == "" and tail(out)[3] == "story"
+    # the bonus is the token list's last item; the end state is named by leaving the phase out
+    bonus = workshop.picture_link("story", run, i, None, -1)
+    assert f"cycle={i}&token={cycle.num_tree_tokens})" in bonus and "phase" not in bonus.split(")")[0]
+    assert workshop.open_link(handlers, DEFAULTS, request(f"gallery=story&cycle={i}&token={cycle.num_tree_tokens}"))[8] == -1
+    # a live run cannot be linked to; nothing is said when no run is shown
+    assert "cannot be linked" in workshop.picture_link(None, run, i, None, None)
+    assert workshop.picture_link(None, None, 0, None, None) == ""
+
+
+def test_a_picture_the_recorded_run_lacks_is_said_and_the_rest_is_shown(handlers):
+    from eagleviz.app import navigation as nav
+
+    run = gallery.load("story")
+    n = len(run.cycles)
+    out = workshop.open_link(handlers, DEFAULTS, request(f"gallery=story&cycle={n}&phase=99&token=999"))
+    notes = tail(out)[2].split("\n\n")
+    assert len(notes) == 3 and all(note.startswith("\u26a0 Link parameter") for note in notes), notes
+    said = "\n".join(notes)
+    assert f"cycles 0 .. {n - 1}" in said and "the end state is shown" in said and "none is picked" in said
+    assert out[3].value == nav.instructive_cycle(run) and out[8] is None
+    assert out[2].startswith("Recorded run")

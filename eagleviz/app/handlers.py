@@ -221,15 +221,16 @@ class Handlers:
         return f"Running\u2026 cycle {len(run.cycles)}, {len(run.output)} of at most {cap} tokens"
 
     @staticmethod
-    def finished(run: RunTrace | None) -> tuple:
+    def finished(run: RunTrace | None, shown: tuple[int, tuple] | None = None) -> tuple:
         """The end of a run (or of an import, or a Stop): summary, export file, full slider, and the run's most
-        instructive cycle (`navigation.instructive_cycle`)."""
+        instructive cycle (`navigation.instructive_cycle`), or `shown`: a cycle and its view values (a link's
+        picture, `navigation.picture`)."""
         if run is None:
             return (None, [], "", _slider(None), "", None, None, "", *view_values(None, 0))
         note = f" {RANDOM_HEAD_NOTE}" if run.head.startswith("random") else ""
         notes = "".join(f"\n\n{_mark(n)} {n}" for n in getattr(run, "notes", []))
         status = f"Done: {stop_text(run)}.{note}{notes}"
-        i, view = opening(run)
+        i, view = shown or opening(run)
         tour = tour_step(run, run.cycles[i], 0) if run.cycles else ""
         return (run, output_tokens(run), status, _slider(run, i), summary_text(run), summary_figure(run, i),
                 write_trace(run), tour, *view)

@@ -15,10 +15,10 @@ from __future__ import annotations
 import gradio as gr
 
 from eagleviz.trace import CycleTrace, RunTrace
-from eagleviz.visuals import CycleView, cycle_view, empty_view, summary_figure
+from eagleviz.visuals import cycle_view, empty_view, summary_figure
 from eagleviz.visuals.explain import TOUR, tour_step
 from eagleviz.visuals.phases import PHASES, frame_at, frames, label
-from eagleviz.visuals.selection import output_origin, slot_of_item
+from eagleviz.visuals.selection import BONUS, output_origin, slot_of_item
 from eagleviz.visuals.views import cycle_figures
 
 TOKEN_COLOURS = {"root": "#BBBBBB", "accepted": "#9CC3E0", "rejected": "#F0A986", "verified": "#E4E4E4",
@@ -26,8 +26,8 @@ TOKEN_COLOURS = {"root": "#BBBBBB", "accepted": "#9CC3E0", "rejected": "#F0A986"
 TOKEN_HELP = "Pick a token of this cycle (or click one in the output above) to follow it through the four views."
 
 
-def phase_slider(view: CycleView | None = None, value: int | None = None) -> gr.Slider:
-    n = view.frames if view is not None else 1
+def phase_slider(n: int = 1, value: int | None = None) -> gr.Slider:
+    """The phase control over a cycle's `n` frames at frame `value` (None: the end state)."""
     value = n - 1 if value is None else value
     return gr.Slider(minimum=0, maximum=max(n - 1, 1), value=value, step=1, interactive=n > 1,
                      label=f"phase (0 .. {n - 1}): draft levels, verify, accept, rewind")
@@ -38,7 +38,7 @@ def view_values(run: RunTrace | None, index: int, slot: int | None = None) -> tu
     their four texts, the replay and its text."""
     view = cycle_view(run, int(index or 0), slot=slot) if run is not None else empty_view()
     help_ = view.focus_text or (TOKEN_HELP if run is not None and run.cycles else "")
-    return (slot, view.caption, view.tokens, phase_slider(view), view.phase_text, help_,
+    return (slot, view.caption, view.tokens, phase_slider(view.frames), view.phase_text, help_,
             view.tree, view.mask, view.path, view.kv, view.tree_text, view.mask_text, view.path_text,
             view.kv_text, view.replay, view.replay_text)
 
@@ -62,6 +62,65 @@ def opening(run: RunTrace | None) -> tuple[int, tuple]:
         view[5] = (f"Opened on cycle {i}, the first with the longest accepted path ({run.cycles[i].accept_length} "
                    f"accepted); \u21e4 goes to cycle 0. {view[5]}")
     return i, tuple(view)
+
+
+def frame_of(cycle: CycleTrace, phase: str | int | None) -> int | None:
+    """The frame a link's phase names: a phase's last frame (the whole draft tree for "draft"), a frame number,
+    or None (the end state). A number past the cycle's frames is None too."""
+    if phase is None:
+        return None
+    if isinstance(phase, str):
+        return tour_frame(cycle, PHASES.index(phase))
+    return phase if phase < len(frames(cycle)) else None
+
+
+def phase_name(cycle: CycleTrace, frame: float | None) -> str | int | None:
+    """How a link names frame `frame`: its phase's name where it is that phase's last frame, else its number;
+    None for the end state."""
+    n = len(frames(cycle))
+    f = n - 1 if frame is None else max(0, min(int(frame), n - 1))
+    if f == n - 1:
+        return None
+    name = frame_at(cycle, f).phase
+    return name if tour_frame(cycle, PHASES.index(name)) == f else f
+
+
+def token_item(cycle: CycleTrace, slot: int | None) -> int | None:
+    """The item of the cycle's token list that slot `slot` is (the bonus is the last): how a link names it."""
+    if slot is None:
+        return None
+    return cycle.num_tree_tokens if slot == BONUS else int(slot)
+
+
+def picture(run: RunTrace, cycle: int | None, phase: str | int | None, token: int | None) -> tuple[int, tuple, list]:
+    """A link's picture of a recorded run: (the cycle shown, its view values at that phase with that token
+    picked, a note for each part the run does not have). A missing cycle gives the opening cycle, a missing
+    phase the end state, a missing token none picked."""
+    notes = []
+    if not run.cycles:
+        return 0, view_values(run, 0), notes
+    if cycle is not None and not 0 <= cycle < len(run.cycles):
+        notes.append(f"Link parameter cycle={cycle}: this recorded run has cycles 0 .. {len(run.cycles) - 1}; "
+                     "its opening cycle is shown.")
+        cycle = None
+    i = instructive_cycle(run) if cycle is None else cycle
+    c = run.cycles[i]
+    slot = None
+    if token is not None:
+        if token <= c.num_tree_tokens:
+            slot = slot_of_item(c, token)
+        else:
+            notes.append(f"Link parameter token={token}: cycle {i} has tokens 0 .. {c.num_tree_tokens}; "
+                         "none is picked.")
+    frame = frame_of(c, phase)
+    if isinstance(phase, int) and frame is None:
+        notes.append(f"Link parameter phase={phase}: cycle {i} has phases 0 .. {len(frames(c)) - 1}; "
+                     "the end state is shown.")
+    view = list(opening(run)[1] if cycle is None and slot is None else view_values(run, i, slot))
+    if frame is not None:
+        view[3] = phase_slider(len(frames(c)), frame)
+        view[4:10] = figure_values(run, i, frame, slot)
+    return i, tuple(view), notes
 
 
 def figure_values(run: RunTrace | None, index: float, frame: float | None, slot: int | None) -> tuple:

@@ -126,7 +126,10 @@ def matching(prompt: str, settings) -> Preset | None:
     return None
 
 
+RESTORE = "One click restores a preset: its prompt, tree and temperature, after any edit."
+
+
 def edited_note(name: str) -> str:
     """What the note says once the page's settings are no longer the preset's."""
-    return (f"Settings changed since the preset **{name}**: its note no longer describes them. Click it to restore "
-            "its prompt, tree and temperature.")
+    return (f"Settings changed since the preset **{name}**: its note no longer describes them. Click "
+            f"**{name}** above to restore its prompt, tree and temperature.")

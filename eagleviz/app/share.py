@@ -3,11 +3,16 @@
     to_query(prompt, knobs, preset)          "?prompt=...&steps=4&topk=1&...": every knob written out, so a link
                                              reproduces the run even after the page's defaults change
     from_query(params, defaults, limits)     a `Shared`: the prompt, the knobs, the preset and gallery entry to
-                                             open, and one note per parameter that could not be used
+                                             open, the picture of that recorded run to show (cycle, phase,
+                                             picked token), and one note per parameter that could not be used
+    picture_query(entry, cycle, phase, token) "?gallery=story&cycle=3&phase=verify&token=2": a recorded run at one
+                                             picture, for a room to open with no model work
 
 A link is typed by anyone, so it is validated like any other input: each parameter on its own (a number
 where a number belongs, finite, in the knob's range and within the server's limits, a known attention
-implementation, draft source, preset or gallery entry, a 0/1 switch, given once), then the knobs together (`Knobs.configs`). A bad
+implementation, draft source, preset or gallery entry, a 0/1 switch, given once), then the knobs together (`Knobs.configs`).
+The picture's parameters are checked here for their form (whole numbers, a phase's name) and against the
+recorded run where it is opened (`eagleviz.app.navigation.picture`): a cycle, phase or token the run lacks. A bad
 parameter falls back to its default and adds a one-line note; the rest of the link still applies. Reading
 a link never raises, and a note never repeats arbitrary text from the link (it is shown on the page).
 """
@@ -26,6 +31,7 @@ from eagleviz.config import LIMITS, SOURCES
 from eagleviz.errors import UserFacingError
 from eagleviz.app.limits import Limits
 from eagleviz.app.session import Knobs
+from eagleviz.visuals.phases import PHASES
 from kernels.tree_attention import IMPLS
 
 MAX_PARAMS = 32                  # a longer query is cut: no page needs more, and each one costs a note
@@ -36,6 +42,8 @@ _SHOWABLE = re.compile(r"[\w.+\-]{1,24}")
 _GRADIO_PREFIX = "__"            # Gradio's own parameters (e.g. __theme): the page reads them, not this module
 _INT_FIELDS = ("steps", "topk", "draft_tokens", "max_new_tokens", "seed")
 _FLOAT_FIELDS = {"temperature": (0.0, 2.0, "[0, 2]"), "top_p": (0.0, 1.0, "(0, 1]")}  # range, as shown
+PICTURE_PARAMS = ("cycle", "phase", "token")   # which picture of a recorded run (`gallery=`) to show
+MAX_PICTURE_INDEX = 100_000      # above any run's cycles, frames or tree tokens: refused as a number
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,18 @@ class Shared:
     preset: str | None = None
     gallery: str | None = None
     extra: tuple[tuple[str, str], ...] = ()   # parameters the caller reads itself (`passthrough`)
+    picture: Picture | None = None            # with `gallery` only: the cycle, phase and token to show
+
+
+@dataclass(frozen=True)
+class Picture:
+    """One picture of a recorded run: cycle `cycle` (None: the run's opening cycle), at `phase` (a name of
+    `PHASES`, its last frame; or a frame number; None: the end state), with item `token` of the cycle's token
+    list picked (None: none). Checked for form only; the run decides whether it has them."""
+
+    cycle: int | None = None
+    phase: str | int | None = None
+    token: int | None = None
 
 
 def to_query(prompt: str, knobs: Knobs, preset: str | None = None) -> str:
@@ -66,6 +86,16 @@ def to_query(prompt: str, knobs: Knobs, preset: str | None = None) -> str:
         pairs.append((f.name, str(value)))
     if preset is not None:
         pairs.append(("preset", preset))
+    return "?" + urlencode(pairs, quote_via=quote, safe="")
+
+
+def picture_query(entry: str, cycle: int, phase: str | int | None = None, token: int | None = None) -> str:
+    """The link's query string to recorded run `entry` at one picture (see `Picture`), with the leading "?"."""
+    pairs = [("gallery", entry), ("cycle", str(int(cycle)))]
+    if phase is not None:
+        pairs.append(("phase", str(phase)))
+    if token is not None:
+        pairs.append(("token", str(int(token))))
     return "?" + urlencode(pairs, quote_via=quote, safe="")
 
 
@@ -98,7 +128,7 @@ def from_query(params: Mapping[str, str] | Iterable[tuple[str, str]] | str, defa
         notes.append(f"The link has {len(pairs)} parameters; only the first {MAX_PARAMS} were read.")
         pairs = pairs[:MAX_PARAMS]
     counts = Counter(name for name, _ in pairs)
-    known = {"prompt", "preset", "gallery", *(f.name for f in fields(Knobs))}
+    known = {"prompt", "preset", "gallery", *PICTURE_PARAMS, *(f.name for f in fields(Knobs))}
     given: dict[str, str] = {}
     extra, repeated = [], set()
     for name, value in pairs:
@@ -124,8 +154,33 @@ def from_query(params: Mapping[str, str] | Iterable[tuple[str, str]] | str, defa
         prompt = chosen.prompt if prompt is None else prompt
         base = presets.knobs(chosen, defaults)
     knobs = _knobs(given, base, limits, notes)
+    picture = _picture(given, gallery, notes)
     return Shared(prompt=prompt, knobs=knobs, notes=tuple(notes), preset=preset, gallery=gallery,
-                  extra=tuple(extra))
+                  extra=tuple(extra), picture=picture)
+
+
+def _picture(given: dict[str, str], gallery: str | None, notes: list[str]) -> Picture | None:
+    """The picture's parameters, each of the right form, for a recorded run only (a live run is not there
+    until someone runs it)."""
+    named = [name for name in PICTURE_PARAMS if name in given]
+    if not named:
+        return None
+    if gallery is None:
+        notes.append(f"Link parameter {' and '.join(named)}: a picture needs a recorded run to show "
+                     "(gallery=...); ignored.")
+        return None
+    values: dict[str, int | str | None] = {}
+    for name in named:
+        text = given[name].strip().lower()
+        if name == "phase" and text in PHASES:
+            values[name] = text
+        elif _INTEGER.fullmatch(text) and len(text) <= 6 and 0 <= int(text) <= MAX_PICTURE_INDEX:
+            values[name] = int(text)
+        else:
+            why = f"must be one of {', '.join(PHASES)} or a frame number" if name == "phase" else \
+                "must be a whole number from 0"
+            notes.append(f"Link parameter {name}={_show(given[name])} {why}; ignored.")
+    return Picture(**values)
 
 
 def _show(value: str) -> str:

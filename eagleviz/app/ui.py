@@ -119,7 +119,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                 prompt = gr.Textbox(first.prompt, label="Prompt", lines=2, elem_id="prompt")
                 prompt_note = gr.Markdown(elem_id="prompt-note", elem_classes="ev-line")
                 preset = gr.Radio([p.name for p in presets.PRESETS], value=first.name, label="Presets that teach",
-                                  elem_id="preset")
+                                  elem_id="preset", info=presets.RESTORE)
                 preset_note = gr.Markdown(presets.note(first), elem_id="preset-note", elem_classes="ev-line")
                 with gr.Row():
                     run_btn = gr.Button("\u25b6 Run", variant="primary", elem_id="run")
@@ -167,7 +167,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                                        label="Recorded runs: replay instantly, no model work (no queue)")
                 projector = gr.Checkbox(False, label="Projector: large text", elem_id="projector", scale=1)
             with gr.Row():
-                link_btn = gr.Button("\U0001f517 Link to this prompt and these knobs", size="sm", elem_id="link")
+                link_btn = gr.Button("Link to what is shown: these settings, a recorded run's picture", size="sm",
+                                     elem_id="link")
                 link_md = gr.Markdown(elem_id="link-text")
             gr.Markdown(limits.describe(), elem_id="limits", elem_classes="ev-limits")
 
@@ -263,7 +264,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             return workshop.open_link(h, d, request)
 
         settings = [prompt, preset, preset_note, *knobs]
-        demo.load(opened, None, [*run_outputs, *settings, pair, projector, link_note])
+        demo.load(opened, None, [*run_outputs, *settings, pair, projector, link_note, recorded])
         projector.change(None, projector, None, js=workshop.PROJECTOR_JS)
         run_btn.click(h.announce, stop, queue_note, queue=False, **quiet)
         run_btn.click(lambda: "", None, race_md, queue=False, **quiet)   # a race result is about the previous run
@@ -304,7 +305,10 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                            [*run_outputs, *settings]).then(None, status, None, js=SHOW_VIEWS_JS)
         recorded.input(lambda e: workshop.gallery_opened(h, e), recorded, [*run_outputs, *settings]).then(
             None, status, None, js=SHOW_VIEWS_JS)
-        link_btn.click(lambda p, s, m, *k: workshop.link_for(p, s, m if len(pairs.names) > 1 else None, *k),
-                       [prompt, preset, pair, *knobs], link_md, queue=False)
+        # The recorded run shown is the gallery's choice until a run or an import replaces it.
+        gr.on([run_btn.click, import_file.upload], lambda: None, None, recorded, queue=False, **quiet)
+        link_btn.click(lambda p, s, m, e, r, i, f, t, *k: workshop.picture_link(e, r, i, f, t) + workshop.link_for(
+            p, s, m if len(pairs.names) > 1 else None, *k), [prompt, preset, pair, recorded, run_state, slider, phase,
+                                                            focus, *knobs], link_md, queue=False)
         gr.api(api_fn, api_name="generate", **model)
     return demo.queue(max_size=limits.queue_size, default_concurrency_limit=VIEW_CONCURRENCY)

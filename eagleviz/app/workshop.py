@@ -6,6 +6,7 @@ and the projector layout.
                    (`eagleviz.app.share`); a bad parameter gives its default and a visible note, never an error page
     gallery_opened a recorded run from assets/gallery (`eagleviz.app.gallery`), shown like an imported trace
     link_for       the relative link ("?prompt=...") to the page's current prompt and knobs
+    picture_link   the relative link ("?gallery=...&cycle=...") to the picture shown of a recorded run
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import gradio as gr
 from eagleviz.app import gallery, presets, share
 from eagleviz.errors import UserFacingError
 from eagleviz.app.handlers import Handlers, knobs_from
+from eagleviz.app import navigation as nav
 from eagleviz.app.navigation import VIEW_SIZE
 from eagleviz.app.session import Knobs, attention_choices, knobs_of
 from eagleviz.trace import RunTrace
@@ -55,21 +57,28 @@ def _settings(prompt, preset: str | None, knobs: Knobs) -> tuple:
 SETTINGS_SIZE = 3 + len(fields(Knobs))
 
 
-def gallery_opened(h: Handlers, entry_id: str | None) -> tuple:
-    """A recorded run, with the prompt and knobs it was made with (so that Run makes it live).
-    Outputs: the run outputs (as `Handlers.finished`), then prompt, preset, preset note and the knobs."""
+def gallery_opened(h: Handlers, entry_id: str | None, at: share.Picture | None = None) -> tuple:
+    """A recorded run, with the prompt and knobs it was made with (so that Run makes it live), at its opening
+    cycle or at a link's picture `at`. Outputs: the run outputs (as `Handlers.finished`), then prompt, preset,
+    preset note and the knobs."""
+    return _recorded(h, entry_id, at)[0]
+
+
+def _recorded(h: Handlers, entry_id: str | None, at: share.Picture | None) -> tuple[tuple, list[str]]:
+    """`gallery_opened`'s outputs, and the notes on what of the picture `at` the run does not have."""
     skip = gr.skip()
     if not entry_id:
-        return (skip,) * (RUN_SIZE + SETTINGS_SIZE)
+        return (skip,) * (RUN_SIZE + SETTINGS_SIZE), []
     try:
         run = gallery.load(entry_id)
         e = gallery.entry(entry_id)
     except UserFacingError as exc:
-        return (skip, skip, f"\u26a0 {exc}", *[skip] * (RUN_SIZE - 3 + SETTINGS_SIZE))
-    out = list(h.finished(run))
+        return (skip, skip, f"\u26a0 {exc}", *[skip] * (RUN_SIZE - 3 + SETTINGS_SIZE)), []
+    i, view, notes = nav.picture(run, at.cycle, at.phase, at.token) if at else (*nav.opening(run), [])
+    out = list(h.finished(run, (i, view)))
     out[2] = (f"Recorded run **{e.title}** ({e.description}; recorded {e.recorded} on {e.cpu}). Replayed from "
               "assets/gallery: no model work. Press Run to make it live.")
-    return (*out, *_settings(e.prompt, e.preset, e.knobs))
+    return (*out, *_settings(e.prompt, e.preset, e.knobs)), notes
 
 
 def trace_imported(h: Handlers, path: str | None, attn_impl: str) -> tuple:
@@ -86,9 +95,9 @@ def trace_imported(h: Handlers, path: str | None, attn_impl: str) -> tuple:
 
 
 def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple:
-    """Outputs: the run outputs (a gallery entry named by the link, else all skipped), prompt, preset, preset
-    note, the knobs, then model, projector and the link's notes. A gallery entry brings its own prompt
-    and knobs."""
+    """Outputs: the run outputs (a gallery entry named by the link, at the link's picture, else all skipped),
+    prompt, preset, preset note, the knobs, then model, projector, the link's notes and the gallery entry
+    shown. A gallery entry brings its own prompt and knobs."""
     params = dict(request.query_params) if request is not None else {}
     shared = share.from_query(list(request.query_params.multi_items()) if request is not None else [], defaults,
                               h.limits, passthrough=LAYOUT_PARAMS)
@@ -108,14 +117,20 @@ def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple
     projector = extra.get("projector")
     if projector not in (None, "0", "1"):
         notes.append("Link parameter projector must be 0 or 1; the normal layout is used.")
-    tail = (model, projector == "1", "\n\n".join(f"\u26a0 {n}" for n in notes))
     if shared.gallery:
-        return gallery_opened(h, shared.gallery) + tail
+        shown, missing = _recorded(h, shared.gallery, shared.picture)
+        return shown + _tail(model, projector, notes + missing, shared.gallery)
+    tail = _tail(model, projector, notes, gr.skip())
     run = (gr.skip(),) * RUN_SIZE
     if not params:
         return run + (gr.skip(),) * SETTINGS_SIZE + tail
     settings = list(_settings(gr.skip() if shared.prompt is None else shared.prompt, shared.preset, knobs))
     return run + tuple(settings) + tail
+
+
+def _tail(model, projector: str | None, notes: list[str], entry) -> tuple:
+    """open_link's last outputs: model, projector, the link's notes, the recorded run shown."""
+    return model, projector == "1", "\n\n".join(f"\u26a0 {n}" for n in notes), entry
 
 
 def link_for(prompt: str, preset: str | None, model: str | None, *values) -> str:
@@ -129,3 +144,22 @@ def link_for(prompt: str, preset: str | None, model: str | None, *values) -> str
         query += "&model=" + quote(model, safe="")
     return (f"[Link to this prompt and these knobs]({query}) (copy it: opening it restores the prompt and the "
             "knobs; add `&projector=1` for large text)")
+
+
+def picture_link(entry: str | None, run: RunTrace | None, index: float, frame: float | None,
+                 slot: int | None) -> str:
+    """A Markdown link to the picture shown (cycle, phase, picked token) when it is recorded run `entry`'s:
+    everyone who opens it sees that picture, with no model work. A live run cannot be linked to (it would have
+    to be made again); the text says so. Empty when no run is shown."""
+    if run is None or not run.cycles:
+        return ""
+    if not entry:
+        return ("A live run's picture cannot be linked to (it would be made again); a **recorded run**'s can: "
+                "open one above, pick the cycle, phase and token, and press this button again.\n\n")
+    i = max(0, min(int(index or 0), len(run.cycles) - 1))
+    cycle = run.cycles[i]
+    phase, token = nav.phase_name(cycle, frame), nav.token_item(cycle, slot)
+    shown = [f"cycle {i}", "the end state" if phase is None else f"phase {phase}"]
+    shown += [] if token is None else [f"token {token} picked"]
+    return (f"[Link to this picture]({share.picture_query(entry, i, phase, token)}) of the recorded run: "
+            f"{', '.join(shown)}. Everyone who opens it sees this picture, with no model work.\n\n")
