@@ -8,6 +8,7 @@ from eagleviz.visuals import accepted_path_figure, attention_mask_figure, draft_
 from eagleviz.visuals.draft_tree import BONUS_NODE, build_graph
 from eagleviz.visuals.kv_rewind import ROWS, written_expansions
 from eagleviz.visuals.phases import FINAL, PHASES, Frame, caption, frame_at, frames, label, tree_depth
+from eagleviz.visuals.style import CHIPS, chip_centres
 from test_visuals import CYCLES, IDS
 
 
@@ -54,11 +55,11 @@ def test_mask_path_and_kv_appear_when_their_phase_has_happened(label_, cycle):
         path = accepted_path_figure(cycle, frame=f)
         assert bool(path.data) == f.reached("accept")
         kv = kv_rewind_figure(cycle, frame=f)
-        ys = {y for t in kv.data if t.mode == "markers+text" for y in t.y}
+        ys = {y for t in kv.data if t.name == CHIPS for _, y in chip_centres(t)}
         assert (ROWS["target_before"] in ys) == True  # the prefix chip is always drawn  # noqa: E712
         assert (ROWS["target_after"] in ys) == f.reached("rewind")
         assert bool(kv.layout.annotations) == (f.reached("rewind") and bool(cycle.path))
-        tree_cells = sum(1 for t in kv.data if t.mode == "markers+text" for y in t.y if y == ROWS["target_before"])
+        tree_cells = sum(1 for t in kv.data if t.name == CHIPS for _, y in chip_centres(t) if y == ROWS["target_before"])
         assert tree_cells == 1 + (cycle.num_tree_tokens if f.reached("verify") else 0)
     written = [written_expansions(cycle, f) for f in frames(cycle)]
     assert written == sorted(written) and written[-1] == len(cycle.kv_draft.appended)

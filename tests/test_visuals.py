@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ from eagleviz.visuals import explain
 from eagleviz.visuals.accepted_path import depth_columns
 from eagleviz.visuals.draft_tree import BONUS_NODE, ROOT, STATUS_STYLE, build_graph, tidy_layout
 from eagleviz.visuals.output_text import output_tokens
+from eagleviz.visuals.style import CHIPS, chip_centres
 from eagleviz.visuals.replay import OTHER, root_distribution
 from trace_factory import synthetic_cycle, synthetic_run
 
@@ -115,12 +118,12 @@ def test_attention_mask_cells(label, cycle):
 @pytest.mark.parametrize("label,cycle", CYCLES, ids=IDS)
 def test_accepted_path_grid(label, cycle):
     fig = accepted_path_figure(cycle)
-    chips = next(t for t in fig.data if t.mode == "markers+text")
+    chips = chip_centres(next(t for t in fig.data if t.name == CHIPS))
     cols = depth_columns(cycle)
     assert cols == cycle.accept_length + 1
-    committed = [x for x, y in zip(chips.x, chips.y) if y == 0]
+    committed = [x for x, y in chips if y == 0]
     assert sorted(committed) == list(range(1, cols + 1))
-    tried = [1 for y in chips.y if y >= 2]
+    tried = [1 for _, y in chips if y >= 2]
     leaf_columns = sum(1 for d in range(1, cols + 1) if not any(c.depth == d for c in cycle.checks))
     assert len(tried) == len(cycle.checks) + leaf_columns
     sampling = any(c.uniform is not None for c in cycle.checks)
@@ -132,7 +135,7 @@ def test_accepted_path_grid(label, cycle):
 
 def _tries(fig) -> list[str]:
     """The hover texts of the grid's tried tokens."""
-    chips = next(t for t in fig.data if t.mode == "markers+text")
+    chips = next(t for t in fig.data if t.name == CHIPS)
     return [h for h in chips.hovertext if h.startswith("try ")]
 
 
@@ -170,10 +173,10 @@ def test_a_lookup_candidates_value_is_labelled_its_calibrated_acceptance_not_the
 @pytest.mark.parametrize("label,cycle", CYCLES, ids=IDS)
 def test_kv_rewind_slots(label, cycle):
     fig = kv_rewind_figure(cycle)
-    chips = [t for t in fig.data if t.mode == "markers+text"][0]
+    chips = [t for t in fig.data if t.name == CHIPS][0]
     T, E = cycle.num_tree_tokens, len(cycle.kv_draft.appended)
     rows = {}
-    for y in chips.y:
+    for _, y in chip_centres(chips):
         rows[y] = rows.get(y, 0) + 1
     assert sorted(rows.values()) == sorted([T, T, E, E] if E else [T, T])
     arrows = [a for a in fig.layout.annotations if a.showarrow]
@@ -359,3 +362,157 @@ def test_the_placeholder_and_speed_figures_are_valid_plotly():
     speed = speed_view([latest_bench(0.0)], latest_verify_cost())
     for fig in [p.figure for p in speed.benches] + [speed.curve]:
         _as_validated(fig)
+
+
+# ------------------------------------------------------------------ readable at any width: a phone, deep trees, T > 0
+
+DEEP = [synthetic_cycle(steps=s, topk=4, draft_tokens=40, accept=3, seed=s) for s in (2, 5, 8)]
+# A 390-px phone as tests/test_figures_browser.py finds it: each figure is 320 px wide, Plotly's toolbar covers
+# its top 28 px; text is measured at DejaVu Sans' average advance (~0.5 em, taken as 0.56) and 1.3 em a line.
+PHONE_PX, TOOLBAR_PX, LINE_EM = 320, 28, 1.3
+TREE_PLOT_PX = PHONE_PX - 64       # less the depth axis and the margins
+GRID_PLOT_PX = PHONE_PX - 120      # less the grid's row names and the margins
+
+
+def _width(text: str, size: float) -> float:
+    return len(html.unescape(re.sub(r"<[^>]+>", "", text))) * size * 0.56
+
+
+def _plot_top(fig, plot_width: float) -> float:
+    """Where the plot starts on a phone: under the title (the margin) or under the legend Plotly moves it
+    below, wrapped to the plot's width there."""
+    if fig.layout.legend.yref != "container":
+        return fig.layout.margin.t
+    from eagleviz.visuals.fit import LEGEND_GAP_PX, LEGEND_ROW_PX, legend_names, legend_rows
+
+    rows = legend_rows(legend_names([t.to_plotly_json() for t in fig.data]), plot_width)
+    return (1 - fig.layout.legend.y) * fig.layout.height + rows * LEGEND_ROW_PX + LEGEND_GAP_PX
+
+
+def _title_box(fig) -> tuple[float, float]:
+    """Top and bottom of the title in px: Plotly centres its first line a third of an em over a middle anchor
+    (hangs it from a top one), the others follow."""
+    title = fig.layout.title
+    assert title.yref == "container", "the title is placed from the figure's top"
+    size = title.font.size
+    line = LINE_EM * size
+    first = (1 - title.y) * fig.layout.height - (line / 2 + 0.35 * size if title.yanchor == "middle" else 0)
+    return first, first + line * (title.text.count("<br>") + 1)
+
+
+def _figures(cycle):
+    from eagleviz.visuals.views import cycle_figures
+
+    run = synthetic_run([cycle], temperature=0.8 if any(c.uniform is not None for c in cycle.checks) else 0.0)
+    shown = cycle_figures(run, 0)     # what the page draws
+    return {"tree": shown.tree, "mask": shown.mask, "path": shown.path, "kv": shown.kv,
+            "summary": summary_figure(run, 0), "replay": cycle_view(run, 0, replay_draws=100).replay}
+
+
+@pytest.mark.parametrize("label,cycle", CYCLES[::2] + [("deep", DEEP[-1])], ids=IDS[::2] + ["deep"])
+def test_titles_sit_under_the_toolbar_and_fit_a_phone_and_legends_follow_them(label, cycle):
+    """Plotly's toolbar spans a phone's width at the top: every title starts under it, every line of it fits
+    a phone, and the legend (and the plot) start under the title."""
+    for name, fig in _figures(cycle).items():
+        if not fig.layout.title.text:
+            assert fig.layout.margin.t >= TOOLBAR_PX, name
+            continue
+        top, bottom = _title_box(fig)
+        assert top >= TOOLBAR_PX, f"{name}: the title starts {top:.0f} px down, under the toolbar"
+        head, *details = fig.layout.title.text.split("<br>")
+        sizes = [int(m) for m in re.findall(r"font-size:(\d+)px", "".join(details))]
+        assert _width(head, fig.layout.title.font.size) <= PHONE_PX - 20, name
+        assert all(_width(d, size) <= PHONE_PX - 20 for d, size in zip(details, sizes)), name
+        assert fig.layout.margin.t >= bottom, f"{name}: the plot starts inside the title"
+        if fig.layout.legend.yref == "container":
+            assert (1 - fig.layout.legend.y) * fig.layout.height >= bottom, f"{name}: the legend is on the title"
+
+
+def test_a_deeper_tree_is_a_taller_figure_with_its_levels_apart():
+    """Each level holds a node, its label under it and a label over the next level's nodes, on a phone."""
+    heights, node = [], STATUS_STYLE["accepted"][2]
+    for cycle in DEEP:
+        fig = draft_tree_figure(cycle)
+        depth = len(fig.layout.yaxis.tickvals) - 1
+        label = next(t.textfont.size for t in fig.data if t.mode == "markers+text")
+        level = (fig.layout.height - _plot_top(fig, TREE_PLOT_PX) - fig.layout.margin.b) / (depth + 1.2)
+        assert level >= node + 2 * label * LINE_EM, f"{level:.0f} px per level at depth {depth}"
+        heights.append(fig.layout.height)
+    assert heights == sorted(heights) and heights[0] < heights[-1]
+
+
+@pytest.mark.parametrize("label,cycle", CYCLES + [("deep", DEEP[-1])], ids=IDS + ["deep"])
+def test_node_labels_keep_apart_on_a_phone(label, cycle):
+    """Each label is a box of its estimated width under (or over) its node, at a phone's scale: no two boxes
+    overlap, and no label lies on another verified node."""
+    fig = draft_tree_figure(cycle)
+    lo, hi = fig.layout.xaxis.range
+    y_lo, y_hi = fig.layout.yaxis.range
+    plot_h = fig.layout.height - _plot_top(fig, TREE_PLOT_PX) - fig.layout.margin.b
+    px = lambda x, y: ((x - lo) * TREE_PLOT_PX / (hi - lo), (y_hi - y) * plot_h / (y_hi - y_lo))  # noqa: E731
+    boxes, nodes = [], []
+    for t in fig.data:
+        if t.mode != "markers+text":
+            continue
+        for x, y, text, side in zip(t.x, t.y, t.text, t.textposition):
+            cx, cy = px(x, y)
+            half = t.marker.size / 2
+            nodes.append((cx - half, cy - half, cx + half, cy + half))
+            if text:
+                w, h = _width(text, t.textfont.size), t.textfont.size * LINE_EM
+                top = cy + half if side.startswith("bottom") else cy - half - h
+                boxes.append((text, (cx - w / 2, top, cx + w / 2, top + h)))
+    assert boxes
+
+    def overlap(a, b):
+        return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+    for i, (t1, b1) in enumerate(boxes):
+        for t2, b2 in boxes[i + 1:]:
+            assert not overlap(b1, b2), f"labels {t1!r} and {t2!r} overlap"
+        assert sum(overlap(b1, n) for n in nodes) == 0, f"label {t1!r} lies on a node"
+
+
+def test_the_colour_scale_is_a_bar_of_fixed_length_with_its_labels_apart_between_title_and_legend():
+    fig = draft_tree_figure(DEEP[-1])
+    bar = fig.layout.coloraxis.colorbar
+    assert bar.orientation == "h" and bar.lenmode == "pixels"
+    gap = bar.len / (len(bar.ticktext) - 1)
+    assert gap >= max(_width(t, bar.tickfont.size) for t in bar.ticktext) + 8
+    top = (1 - bar.y) * fig.layout.height
+    assert top >= _title_box(fig)[1] and (1 - fig.layout.legend.y) * fig.layout.height >= top + bar.thickness + 20
+
+
+@pytest.mark.parametrize("label,cycle", [(k, c) for k, c in CYCLES if "sampling" in k], ids=lambda v: str(v)[:24])
+def test_the_accepted_paths_rows_hold_their_labels_at_t_above_0(label, cycle):
+    """As the page draws it: every grid row is as tall as its chips' two lines of label on a phone, and each
+    label is drawn inside its chip (Plotly shrinks one that would not fit, and hides it under 8 px)."""
+    fig = _figures(cycle)["path"]
+    chips = next(t for t in fig.data if t.name == CHIPS)
+    assert chips.textposition == "inside" and chips.textangle == 0 and fig.layout.uniformtext.mode == "hide"
+    rows = len(fig.layout.yaxis.tickvals)
+    plot_h = fig.layout.height - _plot_top(fig, GRID_PLOT_PX) - fig.layout.margin.b
+    row = plot_h * (fig.layout.yaxis.domain[1] - fig.layout.yaxis.domain[0]) / rows
+    assert row >= 2 * chips.textfont.size * LINE_EM + 8, f"{row:.0f} px per row"
+    assert fig.layout.yaxis.domain[0] > fig.layout.yaxis2.domain[1]     # the grid over the p, q, u panel
+
+
+def test_the_summarys_panels_are_stacked_each_under_its_name_and_legend():
+    run = synthetic_run([synthetic_cycle(index=i, accept=i % 3) for i in range(4)])
+    fig = summary_figure(run, 1)
+    panels = [fig.layout[f"yaxis{k}"].domain for k in ("", "2", "3")]
+    assert all(fig.layout[f"xaxis{k}"].domain == (0, 1) for k in ("", "2", "3"))
+    assert all(upper[0] > lower[1] for upper, lower in zip(panels, panels[1:])), panels
+    names = sorted((n.y for n in fig.layout.annotations), reverse=True)
+    assert [n > p[1] for n, p in zip(names, panels)] == [True] * 3
+    assert all(n < lower[0] for n, lower in zip(names[1:], panels))     # under the panel above it
+    assert fig.layout.legend.y > panels[0][1] and panels[1][0] < panels[0][0] and fig.layout.legend3.y > panels[2][1]
+    assert all(_width(n.text, n.font.size) <= PHONE_PX - 20 for n in fig.layout.annotations)
+
+
+def test_a_placeholder_message_is_wrapped_for_a_phone():
+    from eagleviz.visuals.style import empty_figure
+
+    message = "Run a prompt (or import a trace) to see the speculation cycles."
+    lines = empty_figure(message).layout.annotations[0].text.split("<br>")
+    assert " ".join(lines) == message and all(_width(line, 16) <= PHONE_PX - 20 for line in lines)

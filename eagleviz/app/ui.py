@@ -45,6 +45,9 @@ OUTPUT_CSS = ("#output-text .textfield {font-family: var(--font-mono); font-size
               "#output-text .text {white-space: pre-wrap}")
 CSS = (OUTPUT_CSS + " #output-text {min-height: 4em} .ev-explain {font-size: 15px} .ev-limits {font-size: 12px; opacity: 0.8} "
        ".ev-bench th, .ev-bench td {white-space: nowrap; padding: 4px 12px} .ev-line p {margin: 0; font-size: 14px} "
+       # On a phone, Run follows the prompt on the first screen: the presets and their note move below the output.
+       "@media (max-width: 640px) {.column:has(> #preset-note) > .form:has(#preset), "
+       ".column:has(> #preset-note) > #preset-note {order: 1}} "
        + workshop.PROJECTOR_CSS)
 VIEW_CONCURRENCY = 4      # light events (stepping, knobs, import) of different users served side by side
 CACHE_TTL_S = 3600        # Gradio deletes its cached files (uploads, downloads) after this long

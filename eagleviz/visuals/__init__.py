@@ -10,6 +10,7 @@ measured speed, drawn from the JSON results of `bench` and `tune`.
     explain         plain-language texts with the cycle's numbers
     views           everything for one selected cycle, and the checks for imported traces
     speed           measured speed: the bench table and bar chart, the verification cost curve cost(n) / cost(1)
+    fit             what fits where: each figure laid out for a phone's width, its title under Plotly's toolbar
 """
 
 from eagleviz.visuals.accepted_path import accepted_path_figure

@@ -20,16 +20,23 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace, NodeCheck
+from eagleviz.visuals.fit import PHONE_PX, Header, legend_names
 from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import Focus
-from eagleviz.visuals.style import (ACCEPTED, BONUS, INK, LOOKUP, NEUTRAL, PRUNED, REJECTED, chips, empty_figure,
-                                    figure, focus_box, layout, token_html)
+from eagleviz.visuals.style import (ACCEPTED, BONUS, CHIP_TEXT, INK, LOOKUP, NEUTRAL, PRUNED, REJECTED, chips,
+                                    empty_figure, figure, focus_box, layout, token_html)
 
 TARGET_P = "#009E73"   # bluish green: the target's probability p(x)
 DRAFT_Q = "#CC79A7"    # reddish purple: the draft's probability q(x)
 CHECK, CROSS, GE = "\u2713", "\u2717", "\u2265"
 PROPOSED = {"eagle": "draft token", "lookup": "lookup candidate", "both": "draft token (also a lookup candidate)"}
 LOOKUP_VALUE = "lookup candidate: calibrated acceptance"
+ROW_PX = {False: 36, True: 48}   # a grid row: its chip holds one line of label, two at T > 0 (the token, then p)
+DEPTH_AXIS_PX = 46               # under the grid: the depths and the axis title
+BARS_GAP_PX = 24                 # between the depth axis and the p, q, u panel: the marks over its bars
+BARS_PX = 170                    # the p, q, u panel at T > 0
+BARS_AXIS_PX = 80                # under that panel: its token labels at -45 degrees
+ROW_NAMES_PX = 120               # the grid's row names left of it, and the margins
 
 
 def is_sampling(cycle: CycleTrace) -> bool:
@@ -99,7 +106,7 @@ def _grid_cells(cycle: CycleTrace) -> list[dict]:
                                     f"<b>{token_html(c.text, 24)}</b> (slot {c.slot}) "
                                     f"{'accepted' if c.accepted else 'rejected'}<br>{detail}"))
         if not by_depth.get(d):
-            cells.append(dict(x=d, y=2, fill=PRUNED, text="(no draft)", font=INK,
+            cells.append(dict(x=d, y=2, fill=PRUNED, text="none left", font=INK,
                               hover=f"depth {d}: the last accepted node is a leaf of the verified tree: "
                                     "nothing left to try"))
     return cells
@@ -111,10 +118,11 @@ def _grid(cycle: CycleTrace) -> tuple[list[dict], dict, dict, int]:
     rows = max(c["y"] for c in cells) + 1
     names = ["committed", "target's top"] + [f"draft try {k}" for k in range(1, rows - 1)]
     n = depth_columns(cycle)
-    xaxis = dict(tickvals=list(range(1, n + 1)), ticktext=[f"depth {d}" for d in range(1, n + 1)],
-                 range=[0.5, max(n, 4) + 0.5], side="top", showline=False, ticks="")
-    yaxis = dict(tickvals=list(range(rows)), ticktext=names, range=[rows - 0.5, -0.5], showline=False, ticks="")
-    return chips(cells), xaxis, yaxis, rows
+    xaxis = dict(tickvals=list(range(1, n + 1)), ticktext=[str(d) for d in range(1, n + 1)], tickangle=0,
+                 range=[0.5, max(n, 4) + 0.5], showline=False, ticks="", title=dict(text="depth", standoff=4))
+    yaxis = dict(tickvals=list(range(rows)), ticktext=names, range=[rows - 0.5, -0.5], showline=False, ticks="",
+                 tickfont=dict(size=13))
+    return chips(cells, text_size=13), xaxis, yaxis, rows
 
 
 def _bars(cycle: CycleTrace) -> list[dict]:
@@ -164,22 +172,29 @@ def focus_cells(cycle: CycleTrace, focus: Focus | None) -> list[tuple[int, int]]
 
 def accepted_path_figure(cycle: CycleTrace, height: int | None = None, frame: Frame = FINAL,
                          focus: Focus | None = None) -> go.Figure:
+    """The grid of the acceptance walk and, at T > 0, the p, q and u panel under it. Without a `height`, the
+    figure is as tall as its rows need (ROW_PX each, two lines of label at T > 0) plus the panel."""
     if not frame.reached("accept"):
         what = "the target is verifying the tree" if frame.reached("verify") else "the tree is still being drafted"
         return empty_figure(f"Cycle {cycle.index}: {what}; nothing is accepted yet.", height or 320)
     sampling = is_sampling(cycle)
     traces, xaxis, yaxis, grid_rows = _grid(cycle)
     traces += [focus_box(x, y, 0.47, 0.44) for x, y in focus_cells(cycle, focus)]
+    grid_px = grid_rows * ROW_PX[sampling]
+    plot_px = grid_px + (DEPTH_AXIS_PX + BARS_GAP_PX + BARS_PX + BARS_AXIS_PX if sampling else 0)
     extra = {}
-    if sampling:
+    if sampling:   # the grid on top, its depth axis under it, then the panel of p, q and u
         traces += _bars(cycle)
-        xaxis["domain"], yaxis["domain"] = [0, 1], [0.5, 1.0]
-        extra = dict(xaxis2=dict(anchor="y2", tickangle=-30, type="category"),
-                     yaxis2=dict(anchor="x2", domain=[0, 0.36], title=dict(text="probability"), range=[0, 1.12]))
+        bars_top = (BARS_AXIS_PX + BARS_PX) / plot_px
+        xaxis["domain"], yaxis["domain"] = [0, 1], [1 - grid_px / plot_px, 1.0]
+        extra = dict(xaxis2=dict(anchor="y2", tickangle=-45, type="category", tickfont=dict(size=12)),
+                     yaxis2=dict(anchor="x2", domain=[BARS_AXIS_PX / plot_px, bars_top],
+                                 title=dict(text="probability"), range=[0, 1.12]))
     tried = len(cycle.checks)
-    title = (f"Cycle {cycle.index} \u00b7 path: {cycle.accept_length} accepted, {tried - cycle.accept_length} "
-             f"rejected, bonus {token_html(cycle.bonus_text)}")
-    height = height or (130 + 52 * grid_rows + (330 if sampling else 0))
-    return figure(data=traces, layout=layout(
-        title, height, barmode="group", xaxis=xaxis, yaxis=yaxis,
-        legend=dict(orientation="h", yanchor="top", y=-0.12, x=0, font=dict(size=12)), **extra))
+    header = Header(f"Cycle {cycle.index} \u00b7 path", (f"{cycle.accept_length} accepted",
+                                                         f"{tried - cycle.accept_length} rejected",
+                                                         f"bonus {token_html(cycle.bonus_text)}"),
+                    legend=tuple(legend_names(traces)), plot_width=PHONE_PX - ROW_NAMES_PX)
+    height = height or round(header.px() + plot_px + (10 if sampling else DEPTH_AXIS_PX))
+    return figure(data=traces, layout=layout(header, height, barmode="group", uniformtext=CHIP_TEXT, xaxis=xaxis,
+                                             yaxis=yaxis, **extra))

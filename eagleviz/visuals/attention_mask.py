@@ -15,13 +15,16 @@ import plotly.graph_objects as go
 from eagleviz.trace import CycleTrace
 from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import Focus
+from eagleviz.visuals.fit import PHONE_PX, Header, legend_names, text_px
 from eagleviz.visuals.style import (ACCEPTED, FOCUS, HIDDEN, INK, PREFIX, VISIBLE, empty_figure, figure, layout,
-                                    legend_on_top, legend_swatches, token_html)
+                                    legend_swatches, token_html)
 
 # Cell values and their colours: hidden, visible (an ancestor or the token itself), the prefix block.
 HIDDEN_CELL, VISIBLE_CELL, PREFIX_CELL = 0, 1, 2
 _COLOURS = [HIDDEN, VISIBLE, PREFIX]
 SELF_MARK = "\u25cf"   # drawn on the diagonal: the token itself
+ROW_PX = 16            # one query row: a tick label of up to 13 px
+AXES_PX = 120          # under the plot: the keys' tick labels at -60 degrees and the axis title
 
 
 def _discrete_scale(colours: list[str]) -> list[list]:
@@ -65,11 +68,11 @@ def slot_labels(cycle: CycleTrace, chars: int = 10) -> list[str]:
     return [f"{s}:{token_html(t, chars)}" for s, t in enumerate(cycle.texts)]
 
 
-def attention_mask_figure(cycle: CycleTrace, height: int = 460, frame: Frame = FINAL,
+def attention_mask_figure(cycle: CycleTrace, height: int | None = None, frame: Frame = FINAL,
                           focus: Focus | None = None) -> go.Figure:
     if not frame.reached("verify"):
         return empty_figure(f"Cycle {cycle.index}: the tree is still being drafted; the target has not run yet.",
-                            height)
+                            height or 320)
     T = cycle.num_tree_tokens
     prefix = cycle.kv_target.before
     labels = slot_labels(cycle, 10 if T <= 24 else 5)
@@ -91,11 +94,15 @@ def attention_mask_figure(cycle: CycleTrace, height: int = 460, frame: Frame = F
                         line=dict(color=FOCUS, width=4, dash="dot"), fillcolor="rgba(0,0,0,0)")]
     shapes.append(dict(type="line", x0=0.5, x1=0.5, y0=-0.5, y1=T - 0.5, line=dict(color=INK, width=2)))
     visible = sum(map(sum, cycle.mask))
-    title = f"Cycle {cycle.index} \u00b7 tree mask {T}\u00d7{T}: {visible} visible (+ prefix {prefix})"
+    legend = _legend()
     tick = 13 if T <= 24 else 10
-    return figure(data=[heat] + _legend(), layout=layout(
-        title, height, shapes=shapes, **legend_on_top(2),
-        xaxis=dict(title=dict(text="key: what is attended to (slot:token)"), tickangle=-60, tickfont=dict(size=tick),
+    labels_px = max(text_px(lab, tick) for lab in labels) + 40   # the rows' labels and the axis title
+    header = Header(f"Cycle {cycle.index} \u00b7 tree mask {T}\u00d7{T}", (f"{visible} visible (+ prefix {prefix})",),
+                    legend=tuple(legend_names(legend)), plot_width=PHONE_PX - labels_px)
+    height = height or round(header.px() + min(max(ROW_PX * T, 160), 520) + AXES_PX)
+    return figure(data=[heat] + legend, layout=layout(
+        header, height, shapes=shapes,
+        xaxis=dict(title=dict(text="key (slot:token)"), tickangle=-60, tickfont=dict(size=tick),
                    type="category"),
         yaxis=dict(title=dict(text="query (slot:token)", standoff=12), autorange="reversed", tickfont=dict(size=tick),
                    type="category")))

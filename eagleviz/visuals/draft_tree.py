@@ -25,6 +25,7 @@ import networkx as nx
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace
+from eagleviz.visuals.fit import PHONE_PX, Header, legend_names, text_px
 from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import BONUS as BONUS_SLOT
 from eagleviz.visuals.selection import Focus, slot_statuses
@@ -34,10 +35,16 @@ from eagleviz.visuals.style import (ACCEPTED, BONUS, FOCUS, INK, LOOKUP, NEUTRAL
 ROOT = "root"
 BONUS_NODE = "bonus"
 LOG_FLOOR = -4.0          # colour scale floor: cumulative probabilities below 1e-4 share the darkest colour
-PRUNED_WIDTH = 0.35       # horizontal room of a pruned leaf relative to a verified one
-PLOT_PX = 720             # plot width the labels are laid out for (the tree panel of a 1280-px screen)
+PRUNED_WIDTH = 0.35       # horizontal room of a pruned leaf relative to a verified one, before its tuft is packed
+PRUNED_GROUP = 0.6        # room the pruned children of one node share
 MIN_WIDTH = 8.0           # layout units the x axis spans at least
-CHAR_PX = 8.0             # average width of one label character at 13 px
+LEVEL_PX = 58             # one depth level: a node, its label below it, a gap above the next level's labels
+LABEL_SIZE = 13           # node labels' font size
+LABEL_CHARS = 10          # a node's label is its token cut to this many characters
+AXIS_PX = 44              # the depth axis' title and tick labels, left of the plot
+PLOT_PX = PHONE_PX - AXIS_PX - 20   # the plot's width on a phone: labels are thinned and nodes sized for it
+BAR_PX = 190              # the colour bar's length: five tick labels, well apart
+BAR_BAND_PX = 40          # the colour bar's band under the title: the bar, its tick labels
 STATUS_STYLE = {          # legend name, marker symbol, size, outline colour, outline width
     "root": ("root (last committed)", "square", 22, INK, 2),
     "accepted": ("accepted", "circle", 22, INK, 4),
@@ -101,24 +108,42 @@ def build_graph(cycle: CycleTrace, frame: Frame = FINAL) -> nx.DiGraph:
 def tidy_layout(g: nx.DiGraph, root=ROOT) -> dict:
     """Top-down tidy layout: leaves left to right in depth-first order (children sorted by their `order`
     attribute, i.e. best draft score first), each parent centred over its first and last child; y = -depth.
-    Pruned leaves take less horizontal room than verified ones so the verified tree stays readable."""
-    pos: dict = {}
-    cursor = 0.0
+    A verified leaf takes one unit of width; the pruned children of a node share PRUNED_GROUP units whatever
+    their number (a tuft), so that the verified tree keeps the room however many candidates reranking cut."""
+    pruned = {v for v in g if g.nodes[v]["status"] == "pruned"}
+    room: dict = {}
 
-    def place(v) -> float:
-        nonlocal cursor
+    def measure(v) -> float:
+        kids = list(g.successors(v))
+        cut = sum(measure(c) for c in kids if c in pruned)
+        kept = sum(measure(c) for c in kids if c not in pruned)
+        if v in pruned:
+            room[v] = kept + cut if kids else PRUNED_WIDTH
+        else:   # a verified node keeps a leaf's room, however few candidates it has under it
+            room[v] = max(1.0, kept + min(cut, PRUNED_GROUP))
+        return room[v]
+
+    measure(root)
+    pos: dict = {}
+
+    def place(v, left: float, scale: float) -> float:
         kids = sorted(g.successors(v), key=lambda c: (g.nodes[c]["order"], str(c)))
         if not kids:
-            width = PRUNED_WIDTH if g.nodes[v]["status"] == "pruned" else 1.0
-            x = cursor + width / 2
-            cursor += width
+            x = left + room[v] * scale / 2
         else:
-            xs = [place(c) for c in kids]
+            cut = sum(room[c] for c in kids if c in pruned) if v not in pruned else 0.0
+            tuft = min(1.0, PRUNED_GROUP / cut) if cut else 1.0
+            scales = [scale * (tuft if c in pruned and v not in pruned else 1.0) for c in kids]
+            left += (room[v] * scale - sum(room[c] * s for c, s in zip(kids, scales))) / 2   # centred in its room
+            xs = []
+            for c, s in zip(kids, scales):
+                xs.append(place(c, left, s))
+                left += room[c] * s
             x = (xs[0] + xs[-1]) / 2
         pos[v] = (x, -g.nodes[v]["depth"])
         return x
 
-    place(root)
+    place(root, 0.0, 1.0)
     return pos
 
 
@@ -170,9 +195,13 @@ EDGE_STYLE = {"path": dict(color=ACCEPTED, width=5), "bonus": dict(color=BONUS, 
               "pruned": dict(color=PRUNED, width=1, dash="dot"), "other": dict(color=NEUTRAL, width=1.5)}
 
 
-def draft_tree_figure(cycle: CycleTrace, height: int = 440, frame: Frame = FINAL,
+def draft_tree_figure(cycle: CycleTrace, height: int | None = None, frame: Frame = FINAL,
                       focus: Focus | None = None) -> go.Figure:
-    """The cycle's draft tree at `frame`; one marker trace per status so the legend explains the shapes."""
+    """The cycle's draft tree at `frame`; one marker trace per status so the legend explains the shapes.
+
+    Laid out for a phone's width (`PLOT_PX`): node sizes shrink and labels thin out as the tree gets wider,
+    each token staying in its node's hover. Without a `height`, the figure is as tall as its depth needs
+    (LEVEL_PX per level); with one smaller than that, the levels are packed closer."""
     g = build_graph(cycle, frame)
     # Laid out as the whole tree, so that nodes stay in place while it grows frame by frame.
     full = g if frame.reached("accept") else build_graph(cycle)  # from accept on, the frame's graph is whole
@@ -181,40 +210,56 @@ def draft_tree_figure(cycle: CycleTrace, height: int = 440, frame: Frame = FINAL
                    showlegend=False) for key, (xs, ys) in _edge_groups(g, pos).items() if xs]
     lo, hi = _x_range(pos)
     px_per_unit = PLOT_PX / (hi - lo)
-    label_chars = 10
-    sides = label_sides(g, pos, label_chars, px_per_unit)
-    for status, (name, symbol, size, outline, width) in STATUS_STYLE.items():
+    scale = node_scale(px_per_unit)
+    sides = label_sides(g, pos, LABEL_CHARS, px_per_unit, scale)
+    for status in STATUS_STYLE:
         members = [v for v in g if g.nodes[v]["status"] == status]
         if members:
-            traces.append(_status_trace(cycle, g, pos, members, status, label_chars, sides))
-    traces += _source_marks(g, pos)
-    ring = _focus_ring(g, pos, focus)
+            traces.append(_status_trace(cycle, g, pos, members, status, sides, scale))
+    traces += _source_marks(g, pos, scale)
+    ring = _focus_ring(g, pos, focus, scale)
     if ring:
         traces.append(ring)
-    c = counts(cycle)
     depth = max(d["depth"] for _, d in full.nodes(data=True))
-    if frame.phase == "draft":
-        title = (f"Cycle {cycle.index} \u00b7 drafting level {frame.level} of {frame.levels}: "
-                 f"{g.number_of_nodes() - 1} candidates so far")
-    elif frame.phase == "verify":
-        title = f"Cycle {cycle.index} \u00b7 reranked: {c.verified} sent to the target, {c.pruned} pruned"
-    else:
-        title = (f"Cycle {cycle.index} \u00b7 draft tree: {c.candidates} candidates, {c.verified} verified, "
-                 f"{c.pruned} pruned, {c.accepted} accepted")
-    ticks = list(range(int(LOG_FLOOR), 1))
+    header = Header(*_title(cycle, g, frame), band_px=BAR_BAND_PX, legend=tuple(legend_names(traces)),
+                    plot_width=PLOT_PX, note="colour: cumulative draft prob exp(score)")
+    height = height or round(header.px() + (depth + 1.2) * LEVEL_PX + 16)
     return figure(data=traces, layout=layout(
-        title, height, legend=dict(orientation="h", yanchor="top", y=-0.02, x=0, font=dict(size=12), entrywidth=0.5,
-                           entrywidthmode="fraction"),
-        coloraxis=dict(colorscale=PROB_SCALE, cmin=LOG_FLOOR, cmax=0.0, colorbar=dict(
-            title=dict(text="cumulative<br>draft prob", side="top"), thickness=14, len=0.8, tickvals=ticks,
-            ticktext=[f"1e{k}" if k else "1" for k in ticks])),
-        xaxis=dict(visible=False, range=_x_range(pos)),
-        yaxis=dict(title=dict(text="depth"), tickvals=[-d for d in range(depth + 1)],
-                   ticktext=[str(d) for d in range(depth + 1)],
-                   range=[-depth - 0.6, 0.6], showline=False)))
+        header, height, coloraxis=_colour_axis(header.band_top(), height),
+        xaxis=dict(visible=False, range=[lo, hi]),
+        yaxis=dict(title=dict(text="depth", standoff=4), tickvals=[-d for d in range(depth + 1)],
+                   ticktext=[str(d) for d in range(depth + 1)], range=[-depth - 0.6, 0.6], showline=False)))
 
 
-def _source_marks(g: nx.DiGraph, pos: dict) -> list[dict]:
+def _title(cycle: CycleTrace, g: nx.DiGraph, frame: Frame) -> tuple[str, tuple[str, ...]]:
+    """The head of the title and its detail phrases, at `frame`."""
+    c = counts(cycle)
+    if frame.phase == "draft":
+        return (f"Cycle {cycle.index} \u00b7 drafting", (f"level {frame.level} of {frame.levels}",
+                                                         f"{g.number_of_nodes() - 1} candidates so far"))
+    if frame.phase == "verify":
+        return f"Cycle {cycle.index} \u00b7 reranked", (f"{c.verified} sent to the target", f"{c.pruned} pruned")
+    return (f"Cycle {cycle.index} \u00b7 draft tree", (f"{c.candidates} candidates", f"{c.verified} verified",
+                                                       f"{c.pruned} pruned", f"{c.accepted} accepted"))
+
+
+def _colour_axis(top_px: float, height: float) -> dict:
+    """The cumulative draft probability's scale: a horizontal bar of fixed length in the band under the title,
+    so that its five tick labels stay BAR_PX / 4 apart whatever the figure's size. The title's last line names
+    it (a horizontal colour bar's own title overprints the bar)."""
+    ticks = list(range(int(LOG_FLOOR), 1))
+    bar = dict(orientation="h", x=0, xref="container", xanchor="left", xpad=24, ypad=0, yref="container",
+               y=1 - top_px / height, yanchor="top", lenmode="pixels", len=BAR_PX, thickness=10, tickvals=ticks,
+               tickfont=dict(size=12), ticktext=[f"1e{k}" if k else "1" for k in ticks])
+    return dict(colorscale=PROB_SCALE, cmin=LOG_FLOOR, cmax=0.0, colorbar=bar)
+
+
+def node_scale(px_per_unit: float) -> float:
+    """Markers shrink with the room a verified leaf gets on a phone (one layout unit), never below half size."""
+    return min(1.0, max(0.5, 0.9 * px_per_unit / STATUS_STYLE["accepted"][2]))
+
+
+def _source_marks(g: nx.DiGraph, pos: dict, scale: float = 1.0) -> list[dict]:
     """One trace per non-head source present: a mark around each candidate that source proposed."""
     marks = []
     for source, (name, symbol) in SOURCE_STYLE.items():
@@ -222,11 +267,12 @@ def _source_marks(g: nx.DiGraph, pos: dict) -> list[dict]:
         if members:
             marks.append(dict(type="scatter", x=[pos[v][0] for v in members], y=[pos[v][1] for v in members],
                               mode="markers", name=name, hoverinfo="skip",
-                              marker=dict(symbol=symbol, size=32, color=LOOKUP, line=dict(width=2.5, color=LOOKUP))))
+                              marker=dict(symbol=symbol, size=round(32 * scale), color=LOOKUP,
+                                          line=dict(width=2.5, color=LOOKUP))))
     return marks
 
 
-def _focus_ring(g: nx.DiGraph, pos: dict, focus: Focus | None) -> dict | None:
+def _focus_ring(g: nx.DiGraph, pos: dict, focus: Focus | None, scale: float = 1.0) -> dict | None:
     """A ring around the focused token's node, when it is drawn at this frame."""
     if focus is None:
         return None
@@ -235,13 +281,14 @@ def _focus_ring(g: nx.DiGraph, pos: dict, focus: Focus | None) -> dict | None:
         return None
     x, y = pos[key]
     return dict(type="scatter", x=[x], y=[y], mode="markers", name="selected token", hoverinfo="skip",
-                marker=dict(symbol="circle-open", size=38, color=FOCUS, line=dict(width=4, color=FOCUS)))
+                marker=dict(symbol="circle-open", size=round(38 * scale), color=FOCUS, line=dict(width=4, color=FOCUS)))
 
 
-def label_sides(g: nx.DiGraph, pos: dict, label_chars: int, px_per_unit: float) -> dict:
+def label_sides(g: nx.DiGraph, pos: dict, label_chars: int, px_per_unit: float, scale: float = 1.0) -> dict:
     """Text position per labelled node: below if there is room on that side of its level, else above if that
     clears the labels hanging below the level above, else none (the token stays in the hover). Greedy, level by
-    level from the root, left to right, with each label's estimated width."""
+    level from the root, left to right, with each label's estimated width at `px_per_unit`; a neighbour's
+    marker larger than the node's (`scale`d as drawn) reaches into the label's band and is avoided too."""
     side: dict = {ROOT: "top center"}  # above the root there is room; below it, its edges start
     levels: dict[int, list] = {}
     for v in g:
@@ -249,20 +296,32 @@ def label_sides(g: nx.DiGraph, pos: dict, label_chars: int, px_per_unit: float) 
             levels.setdefault(g.nodes[v]["depth"], []).append(v)
     hanging: list[tuple[float, float]] = []  # label intervals below the previous level
     for depth in sorted(levels):
+        nodes = sorted(levels[depth], key=lambda v: pos[v][0])
+        reach = {v: STATUS_STYLE[g.nodes[v]["status"]][2] * scale / 2 / px_per_unit for v in nodes}
         below, above = [], []
-        for v in sorted(levels[depth], key=lambda v: pos[v][0]):
-            half = (min(len(token_label(g.nodes[v]["text"])), label_chars) + 1) * CHAR_PX / px_per_unit / 2
+        for v in nodes:
+            half = label_px(g.nodes[v]["text"], label_chars) / px_per_unit / 2
             box = (pos[v][0] - half, pos[v][0] + half)
-            if not below or box[0] >= below[-1][1]:
+            taken = [(pos[u][0] - reach[u], pos[u][0] + reach[u]) for u in nodes if reach[u] > reach[v]]
+            if _clear(box, below + taken):
                 side[v] = "bottom center"
                 below.append(box)
-            elif (not above or box[0] >= above[-1][1]) and all(box[1] <= a or box[0] >= b for a, b in hanging):
+            elif _clear(box, above + taken + hanging):
                 side[v] = "top center"
                 above.append(box)
             else:
                 side[v] = None
         hanging = below
     return side
+
+
+def _clear(box: tuple[float, float], taken: list[tuple[float, float]]) -> bool:
+    return all(box[1] <= a or box[0] >= b for a, b in taken)
+
+
+def label_px(text: str, label_chars: int = LABEL_CHARS) -> float:
+    """The room a node's label takes, in px: its text and a gap of half a character on each side."""
+    return text_px(token_label(text, label_chars), LABEL_SIZE) + LABEL_SIZE * 0.6
 
 
 def _x_range(pos: dict) -> list[float]:
@@ -274,11 +333,12 @@ def _x_range(pos: dict) -> list[float]:
     return [lo - pad, hi + pad]
 
 
-def _status_trace(cycle: CycleTrace, g: nx.DiGraph, pos: dict, members: list, status: str, label_chars: int,
-                  label_side: dict) -> dict:
-    """The markers of one status. Verified and accepted nodes are coloured by cumulative draft probability;
-    the others by what happened to them, which matters more there."""
+def _status_trace(cycle: CycleTrace, g: nx.DiGraph, pos: dict, members: list, status: str, label_side: dict,
+                  scale: float = 1.0) -> dict:
+    """The markers of one status, sized by `scale`. Verified and accepted nodes are coloured by cumulative draft
+    probability; the others by what happened to them, which matters more there."""
     name, symbol, size, outline, width = STATUS_STYLE[status]
+    size = round(size * scale)
     fill = {"bonus": BONUS, "root": INK, "rejected": REJECTED, "pruned": NEUTRAL}.get(status)
     if fill is None:
         colours = [math.log10(max(math.exp(g.nodes[v]["node"].score), 10 ** LOG_FLOOR)) for v in members]
@@ -288,9 +348,9 @@ def _status_trace(cycle: CycleTrace, g: nx.DiGraph, pos: dict, members: list, st
         marker = dict(symbol=symbol, size=size, color=fill, line=dict(color=outline, width=width))
     return dict(type="scatter", x=[pos[v][0] for v in members], y=[pos[v][1] for v in members], name=name,
                 mode="markers" if status == "pruned" else "markers+text", marker=marker,
-                text=[token_html(g.nodes[v]["text"], label_chars) if label_side.get(v) else "" for v in members],
+                text=[token_html(g.nodes[v]["text"], LABEL_CHARS) if label_side.get(v) else "" for v in members],
                 textposition=[label_side.get(v) or "bottom center" for v in members],
-                textfont=dict(size=13), hovertext=[_hover(cycle, g, v) for v in members], hoverinfo="text")
+                textfont=dict(size=LABEL_SIZE), hovertext=[_hover(cycle, g, v) for v in members], hoverinfo="text")
 
 
 def node_label(cycle: CycleTrace, slot: int) -> str:

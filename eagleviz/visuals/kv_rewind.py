@@ -12,18 +12,23 @@ last. A focused token's slots are outlined before and after (`eagleviz.visuals.s
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace
+from eagleviz.visuals.fit import PHONE_PX, Header, legend_names, text_px
 from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import Focus
-from eagleviz.visuals.style import (ACCEPTED, INK, NEUTRAL, PREFIX, PRUNED, VISIBLE, chips, figure, focus_box,
-                                    layout, legend_on_top, legend_swatches, token_html)
+from eagleviz.visuals.style import (ACCEPTED, CHIP_TEXT, INK, NEUTRAL, PREFIX, PRUNED, VISIBLE, chips, figure,
+                                    focus_box, layout, legend_swatches, token_html)
 
 ROWS = {"target_before": 4.6, "target_after": 3.2, "draft_before": 1.6, "draft_after": 0.6}
 ROW_NAMES = {"target_before": "target: verify", "target_after": "target: after commit",
              "draft_before": "draft: drafting", "draft_after": "draft: after rewind"}
 PREFIX_WIDTH = 3.0    # the collapsed prefix block spans this many slot widths
+PLOT_PX = 230         # the four rows (34 px a row), the slot numbers and the axis title under them
+ROW_LABELS_PX = 160   # the rows' names left of the plot, and the margins
 FREE = "#FFFFFF"
 
 
@@ -131,7 +136,7 @@ def focus_slots(cycle: CycleTrace, focus: Focus | None, frame: Frame = FINAL) ->
     return cells
 
 
-def kv_rewind_figure(cycle: CycleTrace, height: int = 400, frame: Frame = FINAL,
+def kv_rewind_figure(cycle: CycleTrace, height: int | None = None, frame: Frame = FINAL,
                      focus: Focus | None = None) -> go.Figure:
     width = max(cycle.num_tree_tokens, len(cycle.kv_draft.appended), 4)
     show = width <= 24
@@ -141,23 +146,28 @@ def kv_rewind_figure(cycle: CycleTrace, height: int = 400, frame: Frame = FINAL,
                     text_size=13)
     traces += [focus_box(x, y, 0.5, 0.45) for x, y in focus_slots(cycle, focus, frame)]
     c = kv_counts(cycle)
+    head = f"Cycle {cycle.index} \u00b7 KV"
     if frame.phase == "draft":
-        title = (f"Cycle {cycle.index} \u00b7 KV while drafting: draft wrote {written_expansions(cycle, frame)}, "
-                 "target untouched")
+        details = ("while drafting", f"draft wrote {written_expansions(cycle, frame)}", "target untouched")
     elif frame.phase in ("verify", "accept"):
-        title = f"Cycle {cycle.index} \u00b7 KV: verify wrote {c['tree_slots']} target slots after the prefix"
+        details = (f"verify wrote {c['tree_slots']} target slots after the prefix",)
     else:
-        title = (f"Cycle {cycle.index} \u00b7 KV: target keeps {c['kept']} of {c['tree_slots']} tree slots "
-                 f"({c['moved']} moved), draft drops {c['draft_dropped']}")
-    S, step = cycle.kv_target.before, max(1, width // 12)
+        details = (f"target keeps {c['kept']} of {c['tree_slots']} tree slots", f"{c['moved']} moved",
+                   f"draft drops {c['draft_dropped']}")
+    S = cycle.kv_target.before
+    # slot numbers level and apart on a phone: one every `step` slots
+    slot_px = (PHONE_PX - ROW_LABELS_PX) / (width + PREFIX_WIDTH + 0.4)
+    step = math.ceil((text_px(str(S + width), 14) + 10) / slot_px)
     moved = dict(type="scatter", x=[None], y=[None], mode="lines", name="moved by the commit",
                  line=dict(color=ACCEPTED, width=2.5))
-    legend = [("committed prefix", PREFIX), ("root (written this cycle)", INK), ("accepted path", ACCEPTED),
-              ("discarded slot", PRUNED), ("free slot", FREE)]
+    legend = legend_swatches([("committed prefix", PREFIX), ("root (written this cycle)", INK),
+                              ("accepted path", ACCEPTED), ("discarded slot", PRUNED), ("free slot", FREE)]) + [moved]
+    header = Header(head, details, legend=tuple(legend_names(legend)), plot_width=PHONE_PX - ROW_LABELS_PX)
     arrows = _moves(cycle) if frame.reached("rewind") else []
-    return figure(data=traces + legend_swatches(legend) + [moved], layout=layout(
-        title, height, **({"annotations": arrows} if arrows else {}), **legend_on_top(2),
-        xaxis=dict(title=dict(text="cache slot (after the prefix)"), range=[-PREFIX_WIDTH - 0.7, width - 0.3],
+    return figure(data=traces + legend, layout=layout(
+        header, height or round(header.px() + PLOT_PX), uniformtext=CHIP_TEXT,
+        **({"annotations": arrows} if arrows else {}),
+        xaxis=dict(title=dict(text="cache slot"), range=[-PREFIX_WIDTH - 0.7, width - 0.3],
                    tickvals=list(range(0, width, step)), ticktext=[str(S + k) for k in range(0, width, step)]),
         yaxis=dict(tickvals=list(ROWS.values()), ticktext=list(ROW_NAMES.values()), range=[0.1, 5.1],
-                   showline=False, ticks="")))
+                   showline=False, ticks="", tickfont=dict(size=12))))

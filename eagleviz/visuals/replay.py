@@ -21,10 +21,12 @@ import numpy as np
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace
-from eagleviz.visuals.style import BONUS, NEUTRAL, empty_figure, figure, layout, legend_on_top, token_html
+from eagleviz.visuals.fit import Header, legend_names
+from eagleviz.visuals.style import BONUS, NEUTRAL, empty_figure, figure, layout, token_html
 
 OTHER = -1   # token id of the pooled "other" bucket
 DEFAULT_DRAWS = 10_000
+PLOT_PX = 300   # the bars, their token labels at -30 degrees and the axis title under them
 NO_REPLAY_GREEDY = "Replay needs a sampling run (temperature > 0): at T = 0 acceptance is deterministic."
 NO_REPLAY_SAMPLING = "This trace does not record the target's distribution at the root (made by an older build)."
 
@@ -101,11 +103,11 @@ def replay_acceptance(cycle: CycleTrace, draws: int = DEFAULT_DRAWS, seed: int =
 
 
 def replay_figure(cycle: CycleTrace, draws: int = DEFAULT_DRAWS, seed: int = 0, top: int = 12,
-                  height: int = 360) -> go.Figure:
+                  height: int | None = None) -> go.Figure:
     result = replay_acceptance(cycle, draws, seed)
     if result is None:
         sampled = any(c.uniform is not None for c in cycle.checks)
-        return empty_figure(NO_REPLAY_SAMPLING if sampled else NO_REPLAY_GREEDY, height)
+        return empty_figure(NO_REPLAY_SAMPLING if sampled else NO_REPLAY_GREEDY, height or 320)
     order = [k for k in np.argsort(-result.target) if result.tokens[k] != OTHER][:top]
     order.append(result.tokens.index(OTHER))
     labels = [token_html(result.texts[k], 10) + (" (draft)" if result.tokens[k] in result.tried else "")
@@ -114,10 +116,12 @@ def replay_figure(cycle: CycleTrace, draws: int = DEFAULT_DRAWS, seed: int = 0, 
                    marker_color=NEUTRAL, hovertemplate="%{x}<br>p = %{y:.4f}<extra></extra>"),
               dict(type="bar", x=labels, y=result.empirical[order].tolist(), name=f"committed in {draws:,} replays",
                    marker_color=BONUS, hovertemplate="%{x}<br>replayed frequency = %{y:.4f}<extra></extra>")]
-    title = (f"Cycle {cycle.index} \u00b7 first committed token over {draws:,} replays of the acceptance step "
-             f"(total variation to p: {result.total_variation:.3f})")
+    header = Header(f"Cycle {cycle.index} \u00b7 first committed token",
+                    (f"{draws:,} replays of the acceptance step",
+                     f"total variation to p: {result.total_variation:.3f}"),
+                    legend=tuple(legend_names(traces)))
     return figure(data=traces, layout=layout(
-        title, height, barmode="group", **legend_on_top(1),
+        header, height or round(header.px() + PLOT_PX), barmode="group",
         xaxis=dict(title=dict(text="token (\u201c(draft)\u201d = a child the draft proposed, tried first)"),
                    tickangle=-30,
                    type="category"),

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from eagleviz.measured import Measured
+from eagleviz.visuals.fit import Header
 from eagleviz.visuals.style import ACCEPTED, INK, NEUTRAL, REJECTED, VISIBLE, empty_figure, figure, layout
 
 NO_CURVE = ("No verification cost curve is available: run `python -m eagleviz tune` to measure this machine "
@@ -21,6 +22,8 @@ NO_CURVE = ("No verification cost curve is available: run `python -m eagleviz tu
 NO_CURVE_FIGURE = "No verification cost curve measured yet"
 NO_BENCH = "No bench result is available: run `python -m eagleviz bench` to measure this machine."
 CURVE_TITLE = "One forward verifies n tokens for less than n forwards"
+BENCH_PLOT_PX = 270          # the bars, the method names under them and the axis title
+CURVE_PLOT_PX = 300          # the curve, its tick labels and axis titles
 TEMPERATURE_TITLES = {0.0: "Greedy decoding (T = 0)", 1.0: "Sampling (T = 1)"}
 PLAIN = "plain"                      # the bench's row for eagleviz's own loop without speculation
 VS_PLAIN_NOTE = ("*vs plain decoding*: each method's median tokens/s over the plain row's, eagleviz's own loop "
@@ -109,7 +112,7 @@ def bench_caption(result: dict, origin: str) -> str:
     return f"{what}; {where}.{command} Source: {origin}."
 
 
-def bench_figure(result: dict, height: int = 320, vs_plain: bool = False) -> go.Figure:
+def bench_figure(result: dict, height: int | None = None, vs_plain: bool = False) -> go.Figure:
     """Median tokens/s per method, each bar labelled with its median per-prompt speedup over the reference,
     or (`vs_plain`, where the bench has a plain row) with its tokens/s over plain decoding's."""
     rows, mc = result["rows"], result.get("machine", {})
@@ -124,10 +127,10 @@ def bench_figure(result: dict, height: int = 320, vs_plain: bool = False) -> go.
                marker=dict(color=[method_colour(m) for m in methods], line=dict(color=INK, width=1)),
                hovertemplate=(f"%{{x}}: %{{y:.1f}} tokens/s<br>%{{text}} vs {against}"
                               "<br>\u03c4 = %{customdata}<extra></extra>"))
-    title = (f"Median tokens/s, {result['prompts']:g} prompts, T = {result['sampling']['temperature']:g} "
-             f"({_dtypes(mc)}, {mc.get('threads', '?')} threads)")
+    header = Header("Median tokens/s", (f"{result['prompts']:g} prompts", f"T = {result['sampling']['temperature']:g}",
+                                        f"{_dtypes(mc)}, {mc.get('threads', '?')} threads"))
     return figure(data=[bar], layout=layout(
-        title, height, showlegend=False,
+        header, height or round(header.px() + BENCH_PLOT_PX), showlegend=False,
         xaxis=dict(title=dict(text=f"method (bar label: speedup vs {against.split(' (')[0]})")),
         yaxis=dict(title=dict(text="tokens/s"), range=[0, max(tps) * 1.18], rangemode="tozero")))
 
@@ -139,7 +142,7 @@ def _curve_points(verify_cost: dict) -> list[tuple[int, float, float]]:
     return [(n, ms[n], rel[n]) for n in sorted(ms)]
 
 
-def verify_cost_figure(verify_cost: dict | None, height: int = 380) -> go.Figure:
+def verify_cost_figure(verify_cost: dict | None, height: int | None = None) -> go.Figure:
     """cost(n) / cost(1) against n on log2 axes, between the ideal (flat at 1: n tokens for the price of one)
     and n separate forwards (y = n, what plain decoding pays for n tokens)."""
     if verify_cost is None:
@@ -158,11 +161,10 @@ def verify_cost_figure(verify_cost: dict | None, height: int = 380) -> go.Figure
              name="measured: one forward of n tokens", line=dict(color=ACCEPTED, width=3), marker=dict(size=9),
              text=[f"{r:.2f}x" for _, _, r in pts], textposition="top center", customdata=[m for _, m, _ in pts],
              hovertemplate="n = %{x}: %{customdata:.1f} ms, %{y:.2f}x the cost of 1 token<extra></extra>")]
-    subtitle = dict(text=_curve_subtitle(pts), x=0, y=1.02, xref="paper", yref="paper",
-                    xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=13))
+    header = Header(_curve_title(pts), _curve_subtitle(pts))
     axis = dict(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks], showgrid=True, gridcolor="#EEEEEE")
     return figure(data=traces, layout=layout(
-        _curve_title(pts), height, margin=dict(l=10, r=10, t=64, b=10), annotations=[subtitle],
+        header, height or round(header.px() + CURVE_PLOT_PX),
         legend=dict(x=0.01, y=0.99, xanchor="left", yanchor="top", bgcolor="rgba(255,255,255,0.85)",
                     font=dict(size=12)),
         xaxis=axis | dict(title=dict(text="tokens verified in one forward (n)")),
@@ -176,9 +178,9 @@ def _curve_title(pts: list[tuple[int, float, float]]) -> str:
     return f"One forward verifies {n} tokens for the price of {r:.1f}" if n > 1 else CURVE_TITLE
 
 
-def _curve_subtitle(pts: list[tuple[int, float, float]]) -> str:
-    shown = ", ".join(f"n = {n} costs {r:.2f}x" for n, _, r in pts if n in (16, pts[-1][0]))
-    return f"while reading the weights dominates; measured: {shown}"
+def _curve_subtitle(pts: list[tuple[int, float, float]]) -> tuple[str, ...]:
+    shown = tuple(f"n = {n} costs {r:.2f}x" for n, _, r in pts if n in (16, pts[-1][0]))
+    return ("while reading the weights dominates; measured:",) + shown
 
 
 def verify_cost_text(found: Measured | None) -> str:

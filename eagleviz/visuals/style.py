@@ -11,6 +11,8 @@ import html
 import plotly.graph_objects as go
 from plotly.colors import get_colorscale
 
+from eagleviz.visuals.fit import PHONE_PX, Header, wrap
+
 # Okabe-Ito colours, named by the role they play everywhere in the app.
 ACCEPTED = "#0072B2"     # blue: a draft token the target agreed with
 BONUS = "#E69F00"        # orange: the token the target supplies itself
@@ -25,6 +27,9 @@ FOCUS = "#CC79A7"        # reddish purple: the token selected on the page, outli
 LOOKUP = "#009E73"       # bluish green: a candidate that came from prompt lookup (the context's own text)
 PROB_SCALE = get_colorscale("Cividis")   # sequential, designed for colour-vision deficiency (as Plotly spells it out)
 
+CHIPS = "chips"          # the name of a trace of labelled rectangles (`chips`), kept out of the legend
+# Chip labels shrunk to fit share one size in a figure, and go (their hover stays) where that would be below 8 px.
+CHIP_TEXT = dict(minsize=8, mode="hide")
 FONT = dict(family="DejaVu Sans, Arial, sans-serif", size=14, color=INK)
 HOVER = dict(font=dict(family=FONT["family"], size=14), bgcolor="white", bordercolor=INK)
 _AXIS = dict(showline=True, linecolor=INK, ticks="outside", showgrid=False, zeroline=False, automargin=True)
@@ -58,25 +63,20 @@ def figure(data: list[dict] | None = None, layout: dict | None = None) -> go.Fig
     return go.Figure(data=data, layout=layout, _validate=False)
 
 
-def layout(title: str, height: int, **extra) -> dict:
-    """Common layout as a plain dict: the small template, a title on the left, compact margins.
+def layout(title: str | Header, height: int, **extra) -> dict:
+    """Common layout as a plain dict: the small template, the title and legend placed by `fit.Header` (a plain
+    string: a title alone), compact side margins; `extra` entries are added (or replace these).
 
     Figures are assembled from dicts by `figure`; the graph-object update methods re-walk the whole figure
     on every call and would cost more than the 200 ms a step between cycles may take."""
-    return {"title": dict(text=title, x=0.01, xanchor="left", y=0.99, yanchor="top", yref="container",
-                          font=dict(size=15)),
-            "template": TEMPLATE, "height": height, "margin": dict(l=10, r=10, t=48, b=10)} | extra
-
-
-def legend_on_top(rows: int = 2) -> dict:
-    """Layout entries for a horizontal legend between the title and the plot (`rows` lines of entries)."""
-    return {"legend": dict(orientation="h", yanchor="bottom", y=1.01, x=0, font=dict(size=12)),
-            "margin": dict(l=10, r=10, t=44 + 22 * rows, b=10)}
+    header = title if isinstance(title, Header) else Header(title)
+    return {"template": TEMPLATE, "height": height} | header.entries(height) | extra
 
 
 def empty_figure(message: str, height: int = 320) -> go.Figure:
     """A figure that says why nothing is drawn (no run yet, a plain-decoding trace, ...)."""
-    note = dict(text=html.escape(message), x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+    lines = wrap(html.escape(message).split("; "), 16, PHONE_PX - 20, sep="; ")   # clauses kept whole if they fit
+    note = dict(text="<br>".join(lines), x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
                 font=dict(size=16, color=NEUTRAL))
     return figure(layout=layout("", height, annotations=[note], xaxis=dict(visible=False),
                                 yaxis=dict(visible=False)))
@@ -84,27 +84,27 @@ def empty_figure(message: str, height: int = 320) -> go.Figure:
 
 def chips(cells: list[dict], half_width: float = 0.45, half_height: float = 0.42, axes: tuple[str, str] = ("x", "y"),
           text_size: int = 14) -> list[dict]:
-    """Traces drawing labelled rectangles in data coordinates (they scale with the panel, unlike markers).
+    """Labelled rectangles in data coordinates (they scale with the panel, unlike markers), as one bar trace.
 
-    Each cell: x, y, fill, text, font (text colour), hover. The rectangles are filled polygons, one trace per
-    fill colour (layout shapes are one validated object each: far slower to build); one invisible marker per
-    cell carries the text and the hover box."""
+    Each cell: x, y (its centre), fill, text, font (text colour), hover. Each bar spans x +- half_width and
+    y +- half_height (an explicit offset: bar traces sharing axes are not grouped side by side). A label wider
+    or taller than its rectangle is shrunk by Plotly to fit it (text inside a bar), so no label spills out of
+    its chip however narrow the panel; the hover keeps the whole token."""
     xref, yref = axes
-    by_fill: dict[str, tuple[list, list]] = {}
-    for c in cells:
-        xs, ys = by_fill.setdefault(c["fill"], ([], []))
-        x0, x1, y0, y1 = c["x"] - half_width, c["x"] + half_width, c["y"] - half_height, c["y"] + half_height
-        xs += [x0, x1, x1, x0, x0, None]
-        ys += [y0, y0, y1, y1, y0, None]
-    traces = [dict(type="scatter", x=xs, y=ys, xaxis=xref, yaxis=yref, mode="lines", fill="toself", fillcolor=fill,
-                   line=dict(color=INK, width=1), hoverinfo="skip", showlegend=False)
-              for fill, (xs, ys) in by_fill.items()]
-    traces.append(dict(
-        type="scatter", x=[c["x"] for c in cells], y=[c["y"] for c in cells], xaxis=xref, yaxis=yref,
-        mode="markers+text", marker=dict(symbol="square", size=30, opacity=0), text=[c["text"] for c in cells],
+    return [dict(
+        type="bar", x=[c["x"] for c in cells], y=[2 * half_height] * len(cells),
+        base=[c["y"] - half_height for c in cells],
+        width=2 * half_width, offset=-half_width, xaxis=xref, yaxis=yref, name=CHIPS, showlegend=False,
+        marker=dict(color=[c["fill"] for c in cells], line=dict(color=INK, width=1)),
+        text=[c["text"] for c in cells], textposition="inside", insidetextanchor="middle", textangle=0,
         textfont=dict(color=[c["font"] for c in cells], size=text_size), hovertext=[c["hover"] for c in cells],
-        hoverinfo="text", showlegend=False))
-    return traces
+        hoverinfo="text")]
+
+
+def chip_centres(trace) -> list[tuple[float, float]]:
+    """(x, y) of each chip of a `chips` trace (a dict or a Plotly trace)."""
+    get = trace.get if isinstance(trace, dict) else trace.__getitem__
+    return [(x, round(b + h / 2, 9)) for x, b, h in zip(get("x"), get("base"), get("y"))]
 
 
 def legend_swatches(entries: list[tuple[str, str]], symbol: str = "square") -> list[dict]:

@@ -12,9 +12,15 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from eagleviz.trace import RunTrace, summarize
+from eagleviz.visuals.fit import GAP_PX, LEGEND_ROW_PX, LEGEND_SIZE, MODEBAR_PX, PHONE_PX, legend_names, legend_rows
 from eagleviz.visuals.style import ACCEPTED, BONUS, INK, NEUTRAL, REJECTED, empty_figure, figure, layout
 
 PHASE_COLOURS = {"draft": "#CC79A7", "verify": "#009E73", "accept": BONUS, "rewind": NEUTRAL}
+NAME_PX = 26                  # a panel's name
+NAME_SIZE = 14
+PANEL_PX = 160                # a panel's plot
+AXIS_PX = 78                  # under a panel's plot: its tick labels, its axis title and a gap
+PLOT_WIDTH = PHONE_PX - 70    # the panels' width on a phone, left of them the axis titles and tick labels
 
 
 def _expected(run: RunTrace) -> list[dict]:
@@ -28,8 +34,10 @@ def _expected(run: RunTrace) -> list[dict]:
                  hovertemplate="cycle %{x}: expected %{y:.2f} accepted<extra></extra>")]
 
 
-def summary_figure(run: RunTrace, selected: int | None = None, height: int = 380) -> go.Figure:
-    """Three panels side by side (axes x/y, x2/y2, x3/y3); the selected cycle's bar is outlined."""
+def summary_figure(run: RunTrace, selected: int | None = None, height: int | None = None) -> go.Figure:
+    """Three panels stacked (axes x/y, x2/y2, x3/y3), each with its name and its own legend over it, so that
+    they stay apart on a phone; the selected cycle's bar is outlined. Without a `height`, the figure is as
+    tall as the panels and their legends wrapped for a phone need."""
     if not run.cycles:
         return empty_figure("No speculation cycles in this run (plain decoding, or stopped before the first cycle).")
     s = summarize(run)
@@ -47,20 +55,41 @@ def summary_figure(run: RunTrace, selected: int | None = None, height: int = 380
              text=[f"{r['accepted']}/{r['tried']}" for r in rows], textposition="outside", showlegend=False,
              hovertemplate="%{x}-\u03b1 = %{y:.2f}<br>accepted / tried = %{text}<extra></extra>")]
     traces += [dict(type="bar", x=idx, y=[c.timings_ms.get(phase, 0.0) for c in run.cycles], name=f"{phase} ms",
-                    xaxis="x3", yaxis="y3", marker_color=colour,
+                    xaxis="x3", yaxis="y3", marker_color=colour, legend="legend3",
                     hovertemplate=f"cycle %{{x}}: {phase} %{{y:.1f}} ms<extra></extra>")
                 for phase, colour in PHASE_COLOURS.items()]
-    titles = [f"accept length per cycle (\u03c4 = {s['tau']:.2f})", "acceptance per depth (n-\u03b1)",
-              "time per cycle and phase"]
-    domains = ([0, 0.28], [0.36, 0.64], [0.72, 1.0])
-    notes = [dict(text=t, x=sum(d) / 2, y=1.0, xref="paper", yref="paper", xanchor="center", yanchor="bottom",
-                  showarrow=False, font=dict(size=14)) for t, d in zip(titles, domains)]
+    names = [f"accept length per cycle (\u03c4 = {s['tau']:.2f})", "acceptance per depth (n-\u03b1)",
+             "time per cycle and phase"]
+    legends = [legend_names([t for t in traces if "xaxis" not in t]), [],
+               legend_names([t for t in traces if t.get("xaxis") == "x3"])]
+    panels = _stack([legend_rows(entries, PLOT_WIDTH) * LEGEND_ROW_PX for entries in legends])
+    height = height or round(MODEBAR_PX + panels[-1]["bottom"] + 10)
+    plot = height - MODEBAR_PX - 10
+    frac = [{k: 1 - v / plot for k, v in p.items()} for p in panels]
+    notes = [dict(text=t, x=0, xref="paper", xanchor="left", y=f["top"], yref="paper", yanchor="top",
+                  showarrow=False, font=dict(size=NAME_SIZE)) for t, f in zip(names, frac)]
+    legend = dict(orientation="h", x=0, xanchor="left", yanchor="top", font=dict(size=LEGEND_SIZE), traceorder="normal")
     return figure(data=traces, layout=layout(
-        "", height, barmode="stack", annotations=notes, margin=dict(l=10, r=10, t=34, b=10),
-        legend=dict(orientation="h", yanchor="top", y=-0.3, x=0, font=dict(size=12), traceorder="normal"),
-        xaxis=dict(domain=domains[0], title=dict(text="cycle")),
-        yaxis=dict(title=dict(text="draft tokens accepted"), rangemode="tozero"),
-        xaxis2=dict(domain=domains[1], anchor="y2", dtick=1, title=dict(text="n (depth n + 1 given depth n accepted)")),
-        yaxis2=dict(anchor="x2", title=dict(text="acceptance rate"), range=[0, 1.15]),
-        xaxis3=dict(domain=domains[2], anchor="y3", title=dict(text="cycle")),
-        yaxis3=dict(anchor="x3", title=dict(text="ms"))))
+        "", height, barmode="stack", annotations=notes, margin=dict(l=10, r=10, t=MODEBAR_PX, b=10),
+        legend=legend | dict(y=frac[0]["legend"]), legend3=legend | dict(y=frac[2]["legend"]),
+        xaxis=dict(domain=[0, 1], anchor="y", title=dict(text="cycle")),
+        yaxis=dict(domain=[frac[0]["plot_bottom"], frac[0]["plot"]], title=dict(text="tokens accepted"),
+                   rangemode="tozero"),
+        xaxis2=dict(domain=[0, 1], anchor="y2", dtick=1, title=dict(text="n = depth already accepted")),
+        yaxis2=dict(domain=[frac[1]["plot_bottom"], frac[1]["plot"]], anchor="x2", title=dict(text="acceptance rate"),
+                    range=[0, 1.15]),
+        xaxis3=dict(domain=[0, 1], anchor="y3", title=dict(text="cycle")),
+        yaxis3=dict(domain=[frac[2]["plot_bottom"], frac[2]["plot"]], anchor="x3", title=dict(text="ms"))))
+
+
+def _stack(legend_px: list[float]) -> list[dict]:
+    """Each panel's edges in px from the top of the plot area: its name, its legend, its plot and the axis
+    under it, in that order, one panel after the other."""
+    panels, top = [], 0.0
+    for px in legend_px:
+        legend = top + NAME_PX
+        plot = legend + px + (GAP_PX if px else 0)
+        plot_bottom = plot + PANEL_PX
+        panels.append(dict(top=top, legend=legend, plot=plot, plot_bottom=plot_bottom, bottom=plot_bottom + AXIS_PX))
+        top = plot_bottom + AXIS_PX
+    return panels

@@ -25,7 +25,7 @@ from eagleviz.visuals.selection import Focus, cycle_tokens, focus
 from eagleviz.visuals.style import empty_figure
 
 NO_RUN = "Run a prompt (or import a trace) to see the speculation cycles."
-GRID_HEIGHT = 275   # px per figure: the four views in a 2 x 2 grid fit one 1280 x 800 screen with their controls
+GRID_HEIGHT = 275   # px of a placeholder figure; the figures of a cycle are as tall as their content needs
 
 
 @dataclass
@@ -86,10 +86,10 @@ def cycle_figures(run: RunTrace | None, index: int, frame: int | None = None, sl
         chosen: Focus | None = None if slot is None else focus(cycle, int(slot))
     except ValueError:
         chosen = None
-    return CycleFigures(draft_tree_figure(cycle, GRID_HEIGHT, frame=at, focus=chosen),
-                        attention_mask_figure(cycle, GRID_HEIGHT, frame=at, focus=chosen),
-                        accepted_path_figure(cycle, GRID_HEIGHT, frame=at, focus=chosen),
-                        kv_rewind_figure(cycle, GRID_HEIGHT, frame=at, focus=chosen),
+    return CycleFigures(draft_tree_figure(cycle, frame=at, focus=chosen),
+                        attention_mask_figure(cycle, frame=at, focus=chosen),
+                        accepted_path_figure(cycle, frame=at, focus=chosen),
+                        kv_rewind_figure(cycle, frame=at, focus=chosen),
                         phase_caption(cycle, at), chosen.describe() if chosen else "")
 
 
