@@ -1,6 +1,7 @@
 """A room of laptops, end to end in headless Chromium: a link opens a recorded run at one picture (cycle, phase,
 picked token) with no model work, and the page offers the link to the picture it shows; a preset says that
-one click restores it.
+one click restores it; the tour brings each view it talks about into sight, steps with the arrow keys, and
+shows one view at a time, full width, in slides mode.
 
 Uses the server and the browser of tests/test_app_browser.py (same requirements: Debian's chromium and the
 Python `playwright` package). Screenshots go to artifacts/.
@@ -14,7 +15,7 @@ import pytest
 
 from test_app_browser import (CHROMIUM, PROSE_JS, app_url, browser, open_accordion, open_page, page,  # noqa: F401
                               prose, shot)
-from test_workshop_browser import wait_for_cycle
+from test_workshop_browser import wait_for_cycle, wait_in_sight
 
 pytestmark = [
     pytest.mark.browser,
@@ -89,3 +90,58 @@ def test_a_preset_says_one_click_restores_it(page):
     page.get_by_role("radio", name=first).click()
     page.wait_for_function(f"() => ({PROSE_JS})('preset-note').includes('tau about')", timeout=30_000)
     shot(page, "r02_preset_restores.png")
+
+
+SHOWN_VIEWS_JS = ("() => ['draft-tree', 'attention-mask', 'accepted-path', 'kv-rewind'].filter(id => "
+                  "getComputedStyle(document.getElementById(id)).display !== 'none')")
+WIDTH_JS = "(id) => document.querySelector('#' + id + ' .js-plotly-plot')._fullLayout.width"
+
+
+def tour_says(page, words: str) -> None:
+    page.wait_for_function(f"(w) => ({PROSE_JS})('tour').includes(w)", arg=words, timeout=30_000)
+
+
+def arrow(page, key: str) -> None:
+    page.evaluate("() => { document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0); }")
+    page.keyboard.press(key)
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (390, 844)])
+def test_the_tour_shows_each_view_it_talks_about_steps_with_the_arrows_and_makes_slides(browser, app_url, width,
+                                                                                         height):
+    tab = open_picture(browser, app_url, "?gallery=story", width, height)
+    try:
+        k = int(tab.evaluate(f"() => /Cycle (\\d+)/.exec(({PROSE_JS})('cycle-caption'))[1]"))
+        # an arrow key from the top of the page: the tour opens, steps, and its view comes into sight
+        arrow(tab, "ArrowRight")
+        tour_says(tab, f"Verify (cycle {k})")
+        wait_in_sight(tab, "attention-mask", px=200)
+        arrow(tab, "ArrowRight")
+        tour_says(tab, f"Accept (cycle {k})")
+        wait_in_sight(tab, "accepted-path", px=200)
+        # not while typing: the arrows move the caret in the prompt
+        tab.locator("#prompt textarea").focus()
+        tab.keyboard.press("ArrowLeft")
+        tab.wait_for_timeout(500)
+        tour_says(tab, f"Accept (cycle {k})")
+        arrow(tab, "ArrowLeft")
+        tour_says(tab, f"Verify (cycle {k})")
+        # slides: the tour's view alone, the page's width, and the arrows go from one to the next
+        narrow = tab.evaluate(WIDTH_JS, "attention-mask")
+        tab.locator("#slides input[type=checkbox]").click()
+        tab.wait_for_function(f"() => ({SHOWN_VIEWS_JS})().join() === 'attention-mask'", timeout=10_000)
+        wide = min(narrow * 1.8, width - 80)
+        try:
+            tab.wait_for_function(f"(w) => ({WIDTH_JS})('attention-mask') >= w", arg=wide, timeout=10_000)
+        finally:
+            shot(tab, f"r03_slides_verify_{width}.png")
+        assert tab.evaluate(WIDTH_JS, "attention-mask") >= wide, (narrow, tab.evaluate(WIDTH_JS, "attention-mask"))
+        arrow(tab, "ArrowRight")
+        tour_says(tab, f"Accept (cycle {k})")
+        tab.wait_for_function(f"() => ({SHOWN_VIEWS_JS})().join() === 'accepted-path'", timeout=10_000)
+        wait_in_sight(tab, "accepted-path", px=200)
+        shot(tab, f"r03_slides_accept_{width}.png")
+        tab.locator("#slides input[type=checkbox]").click()
+        tab.wait_for_function(f"() => ({SHOWN_VIEWS_JS})().length === 4", timeout=10_000)
+    finally:
+        tab.close()

@@ -183,3 +183,13 @@ def test_a_picture_the_recorded_run_lacks_is_said_and_the_rest_is_shown(handlers
     assert f"cycles 0 .. {n - 1}" in said and "the end state is shown" in said and "none is picked" in said
     assert out[3].value == nav.instructive_cycle(run) and out[8] is None
     assert out[2].startswith("Recorded run")
+
+
+def test_each_tour_stop_has_its_view_and_slides_show_it_alone():
+    from eagleviz.visuals.explain import TOUR
+
+    assert len(workshop.TOUR_VIEWS) == len(TOUR)
+    for shown in workshop.TOUR_VIEWS:
+        rule = next(r for r in workshop.SLIDES_CSS.split("} ") if f"'{shown}'" in r)
+        hidden = {v for v in workshop.TOUR_VIEWS if f"#{v}" in rule}
+        assert hidden == set(workshop.TOUR_VIEWS) - {shown}

@@ -48,7 +48,7 @@ CSS = (OUTPUT_CSS + " #output-text {min-height: 4em} .ev-explain {font-size: 15p
        # On a phone, Run follows the prompt on the first screen: the presets and their note move below the output.
        "@media (max-width: 640px) {.column:has(> #preset-note) > .form:has(#preset), "
        ".column:has(> #preset-note) > #preset-note {order: 1}} "
-       + workshop.PROJECTOR_CSS)
+       + workshop.PROJECTOR_CSS + " " + workshop.SLIDES_CSS)
 VIEW_CONCURRENCY = 4      # light events (stepping, knobs, import) of different users served side by side
 CACHE_TTL_S = 3600        # Gradio deletes its cached files (uploads, downloads) after this long
 KNOB_DEFAULTS = Knobs(max_new_tokens=presets.PRESET_TOKENS)
@@ -203,11 +203,13 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             path_plot = gr.Plot(label="Accepted path", elem_id="accepted-path", show_label=False,
                                 min_width=VIEW_MIN_WIDTH)
             kv_plot = gr.Plot(label="KV rewind", elem_id="kv-rewind", show_label=False, min_width=VIEW_MIN_WIDTH)
-        with gr.Accordion("Guided tour: one cycle in four steps", open=False, elem_id="tour-section"):
+        with gr.Accordion("Guided tour: one cycle in four steps (the \u2190 \u2192 keys step it)", open=False,
+                          elem_id="tour-section"):
             tour_md = gr.Markdown("Run a prompt, then step through draft, verify, accept and rewind.", elem_id="tour")
             with gr.Row():
                 tour_prev = gr.Button("\u25c0 Tour back", elem_id="tour-prev")
                 tour_next = gr.Button("Tour next \u25b6", elem_id="tour-next")
+                slides = gr.Checkbox(False, label="Slides: the tour's view alone, full width", elem_id="slides")
         with gr.Accordion("Explain these four views, with this cycle's numbers", open=False, elem_id="explain"):
             with gr.Row():
                 tree_md = gr.Markdown(elem_classes="ev-explain")
@@ -293,10 +295,13 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         phase_timer.tick(nav.phase_tick, [run_state, slider, phase, focus],
                          [phase, *figures, phase_playing, phase_timer, phase_btn], **quiet)
         tour_outputs = [tour_state, tour_md, phase, *figures]
+        # Each step brings the view it talks about into sight (in slides mode, the one view shown).
         tour_prev.click(lambda r, i, s, f: nav.tour(r, i, s, -1, f), [run_state, slider, tour_state, focus],
-                        tour_outputs, **quiet)
+                        tour_outputs, **quiet).then(None, tour_md, None, js=workshop.TOUR_VIEW_JS)
         tour_next.click(lambda r, i, s, f: nav.tour(r, i, s, +1, f), [run_state, slider, tour_state, focus],
-                        tour_outputs, **quiet)
+                        tour_outputs, **quiet).then(None, tour_md, None, js=workshop.TOUR_VIEW_JS)
+        slides.change(None, slides, None, js=workshop.SLIDES_JS)
+        demo.load(None, None, None, js=workshop.TOUR_KEYS_JS)
         # The tour's text names the cycle shown: a run (an import, a recorded run) opens on the tour's first step,
         # and a cycle moved to keeps the tour's step. Read from the slider once its own value has changed.
         gr.on([run_btn.click, import_file.upload, recorded.input], lambda: 0, None, tour_state, queue=False, **quiet)

@@ -1,5 +1,5 @@
 """Workshop mode on the page: a link that reproduces a run, recorded runs that replay with no model work,
-and the projector layout.
+the projector layout, and the tour's slides (one view at a time, stepped with the arrow keys).
 
     trace_imported an uploaded trace, shown with the prompt and knobs it was made with
     open_link      on page load: the link's prompt, knobs, preset, model, layout and gallery entry, validated
@@ -37,6 +37,52 @@ PROJECTOR_CSS = (f"body.{PROJECTOR_CLASS} .gradio-container {{zoom: 1.35}} "
                  f"body.{PROJECTOR_CLASS} #output-text {{font-size: 20px}} "
                  f"body.{PROJECTOR_CLASS} .js-plotly-plot .modebar-container {{display: none}}")
 RUN_SIZE = 8 + VIEW_SIZE
+
+# The guided tour beside its pictures. Each stop talks about one view, in the order of the tour (draft, verify,
+# accept, rewind): stepping brings that view into sight, and in slides mode it is the one view shown, at the
+# page's full width, for projecting. The stop is read from the tour's own heading ("Tour 2 \u00b7 Verify ..."):
+# the step itself lives in the server's gr.State, which the browser does not see.
+TOUR_VIEWS = ("draft-tree", "attention-mask", "accepted-path", "kv-rewind")
+SLIDES_CLASS = "ev-slides"
+_TOUR_STOP = ("(text) => { const m = /Tour (\\d)/.exec(String(text || '')); "
+              f"return {list(TOUR_VIEWS)}[m ? Number(m[1]) - 1 : 0]; }}")
+# After a step (`tour`: the tour's text): the view it talks about, in sight; in slides mode, the only one.
+TOUR_VIEW_JS = f"""(tour) => {{
+  const id = ({_TOUR_STOP})(tour), view = document.getElementById(id);
+  document.body.dataset.evSlide = id;
+  if (document.body.classList.contains('{SLIDES_CLASS}')) {{
+    requestAnimationFrame(() => {{ window.dispatchEvent(new Event('resize'));
+                                   if (view) view.scrollIntoView({{block: 'start'}}); }});
+  }} else if (view) view.scrollIntoView({{behavior: 'smooth', block: 'nearest'}});
+  return [];
+}}"""
+# Slides on or off: one view at a time (the tour's stop), drawn again to its new width.
+SLIDES_JS = f"""(on) => {{
+  document.body.classList.toggle('{SLIDES_CLASS}', !!on);
+  const tour = document.getElementById('tour');
+  ({TOUR_VIEW_JS})(tour ? tour.innerText : '');
+  requestAnimationFrame(() => window.dispatchEvent(new Event('resize')));
+  return [];
+}}"""
+SLIDES_CSS = " ".join(
+    f"body.{SLIDES_CLASS}[data-ev-slide='{shown}'] :is({', '.join('#' + v for v in TOUR_VIEWS if v != shown)}) "
+    "{display: none !important}" for shown in TOUR_VIEWS)
+# Left and right arrows step the tour (opening it when closed), unless the focus is where arrows type or move
+# something: a text box, a slider, a list.
+TOUR_KEYS_JS = """() => {
+  document.addEventListener('keydown', (e) => {
+    if (!['ArrowLeft', 'ArrowRight'].includes(e.key) || e.altKey || e.ctrlKey || e.metaKey || e.shiftKey) return;
+    const t = e.target;
+    if (t && (t.isContentEditable || ['INPUT', 'TEXTAREA', 'SELECT'].includes(t.tagName))) return;
+    e.preventDefault();
+    const id = e.key === 'ArrowRight' ? 'tour-next' : 'tour-prev';
+    const press = (tries) => { const b = document.getElementById(id);
+      if (b) b.click(); else if (tries > 0) setTimeout(() => press(tries - 1), 50); };
+    if (!document.getElementById(id)) document.querySelector('#tour-section .label-wrap')?.click();
+    press(40);
+  });
+  return [];
+}"""
 
 
 def gallery_choices() -> list[tuple[str, str]]:
