@@ -1,4 +1,5 @@
-"""The page's handlers that run the model or read files: knobs, presets, run and stop, race, import, the API.
+"""The page's handlers that run the model or read files: knobs, presets, run and stop, race, compare, import, the
+API.
 Each returns values in the order of the outputs it is wired to in `eagleviz.app.ui.build_app`; the work lives in
 `session` (engine side), `pairs` (which model is in memory) and `visuals` (trace -> figures).
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import gradio as gr
 
@@ -23,6 +24,7 @@ from eagleviz.app.session import (RANDOM_HEAD_NOTE, SHARED_NOTE, FastestTree, Kn
                                   read_trace, rerun_with, stream_run, tree_of, why_small_trees, write_trace)
 from eagleviz.trace import RunTrace
 from eagleviz.visuals import summary_figure
+from eagleviz.visuals import compare as compare_vis
 from eagleviz.visuals.explain import stop_text, summary_text, tour_step
 from eagleviz.visuals.output_text import output_tokens
 
@@ -31,6 +33,8 @@ STREAM_EVERY_S = 0.3      # minimum time between two streamed text updates, time
 KNOB_COUNT = 10           # the knobs every handler receives, in Knobs' field order
 RACE_WAITS = ("A run is still going: the race compares a finished run with plain decoding. Press Race again once "
               "the run says Done (or press Stop to end it there).")
+COMPARE_WAITS = ("A run is still going: Compare runs the prompt twice more, so it waits for the page's run. Press "
+                 "Compare again once the run says Done (or press Stop to end it there).")
 PENDING_TTL_S = 600       # a click not followed by its run within this long is forgotten (tab closed, queue full)
 
 
@@ -257,6 +261,32 @@ class Handlers:
         except UserFacingError as exc:
             return f"\u26a0 {exc}"
         return race_text(result, again, fastest)
+
+    def compare(self, stop: StopRequest, pair: str | None, prompt: str, *values) -> tuple:
+        """Setting A (the page's knobs) and setting B (A with B's tree, draft source and temperature) run on the
+        prompt, one after the other, taking turns at the model like any run, within the server's limits.
+        values: the ten knobs (`KNOB_COUNT`), then B's steps, topk, draft tokens, temperature, cost-aware tree
+        and draft source. Outputs: the table, the acceptance histogram, the acceptance rate per position."""
+        skip = gr.skip()
+        if stop.running:
+            gr.Warning(COMPARE_WAITS)
+            return f"\u26a0 {COMPARE_WAITS}", skip, skip
+        try:
+            a = knobs_from(*values[:KNOB_COUNT])
+            steps, topk, draft_tokens, temperature, adaptive, source = values[KNOB_COUNT:]
+            b = replace(a, steps=_number("B steps", steps, int), topk=_number("B topk", topk, int),
+                        draft_tokens=_number("B draft tokens", draft_tokens, int),
+                        temperature=_number("B temperature", temperature, float),
+                        adaptive=_switch("B cost-aware", adaptive), source=str(source))
+            if a == b:
+                return "Setting B is the same as A (the knobs above): change one of B's knobs.", skip, skip
+            with self.pairs.use(pair) as hub:
+                runs = [generate(hub, _prompt(prompt), knobs, self.limits, self.turns) for knobs in (a, b)]
+        except (UserFacingError, MemoryError) as exc:
+            return f"\u26a0 {_message(exc)}", skip, skip
+        stats = compare_vis.compare_stats(*runs)
+        return (compare_vis.compare_table(stats), compare_vis.histogram_figure(stats),
+                compare_vis.positions_figure(stats))
 
     def imported(self, path: str | None) -> tuple:
         if not path:

@@ -174,6 +174,27 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                                      elem_id="link")
                 link_md = gr.Markdown(elem_id="link-text")
             gr.Markdown(limits.describe(), elem_id="limits", elem_classes="ev-limits")
+        with gr.Accordion("Compare two settings on this prompt: accept length, acceptance per position, speed",
+                          open=False, elem_id="compare-section"):
+            gr.Markdown("**A** is the knobs above; **B** is A with these. Compare runs both on the prompt, one after "
+                        "the other, and counts what each cycle accepted.", elem_classes="ev-line")
+            with gr.Row():
+                b_steps = gr.Slider(1, 8, 4, step=1, label="B steps", elem_id="b-steps", min_width=160)
+                b_topk = gr.Slider(1, 8, 1, step=1, label="B topk", elem_id="b-topk", min_width=160)
+                b_draft = gr.Slider(2, limits.max_draft_tokens, min(5, limits.max_draft_tokens), step=1,
+                                    label="B draft tokens", elem_id="b-draft-tokens", min_width=160)
+                b_temperature = gr.Slider(0, 1.5, d.temperature, step=0.05, label="B temperature",
+                                          elem_id="b-temperature", min_width=160)
+            with gr.Row():
+                b_adaptive = gr.Checkbox(False, label="B cost-aware tree", elem_id="b-adaptive", scale=1)
+                b_source = gr.Radio(SOURCE_CHOICES, value="eagle", label="B draft source", elem_id="b-source", scale=2)
+                compare_btn = gr.Button("Compare A and B", elem_id="compare", scale=1)
+            compare_md = gr.Markdown(elem_id="compare-result")
+            with gr.Row():
+                compare_hist = gr.Plot(label="Acceptance histogram", elem_id="compare-histogram", show_label=False,
+                                       min_width=340)
+                compare_pos = gr.Plot(label="Acceptance rate per position", elem_id="compare-positions",
+                                      show_label=False, min_width=340)
 
         # ------------------------------------------------------------ one cycle, one screen
         with gr.Row(equal_height=True, elem_id="cycle-view"):
@@ -318,5 +339,10 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         link_btn.click(lambda p, s, m, e, r, i, f, t, *k: workshop.picture_link(e, r, i, f, t) + workshop.link_for(
             p, s, m if len(pairs.names) > 1 else None, *k), [prompt, preset, pair, recorded, run_state, slider, phase,
                                                             focus, *knobs], link_md, queue=False)
+        # Said at once; the two runs wait for their turns at the model like any run.
+        b_knobs = [b_steps, b_topk, b_draft, b_temperature, b_adaptive, b_source]
+        compare_btn.click(lambda: "Comparing: setting A, then setting B, on this prompt\u2026", None, compare_md,
+                          queue=False, **quiet).then(gpu(h.compare), [stop, pair, prompt, *knobs, *b_knobs],
+                                                     [compare_md, compare_hist, compare_pos], **model)
         gr.api(api_fn, api_name="generate", **model)
     return demo.queue(max_size=limits.queue_size, default_concurrency_limit=VIEW_CONCURRENCY)
