@@ -1,7 +1,7 @@
 """Compare two settings, end to end in headless Chromium: B set to another tree, Compare pressed; the acceptance
 histogram, the acceptance rate per position and the table come back with both settings, and their numbers
 agree with each other and with the server's own run of setting A (the page's Run, exported). The section is
-looked at, and measured to fit, at 1280 x 800 and on a 390 px phone.
+looked at, and measured to fit, at 1280 x 800, on a 390 px phone and at 1024 x 768 in projector mode.
 
 Uses the server and the browser of tests/test_app_browser.py (same requirements). Screenshots go to artifacts/.
 """
@@ -15,7 +15,7 @@ import pytest
 
 from test_app_browser import (CHROMIUM, PROSE_JS, RUN_TIMEOUT_MS, app_url, browser,  # noqa: F401
                               export, open_accordion, page, prose, run_and_wait, set_number, shot)
-from test_workshop_browser import LONG_PROMPT, MISFITS_JS
+from test_workshop_browser import LONG_PROMPT, MISFITS_JS, set_projector
 
 pytestmark = [
     pytest.mark.browser,
@@ -120,6 +120,14 @@ def test_compare_two_trees_side_by_side(page, tmp_path):
     shot(page, "c04_compare_figures_390.png")
     page.locator("#compare-positions").scroll_into_view_if_needed()
     shot(page, "c05_compare_positions_390.png")
+    page.set_viewport_size({"width": 1024, "height": 768})   # a classroom projector, large text
+    page.locator("#workshop").scroll_into_view_if_needed()
+    open_accordion(page, "Workshop")
+    set_projector(page, True)
+    page.wait_for_timeout(1500)
+    assert misfits(page) == [], "1024 x 768, projector"
+    page.locator("#compare-histogram").scroll_into_view_if_needed()
+    shot(page, "c06_compare_projector_1024.png")
 
 
 def test_compare_during_a_run_is_refused_in_plain_words(page):
