@@ -1,7 +1,8 @@
 """A room of laptops, end to end in headless Chromium: a link opens a recorded run at one picture (cycle, phase,
 picked token) with no model work, and the page offers the link to the picture it shows; a preset says that
 one click restores it; the tour brings each view it talks about into sight, steps with the arrow keys, and
-shows one view at a time, full width, in slides mode.
+shows one view at a time, full width, in slides mode; the words a learner meets link to a glossary, and the
+page's icons draw without an emoji font.
 
 Uses the server and the browser of tests/test_app_browser.py (same requirements: Debian's chromium and the
 Python `playwright` package). Screenshots go to artifacts/.
@@ -15,7 +16,7 @@ import pytest
 
 from test_app_browser import (CHROMIUM, PROSE_JS, app_url, browser, open_accordion, open_page, page,  # noqa: F401
                               prose, shot)
-from test_workshop_browser import wait_for_cycle, wait_in_sight
+from test_workshop_browser import SCROLLED_JS, wait_for_cycle
 
 pytestmark = [
     pytest.mark.browser,
@@ -23,6 +24,15 @@ pytestmark = [
                                                            "fonts-dejavu-core"),
 ]
 WORKSHOP = "Workshop: recorded runs, a link to these settings, projector"
+# The element's top inside the window (within a pixel: a scroll may land between two) with `px` of it below.
+IN_SIGHT_JS = ("([id, px]) => { const b = document.getElementById(id).getBoundingClientRect(); "
+               "return b.height > 0 && b.top >= -1 && b.top + Math.min(px, b.height) <= window.innerHeight + 1; }")
+
+
+def wait_in_sight(page, elem_id: str, px: int) -> None:
+    page.wait_for_function(IN_SIGHT_JS, arg=[elem_id, px], timeout=10_000)
+    page.evaluate(SCROLLED_JS)
+    assert page.evaluate(IN_SIGHT_JS, [elem_id, px]), elem_id
 
 
 def a_picture():
@@ -143,5 +153,38 @@ def test_the_tour_shows_each_view_it_talks_about_steps_with_the_arrows_and_makes
         shot(tab, f"r03_slides_accept_{width}.png")
         tab.locator("#slides input[type=checkbox]").click()
         tab.wait_for_function(f"() => ({SHOWN_VIEWS_JS})().length === 4", timeout=10_000)
+    finally:
+        tab.close()
+
+
+# The entry's paragraph: lit, and its top inside the window.
+ENTRY_SHOWN_JS = ("(id) => { const a = document.getElementById(id), p = a && a.closest('p'); if (!p) return false; "
+                  "const b = p.getBoundingClientRect(); return p.classList.contains('ev-glossary-hit') && b.height > 0 "
+                  "&& b.top >= 0 && b.bottom <= window.innerHeight; }")
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (390, 844)])
+def test_the_words_a_learner_meets_link_to_the_glossary(browser, app_url, width, height):
+    tab = open_picture(browser, app_url, "?gallery=story", width, height)
+    try:
+        pages = len(tab.context.pages)
+        # from the intro at the top of the page: the glossary opens at the bottom, its entry in sight and lit
+        tab.locator("#intro a[href='#g-kv']").click()
+        tab.wait_for_function(ENTRY_SHOWN_JS, arg="g-kv", timeout=10_000)
+        assert "keys and values" in tab.locator("#glossary-text").inner_text()
+        assert len(tab.context.pages) == pages                    # no new tab for a word
+        shot(tab, f"r04_glossary_entry_{width}.png")
+        # from the explanations of a cycle: their first use of a term
+        open_accordion(tab, "Explain these four views, with this cycle's numbers")
+        link = tab.locator("#explain a[href^='#g-']").first
+        target = link.get_attribute("href")[1:]
+        link.scroll_into_view_if_needed()
+        link.click()
+        tab.wait_for_function(ENTRY_SHOWN_JS, arg=target, timeout=10_000)
+        # the play button's pause sign is a character DejaVu Sans has, not an emoji
+        tab.locator("#play").click()
+        tab.wait_for_function("() => document.querySelector('#play').innerText.includes('Pause')", timeout=10_000)
+        assert "\u275a" in tab.locator("#play").inner_text()
+        tab.locator("#play").click()
     finally:
         tab.close()

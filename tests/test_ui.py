@@ -106,7 +106,7 @@ def test_run_streams_then_finishes(finished):
     assert len(streamed_first) == 1   # the first cycle's figures are sent as soon as it is recorded
     final = steps[-1]
     assert isinstance(run, RunTrace) and run.cycles and final[2].startswith("Done")
-    assert "\u03c4 =" in final[4]                               # summary with tau
+    assert "[\u03c4](#g-tau) =" in final[4]                    # summary with tau, linked to the glossary
     assert [text for text, _ in final[1]] == [t.text for t in run.output]   # one item per token
     assert read_trace(final[6]).token_ids == run.token_ids     # the export file reloads to the same run
     slider = final[3]

@@ -107,7 +107,7 @@ def test_the_queue_notice_counts_only_runs_that_exist_and_goes_when_the_run_is_d
         set_number(second, "max-new-tokens", 8)
         second.click("#run")
         second.wait_for_function(f"() => ({PROSE_JS})('queue-note').includes('ahead')", timeout=30_000)
-        assert prose(second, "queue-note").startswith("\u23f3 1 run(s) ahead"), prose(second, "queue-note")
+        assert prose(second, "queue-note").startswith("\u25f7 1 run(s) ahead"), prose(second, "queue-note")
         assert prose(first, "status").startswith("Running")
         shot(second, "w02_queue_notice.png")
         second.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Done')", timeout=RUN_TIMEOUT_MS)

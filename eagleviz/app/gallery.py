@@ -91,8 +91,11 @@ def entries(folder: str | Path = GALLERY_DIR) -> tuple[GalleryEntry, ...]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise GalleryError(f"no gallery here: {path} is missing (scripts/record_gallery.py records it)") from exc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise GalleryError(f"the gallery index {path} cannot be read: {str(exc)[:200]}") from exc
+    except json.JSONDecodeError as exc:   # said in words: a visitor may read it, the parser's text is for coders
+        raise GalleryError(f"the recorded runs' index {path.name} cannot be read: it is not valid JSON (line "
+                           f"{exc.lineno}); scripts/record_gallery.py writes it again") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GalleryError(f"the recorded runs' index {path.name} cannot be read on this server") from exc
     if not isinstance(data, dict) or data.get("version") != INDEX_VERSION or not isinstance(data.get("entries"), list):
         raise GalleryError(f"the gallery index {path} is not a version-{INDEX_VERSION} index")
     try:

@@ -17,7 +17,8 @@ from eagleviz.app import presets
 from eagleviz.decoding import race as race_mod
 from eagleviz.errors import UserFacingError
 from eagleviz.app.limits import Limits
-from eagleviz.app.navigation import VIEW_SIZE, opening, view_values
+from eagleviz.app.glossary import link_terms
+from eagleviz.app.navigation import VIEW_SIZE, opening, tour_text, view_values
 from eagleviz.app.pairs import PairHub
 from eagleviz.app.scheduler import Turns
 from eagleviz.app.session import (RANDOM_HEAD_NOTE, SHARED_NOTE, FastestTree, Knobs, fastest_tree, generate, race_run,
@@ -25,7 +26,7 @@ from eagleviz.app.session import (RANDOM_HEAD_NOTE, SHARED_NOTE, FastestTree, Kn
 from eagleviz.trace import RunTrace
 from eagleviz.visuals import summary_figure
 from eagleviz.visuals import compare as compare_vis
-from eagleviz.visuals.explain import stop_text, summary_text, tour_step
+from eagleviz.visuals.explain import stop_text, summary_text
 from eagleviz.visuals.output_text import output_tokens
 
 STREAM_EVERY_S = 0.3      # minimum time between two streamed text updates, times the runs in progress (thirty
@@ -155,9 +156,9 @@ class Handlers:
             return ""
         gallery = "Meanwhile the **recorded runs** (Workshop, above) replay instantly, with no model work."
         if ahead >= self.limits.active_runs:
-            return (f"\u23f3 {ahead} run(s) ahead of yours; this server runs {self.limits.active_runs} at a time, "
+            return (f"\u25f7 {ahead} run(s) ahead of yours; this server runs {self.limits.active_runs} at a time, "
                     f"taking turns cycle by cycle. {gallery}")
-        return (f"\u23f3 {ahead} run(s) ahead of yours share the model: each takes one cycle in turn, so yours shows "
+        return (f"\u25f7 {ahead} run(s) ahead of yours share the model: each takes one cycle in turn, so yours shows "
                 f"its first cycle after about {ahead} other cycles, then advances at 1/{ahead + 1} of its own speed. "
                 f"{gallery}")
 
@@ -235,8 +236,8 @@ class Handlers:
         notes = "".join(f"\n\n{_mark(n)} {n}" for n in getattr(run, "notes", []))
         status = f"Done: {stop_text(run)}.{note}{notes}"
         i, view = shown or opening(run)
-        tour = tour_step(run, run.cycles[i], 0) if run.cycles else ""
-        return (run, output_tokens(run), status, _slider(run, i), summary_text(run), summary_figure(run, i),
+        tour = tour_text(run, i, 0) if run.cycles else ""
+        return (run, output_tokens(run), status, _slider(run, i), link_terms(summary_text(run)), summary_figure(run, i),
                 write_trace(run), tour, *view)
 
     # ---------------------------------------------------------------- race, import, API
@@ -347,7 +348,7 @@ def race_text(result: race_mod.RaceResult, fastest_run: RunTrace | None, fastest
 
 def _mark(note: str) -> str:
     """The sign before a run's note: a clock for the time it waited for its turns, a warning for the rest."""
-    return "\u23f1" if note.startswith(SHARED_NOTE) else "\u26a0"
+    return "\u25f7" if note.startswith(SHARED_NOTE) else "\u26a0"
 
 
 def _prompt(prompt) -> str:

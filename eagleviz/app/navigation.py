@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from eagleviz.app import glossary
 from eagleviz.trace import CycleTrace, RunTrace
 from eagleviz.visuals import cycle_view, empty_view, summary_figure
 from eagleviz.visuals.explain import TOUR, tour_step
@@ -38,9 +39,10 @@ def view_values(run: RunTrace | None, index: int, slot: int | None = None) -> tu
     their four texts, the replay and its text."""
     view = cycle_view(run, int(index or 0), slot=slot) if run is not None else empty_view()
     help_ = view.focus_text or (TOKEN_HELP if run is not None and run.cycles else "")
+    words = glossary.link_terms   # the explanations' first uses of a term link to the glossary
     return (slot, view.caption, view.tokens, phase_slider(view.frames), view.phase_text, help_,
-            view.tree, view.mask, view.path, view.kv, view.tree_text, view.mask_text, view.path_text,
-            view.kv_text, view.replay, view.replay_text)
+            view.tree, view.mask, view.path, view.kv, words(view.tree_text), words(view.mask_text),
+            words(view.path_text), words(view.kv_text), view.replay, words(view.replay_text))
 
 
 VIEW_SIZE = len(view_values(None, 0))
@@ -149,7 +151,7 @@ def step(run: RunTrace | None, index: float, delta: int) -> tuple:
 def play(run: RunTrace | None, playing: bool) -> tuple:
     """Outputs: playing, timer, play button."""
     playing = bool(run is not None and len(run.cycles) > 1 and not playing)
-    return playing, gr.Timer(active=playing), gr.Button("\u23f8 Pause" if playing else "\u25b6 Play cycles")
+    return playing, gr.Timer(active=playing), gr.Button("\u275a\u275a Pause" if playing else "\u25b6 Play cycles")
 
 
 def tick(run: RunTrace | None, index: float) -> tuple:
@@ -193,7 +195,7 @@ def phase_play(run: RunTrace | None, index: float, frame: float, playing: bool) 
     cycle = run.cycles[_clamp(run, index)]
     last = len(frames(cycle)) - 1
     start = 0 if int(frame or 0) >= last else int(frame or 0)
-    return True, gr.Timer(active=True), gr.Button("\u23f8 Pause phases"), gr.Slider(value=start)
+    return True, gr.Timer(active=True), gr.Button("\u275a\u275a Pause phases"), gr.Slider(value=start)
 
 
 def phase_tick(run: RunTrace | None, index: float, frame: float, slot: int | None) -> tuple:
@@ -225,7 +227,7 @@ def tour(run: RunTrace | None, index: float, step_: int, delta: int, slot: int |
     step_ = (step_ + delta) % len(TOUR)
     i = _clamp(run, index)
     frame = tour_frame(run.cycles[i], step_)
-    return (step_, tour_step(run, run.cycles[i], step_), gr.Slider(value=frame),
+    return (step_, tour_text(run, i, step_), gr.Slider(value=frame),
             *figure_values(run, i, frame, slot))
 
 
@@ -234,5 +236,9 @@ def tour_shown(run: RunTrace | None, index: float, step_: int):
     Output: tour text."""
     if run is None or not run.cycles:
         return gr.skip()
-    i = _clamp(run, index)
-    return tour_step(run, run.cycles[i], step_)
+    return tour_text(run, _clamp(run, index), step_)
+
+
+def tour_text(run: RunTrace, index: int, step_: int) -> str:
+    """The tour's stop `step_` on cycle `index`, its first uses of a term linked to the glossary."""
+    return glossary.link_terms(tour_step(run, run.cycles[index], step_))

@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from eagleviz.app.glossary import link_terms
+
 PRESET_TOKENS = 48  # the page's default max new tokens: what a preset's claim is measured at
 
 
@@ -109,9 +111,9 @@ def by_name() -> dict[str, Preset]:
 
 
 def note(preset: Preset) -> str:
-    """The preset's note with the measured figures filled in."""
-    return preset.note.format(near_tie_cpu=NEAR_TIE_CPU, tree=preset.tree_label,
-                              **{k: f"{v:.1f}" for k, v in MEASURED_TAU.items()})
+    """The preset's note with the measured figures filled in, its first uses of a term linked to the glossary."""
+    return link_terms(preset.note.format(near_tie_cpu=NEAR_TIE_CPU, tree=preset.tree_label,
+                                         **{k: f"{v:.1f}" for k, v in MEASURED_TAU.items()}))
 
 
 def matching(prompt: str, settings) -> Preset | None:

@@ -306,7 +306,7 @@ def read_trace(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS) -> RunT
                                   "on this server")
         data = path.read_bytes()
     except OSError as exc:
-        raise UserFacingError(f"the uploaded file could not be read ({exc.__class__.__name__})") from exc
+        raise UserFacingError("the file could not be read on the server") from exc
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

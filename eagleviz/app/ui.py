@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import gradio as gr
 
+from eagleviz.app import glossary
 from eagleviz.app import navigation as nav
 from eagleviz.app import presets
 from eagleviz.app import workshop
@@ -36,7 +37,8 @@ from eagleviz.visuals.output_text import COLOURS as OUTPUT_COLOURS
 INTRO = ("# eagleviz: EAGLE speculative decoding, cycle by cycle\n"
          "A small **draft** head guesses a *tree* of next tokens; the big **target** model checks the whole tree "
          "in one forward, keeps the longest agreeing path, adds one **bonus** token of its own, and rewinds its "
-         "KV cache. Every figure is drawn from the recorded run, nothing is simulated.")
+         "KV cache. Every figure is drawn from the recorded run, nothing is simulated. A linked word opens the "
+         "glossary at the bottom of the page.")
 AUTOPLAY_EVERY_S = 1.5
 PHASE_EVERY_S = 0.9
 # The output keeps the text's layout (line breaks, indentation): tokens sit edge to edge in a monospace font.
@@ -48,7 +50,7 @@ CSS = (OUTPUT_CSS + " #output-text {min-height: 4em} .ev-explain {font-size: 15p
        # On a phone, Run follows the prompt on the first screen: the presets and their note move below the output.
        "@media (max-width: 640px) {.column:has(> #preset-note) > .form:has(#preset), "
        ".column:has(> #preset-note) > #preset-note {order: 1}} "
-       + workshop.PROJECTOR_CSS + " " + workshop.SLIDES_CSS)
+       + workshop.PROJECTOR_CSS + " " + workshop.SLIDES_CSS + " " + glossary.CSS)
 VIEW_CONCURRENCY = 4      # light events (stepping, knobs, import) of different users served side by side
 CACHE_TTL_S = 3600        # Gradio deletes its cached files (uploads, downloads) after this long
 KNOB_DEFAULTS = Knobs(max_new_tokens=presets.PRESET_TOKENS)
@@ -110,7 +112,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
     with gr.Blocks(title="eagleviz: EAGLE speculative decoding", delete_cache=(CACHE_TTL_S, CACHE_TTL_S)) as demo:
         run_state, tour_state, stop = gr.State(None), gr.State(0), gr.State(StopRequest())
         playing, phase_playing, focus = gr.State(False), gr.State(False), gr.State(None)
-        gr.Markdown(INTRO + (f"\n\n{note}" if note else ""))
+        gr.Markdown(glossary.link_terms(INTRO) + (f"\n\n{note}" if note else ""), elem_id="intro")
         link_note = gr.Markdown(elem_id="link-note")  # what a shared link could not restore, at the top
         with gr.Row(visible=len(pairs.names) > 1):
             pair = gr.Dropdown(pairs.names, value=pairs.default, label="model and draft head", elem_id="pair",
@@ -258,6 +260,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                 import_file = gr.File(label="Import a trace (JSON)", file_types=[".json"], type="filepath",
                                       elem_id="import")
             flags = gr.Code(language="shell", label="Launch flags for these knobs", elem_id="launch-flags")
+        with gr.Accordion("Glossary: the words this page uses", open=False, elem_id="glossary"):
+            gr.Markdown(glossary.markdown(), elem_id="glossary-text")
         timer = gr.Timer(AUTOPLAY_EVERY_S, active=False)
         phase_timer = gr.Timer(PHASE_EVERY_S, active=False)
 
@@ -323,6 +327,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                         tour_outputs, **quiet).then(None, tour_md, None, js=workshop.TOUR_VIEW_JS)
         slides.change(None, slides, None, js=workshop.SLIDES_JS)
         demo.load(None, None, None, js=workshop.TOUR_KEYS_JS)
+        demo.load(None, None, None, js=glossary.LINKS_JS)
         # The tour's text names the cycle shown: a run (an import, a recorded run) opens on the tour's first step,
         # and a cycle moved to keeps the tour's step. Read from the slider once its own value has changed.
         gr.on([run_btn.click, import_file.upload, recorded.input], lambda: 0, None, tour_state, queue=False, **quiet)

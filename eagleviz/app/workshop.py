@@ -53,7 +53,10 @@ TOUR_VIEW_JS = f"""(tour) => {{
   if (document.body.classList.contains('{SLIDES_CLASS}')) {{
     requestAnimationFrame(() => {{ window.dispatchEvent(new Event('resize'));
                                    if (view) view.scrollIntoView({{block: 'start'}}); }});
-  }} else if (view) view.scrollIntoView({{behavior: 'smooth', block: 'nearest'}});
+  }} else if (view) {{   // its top first where it is taller than the window (a deep tree, a phone)
+    const tall = view.getBoundingClientRect().height > window.innerHeight;
+    view.scrollIntoView({{behavior: 'smooth', block: tall ? 'start' : 'nearest'}});
+  }}
   return [];
 }}"""
 # Slides on or off: one view at a time (the tour's stop), drawn again to its new width.
