@@ -34,3 +34,17 @@ def test_a_plain_step_leaves_the_prefill_out(monkeypatch):
         assert abs(measured.step_ms - 6.0) < 1e-9
         assert abs(measured.verify_cost(1) - 5.0 / 6.0) < 1e-9 and abs(measured.verify_cost(8) - 12.0 / 6.0) < 1e-9
         assert abs(measured.draft_level - 1.0 / 6.0) < 1e-9 and abs(measured.overhead - 1.0 / 6.0) < 1e-9
+
+
+def test_a_price_list_is_kept_per_cpu_vector_unit(monkeypatch):
+    """An emulated AVX2 run (or a second machine sharing the cache) measures its own prices."""
+    import dataclasses
+
+    from kernels import capability
+    from tiny import tiny_engine
+
+    engine = tiny_engine("llama", vocab=8)
+    native = costs.key(engine)
+    emulated = dataclasses.replace(capability.detect(), emulating="avx2", vector_isa="AVX2")
+    monkeypatch.setattr(capability, "detect", lambda: emulated)
+    assert costs.key(engine) != native

@@ -25,6 +25,7 @@ import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.paths import cache_dir
+from kernels import capability
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 VERSION = 2  # 2: a plain step leaves the prefill out (lists of version 1 are measured again)
@@ -136,14 +137,19 @@ def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
 
 
 def key(engine) -> str:
-    """What a price list depends on: model, head, dtypes, how the products compute, device, thread count."""
+    """What a price list depends on: model, head, dtypes, how the products compute, device, thread count, and
+    the CPU's vector unit (a cache shared by two machines, or an emulated AVX2 run, must not borrow the other's
+    prices: from blocks, AVX2 verifies 16 tokens for 7 single steps where AVX-512 takes 4)."""
     t = engine.target
     parts = [t.name, engine.head_name, str(t.dtype), str(t.kv_dtype), str(t.device), str(torch.get_num_threads()),
              "compiled" if t.ops is not None else "torch", engine.attn_impl]
-    if t.weights != "dense":  # (dense keys unchanged: price lists kept before blocks existed stay valid)
+    if t.weights != "dense":
         parts += [t.weights, t.activations, "head-q8_0"]  # the head's products from Q8_0 blocks too
     if t.device.type == "cuda":
         parts.append(torch.cuda.get_device_name(t.device))
+    else:
+        cpu = capability.detect()
+        parts += [cpu.cpu_name, cpu.vector_isa, cpu.emulating or "native"]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 

@@ -152,8 +152,9 @@ def choose_weights(weights: str, model: str, dtype: str, device: str) -> bool:
 
     auto takes the blocks where `dtype="auto"` would otherwise mean fp32 on a CPU: one without native bf16 that
     oneDNN packs (AVX2 only, say), for a model stored in blocks. There the blocks decode ~4x faster than fp32
-    (docs/performance.md entry 24). On a CPU with native bf16, bf16 linears stay the default: plain decoding
-    from blocks is faster still, but verifying a tree costs so much more per row that EAGLE then loses to it."""
+    (docs/performance.md entry 24). On a CPU with native bf16, bf16 linears stay the default, the numerics the
+    presets' quotes and the recorded runs were measured in; there the blocks decode faster still, plain and
+    EAGLE, but a tree's verification costs more per row, so EAGLE gains less over its plain loop (entry 25)."""
     if weights not in WEIGHTS:
         raise UserFacingError(f"weights must be one of {WEIGHTS}, got {weights!r}")
     on_cpu = check_device(device).type == "cpu"
