@@ -1,5 +1,6 @@
 """Measure the app's latency budgets (targets: first cycle's figures within 2 s of Run; stepping between
-recorded cycles, picking a token and stepping through a cycle's phases under 200 ms of server time).
+recorded cycles, picking a token, stepping through a cycle's phases and through the guided tour under 200 ms
+of server time).
 
     python scripts/measure_ui_latency.py                 # server side only
     python scripts/measure_ui_latency.py --browser       # also click Run in headless Chromium
@@ -7,7 +8,8 @@ recorded cycles, picking a token and stepping through a cycle's phases under 200
 Server side, "first figures" is the time from calling the Run handler to the yield that carries cycle 0's
 figures, plus serialising those figures to JSON (what Gradio sends). "Step" is one Next-button handler
 call for every recorded cycle, "pick" one token picked in each cycle (the four figures redrawn with it
-outlined), "phase" every frame of every cycle (as Play phases draws them), with the same serialisation. The browser measurement is wall time from the
+outlined), "phase" every frame of every cycle (as Play phases draws them), "tour" every stop of the guided tour on every
+cycle, with the same serialisation. The browser measurement is wall time from the
 click on Run until cycle 0's caption and figures are in the page and painted (network, queue, rendering
 included).
 """
@@ -81,6 +83,17 @@ def phase_ms(run) -> list[float]:
     return times
 
 
+def tour_ms(run) -> list[float]:
+    """Every stop of the guided tour on every cycle, forward (its text and the four figures at its phase)."""
+    times = []
+    for i in range(len(run.cycles)):
+        for stop in range(len(nav.TOUR)):
+            start = time.perf_counter()
+            serialise(nav.tour(run, i, stop, +1))
+            times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
 def describe(name: str, times: list[float]) -> str:
     times = sorted(times)
     return (f"server: {name}: median {statistics.median(times):.0f} ms, p95 {times[int(0.95 * (len(times) - 1))]:.0f} "
@@ -138,13 +151,14 @@ def main() -> None:
     hub = EngineHub(engine)
     h = Handlers(as_pairs(hub))
     knobs = (5, 4, 16, 0.0, 1.0, args.max_new_tokens, 0, "auto")
-    firsts, steps, picks, phases = [], [], [], []
+    firsts, steps, picks, phases, tours = [], [], [], [], []
     for _ in range(args.repeats):
         first, run = first_figures_s(h, knobs)
         firsts.append(first)
         steps += step_ms(run)
         picks += pick_ms(run)
         phases += phase_ms(run)
+        tours += tour_ms(run)
     print(f"engine: {engine.target.name}, {engine.target.dtype}, {torch.get_num_threads()} threads, head "
           f"{engine.head_name}; knobs steps=5 topk=4 "
           f"draft_tokens=16, {args.max_new_tokens} new tokens, {len(run.cycles)} cycles per run")
@@ -153,6 +167,7 @@ def main() -> None:
     print(describe("step between cycles", steps))
     print(describe("pick a token (four figures outlined)", picks))
     print(describe("one phase of a cycle", phases))
+    print(describe("one stop of the guided tour", tours))
     if args.browser:
         times = browser_first_figures_s(hub, knobs, args.repeats)
         print(f"browser: Run click to cycle 0's draft tree: median {statistics.median(times):.2f} s "
