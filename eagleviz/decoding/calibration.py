@@ -164,8 +164,9 @@ class HeadCalibration:
 
 def file_for(weights: str = "dense") -> str:
     """The calibration's file name for a target whose products compute this way (`TargetModel.weights`): a
-    target computing from its file's blocks with int8 activations accepts a little less of what the head
-    proposes (its features and logits carry the rounding), so it has its own table where one was fitted."""
+    target computing from its file's blocks with int8 activations has its own table where one was fitted (its
+    features and logits carry the rounding; for the shipped head the two tables agree within a few points,
+    docs/tree-policy.md)."""
     return FILE if weights == "dense" else f"calibration-{weights}.json"
 
 

@@ -112,7 +112,7 @@ def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
     fwd = forward_ms(engine.target, sizes=sizes)
     sampling = SamplingConfig(max_new_tokens=tokens)
     plain = engine.generate(PROBE_PROMPT, None, sampling)
-    # the prompt's prefill is not a step (from weight blocks it costs as much as a dozen steps here)
+    # the prompt's prefill is not a step (from weight blocks the probe's costs about five steps here)
     step_ms = (plain.wall_s * 1e3 - plain.prefill_ms) / max(len(plain.output), 1)
     step_ms = max(step_ms, fwd[1])  # a plain step is at least its forward
     draft_level, overhead = 0.05, 0.05

@@ -58,8 +58,9 @@ def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "au
     draft_vocab: draft among the N most frequent tokens (`eagleviz.models.hot_vocab`, needs the head's
     hot-tokens.json); None uses DEFAULT_HOT_SIZE when the head ships a ranking, 0 the whole draft vocabulary.
     The engine's cost-aware trees value nodes with the head's calibration (calibration.json, or the table
-    fitted for a target computing from blocks: `calibration.file_for`; EAGLE-2's assumption without one) and price them with this machine's costs, measured once and kept (`eagleviz.decoding.costs`;
-    `progress` hears when they are measured). weights: how the target's linears compute
+    fitted for a target computing from blocks: `calibration.file_for`; EAGLE-2's assumption without one) and
+    price them with this machine's costs, measured once and kept (`eagleviz.decoding.costs`; `progress` hears
+    when they are measured). weights: how the target's linears compute
     (`eagleviz.models.loading.choose_weights`)."""
     try:  # before minutes of loading
         runnable_impl(attn_impl, check_device(device))
