@@ -20,6 +20,7 @@ import json
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from functools import cached_property
 
 import torch
 
@@ -56,6 +57,16 @@ class CostModel:
         return cls(verify=((1, 1.0), (64, 1.3)), draft_level=0.05, overhead=0.05)
 
     def verify_cost(self, n: int) -> float:
+        table = self._table
+        return table[n] if 0 <= n < len(table) else self._interpolate(n)
+
+    @cached_property
+    def _table(self) -> tuple[float, ...]:
+        """verify_cost(n) for n up to the last measured size: a cost-aware tree asks for it a few dozen times
+        a cycle."""
+        return tuple(self._interpolate(n) for n in range(self.verify[-1][0] + 1))
+
+    def _interpolate(self, n: int) -> float:
         sizes = [s for s, _ in self.verify]
         costs = [c for _, c in self.verify]
         if len(sizes) == 1:
