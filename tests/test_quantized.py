@@ -143,15 +143,16 @@ def test_a_tree_nodes_logits_are_plain_decodings(pair, prefix, act):
         cache.length = prefix
 
 
-@pytest.mark.parametrize("native,packing,dtype,stored,want", [
-    (False, False, "auto", True, True),    # an AVX2-only CPU: the embedded model decodes from its blocks
-    (True, False, "auto", True, True),     # native bf16 that oneDNN does not pack: no better than fp32 there
-    (True, True, "auto", True, False),     # native bf16 that packs: bf16 linears (EAGLE pays there)
-    (False, False, "float32", True, False),  # an explicit dtype is honoured with dense linears
-    (False, False, "auto", False, False),  # a model not stored in blocks
+@pytest.mark.parametrize("native,packing,compiler,dtype,stored,want", [
+    (False, False, "cc", "auto", True, True),    # an AVX2-only CPU: the embedded model decodes from its blocks
+    (True, False, "cc", "auto", True, True),     # native bf16 that oneDNN does not pack
+    (True, True, "cc", "auto", True, True),      # native bf16 that packs: the blocks all the same (one numerics)
+    (True, True, None, "auto", True, False),     # no compiler to build the blocks' products: bf16 linears
+    (False, False, "cc", "float32", True, False),  # an explicit dtype is honoured with dense linears
+    (False, False, "cc", "auto", False, False),  # a model not stored in blocks
 ])
-def test_auto_weights_follow_the_cpu_and_the_model(monkeypatch, native, packing, dtype, stored, want):
-    cpu = dataclasses.replace(capability.detect(), native_bf16=native, bf16_packing=packing)
+def test_auto_weights_take_the_blocks_on_any_cpu(monkeypatch, native, packing, compiler, dtype, stored, want):
+    cpu = dataclasses.replace(capability.detect(), native_bf16=native, bf16_packing=packing, compiler=compiler)
     monkeypatch.setattr(capability, "detect", lambda: cpu)
     monkeypatch.setattr(loading, "stored_in_blocks", lambda model: stored)
     assert loading.choose_weights("auto", "embedded", dtype, "cpu") is want

@@ -150,20 +150,19 @@ def stored_in_blocks(model: str) -> bool:
 def choose_weights(weights: str, model: str, dtype: str, device: str) -> bool:
     """True when the linears should compute from blocks (see `WEIGHTS`); a request that cannot be met is one line.
 
-    auto takes the blocks where `dtype="auto"` would otherwise mean fp32 on a CPU: one without native bf16 that
-    oneDNN packs (AVX2 only, say), for a model stored in blocks. There the blocks decode ~4x faster than fp32
-    (docs/performance.md entry 24). On a CPU with native bf16, bf16 linears stay the default, the numerics the
-    presets' quotes and the recorded runs were measured in; there the blocks decode faster still, plain and
-    EAGLE, but a tree's verification costs more per row, so EAGLE gains less over its plain loop (entry 25)."""
+    auto takes the blocks on any CPU, for a model stored in blocks, unless a dtype was asked for or no C compiler
+    is there to build their products (then bf16 where the CPU has it natively, else fp32). From blocks every
+    CPU computes the same numbers (the products' sums run in one fixed order on AVX-512, AVX2 and plain C), a
+    token's logits do not depend on its batch, so EAGLE equals plain decoding bit for bit, and decoding is the
+    fastest this project measured on a CPU: plain 1.46x bf16's on AVX-512 with native bf16, ~4x fp32's on an
+    AVX2-only CPU (docs/performance.md, entries 24 and 25)."""
     if weights not in WEIGHTS:
         raise UserFacingError(f"weights must be one of {WEIGHTS}, got {weights!r}")
     on_cpu = check_device(device).type == "cpu"
     if weights == "dense":
         return False
     if weights == "auto":
-        cpu = capability.detect()
-        return (on_cpu and dtype == "auto" and not (cpu.native_bf16 and cpu.bf16_packing)
-                and stored_in_blocks(model))
+        return on_cpu and dtype == "auto" and capability.detect().compiler is not None and stored_in_blocks(model)
     if not on_cpu:
         raise UserFacingError("--weights blocks computes on a CPU (kernels/quant_ops.c); on a GPU use --weights dense")
     if dtype not in ("auto", "float32"):
