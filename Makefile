@@ -36,12 +36,12 @@ run: $(STAMP)
 	EAGLEVIZ_THREADS=$${EAGLEVIZ_THREADS:-1} $(PY) app.py
 
 # The suites whose results depend on what the CPU can do (dtype choice, packing, the C operations, the
-# quantized products and the blocks path's bitwise promise, the engine on tiny models), run again as an
-# AVX2-only CPU runs them
+# quantized products and the blocks path's bitwise promise, the engine on tiny models, the presets' quoted
+# taus, which the blocks give alike on every CPU), run again as an AVX2-only CPU runs them
 # (EAGLEVIZ_CPU=avx2: torch's kernels and oneDNN held to AVX2, C code built for Haswell; kernels/capability.py).
 AVX2_TESTS := tests/test_capability.py tests/test_dense.py tests/test_cpu_ops.py tests/test_quant_ops.py \
 	tests/test_quantized.py tests/test_lossless_blocks.py tests/test_models.py tests/test_limits.py \
-	tests/test_gpu_check.py tests/test_engine.py tests/test_bench.py
+	tests/test_gpu_check.py tests/test_engine.py tests/test_bench.py tests/test_presets.py
 
 test: $(STAMP) browser
 	$(PY) -m pytest -q -m "not slow" --durations=15

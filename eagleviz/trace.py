@@ -134,6 +134,12 @@ class OutputToken:
     source: str         # "prefill", "draft" (accepted draft token) or "bonus"
 
 
+def numerics(weights: str, dtype: str) -> str:
+    """How a target computed: "weight blocks" (the model file's Q4_1/Q8_0 blocks, int8 activations; the
+    trace's dtype, float32, is then only the activations' and the cache's) or the dtype of its dense weights."""
+    return "weight blocks" if weights == "blocks" else dtype
+
+
 @dataclass
 class RunTrace:
     prompt: str
@@ -173,6 +179,11 @@ class RunTrace:
 
     def summary(self) -> dict:
         return summarize(self)
+
+    @property
+    def numerics(self) -> str:
+        """How the target computed, in a few words: "weight blocks" or its dtype (`numerics`)."""
+        return numerics(self.weights, self.dtype)
 
     def to_dict(self) -> dict:
         return plain(self) | {"summary": self.summary()}

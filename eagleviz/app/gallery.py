@@ -81,7 +81,7 @@ def describe(run: RunTrace) -> str:
     s, sampling, tree = run.summary(), run.config["sampling"], run.config.get("tree")
     shape = f"tree {tree['steps']} / {tree['topk']} / {tree['draft_tokens']}" if tree else "plain decoding"
     return (f"tau {s['tau']:.2f}: {s['new_tokens']} new tokens in {s['num_cycles']} cycles, {shape}, "
-            f"T = {sampling['temperature']:g}, {run.dtype}")
+            f"T = {sampling['temperature']:g}, {run.numerics}")
 
 
 def entries(folder: str | Path = GALLERY_DIR) -> tuple[GalleryEntry, ...]:

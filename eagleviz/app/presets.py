@@ -7,13 +7,14 @@ printout of `python scripts/preset_trees.py`. This machine's fastest tree (`pyth
 a small one on a CPU) is one click away on the page and is what the race times.
 
 Every note's claim is checked by `tests/test_presets.py`, which runs each preset with the shipped head as the
-page does (its tree, the CPU's dtype, 48 new tokens): the ordering of tau, no degenerate loop, sensible text,
-and the tau each note quotes. Re-run it whenever the head changes:
+page does (its tree, the page's numerics, 48 new tokens): the ordering of tau, no degenerate loop, sensible
+text, and the tau each note quotes. Re-run it whenever the head changes:
 
     python -m pytest tests/test_presets.py -q -s     # prints each preset's tau and text
 
-The figures quoted in the notes (MEASURED_TAU) came from that printout on MEASURED_ON; there the test holds
-them to 0.05. Another CPU rounds bf16 differently (or runs fp32), so elsewhere it allows 0.5.
+The figures quoted in the notes (MEASURED_TAU) came from that printout with the target computing from the
+model file's weight blocks (`--weights blocks`, the default on a CPU): there the products sum in one fixed
+order on every CPU, so the test holds them to 0.05 wherever it runs from blocks, and to 0.5 in bf16 or fp32.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ PRESET_TOKENS = 48  # the page's default max new tokens: what a preset's claim i
 class Preset:
     """A prompt with the tree and temperature it is run at and a note saying what it shows. `shows` is the
     claim the test checks: "high" (the highest tau of the presets), "code", "low" (the lowest tau at T = 0),
-    "sampling" (T > 0), "near_tie" (in bf16, EAGLE and plain decoding part at a tied top-2) or "lookup" (prompt
+    "sampling" (T > 0), "near_tie" (EAGLE equals plain decoding from blocks where bf16 parts them) or "lookup" (prompt
     lookup's candidates, copied from the context, carry the run). `source`: where its candidates come from
     (`config.SOURCES`)."""
 
@@ -70,13 +71,14 @@ PRESETS = (
            "rejected token's mass leaves the residual the next sibling or the bonus token is drawn from: up to "
            "four siblings per node give up to four chances. The path panel shows p and the draw of every check (tau about "
            "{sampling}).", "sampling", (4, 4, 12), 0.8),
-    Preset("Near-tie in bf16", "Why is the sky blue?",
-           "Tree {tree}. Run, then press Race. After `the shorter wavelengths of light,` the target's two best "
-           "next tokens, ` including` and ` particularly`, get the same bf16 logit: the verify forward (several "
-           "tree tokens at once) and plain decoding (one token) round differently, so EAGLE commits ` including`, "
-           "plain decoding ` particularly`, and the texts part there (tau about {near_tie}). In fp32 the two are "
-           "identical token for token: the algorithm is lossless, bf16 arithmetic is not bit-exact. Found on {near_tie_cpu}; a CPU that runs "
-           "fp32, or rounds this tie alike in both forwards, shows identical texts.", "near_tie", (5, 4, 16)),
+    Preset("Near-tie, exact from blocks", "Why is the sky blue?",
+           "Tree {tree}. Run, then press Race: EAGLE and plain decoding write the same text, token for token (tau "
+           "about {near_tie}). In bf16 they did not: on {near_tie_cpu}, after `the shorter wavelengths of light,` "
+           "the target's two best next tokens, ` including` and ` particularly`, got the same bf16 logit; the "
+           "verify forward (several tree tokens at once) and plain decoding (one token) rounded them differently, "
+           "and the texts parted there. This page computes from the model file's weight blocks, where each "
+           "token's logits are summed in one fixed order whatever else is in the batch, on every CPU: the "
+           "algorithm is lossless, and so is this arithmetic.", "near_tie", (5, 4, 16)),
     Preset("Quoting (prompt lookup)",
            "Repeat this paragraph exactly: Speculative decoding lets a small model guess several tokens ahead. The "
            "large model checks all the guesses in one forward pass. Every guess it agrees with is kept, so the text "
@@ -88,15 +90,15 @@ PRESETS = (
            "They cost no model work to propose.", "lookup", (5, 4, 16), source="eagle+lookup"),
 )
 
-# Where the near-tie preset's divergence was found: bf16 rounding depends on the CPU's bf16 units, so the
-# test insists on the divergence only on a CPU with this description (`cpu_description`) and skips elsewhere.
+# Where the bf16 divergence the near-tie preset's note tells of was found: bf16 rounding depends on the CPU's
+# bf16 units, so the test insists on it only on a CPU with this description (`cpu_description`).
 NEAR_TIE_CPU = "AMD EPYC, AVX512, native bf16"
 
-# The tau each note quotes, as tests/test_presets.py measured it with the shipped head (printed with -s):
-# each preset's own tree, 48 new tokens, bf16, on MEASURED_ON (`cpu_description`).
-MEASURED_TAU = {"high": 4.45, "code": 2.40, "low": 1.30, "sampling": 1.62, "near_tie": 1.68, "lookup": 3.71,
-                "lookup_head": 1.62}   # lookup_head: the lookup preset with the head's candidates alone
-MEASURED_ON = "AMD EPYC, AVX512, native bf16"
+# The tau each note quotes, as tests/test_presets.py measured it with the shipped head (printed with -s): each
+# preset's own tree, 48 new tokens, the target computing from its weight blocks (the same on every CPU).
+MEASURED_TAU = {"high": 4.45, "code": 1.92, "low": 1.30, "sampling": 1.74, "near_tie": 1.62, "lookup": 3.71,
+                "lookup_head": 1.53}   # lookup_head: the lookup preset with the head's candidates alone
+MEASURED_WEIGHTS = "blocks"
 
 
 def knobs(preset: Preset, base):
