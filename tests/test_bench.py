@@ -210,6 +210,25 @@ def test_each_prompt_starts_with_another_method_and_ratios_to_plain_carry_an_int
         assert low <= rows[m]["vs_plain"] <= high and len(rows[m]["vs_plain_per_prompt"]) == 4
 
 
+@pytest.mark.parametrize("weights,greedy_reference", [("dense", "hf-generate"), ("blocks", "plain")])
+def test_greedy_outputs_are_checked_against_the_same_numerics(monkeypatch, weights, greedy_reference):
+    """Hugging Face computes dense weights: from weight blocks the greedy methods are checked against our plain
+    loop, and Hugging Face's outputs against it like the others'; speedups stay relative to hf-generate."""
+    from eagleviz.config import SamplingConfig, TreeConfig
+
+    engine = tiny_engine("llama", vocab=8)
+    monkeypatch.setattr(engine.target, "weights", weights)
+    tokens = {"hf-generate": [1, 2, 3, 9], "plain": [1, 2, 3, 4], "eagle-tree": [1, 2, 3, 4]}
+    monkeypatch.setattr(bench, "run_method", lambda eng, m, ids, sampling, tree, tuned=None, peers=None:
+                        bench.Sample(tokens=tokens[m], seconds=1.0))
+    result = bench.bench(engine, ["ab"], SamplingConfig(max_new_tokens=4), TreeConfig.create(2, 2, 4), 1,
+                         tuple(tokens), progress=lambda line: None)
+    assert (result["reference"], result["greedy_reference"]) == ("hf-generate", greedy_reference)
+    differ = {m for m in tokens if tokens[m] != tokens[greedy_reference]}
+    assert {x["method"] for x in result["greedy_mismatches"]} == differ
+    assert all(x["position"] == 3 for x in result["greedy_mismatches"])
+
+
 def test_the_bootstrap_interval_is_seeded_and_brackets_the_median():
     values = [0.9, 1.1, 1.2, 1.25, 1.3, 1.5, 2.0]
     low, high = bench.bootstrap_ci(values)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from eagleviz.measured import Measured
+from eagleviz.trace import numerics
 from eagleviz.visuals.fit import Header
 from eagleviz.visuals.style import ACCEPTED, INK, NEUTRAL, REJECTED, VISIBLE, empty_figure, figure, layout
 
@@ -68,8 +69,11 @@ def markdown_table(result: dict, mismatches: str = "list", vs_plain: bool = Fals
     return "\n".join(lines)
 
 
+HF_METHODS = {"hf-generate", "hf-prompt-lookup"}   # Hugging Face's own numerics, whatever ours are
+
+
 def _mismatch_text(result: dict, mode: str) -> str:
-    mm, ref = result["greedy_mismatches"], result["reference"]
+    mm, ref = result["greedy_mismatches"], result.get("greedy_reference", result["reference"])
     if not mm:
         return "All greedy methods produced identical tokens on every prompt."
     if mode == "list":
@@ -81,15 +85,26 @@ def _mismatch_text(result: dict, mode: str) -> str:
         counts[x["method"]] = counts.get(x["method"], 0) + 1
     compared = result["prompts"] * (len(result["rows"]) - 1)
     per_method = ", ".join(f"{m} {n}" for m, n in counts.items())
+    gap = max(x["top2_gap"] for x in mm)
+    if set(counts) <= HF_METHODS and result.get("machine", {}).get("weights") == "blocks":
+        ours = [m for m in result["rows"] if m not in HF_METHODS and m != ref]
+        return (f"Every greedy output of ours ({', '.join([ref] + ours)}) is the same, token for token. "
+                f"{len(mm)} of Hugging Face's {result['prompts'] * len(counts)} differ from them ({per_method}): "
+                "it computes the same weights widened to fp32, with fp32 activations, where ours computes from "
+                "the weight blocks with int8 activations; the outputs part where the target's two best logits "
+                f"are close (top-2 gap at most {gap:.3g} where each first diverges).")
     return (f"{len(mm)} of {compared} greedy outputs differ from {ref} ({per_method}). Where each first diverges, "
-            f"the target's top-2 logit gap is at most {max(x['top2_gap'] for x in mm):.3g}: a tie or near-tie, "
+            f"the target's top-2 logit gap is at most {gap:.3g}: a tie or near-tie, "
             "which the rounding of a different batch shape can break either way.")
 
 
 def _dtypes(machine: dict) -> str:
-    """The model's dtype, and the attention's where it differs (keys, values and attention in fp32 for a bf16
-    model on a CPU whose bf16 attention is slower, `eagleviz.models.layers.attention_dtype`)."""
+    """How the model computed: its weight blocks, or its dtype and the attention's where it differs (keys, values
+    and attention in fp32 for a bf16 model on a CPU whose bf16 attention is slower,
+    `eagleviz.models.layers.attention_dtype`)."""
     dtype, kv = machine.get("dtype", "?"), machine.get("kv_dtype")
+    if machine.get("weights") == "blocks":
+        return f"{numerics('blocks', dtype)} (Q4_1/Q8_0, int8 activations)"
     return dtype if kv in (None, dtype) else f"{dtype} (attention in {kv})"
 
 
