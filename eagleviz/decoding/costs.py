@@ -29,7 +29,10 @@ from eagleviz.paths import cache_dir
 from kernels import capability
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
-VERSION = 2  # 2: a plain step leaves the prefill out (lists of version 1 are measured again)
+# the price list's sizes: every small one, where a cost-aware tree's sizes fall and the curve bends (from weight
+# blocks here 3, 4, 6 and 8 tokens cost 1.19, 1.31, 1.69 and 2.31 steps: scripts/block_rows.py)
+PRICE_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 64)
+VERSION = 3  # 2: a plain step leaves the prefill out; 3: PRICE_SIZES (older lists are measured again)
 PROBE_PROMPT = "List the planets of the solar system in order, one per line, with one fact about each."
 
 
@@ -119,7 +122,7 @@ def _sync(dev: torch.device) -> None:
 def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
     """This engine's price list: the forward curve, then a short plain run (the unit: ms per plain token) and a
     short run of a fixed 4/2/8 tree (ms per draft level; the cycle's remainder as overhead)."""
-    sizes = tuple(n for n in SIZES if n <= max_size)
+    sizes = tuple(n for n in PRICE_SIZES if n <= max_size)
     fwd = forward_ms(engine.target, sizes=sizes)
     sampling = SamplingConfig(max_new_tokens=tokens)
     plain = engine.generate(PROBE_PROMPT, None, sampling)
