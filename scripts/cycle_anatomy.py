@@ -7,6 +7,9 @@ size), the acceptance, the KV rewind and the rest (the host's bookkeeping betwee
 the trace), each divided by the mean time of one token of our plain loop measured in the same process on the
 same prompts (interleaved). Also the price of the target's LM head inside a verification forward (the same
 forward with and without logits), the lever of computing logit rows only where acceptance needs them.
+`--by-size` also splits each tree's cycles by what was verified (the head resting, or n draft nodes): how
+often, their phases' time in plain steps, the tokens they committed and the rate that gives (tokens per plain
+step: below 1 such a cycle loses to the plain loop).
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--trees", default="adaptive,5/4/16")
     p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--by-size", action="store_true", help="split each tree's cycles by what was verified")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     engine = load_engine("embedded")
@@ -92,10 +96,30 @@ def main() -> None:
         print(f"| {spec} | {tau:.2f} | {tokens:.1f} | {levels:.2f} | {phase['draft']:.3f} | "
               f"{phase['draft'] / max(levels, 1e-9):.3f} | {phase['verify']:.3f} | {phase['accept']:.3f} | "
               f"{phase['rewind']:.3f} | {rest:.3f} | {wall:.3f} | {tau / wall:.3f}x |")
+    if args.by_size:
+        for spec, runs in rows.items():
+            by_size(spec, [c for r in runs for c in r.cycles], step)
     for n in (4, 8, 16):
         full, none = lm_head_ms(engine, n)
         print(f"verify forward of {n} tokens: {full:.2f} ms with every logit row, {none:.2f} ms without "
               f"(LM head {(full - none) / step:.3f} of a plain step)")
+
+
+def by_size(spec: str, cycles, step: float) -> None:
+    """One row per kind of cycle: the head resting, or n draft nodes verified."""
+    groups: dict[str, list] = {}
+    for c in cycles:
+        kind = "head resting" if c.decision.startswith("The head rests") else f"{c.num_tree_tokens - 1} nodes"
+        groups.setdefault(kind, []).append(c)
+    print(f"\n{spec}, by what was verified (phases only, in plain steps):")
+    print("| cycles | share | draft | verify | accept | phases | tokens | tokens per plain step |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for kind, group in sorted(groups.items(), key=lambda kv: (kv[0] != "head resting", kv[0].zfill(12))):
+        ph = {k: statistics.mean(c.timings_ms.get(k, 0.0) for c in group) / step for k in ("draft", "verify", "accept")}
+        total = statistics.mean(sum(c.timings_ms.values()) for c in group) / step
+        tokens = statistics.mean(len(c.committed) for c in group)
+        print(f"| {kind} | {len(group) / len(cycles):.0%} | {ph['draft']:.2f} | {ph['verify']:.2f} | "
+              f"{ph['accept']:.2f} | {total:.2f} | {tokens:.2f} | {tokens / total:.2f} |")
 
 
 if __name__ == "__main__":
