@@ -93,8 +93,9 @@ def main() -> None:
         levels = statistics.mean(c.draft_levels for c in cycles)
         tau = sum(c.accept_length + 1 for c in cycles) / n
         tokens = statistics.mean(c.num_tree_tokens for c in cycles)
+        per_level = f"{phase['draft'] / levels:.3f}" if levels > 0 else "-"  # lookup alone drafts no level
         print(f"| {spec} | {tau:.2f} | {tokens:.1f} | {levels:.2f} | {phase['draft']:.3f} | "
-              f"{phase['draft'] / max(levels, 1e-9):.3f} | {phase['verify']:.3f} | {phase['accept']:.3f} | "
+              f"{per_level} | {phase['verify']:.3f} | {phase['accept']:.3f} | "
               f"{phase['rewind']:.3f} | {rest:.3f} | {wall:.3f} | {tau / wall:.3f}x |")
     if args.by_size:
         for spec, runs in rows.items():
