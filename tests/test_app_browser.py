@@ -83,6 +83,20 @@ def set_number(page, elem_id: str, value) -> None:
     box.blur()
 
 
+def set_knob(page, elem_id: str, value: int) -> None:
+    """`set_number`, then wait until the slider itself holds the value: a slider drawn as its accordion opens
+    can take its default back if typed into while it mounts (seen once on a loaded machine), so type again."""
+    for _ in range(3):
+        set_number(page, elem_id, value)
+        try:
+            page.wait_for_function("([id, v]) => document.querySelector('#' + id + ' input[type=range]').value === v",
+                                   arg=[elem_id, str(value)], timeout=2_000)
+            return
+        except Exception:  # noqa: BLE001 (playwright's TimeoutError): the value did not stay, type it again
+            continue
+    raise AssertionError(f"#{elem_id} would not keep {value}")
+
+
 PROSE_JS = "(id) => { const e = document.querySelector('#' + id + ' .prose'); return e ? e.innerText.trim() : ''; }"
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from test_app_browser import (CHROMIUM, PROSE_JS, RUN_TIMEOUT_MS, app_url, browser,  # noqa: F401
-                              export, open_accordion, page, prose, run_and_wait, set_number, shot)
+                              export, open_accordion, page, prose, run_and_wait, set_knob, set_number, shot)
 from test_workshop_browser import LONG_PROMPT, MISFITS_JS, set_projector
 
 pytestmark = [
@@ -66,9 +66,9 @@ def test_compare_two_trees_side_by_side(page, tmp_path):
     a_tree = f"tree {knob(page, 'steps')} / {knob(page, 'topk')} / {knob(page, 'draft-tokens')} (steps / topk / draft"
 
     open_accordion(page, SECTION)
-    set_number(page, "b-steps", 3)
-    set_number(page, "b-topk", 1)
-    set_number(page, "b-draft-tokens", 4)               # B: a chain of 3 draft tokens, the head only
+    set_knob(page, "b-steps", 3)
+    set_knob(page, "b-topk", 1)
+    set_knob(page, "b-draft-tokens", 4)                 # B: a chain of 3 draft tokens, the head only
     page.locator("#compare").scroll_into_view_if_needed()
     page.click("#compare")
     page.wait_for_function(f"() => ({PROSE_JS})('compare-result').startsWith('Comparing')", timeout=5_000)

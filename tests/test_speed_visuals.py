@@ -38,7 +38,7 @@ def test_bench_figure_has_one_bar_per_method_labelled_with_its_speedup():
     assert list(bar.y) == [r["tokens_per_s"] for r in BENCH["rows"].values()]
     assert list(bar.text) == [f"{r['speedup']:.2f}x" for r in BENCH["rows"].values()]
     assert bar.marker.color[0] != bar.marker.color[-1]          # peers and EAGLE are told apart
-    assert f"{BENCH['prompts']} prompts" in fig.layout.title.text and "bfloat16" in fig.layout.title.text
+    assert f"{BENCH['prompts']} prompts" in fig.layout.title.text and "weight blocks" in fig.layout.title.text
     assert fig.layout.yaxis.range[1] > max(bar.y)                 # room for the labels above the bars
 
 
@@ -149,6 +149,6 @@ def test_speed_view_holds_each_temperature_then_the_curve():
     assert "Run `python -m eagleviz bench` to measure this machine" in view.benches[0].text
     assert "measure this machine" not in view.benches[1].text and "measured on this machine" in view.benches[1].text
     assert "@prompt" not in view.benches[0].text
-    assert len(view.curve.data) == 3 and "bfloat16" in view.curve_text and "/c/tuned.json" in view.curve_text
+    assert len(view.curve.data) == 3 and "weight blocks" in view.curve_text and "/c/tuned.json" in view.curve_text
     empty = speed_view([None, None], None)
     assert empty.benches[0].text == NO_BENCH and empty.curve_text == NO_CURVE and not empty.curve.data

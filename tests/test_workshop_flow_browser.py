@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from test_app_browser import (CHROMIUM, PROSE_JS, RUN_TIMEOUT_MS, app_url, browser, open_accordion,  # noqa: F401
-                              open_page, page, prose, run_and_wait, set_number, shot)
+                              open_page, page, prose, run_and_wait, set_knob, set_number, shot)
 from test_compare_browser import SECTION as COMPARE
 from test_room_browser import WORKSHOP, open_picture
 from test_workshop_browser import shown_cycle, wait_for_cycle
@@ -63,9 +63,9 @@ def test_a_class_from_preset_to_a_shared_picture(page, browser, app_url):
                            timeout=RUN_TIMEOUT_MS)
     # Compare: the page's knobs against a chain of 3 draft tokens
     open_accordion(page, COMPARE)
-    set_number(page, "b-steps", 3)
-    set_number(page, "b-topk", 1)
-    set_number(page, "b-draft-tokens", 4)
+    set_knob(page, "b-steps", 3)
+    set_knob(page, "b-topk", 1)
+    set_knob(page, "b-draft-tokens", 4)
     page.locator("#compare").scroll_into_view_if_needed()
     page.click("#compare")
     page.wait_for_function(f"() => /\\u26a0|\\ntokens\\s/.test(({PROSE_JS})('compare-result'))",
