@@ -152,3 +152,15 @@ def test_speed_view_holds_each_temperature_then_the_curve():
     assert len(view.curve.data) == 3 and "weight blocks" in view.curve_text and "/c/tuned.json" in view.curve_text
     empty = speed_view([None, None], None)
     assert empty.benches[0].text == NO_BENCH and empty.curve_text == NO_CURVE and not empty.curve.data
+
+
+def test_the_curve_says_what_bounds_it():
+    """Reading the weights where 16 tokens cost at most twice one (bf16 on a CPU, a GPU); arithmetic where they
+    cost more (int8 products from weight blocks: about 4x); the measured points after it, in words."""
+    flat = verify_cost_figure(CURVE).layout.title.text
+    steep = dict(CURVE, ms={n: 6.0 * (1 + 0.2 * (n - 1)) for n in CURVE["ms"]})
+    steep["relative"] = {n: ms / steep["ms"][1] for n, ms in steep["ms"].items()}
+    text = verify_cost_figure(steep).layout.title.text
+    assert "reading the weights dominates" in flat and "arithmetic" not in flat
+    assert "arithmetic catches up" in text and "reading the weights" not in text
+    assert "measured: n = 16 costs 4.00x" in text and ":," not in text
