@@ -474,12 +474,17 @@ def test_the_race_times_the_fastest_tree_and_plain_decoding_and_compares_this_ru
     run = generate(hub, "a prompt", Knobs(3, 2, 6, max_new_tokens=10, adaptive=False))
     text = h.race(run, "auto")
     rows = [line for line in text.splitlines() if line.startswith("| EAGLE") or line.startswith("| plain")]
-    assert [r.split("|")[1].strip() for r in rows] == ["EAGLE, this CPU's fastest tree",
+    assert [r.split("|")[1].strip() for r in rows] == ["EAGLE, cost-aware (the default)",
+                                                       "EAGLE, this CPU's fastest tree",
                                                        "EAGLE, this run's tree (as it ran)", "plain decoding"]
-    assert "| 4 / 1 / 5 |" in rows[0] and "| 3 / 2 / 6 |" in rows[1] and "timed alone" in text
+    assert "| \u2264 5 / 4 / 16 |" in rows[0] and "| 4 / 1 / 5 |" in rows[1] and "| 3 / 2 / 6 |" in rows[2]
+    assert "timed alone" in text and all(_row(text, r.split("|")[1].strip())[-1].endswith("x") for r in rows)
     assert "This run against plain decoding" in text and "Identical outputs" in text
     from eagleviz.app.session import fastest_tree
 
     again = generate(hub, "a prompt", Knobs(4, 1, 5, max_new_tokens=10, adaptive=False,
                                             source=fastest_tree().tree.source))
     assert "(the fastest here)" in h.race(again, "auto")      # the run used the fastest tree: no second run
+    default = generate(hub, "a prompt", Knobs(max_new_tokens=10))  # the cost-aware default: not run twice
+    text = h.race(default, "auto")
+    assert "EAGLE, cost-aware (the default)" not in text and "(the cost-aware default)" in text

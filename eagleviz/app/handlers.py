@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import gradio as gr
 
 from eagleviz.app import presets
+from eagleviz.config import TreeConfig
 from eagleviz.decoding import race as race_mod
 from eagleviz.errors import UserFacingError
 from eagleviz.app.limits import Limits
@@ -28,6 +29,9 @@ from eagleviz.visuals import summary_figure
 from eagleviz.visuals import compare as compare_vis
 from eagleviz.visuals.explain import stop_text, summary_text
 from eagleviz.visuals.output_text import output_tokens
+
+COST_AWARE = TreeConfig()   # the engine's default: cost-aware under 5 / 4 / 16, candidates from the head and lookup
+COST_AWARE_ROW = "EAGLE, cost-aware (the default)"
 
 STREAM_EVERY_S = 0.3      # minimum time between two streamed text updates, times the runs in progress (thirty
                           # runs streaming every cycle would spend the server's time on updates, not on decoding)
@@ -243,8 +247,9 @@ class Handlers:
     # ---------------------------------------------------------------- race, import, API
     def race(self, run: RunTrace | None, attn_impl: str, pair: str | None = None,
              stop: StopRequest | None = None) -> str:
-        """Plain decoding against the page's run (do the texts agree?) and against EAGLE with this machine's
-        fastest tree (how fast can it be?), each timed alone: other runs wait for the race's turn to end.
+        """Plain decoding against the page's run (do the texts agree?) and against EAGLE with the cost-aware tree
+        (the default: SGLang's default knobs as upper bounds) and with this machine's fastest fixed tree (how fast
+        can it be?), each timed alone: other runs wait for the race's turn to end.
         `stop`: the tab's run flags; a run still going is refused, its output is not the run's yet."""
         if stop is not None and stop.running:
             gr.Warning(RACE_WAITS)
@@ -258,10 +263,11 @@ class Handlers:
                     raise UserFacingError(f"this run was made with {run.model}; choose that model to race it")
                 with self.turns.alone():
                     result = race_run(hub, run, attn_impl, self.limits)
+                    policy = rerun_with(hub, run, COST_AWARE, attn_impl, self.limits)
                     again = rerun_with(hub, run, fastest.tree, attn_impl, self.limits) if fastest else None
         except UserFacingError as exc:
             return f"\u26a0 {exc}"
-        return race_text(result, again, fastest)
+        return race_text(result, again, fastest, policy)
 
     def compare(self, stop: StopRequest, pair: str | None, prompt: str, *values) -> tuple:
         """Setting A (the page's knobs) and setting B (A with B's tree, draft source and temperature) run on the
@@ -318,27 +324,36 @@ class Handlers:
             raise gr.Error(_message(exc)) from exc
 
 
-def race_text(result: race_mod.RaceResult, fastest_run: RunTrace | None, fastest: FastestTree | None) -> str:
-    """The race as Markdown: the speeds of the fastest tree, the page's run and plain decoding, why a CPU
-    prefers small trees, then whether the page's run and plain decoding agree (`race.describe`'s verdict)."""
+def race_text(result: race_mod.RaceResult, fastest_run: RunTrace | None, fastest: FastestTree | None,
+              policy_run: RunTrace | None = None) -> str:
+    """The race as Markdown: the speeds of the cost-aware tree, the fastest fixed tree, the page's run and plain
+    decoding, why a CPU prefers small trees, then whether the page's run and plain decoding agree
+    (`race.describe`'s verdict). A row the page's run already is, is not run twice: its label says so."""
     run, plain = result.speculative, result.plain
     p = plain.summary()["tokens_per_s"]
-    rows = [("EAGLE, this CPU's fastest tree", fastest_run)] if fastest_run is not None else []
+    rows = [(COST_AWARE_ROW, policy_run)] if policy_run is not None else []
+    rows += [("EAGLE, this CPU's fastest tree", fastest_run)] if fastest_run is not None else []
+    mine = tree_of(run)
     own = "EAGLE, this run's tree" + (" (timed elsewhere)" if not result.timed_here else
-                                      " (the fastest here)" if fastest is not None and fastest_run is None else
-                                      " (as it ran)" if fastest_run is not None else "")
+                                      " (the fastest here)" if fastest is not None and fastest_run is None
+                                      and mine == fastest.tree else
+                                      " (the cost-aware default)" if mine == COST_AWARE else
+                                      " (as it ran)" if rows else "")
     rows += [(own, run), ("plain decoding", plain)]
     lines = ["| | tree | tokens | time (s) | tokens/s | \u03c4 | speedup |", "|---|---|---:|---:|---:|---:|---:|"]
     for name, r in rows:
         s, tree = r.summary(), tree_of(r)
-        shape = f"{tree.steps} / {tree.topk} / {tree.draft_tokens}" if tree else ""
+        bound = "\u2264 " if tree is not None and tree.adaptive else ""   # the knobs are upper bounds
+        shape = f"{bound}{tree.steps} / {tree.topk} / {tree.draft_tokens}" if tree else ""
         tau = f"{s['tau']:.2f}" if tree else ""
         speedup = f"{s['tokens_per_s'] / p:.2f}x" if p > 0 and (r is not run or result.timed_here) else ""
         lines.append(f"| {name} | {shape} | {s['new_tokens']} | {s['wall_s']:.2f} | {s['tokens_per_s']:.1f} | {tau} "
                      f"| {speedup} |")
-    where = (f"The fastest tree is the one `tune` found ({fastest.origin}); it and plain decoding were timed "
-             "alone, other runs waiting. " if fastest is not None else
-             "No `tune` result here: the race times this run's tree. " if result.timed_here else "")
+    where = (f"The fastest tree is the fixed one `tune` found ({fastest.origin}); the cost-aware tree takes "
+             "SGLang's default knobs as upper bounds and verifies, each cycle, what is expected to pay here. They "
+             "and plain decoding were timed alone, other runs waiting. " if fastest is not None else
+             "No `tune` result here: the race times this run's tree and the cost-aware one. " if result.timed_here
+             else "")
     if not result.timed_here:
         where += f"**No speedup measured**: {race_mod.elsewhere(result)} Press Run to make one here. "
     verdict = race_mod.describe(result).split("\n\n", 2)[2:]  # after describe's table and speedup: the texts
