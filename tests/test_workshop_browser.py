@@ -392,6 +392,7 @@ def test_labels_say_what_they_measure(tiny_page):
     rows = bench["rows"]
     ratio = f"{rows['eagle-tree']['tokens_per_s'] / rows['plain']['tokens_per_s']:.2f}x"
     open_accordion(page, "Measured speed: EAGLE vs plain decoding vs peers")
+    page.wait_for_function(f"() => ({PROSE_JS})('bench-table-0') !== ''", timeout=30_000)  # drawn as it opens
     table = prose(page, "bench-table-0")
     assert "vs plain decoding" in table and ratio in table, table
     figure(page, "bench-plot-0")
