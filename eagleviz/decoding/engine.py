@@ -55,8 +55,8 @@ PHASES = ("draft", "verify", "accept", "rewind")
 
 class _TokenText:
     """Decoded text of single tokens, memoised for the engine's lifetime (at most one string per vocabulary
-    entry: a token's text does not depend on its run). Every cycle names the target's 64 most likely tokens at
-    the root; decoding them afresh in each run cost a sampled cycle ~0.2 ms."""
+    entry: a token's text does not depend on its run). Every sampled cycle names the target's 64 most likely
+    tokens at the root, which were decoded afresh in each run."""
 
     def __init__(self, tokenizer):
         self._tok, self._memo = tokenizer, {}

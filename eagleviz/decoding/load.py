@@ -125,8 +125,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", default="auto", choices=WEIGHTS,
                    help="how the target's linears compute: blocks = straight from the model file's Q4_1/Q8_0 blocks "
                         "(CPU, int8 activations, a token's logits the same in any batch: EAGLE equals plain decoding "
-                        "bit for bit), dense = widened weights in --dtype; auto = blocks on a CPU when the model is "
-                        "stored in blocks (the embedded model) and --dtype is auto, else dense")
+                        "bit for bit), dense = widened weights in --dtype; auto = blocks on a CPU with a C compiler "
+                        "when the model is stored in blocks (the embedded model) and --dtype is auto, else dense")
     p.add_argument("--draft-vocab", type=int, default=None,
                    help="draft among the N most frequent tokens (the head's hot-tokens.json); 0: the whole draft "
                         f"vocabulary (default: {DEFAULT_HOT_SIZE} when the head ships a ranking)")

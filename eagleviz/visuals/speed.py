@@ -104,7 +104,7 @@ def _dtypes(machine: dict) -> str:
     `eagleviz.models.layers.attention_dtype`)."""
     dtype, kv = machine.get("dtype", "?"), machine.get("kv_dtype")
     if machine.get("weights") == "blocks":
-        return f"{numerics('blocks', dtype)} (Q4_1/Q8_0, int8 activations)"
+        return f"{numerics(machine['weights'], dtype)} (Q4_1/Q8_0, int8 activations)"
     return dtype if kv in (None, dtype) else f"{dtype} (attention in {kv})"
 
 
