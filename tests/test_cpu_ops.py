@@ -15,15 +15,12 @@ from kernels import capability, cpu_ops
 from kernels.tree_attention import tree_attention_torch
 from eagleviz.models.layers import apply_rope, rms_norm
 from eagleviz.models.target import TargetModel
-from tiny import tiny_target
+from tiny import compiled_or_skip, tiny_target
 
 
 @pytest.fixture(scope="module")
 def ops(tmp_path_factory):
-    built = cpu_ops.load(tmp_path_factory.mktemp("kernels"))
-    if built is None:
-        pytest.skip("no C compiler on this machine")
-    return built
+    return compiled_or_skip(cpu_ops.load, tmp_path_factory.mktemp("kernels"))
 
 
 def _randn(*shape, dtype=torch.float32, seed=0):

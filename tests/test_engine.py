@@ -2,6 +2,7 @@
 reproduces the target distribution, and every cycle's trace is internally consistent."""
 
 import itertools
+import types
 
 import numpy as np
 import pytest
@@ -14,6 +15,8 @@ from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import DraftConfig, DraftHead
 from eagleviz.trace import RunTrace
 from eagleviz.decoding.verify import sampling_probs
+from eagleviz.paths import cache_dir
+from kernels import sample_ops
 from tiny import CPU_COSTS, tiny_engine, tiny_target
 
 FIXED = [TreeConfig.create(3, 1, 4, adaptive=False), TreeConfig.create(5, 4, 16, adaptive=False),
@@ -255,8 +258,12 @@ def test_greedy_verification_takes_the_argmax_of_the_logits():
     probs = torch.softmax(logits, dim=-1)[0]
     assert probs[0] == probs[1] and logits[0, 1] > logits[0, 0]  # the tie this test is about
     root = VerifyTree(node_ids=[-1], tokens=[0], parents=[-1], depths=[0])
-    result, argmax, _, _ = Engine._accept(None, root, Candidates(), logits, SamplingConfig(), None, str)
-    assert argmax == [1] and result.bonus_token == 1 == int(logits[0].argmax())
+    compiled = sample_ops.load(cache_dir() / "kernels")
+    for ops in (None, compiled) if compiled is not None else (None,):  # PyTorch's argmax, then the C one
+        engine = types.SimpleNamespace(sample_ops=ops)
+        result, argmax, tprobs, _ = Engine._accept(engine, root, Candidates(), logits, SamplingConfig(), None, str)
+        assert argmax == [1] and result.bonus_token == 1 == int(logits[0].argmax())
+        assert tprobs == [float(probs[1])]
 
 
 @pytest.mark.parametrize("tree", [TreeConfig.create(5, 4, 16), TreeConfig.create(3, 1, 4)])

@@ -52,3 +52,13 @@ def tiny_engine(model_type: str = "llama", arch: str = "eagle1", seed: int = 0, 
 # verifying a token costs ~5% of a step, so a cost-aware tree prunes, stops early and at times rests its head
 CPU_COSTS = CostModel(verify=((1, 1.0), (2, 1.09), (4, 1.17), (8, 1.38), (16, 1.85), (32, 2.93), (64, 5.19)),
                       draft_level=0.07, overhead=0.1)
+
+
+def compiled_or_skip(load, folder):
+    """`load(folder)` of a compiled kernel library, or a skip where this machine cannot build it."""
+    import pytest
+
+    built = load(folder)
+    if built is None:
+        pytest.skip("no C compiler on this machine")
+    return built

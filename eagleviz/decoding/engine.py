@@ -45,8 +45,9 @@ from eagleviz.decoding.lookup import SuffixIndex
 from eagleviz.decoding.policy import HeadRest, TreePolicy
 from eagleviz.decoding.prefix import Prefix, PrefixCache, chat_prefix
 from eagleviz.decoding.tree import Candidates, VerifyTree
-from eagleviz.decoding.verify import draw, greedy_verify, sample_verify, sampling_probs
-from kernels import capability
+from eagleviz.decoding.verify import draw, greedy_verify, sample_verify, sampling_probs, top_tokens
+from eagleviz.paths import cache_dir
+from kernels import capability, sample_ops
 from kernels.self_check import KernelCheck, choose_attention
 from kernels.tree_attention import resolve_impl
 
@@ -97,13 +98,17 @@ class Engine:
     `eagleviz.decoding.load.load_engine` gives both: this machine's measured costs and the head's file.
 
     Every prefill starts from the chat template's opening encoded once (`eagleviz.decoding.prefix`;
-    `prefix_cache` False encodes each prompt whole, the reference of an A/B run)."""
+    `prefix_cache` False encodes each prompt whole, the reference of an A/B run).
+
+    On a CPU the target's distribution is read in C where it can be compiled (`kernels.sample_ops`: argmax,
+    the most likely tokens, the draw; the same tokens for the same seed); `compiled_sampling` False keeps
+    PyTorch's operations, the reference of an A/B run."""
 
     def __init__(self, target: TargetModel, head: DraftHead | None, head_name: str = "", attn_impl: str = "auto",
                  pack: bool | None = None,
                  kernel_check: Callable[[torch.device, torch.dtype], KernelCheck] | None = None,
                  costs: CostModel | None = None, calibration: HeadCalibration | None = None,
-                 prefix_cache: bool = True):
+                 prefix_cache: bool = True, compiled_sampling: bool = True):
         self.target, self.head_name = target, head_name
         self.head = None if head is None else head.for_drafting(pack, target.ops, target.block_ops,
                                                                  target.activations == "int8")
@@ -115,6 +120,8 @@ class Engine:
         self.feature_layers = target.eagle3_layers if arch == "eagle3" else None
         self.prefix = PrefixCache(chat_prefix(self.encode_prompt) if prefix_cache and self.uses_chat() else ())
         self._text = _TokenText(target.tokenizer)
+        self.sample_ops = (sample_ops.load(cache_dir() / "kernels")
+                           if compiled_sampling and target.device.type == "cpu" else None)
 
     def _attention(self, attn_impl: str) -> tuple[str, list[str]]:
         runnable_impl(attn_impl, self.target.device)
@@ -221,11 +228,10 @@ class Engine:
                                   logit_rows=None, feature_layers=self.feature_layers, impl=self.attn_impl)
         return Prefix(cache.k, cache.v, out.features)
 
-    @staticmethod
-    def _choose(logits: torch.Tensor, sampling: SamplingConfig, gen: torch.Generator) -> int:
+    def _choose(self, logits: torch.Tensor, sampling: SamplingConfig, gen: torch.Generator) -> int:
         if sampling.greedy:
             return int(logits.argmax())
-        return draw(sampling_probs(logits, sampling.temperature, sampling.top_p), gen)
+        return draw(sampling_probs(logits, sampling.temperature, sampling.top_p), gen, self.sample_ops)
 
     @staticmethod
     def _emit(run: RunTrace, tokens: list[tuple[int, str]], cycle: int, eos: frozenset[int], limit: int,
@@ -374,8 +380,13 @@ class Engine:
         and its probability at each slot, and (when sampling) the target's sampling distribution at the root."""
         temp = 1.0 if sampling.greedy else sampling.temperature
         probs = torch.softmax(logits if temp == 1.0 else logits / temp, dim=-1)
-        top_i = logits.argmax(dim=-1)  # of the logits, as plain decoding chooses: rounded probabilities can tie
-        argmax, tprobs = to_host(top_i, probs.gather(-1, top_i[:, None])[:, 0])
+        ops = self.sample_ops if logits.is_cpu else None
+        if ops is not None:  # two C passes: the argmax of the logits (the first of equals, as torch.argmax and
+            # plain decoding choose) and the largest probability, which is the argmax's (softmax keeps the order)
+            argmax, tprobs = ops.argmax(logits)[0], ops.argmax(probs)[1]
+        else:  # of the logits, as plain decoding chooses: rounded probabilities can tie
+            top_i = logits.argmax(dim=-1)
+            argmax, tprobs = to_host(top_i, probs.gather(-1, top_i[:, None])[:, 0])
         qs = [1.0] + [math.exp(cands.logprobs[n]) for n in tree.node_ids[1:]]
         if sampling.greedy:
             return greedy_verify(tree, argmax, qs, tprobs, text), argmax, tprobs, None
@@ -386,13 +397,12 @@ class Engine:
                 memo[s] = probs[s] if sampling.top_p >= 1.0 else sampling_probs(logits[s], temp, sampling.top_p)
             return memo[s]
 
-        return sample_verify(tree, probs_at, qs, argmax, gen, text), argmax, tprobs, probs_at(0)
+        return sample_verify(tree, probs_at, qs, argmax, gen, text, ops), argmax, tprobs, probs_at(0)
 
-    @staticmethod
-    def _root_top(probs: torch.Tensor, text) -> list[tuple[int, str, float]]:
+    def _root_top(self, probs: torch.Tensor, text) -> list[tuple[int, str, float]]:
         """The target's sampling distribution at the root, truncated to its ROOT_TOP most likely tokens."""
-        top_v, top_i = torch.topk(probs, min(ROOT_TOP, probs.numel()))
-        return [(i, text(i), v) for v, i in zip(top_v.tolist(), top_i.tolist()) if v > 0]
+        index, value = top_tokens(probs, ROOT_TOP, self.sample_ops)
+        return [(i, text(i), v) for i, v in zip(index, value) if v > 0]
 
     @staticmethod
     def _nodes(cands: Candidates, tree: VerifyTree, text) -> list[TreeNode]:

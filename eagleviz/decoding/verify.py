@@ -24,6 +24,7 @@ import torch
 
 from eagleviz.trace import NodeCheck
 from eagleviz.decoding.tree import VerifyTree
+from kernels.sample_ops import SampleOps
 
 RESIDUAL_TOP = 5
 
@@ -42,18 +43,29 @@ def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float) -> to
     return trimmed / trimmed.sum(dim=-1, keepdim=True)
 
 
-def draw(weights: torch.Tensor, generator: torch.Generator) -> int:
+def draw(weights: torch.Tensor, generator: torch.Generator, ops: SampleOps | None = None) -> int:
     """One index of a (V,) tensor of non-negative weights, drawn with probability weights[i] / weights.sum().
 
     Inverse CDF in fp64 (a cumulative sum and a binary search): `torch.multinomial` does the same job 20 times
     slower on a CPU (0.9 ms for one draw over a 49k vocabulary: docs/performance.md entry 15). Zero weights
-    are never drawn."""
+    are never drawn. `ops` (CPU weights) does it in one C call, bitwise the same index for the same draw."""
+    u = torch.rand(1, generator=generator, dtype=torch.float64, device=weights.device)
+    if ops is not None and weights.is_cpu:
+        return ops.draw(weights, float(u))
     cdf = torch.cumsum(weights, 0, dtype=torch.float64)
-    u = torch.rand(1, generator=generator, dtype=torch.float64, device=weights.device) * cdf[-1]
-    i = int(torch.searchsorted(cdf, u, right=True))
+    i = int(torch.searchsorted(cdf, u * cdf[-1], right=True))
     if i >= weights.numel():  # u rounded up to the total: the last token with weight
         i = int(torch.nonzero(weights)[-1])
     return i
+
+
+def top_tokens(probs: torch.Tensor, k: int, ops: SampleOps | None = None) -> tuple[list[int], list[float]]:
+    """The k most likely tokens of a (V,) distribution, descending, and their probabilities (`ops`: one C
+    pass for CPU rows, equal probabilities in index order; else torch.topk)."""
+    if ops is not None and probs.is_cpu:
+        return ops.top_k(probs, k)
+    values, indices = torch.topk(probs, min(k, probs.numel()))
+    return indices.tolist(), values.tolist()
 
 
 @dataclass
@@ -92,14 +104,18 @@ def greedy_verify(tree: VerifyTree, target_argmax: list[int], draft_probs: list[
 
 
 def sample_verify(tree: VerifyTree, probs_at: Callable[[int], torch.Tensor], draft_probs: list[float],
-                  target_argmax: list[int], generator: torch.Generator, text: TextFn) -> VerifyResult:
+                  target_argmax: list[int], generator: torch.Generator, text: TextFn,
+                  ops: SampleOps | None = None) -> VerifyResult:
     """probs_at(s): the target's sampling distribution (V,) at slot s (computed lazily: only the nodes on the
-    walk need it). Draws come from `generator`, so a seed reproduces the run."""
+    walk need it). Draws come from `generator`, so a seed reproduces the run; `ops` reads the rows in C (the
+    same draws)."""
     kids = tree.children()
     path, checks = [0], []
     while True:
         cur = path[-1]
-        p = probs_at(cur).clone()
+        p = probs_at(cur)
+        if kids[cur]:
+            p = p.clone()  # rejections zero tokens of this copy
         top_i: list[int] = []  # filled at the first rejection (an accepted first child never needs it)
         zeroed: set[int] = set()
         rejected = False
@@ -127,12 +143,12 @@ def sample_verify(tree: VerifyTree, probs_at: Callable[[int], torch.Tensor], dra
             p /= total
             if not top_i:  # the residual's most likely tokens are among these: rejecting a token zeroes it and
                 # rescales the rest, which keeps their order
-                top_i = torch.topk(p, min(RESIDUAL_TOP + len(kids[cur]), p.numel())).indices.tolist()
+                top_i = top_tokens(p, RESIDUAL_TOP + len(kids[cur]), ops)[0]
             shown = [i for i in top_i if i not in zeroed][:RESIDUAL_TOP]
             check.residual_top = [(i, text(i), v) for i, v in zip(shown, p[shown].tolist())]
         if nxt is not None:
             path.append(nxt)
             continue
-        bonus = draw(p, generator)
+        bonus = draw(p, generator, ops)
         return VerifyResult(path=path, bonus_token=bonus, bonus_source="residual" if rejected else "target",
                             checks=checks)

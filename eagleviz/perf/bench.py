@@ -20,7 +20,8 @@ eagleviz.models.dense), `--ab hot-vocab` (the hot draft vocabulary, eagleviz.mod
 `--ab kv-fp32` (keys, values and attention in fp32 for a bf16 model, eagleviz.models.layers.attention_dtype),
 `--ab fused` (each layer's small operations as compiled C calls, kernels.cpu_ops), `--ab policy` (the
 cost-aware tree against SGLang's fixed tree with the same knobs), `--ab prefix` (each prefill after the cached
-chat prefix, eagleviz.decoding.prefix) and `--ab lookup` (prompt-lookup candidates
+chat prefix, eagleviz.decoding.prefix), `--ab sample-ops` (reading the target's distribution in C,
+kernels.sample_ops) and `--ab lookup` (prompt-lookup candidates
 merged into the head's tree). Each A/B prints its ratios and writes them, per arm with the trees each side ran,
 to --out/ab-LEVER-T{T}.json (`ab_name`): the file a figure quoted from it can be checked against.
 """
@@ -28,6 +29,7 @@ to --out/ab-LEVER-T{T}.json (`ab_name`): the file a figure quoted from it can be
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import os
@@ -47,7 +49,7 @@ from eagleviz.perf import peers as peer_methods
 from eagleviz.prompts import load_prompts
 from eagleviz.visuals.speed import bench_figure, markdown_table
 
-AB_LEVERS = ("trace", "packing", "hot-vocab", "kv-fp32", "fused", "policy", "lookup", "prefix")
+AB_LEVERS = ("trace", "packing", "hot-vocab", "kv-fp32", "fused", "policy", "lookup", "prefix", "sample-ops")
 METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "lookup", "eagle-chain", "eagle-tree")
 TUNED_METHOD = "eagle-tuned"
 GREEDY_REFERENCE = "hf-generate"
@@ -152,7 +154,9 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
     policy: SGLang's fixed tree vs the cost-aware tree under the same knobs (eagleviz.decoding.policy);
     lookup: candidates from the head alone vs merged with prompt lookup's (eagleviz.decoding.lookup);
     prefix: every prompt prefilled whole vs after the cached chat prefix (eagleviz.decoding.prefix), for our
-    plain loop and the EAGLE tree; the median prefill times are reported too."""
+    plain loop and the EAGLE tree; the median prefill times are reported too;
+    sample-ops: PyTorch's argmax, top-k and draw vs kernels.sample_ops (the same tokens), for our plain loop and
+    the EAGLE tree."""
     from eagleviz.decoding.engine import Engine
     from eagleviz.models.draft import load_head
     from eagleviz.models.target import TargetModel
@@ -181,6 +185,11 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
         without = Engine(t, load_head(head_dir, t), "whole draft vocabulary", engine.attn_impl, **policy)
     elif lever == "prefix":
         without = Engine(t, engine.head, engine.head_name, engine.attn_impl, prefix_cache=False, **policy)
+    elif lever == "sample-ops":
+        if engine.sample_ops is None:
+            raise UserFacingError("--ab sample-ops needs kernels/sample_ops.c compiled: a CPU and a C compiler")
+        without = copy.copy(engine)  # the same target and drafting head (re-making it from blocks is refused)
+        without.sample_ops = None
     else:
         without = engine
     if lever in ("policy", "lookup"):  # the same engine, two trees
@@ -441,7 +450,8 @@ def bench_main(argv: list[str]) -> int:
                         "what fp32 keys, values and attention gain for a bf16 model (kv-fp32), what the compiled layer "
                         "operations gain (fused), what the cost-aware tree gains over SGLang's fixed tree with the "
                         "same knobs (policy), what prompt-lookup candidates add to the head's (lookup), what "
-                        "starting each prefill from the cached chat prefix gains (prefix)")
+                        "starting each prefill from the cached chat prefix gains (prefix), what reading the target's "
+                        "distribution in C gains (sample-ops)")
     args = p.parse_args(argv)
     sampling, tree = check_knobs(args, tree_args=True)
     if args.methods is None:

@@ -1,0 +1,117 @@
+"""kernels/sample_ops.py: each C pass against the PyTorch code it replaces (argmax and its rule for equal
+values, top-k, the inverse-CDF draw bitwise), the checks before C, and the engine's use of it: the same
+tokens with and without, greedy and sampled."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.decoding.engine import Engine
+from eagleviz.decoding.verify import draw, top_tokens
+from kernels import sample_ops
+from tiny import compiled_or_skip, tiny_engine
+
+V = 49152  # SmolLM2's vocabulary: the rows these passes read
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory):
+    return compiled_or_skip(sample_ops.load, tmp_path_factory.mktemp("kernels"))
+
+
+def _rows(seed: int, rows: int = 3, n: int = V, scale: float = 3.0) -> torch.Tensor:
+    return torch.randn(rows, n, generator=torch.Generator().manual_seed(seed)) * scale
+
+
+@pytest.mark.parametrize("n", [1, 7, 16, 17, 1000, V])
+def test_argmax_is_torchs_first_largest_with_its_value(ops, n):
+    x = _rows(n, n=n)
+    index, value = ops.argmax(x)
+    assert index == x.argmax(dim=-1).tolist()
+    assert value == x.max(dim=-1).values.tolist()
+
+
+def test_argmax_of_equal_values_takes_the_first_as_torch_does(ops):
+    x = torch.zeros(4, 100)
+    x[0, [90, 5, 40]] = 2.0       # equal maxima in different lanes and blocks
+    x[1, [33, 17]] = 1.0          # same lane (33 = 17 + 16)
+    x[2, [99, 98]] = 3.0          # in the tail after the last block of 16
+    x[3] = -1.0                   # all equal
+    assert ops.argmax(x)[0] == x.argmax(dim=-1).tolist() == [5, 17, 98, 0]
+
+
+@pytest.mark.parametrize("k", [1, 5, 64])
+def test_top_k_matches_torch_topk(ops, k):
+    for seed in range(20):
+        p = torch.softmax(_rows(seed, rows=1)[0] * (1 + seed % 5), dim=-1)
+        if seed % 3 == 0:
+            p[torch.randint(0, V, (5000,), generator=torch.Generator().manual_seed(seed))] = 0.0
+        index, value = ops.top_k(p, k)
+        want_v, want_i = torch.topk(p, k)
+        assert value == want_v.tolist()
+        assert [float(p[i]) for i in index] == value and len(set(index)) == k
+        assert set(index) == set(want_i.tolist()) or value[-1] == value[-2]  # equal values may trade places
+
+
+def test_top_k_of_equal_values_keeps_the_lower_indices_first_and_cuts_k_to_the_row(ops):
+    p = torch.zeros(40)
+    p[[30, 3, 20, 10]] = 0.25
+    assert ops.top_k(p, 3) == ([3, 10, 20], [0.25, 0.25, 0.25])
+    index, value = ops.top_k(torch.tensor([0.2, 0.5, 0.3]), 10)
+    assert index == [1, 2, 0] and value == pytest.approx([0.5, 0.3, 0.2])
+
+
+def test_draw_is_bitwise_the_torch_inverse_cdf(ops):
+    """The same uniform gives the same index as verify.draw's PyTorch path on 600 rows: peaked and flat ones,
+    zeros inside, and uniforms at the edges (0 and just below 1)."""
+    g = torch.Generator().manual_seed(0)
+    for t in range(600):
+        w = torch.softmax(torch.randn(V, generator=g) * (0.2 + t % 11), dim=-1)
+        if t % 4 == 0:
+            w[torch.randint(0, V, (20000,), generator=g)] = 0.0
+        state = g.get_state()
+        want = draw(w, g)                      # PyTorch: cumsum in fp64, searchsorted
+        g.set_state(state)
+        assert draw(w, g, ops) == want, t      # the same uniform, drawn the same way
+    w = torch.tensor([0.0, 0.3, 0.0, 0.7, 0.0])
+    assert ops.draw(w, 0.0) == 1 and ops.draw(w, 1.0) == 3  # u01 * total rounded up: the last with weight
+
+
+def test_draw_refuses_an_all_zero_row_and_bad_tensors(ops):
+    with pytest.raises(ValueError, match="every weight is 0"):
+        ops.draw(torch.zeros(10), 0.5)
+    with pytest.raises(ValueError, match="fp32 CPU rows"):
+        ops.draw(torch.ones(10, dtype=torch.float64), 0.5)
+    with pytest.raises(ValueError, match="one row"):
+        ops.top_k(torch.ones(2, 10), 3)
+    with pytest.raises(ValueError, match="fp32 CPU rows"):
+        ops.argmax(torch.ones(2, 3, 4))
+
+
+def test_top_tokens_falls_back_to_torch_without_ops(ops):
+    p = torch.softmax(_rows(3, rows=1)[0], dim=-1)
+    assert top_tokens(p, 8)[1] == top_tokens(p, 8, ops)[1] == torch.topk(p, 8).values.tolist()
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_engine_writes_the_same_tokens_with_and_without_the_compiled_sampling(temperature):
+    """The engine reads its distributions in C where it can compile them; PyTorch's passes give the same
+    output tokens, accepted paths and root distributions, greedy and sampled."""
+    engine = tiny_engine()
+    if engine.sample_ops is None:
+        pytest.skip("no C compiler on this machine")
+    reference = Engine(engine.target, engine.head, engine.head_name, engine.attn_impl, compiled_sampling=False,
+                       costs=engine.costs, calibration=engine.calibration)
+    assert reference.sample_ops is None
+    sampling = SamplingConfig(temperature=temperature, max_new_tokens=24, seed=3)
+    tree = TreeConfig.create(3, 2, 6, adaptive=False)
+    for prompt in ("the cat sat", "one two three four"):
+        for cfg in (None, tree):
+            a, b = engine.generate(prompt, cfg, sampling), reference.generate(prompt, cfg, sampling)
+            assert [t.token for t in a.output] == [t.token for t in b.output]
+            assert [c.path for c in a.cycles] == [c.path for c in b.cycles]
+            assert [c.target_tokens for c in a.cycles] == [c.target_tokens for c in b.cycles]
+            assert [[i for i, _, _ in c.root_top] for c in a.cycles] == [[i for i, _, _ in c.root_top]
+                                                                       for c in b.cycles] or temperature == 0
