@@ -24,7 +24,7 @@ from eagleviz.paths import cache_dir
 from eagleviz.models.dense import Dense
 from eagleviz.models.quantized import QuantDense, weight_names
 from eagleviz.models.layers import AttentionWeights, attention_dtype, cached_attention, rms_norm, swiglu_mlp
-from kernels import cpu_ops, quant_ops
+from kernels import cpu_ops, quant_ops, stack_ops
 from kernels.quant_ops import QuantWeight
 from kernels.tree_attention import resolve_impl
 
@@ -55,11 +55,13 @@ class TargetModel:
     PyTorch operations: None when the C library builds and the model allows it (a CPU, bf16 or fp32, fused
     q/k/v, no per-head norms, a head size that is a multiple of 16), False never, True insists. kv_dtype: the
     dtype of the KV caches and of attention; None takes fp32 when the fused layer runs (its attention reads
-    fp32), else measures which is faster on this machine (`eagleviz.models.layers.attention_dtype`)."""
+    fp32), else measures which is faster on this machine (`eagleviz.models.layers.attention_dtype`). stack:
+    from blocks with the fused layer, whether the whole decoder stack runs in one C call (`kernels.stack_ops`,
+    bitwise the same results): None when it builds, False keeps one Python call per operation (the reference)."""
 
     def __init__(self, hf_model: nn.Module, tokenizer, name: str, pack: bool | None = None,
                  kv_dtype: torch.dtype | None = None, fused: bool | None = None,
-                 blocks: dict[str, QuantWeight] | None = None, activations: str = "int8"):
+                 blocks: dict[str, QuantWeight] | None = None, activations: str = "int8", stack: bool | None = None):
         if activations not in ACTIVATIONS:
             raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
         self.activations = activations
@@ -99,6 +101,26 @@ class TargetModel:
         self.ops = self._fused_ops(fused, kv_dtype)
         self.kv_dtype = kv_dtype or (torch.float32 if self.ops else attention_dtype(
             self.dtype, self.device, self.num_heads, self.num_kv_heads, self.head_dim))
+        self._stack = self._block_stack(stack)
+
+    def _block_stack(self, stack: bool | None) -> stack_ops.Stack | None:
+        """From blocks with the compiled layer: the decoder stack in one C call (`kernels.stack_ops`, bitwise
+        the layer loop of `_forward_fused`), unless `stack` is False or a product is not one block weight."""
+        if stack is False or self.weights != "blocks" or self.ops is None:
+            return None
+        products = [p for a, gu, down in zip(self._attn, self._gate_up, self._down) for p in (a.qkv, a.o_proj, gu, down)]
+        if not all(isinstance(p, QuantDense) and len(p.parts) == 1 for p in products):
+            return None
+        built = stack_ops.load(cache_dir() / "kernels")
+        if built is None:
+            return None
+        layers = [stack_ops.LayerWeights(a.qkv.parts[0], a.o_proj.parts[0], gu.parts[0], down.parts[0],
+                                         layer.post_attention_layernorm.weight.detach(), nxt.detach())
+                  for a, gu, down, layer, nxt in zip(self._attn, self._gate_up, self._down, self._layers,
+                                                     self._next_norms)]
+        return built.stack(self.ops, self._quant[0], self.activations == "int8", layers,
+                           self._layers[0].input_layernorm.weight.detach(), self.num_heads, self.num_kv_heads,
+                           self.head_dim, self.eps, ordered=True)
 
     def _fused_ops(self, fused: bool | None, kv_dtype: torch.dtype | None) -> cpu_ops.CpuOps | None:
         """The compiled layer operations when `fused` allows them and this model can use them, else None."""
@@ -229,6 +251,10 @@ class TargetModel:
         cos, sin = self._rotary(h, positions[None])
         cos, sin = cos[0].contiguous(), sin[0].contiguous()
         mask = None if tree_mask is None else tree_mask.contiguous()
+        if self._stack is not None:  # the same operations as the loop below, in one C call
+            x, captured = self._stack.run(h, cos, sin, cache.k, cache.v, start, mask, feature_layers,
+                                          torch.get_num_threads())
+            return self._finish(x, captured, cache, t, logit_rows, feature_layers)
         captured = {}
         ordered = self.weights == "blocks"  # batch-invariant sums where the products are too
         x = ops.rms_norm(h, self._layers[0].input_layernorm.weight, eps, ordered=ordered)
@@ -241,6 +267,11 @@ class TargetModel:
             x = ops.rms_norm(h, layer.post_attention_layernorm.weight, eps, delta=attn.o_proj(out), ordered=ordered)
             x = ops.rms_norm(h, self._next_norms[i], eps, delta=self._down[i](ops.silu_mul(self._gate_up[i](x))),
                              ordered=ordered)
+        return self._finish(x, captured, cache, t, logit_rows, feature_layers)
+
+    def _finish(self, x: torch.Tensor, captured: dict[int, torch.Tensor], cache: KVCache, t: int,
+                logit_rows: slice | None, feature_layers: tuple[int, ...] | None) -> TargetOutput:
+        """After the layers: the cache advanced, the logits of `logit_rows`, the features."""
         cache.advance(t)
         logits = None if logit_rows is None else self.unembed(x[logit_rows]).float()
         features = x if feature_layers is None else torch.cat([captured[i] for i in feature_layers], dim=-1)

@@ -21,7 +21,8 @@ eagleviz.models.dense), `--ab hot-vocab` (the hot draft vocabulary, eagleviz.mod
 `--ab fused` (each layer's small operations as compiled C calls, kernels.cpu_ops), `--ab policy` (the
 cost-aware tree against SGLang's fixed tree with the same knobs), `--ab prefix` (each prefill after the cached
 chat prefix, eagleviz.decoding.prefix), `--ab sample-ops` (reading the target's distribution in C,
-kernels.sample_ops) and `--ab lookup` (prompt-lookup candidates
+kernels.sample_ops), `--ab stack` (the decoder stack from weight blocks in one C call, kernels.stack_ops) and
+`--ab lookup` (prompt-lookup candidates
 merged into the head's tree). Each A/B prints its ratios and writes them, per arm with the trees each side ran,
 to --out/ab-LEVER-T{T}.json (`ab_name`): the file a figure quoted from it can be checked against.
 """
@@ -49,7 +50,8 @@ from eagleviz.perf import peers as peer_methods
 from eagleviz.prompts import load_prompts
 from eagleviz.visuals.speed import bench_figure, markdown_table
 
-AB_LEVERS = ("trace", "packing", "hot-vocab", "kv-fp32", "fused", "policy", "lookup", "prefix", "sample-ops")
+AB_LEVERS = ("trace", "packing", "hot-vocab", "kv-fp32", "fused", "policy", "lookup", "prefix", "sample-ops",
+             "stack")
 METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "lookup", "eagle-chain", "eagle-tree")
 TUNED_METHOD = "eagle-tuned"
 GREEDY_REFERENCE = "hf-generate"
@@ -156,7 +158,9 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
     prefix: every prompt prefilled whole vs after the cached chat prefix (eagleviz.decoding.prefix), for our
     plain loop and the EAGLE tree; the median prefill times are reported too;
     sample-ops: PyTorch's argmax, top-k and draw vs kernels.sample_ops (the same tokens), for our plain loop and
-    the EAGLE tree."""
+    the EAGLE tree;
+    stack: one Python call per C operation vs the decoder stack in one C call (kernels.stack_ops; bitwise the
+    same), for our plain loop and the EAGLE tree."""
     from eagleviz.decoding.engine import Engine
     from eagleviz.models.draft import load_head
     from eagleviz.models.target import TargetModel
@@ -190,6 +194,13 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
             raise UserFacingError("--ab sample-ops needs kernels/sample_ops.c compiled: a CPU and a C compiler")
         without = copy.copy(engine)  # the same target and drafting head (re-making it from blocks is refused)
         without.sample_ops = None
+    elif lever == "stack":
+        if t._stack is None:
+            raise UserFacingError("--ab stack needs a target from weight blocks with the compiled layer and "
+                                  "kernels/stack_ops.c built (a CPU and a C compiler)")
+        without = copy.copy(engine)
+        without.target = copy.copy(t)
+        without.target._stack = None
     else:
         without = engine
     if lever in ("policy", "lookup"):  # the same engine, two trees
@@ -451,7 +462,7 @@ def bench_main(argv: list[str]) -> int:
                         "operations gain (fused), what the cost-aware tree gains over SGLang's fixed tree with the "
                         "same knobs (policy), what prompt-lookup candidates add to the head's (lookup), what "
                         "starting each prefill from the cached chat prefix gains (prefix), what reading the target's "
-                        "distribution in C gains (sample-ops)")
+                        "distribution in C gains (sample-ops), what the decoder stack in one C call gains (stack)")
     args = p.parse_args(argv)
     sampling, tree = check_knobs(args, tree_args=True)
     if args.methods is None:

@@ -1,0 +1,94 @@
+"""kernels/stack_ops.py: the decoder stack in one C call gives bitwise what the Python sequence of the same C
+operations gives (logits, EAGLE-3 features, the keys and values written to the cache) for a prompt, a tree and
+a single token, with int8 and fp32 activations; an engine decodes the same tokens with it; it refuses what
+does not fit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.decoding.engine import Engine
+from eagleviz.models.draft import random_head
+from eagleviz.models.quantized import find_blocks
+from eagleviz.models.target import ACTIVATIONS, TargetModel
+from kernels.quant_ops import QuantWeight
+from tiny import tiny_target
+
+
+@pytest.fixture(scope="module")
+def models():
+    """One target whose weights are exactly Q8_0 blocks, with and without the stack, per activation scheme."""
+    dense = tiny_target(vocab=64, layers=4)
+    with torch.no_grad():
+        for p in dense.hf.parameters():
+            if p.dim() == 2:
+                p.copy_(QuantWeight.quantize_q8_0(p).dequantize())
+    blocks = find_blocks(dense.hf.state_dict())
+    built = {(act, stack): TargetModel(dense.hf, dense.tokenizer, dense.name, blocks=blocks, activations=act,
+                                       stack=stack)
+             for act in ACTIVATIONS for stack in (None, False)}
+    if any(m.weights != "blocks" or m.ops is None for m in built.values()):
+        pytest.skip("the quantized products or the fused layer could not be built here")
+    if built[(ACTIVATIONS[0], None)]._stack is None:
+        pytest.skip("kernels/stack_ops.c could not be built here")
+    return built
+
+
+def test_the_stack_runs_only_where_asked_and_possible(models):
+    assert all((m._stack is not None) == (stack is None) for (_, stack), m in models.items())
+    assert tiny_target(vocab=64)._stack is None  # dense weights: nothing to run from blocks
+
+
+@pytest.mark.parametrize("act", ACTIVATIONS)
+def test_a_prompt_a_tree_and_a_token_are_bitwise_the_python_sequences(models, act):
+    fast, ref = models[(act, None)], models[(act, False)]
+    gen = torch.Generator().manual_seed(7)
+    prompt = torch.randint(0, 64, (23,), generator=gen)
+    tree = torch.randint(0, 64, (6,), generator=gen)
+    parents = [-1, 0, 0, 1, 1, 3]
+    mask = torch.eye(6, dtype=torch.bool)
+    for node, parent in enumerate(parents):
+        if parent >= 0:
+            mask[node] |= mask[parent]
+    depth = mask.sum(1) - 1
+    layers = fast.eagle3_layers
+    caches = [fast.new_cache(40), ref.new_cache(40)]
+    steps = [(prompt, torch.arange(23), torch.ones(23, 23, dtype=torch.bool).tril()),
+             (tree, 23 + depth, mask), (tree[:1], torch.tensor([23]), None)]
+    for ids, pos, m in steps:
+        a, b = (model.forward(ids, pos, cache, m, feature_layers=layers) for model, cache in zip((fast, ref), caches))
+        assert torch.equal(a.logits, b.logits) and torch.equal(a.features, b.features)
+        assert torch.equal(caches[0].k, caches[1].k) and torch.equal(caches[0].v, caches[1].v)
+        assert caches[0].length == caches[1].length
+        if m is not None and len(ids) == 6:
+            caches[0].length = caches[1].length = 23  # the tree's slots are dropped again, as a rewind does
+    no_features = fast.forward(tree[:1], torch.tensor([23]), fast.new_cache(40), None)
+    assert no_features.features.shape == (1, fast.hidden_size)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_an_engine_decodes_the_same_tokens_with_the_stack(models, temperature):
+    fast, ref = models[("int8", None)], models[("int8", False)]
+    head = random_head(fast, seed=3)
+    engines = [Engine(model, head, "random") for model in (fast, ref)]
+    sampling = SamplingConfig(temperature=temperature, max_new_tokens=20, seed=5)
+    for cfg in (None, TreeConfig.create(3, 2, 6, adaptive=False)):
+        runs = [e.generate("one two three", cfg, sampling) for e in engines]
+        assert [t.token for t in runs[0].output] == [t.token for t in runs[1].output]
+
+
+def test_the_stack_refuses_what_does_not_fit(models):
+    fast = models[("int8", None)]
+    cache = fast.new_cache(8)
+    h = torch.zeros(2, fast.hidden_size)
+    cos = sin = torch.zeros(2, fast.head_dim)
+    with pytest.raises(ValueError, match="overflow"):
+        fast._stack.run(h, cos, sin, cache.k, cache.v, 7, None, None, 1)
+    with pytest.raises(ValueError, match="mask"):
+        fast._stack.run(h, cos, sin, cache.k, cache.v, 0, torch.ones(2, 3, dtype=torch.int64), None, 1)
+    with pytest.raises(ValueError, match="h must be"):
+        fast._stack.run(h[:, :10], cos, sin, cache.k, cache.v, 0, None, None, 1)
+    with pytest.raises(ValueError, match="cache"):
+        fast._stack.run(h, cos, sin, cache.k[:1], cache.v[:1], 0, None, None, 1)
