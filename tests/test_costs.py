@@ -9,8 +9,8 @@ from eagleviz.decoding import costs
 
 
 class _Engine:
-    """Runs that took `prefill_ms` for the prompt, then `step_ms` per token (a 4/2/8 tree: 3 tokens a cycle,
-    each cycle 4 draft levels of 1 ms and a verification of 10 ms)."""
+    """Runs that took `prefill_ms` for the prompt, then `step_ms` per token (a tree: 3 tokens a cycle, each cycle
+    0.5 ms of drafting once, 1 ms per draft level, a verification of 10 ms and 15 ms in all with 4 levels)."""
 
     head = object()
 
@@ -22,7 +22,7 @@ class _Engine:
         if tree is None:
             return SimpleNamespace(wall_s=(self.prefill_ms + n * self.step_ms) / 1e3, prefill_ms=self.prefill_ms,
                                    output=[0] * n, cycles=[])
-        cycles = [SimpleNamespace(timings_ms={"draft": 4.0, "verify": 10.0}) for _ in range(n // 3)]
+        cycles = [SimpleNamespace(timings_ms={"draft": 0.5 + tree.steps, "verify": 10.0}) for _ in range(n // 3)]
         return SimpleNamespace(wall_s=(self.prefill_ms + 15.0 * len(cycles)) / 1e3, prefill_ms=self.prefill_ms,
                                output=[0] * n, cycles=cycles)
 
@@ -33,7 +33,10 @@ def test_a_plain_step_leaves_the_prefill_out(monkeypatch):
     for measured in (slow_prompt, quick_prompt):
         assert abs(measured.step_ms - 6.0) < 1e-9
         assert abs(measured.verify_cost(1) - 5.0 / 6.0) < 1e-9 and abs(measured.verify_cost(8) - 12.0 / 6.0) < 1e-9
-        assert abs(measured.draft_level - 1.0 / 6.0) < 1e-9 and abs(measured.overhead - 1.0 / 6.0) < 1e-9
+        assert abs(measured.draft_level - 1.0 / 6.0) < 1e-9 and abs(measured.draft_fixed - 0.5 / 6.0) < 1e-9
+        assert abs(measured.overhead - 0.5 / 6.0) < 1e-9
+        assert measured.draft_cost(0) == 0.0 and abs(measured.draft_cost(2) - 2.5 / 6.0) < 1e-9
+        assert costs.CostModel.from_dict(measured.to_dict()) == measured
 
 
 def test_a_price_list_is_kept_per_cpu_vector_unit(monkeypatch):

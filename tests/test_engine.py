@@ -87,6 +87,20 @@ def test_a_lost_head_rests_and_decoding_stays_lossless():
             assert [n.prob for n in c.nodes] == pytest.approx([n.prob for n in fresh.nodes], abs=1e-5)
 
 
+def test_a_sampled_run_rests_a_head_whose_drafting_costs_more_than_it_brings():
+    """Verification nearly free but drafting dear (5 plain steps a cycle): greedy, the head's nodes are worth
+    verifying once drafted and it never rests; sampled, its cycles are expected to lose to the same cycles
+    without it, so it rests."""
+    pricey = CostModel(verify=((1, 1.0), (64, 1.3)), draft_level=0.05, overhead=0.05, draft_fixed=5.0)
+    engine = tiny_engine("llama", vocab=64, seed=2).with_policy(costs=pricey)
+    tree, prompt = TreeConfig.create(4, 2, 8), [1, 2, 3]
+    rests = {}
+    for temperature in (0.0, 1.0):
+        spec = run(engine, prompt, tree, SamplingConfig(temperature=temperature, max_new_tokens=40))
+        rests[temperature] = sum(c.decision.startswith("The head rests") for c in spec.cycles)
+    assert rests[0.0] == 0 and rests[1.0] > 0
+
+
 def test_lookup_candidates_are_verified_and_accepted_on_repetitive_text():
     """A context that repeats itself: lookup nodes enter the tree marked as such, and some are accepted."""
     engine = tiny_engine("llama", vocab=8, seed=0)

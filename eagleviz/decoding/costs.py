@@ -1,6 +1,8 @@
 """What a cycle's parts cost on this machine, in plain decoding steps: the price list of the cost-aware tree.
 
     verify(n)     one target forward over n tree tokens, divided by one step of our plain loop
+    draft_fixed   what a cycle in which the head drafts pays once: encoding the positions accepted since,
+                  the first level's bookkeeping (its weights read cold after the target's forward)
     draft_level   one draft forward over a frontier, with its LM head and top-k
     overhead      the rest of a cycle: acceptance, the KV rewind, the host's bookkeeping
 
@@ -32,7 +34,7 @@ SIZES = (1, 2, 4, 8, 16, 32, 64)
 # the price list's sizes: every small one, where a cost-aware tree's sizes fall and the curve bends (from weight
 # blocks here 3, 4, 6 and 8 tokens cost 1.19, 1.31, 1.69 and 2.31 steps: scripts/block_rows.py)
 PRICE_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 64)
-VERSION = 3  # 2: a plain step leaves the prefill out; 3: PRICE_SIZES (older lists are measured again)
+VERSION = 4  # 2: a plain step leaves the prefill out; 3: PRICE_SIZES; 4: draft_fixed (older lists are measured again)
 PROBE_PROMPT = "List the planets of the solar system in order, one per line, with one fact about each."
 
 
@@ -45,12 +47,13 @@ class CostModel:
     draft_level: float
     overhead: float
     step_ms: float = 0.0      # what one plain step took when measured (0: not measured)
+    draft_fixed: float = 0.0  # paid once by a cycle whose head drafts (its first level costs this + draft_level)
     source: str = "default: a flat curve (as on a GPU), not measured"
 
     def __post_init__(self):
         if not self.verify or any(n2 <= n1 for (n1, _), (n2, _) in zip(self.verify, self.verify[1:])):
             raise ValueError("verify costs need ascending sizes")
-        if min(c for _, c in self.verify) <= 0 or self.draft_level < 0 or self.overhead < 0:
+        if min(c for _, c in self.verify) <= 0 or min(self.draft_level, self.draft_fixed, self.overhead) < 0:
             raise ValueError("costs must be positive")
 
     @classmethod
@@ -58,6 +61,10 @@ class CostModel:
         """A GPU-like price list for engines nobody measured (tests, tiny models): verification nearly free
         up to 64 tokens, a draft level 5% of a step."""
         return cls(verify=((1, 1.0), (64, 1.3)), draft_level=0.05, overhead=0.05)
+
+    def draft_cost(self, levels: int) -> float:
+        """Plain steps that `levels` draft levels cost in one cycle (0 when the head does not draft)."""
+        return self.draft_fixed + levels * self.draft_level if levels > 0 else 0.0
 
     def verify_cost(self, n: int) -> float:
         table = self._table
@@ -86,7 +93,8 @@ class CostModel:
         if d.get("version") != VERSION:
             raise ValueError("not a cost model this build reads")
         return cls(verify=tuple((int(n), float(c)) for n, c in d["verify"]), draft_level=float(d["draft_level"]),
-                   overhead=float(d["overhead"]), step_ms=float(d.get("step_ms", 0.0)), source=str(d["source"]))
+                   overhead=float(d["overhead"]), step_ms=float(d.get("step_ms", 0.0)), source=str(d["source"]),
+                   draft_fixed=float(d.get("draft_fixed", 0.0)))
 
 
 def forward_ms(target, prefix: int = 200, sizes=SIZES, repeats: int = 5) -> dict[int, float]:
@@ -120,8 +128,9 @@ def _sync(dev: torch.device) -> None:
 
 
 def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
-    """This engine's price list: the forward curve, then a short plain run (the unit: ms per plain token) and a
-    short run of a fixed 4/2/8 tree (ms per draft level; the cycle's remainder as overhead)."""
+    """This engine's price list: the forward curve, then a short plain run (the unit: ms per plain token) and
+    short runs of fixed trees of 1 and 4 levels (their draft times give the fixed part and the price of a level;
+    the 4-level cycle's remainder is the overhead)."""
     sizes = tuple(n for n in PRICE_SIZES if n <= max_size)
     fwd = forward_ms(engine.target, sizes=sizes)
     sampling = SamplingConfig(max_new_tokens=tokens)
@@ -129,22 +138,28 @@ def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
     # the prompt's prefill is not a step (from weight blocks the probe's costs about five steps here)
     step_ms = (plain.wall_s * 1e3 - plain.prefill_ms) / max(len(plain.output), 1)
     step_ms = max(step_ms, fwd[1])  # a plain step is at least its forward
-    draft_level, overhead = 0.05, 0.05
+    draft_fixed, draft_level, overhead = 0.0, 0.05, 0.05
     if engine.head is not None:
-        tree = TreeConfig.create(4, 2, 8, adaptive=False)
-        run = engine.generate(PROBE_PROMPT, tree, sampling)
-        if run.cycles:
+        draft_ms = {}
+        for steps in (1, 4):
+            tree = TreeConfig.create(steps, 2, 2 * steps, adaptive=False)
+            run = engine.generate(PROBE_PROMPT, tree, sampling)
+            if not run.cycles:
+                break
             n = len(run.cycles)
-            draft = sum(c.timings_ms.get("draft", 0.0) for c in run.cycles) / n
+            draft_ms[steps] = sum(c.timings_ms.get("draft", 0.0) for c in run.cycles) / n
             verify = sum(c.timings_ms.get("verify", 0.0) for c in run.cycles) / n
             cycle = (run.wall_s * 1e3 - run.prefill_ms) / n
-            draft_level = draft / tree.steps / step_ms
-            overhead = max(cycle - draft - verify, 0.0) / step_ms
+            overhead = max(cycle - draft_ms[steps] - verify, 0.0) / step_ms
+        if len(draft_ms) == 2:
+            level_ms = max(draft_ms[4] - draft_ms[1], 0.0) / 3
+            draft_level = level_ms / step_ms
+            draft_fixed = max(draft_ms[1] - level_ms, 0.0) / step_ms
     verify, most = [], 0.0
     for n, ms in fwd.items():  # a bigger forward never costs less: noise in one size must not invert the curve
         most = max(most, ms / step_ms)
         verify.append((n, most))
-    return CostModel(verify=tuple(verify), draft_level=draft_level,
+    return CostModel(verify=tuple(verify), draft_level=draft_level, draft_fixed=draft_fixed,
                      overhead=overhead, step_ms=step_ms,
                      source=f"measured on this machine ({torch.get_num_threads()} thread(s), plain step "
                             f"{step_ms:.1f} ms)")

@@ -31,7 +31,8 @@ from eagleviz.models.kv_cache import KVCache
 @dataclass
 class Draft:
     """What phase 1 produced: the candidates, the verification tree, the draft levels run, the expected
-    tokens the cycle commits (bonus included) and one sentence on the policy's decision ("" in a fixed tree)."""
+    tokens the cycle commits (bonus included) and one sentence on the policy's decision ("" in a fixed tree).
+    head_paid: a cost-aware tree's head drafted and its cycle's best rate beat the same cycle without it."""
 
     cands: Candidates
     tree: VerifyTree
@@ -39,6 +40,7 @@ class Draft:
     expected: float
     decision: str = ""
     lookup_ngram: int = 0
+    head_paid: bool = False
 
 
 def causal(n: int, device) -> torch.Tensor:
@@ -61,11 +63,15 @@ def grow(engine, feats: torch.Tensor | None, pend_tokens: list[int], dcache: KVC
         _merge_lookup(cands, match, calibration)
     order = priority(cands)
     values = [cands.values[i] for i in order]
+    head_paid = False
     if policy is None:
         size = draft_tokens - 1
     else:
         choice = policy.budget(values, levels, draft_tokens - 1)
         size = choice.size
+        if levels:  # the same cycle without the head: its lookup chain alone, nothing drafted
+            alone = _lookup_values(match, calibration) if match is not None else []
+            head_paid = choice.rate > policy.budget(alone, 0, draft_tokens - 1).rate
         verdict = ("No tree was expected to beat a plain step: the root alone was verified." if size == 0 else
                    f"{size} of {len(cands)} candidates verified: there the expected tokens per plain step peak "
                    f"({choice.rate:.2f}).")
@@ -73,7 +79,7 @@ def grow(engine, feats: torch.Tensor | None, pend_tokens: list[int], dcache: KVC
     kept = rerank(cands, size, order)
     expected = 1.0 + sum(cands.values[i] for i in kept)
     return Draft(cands, VerifyTree.build(cands, kept, root), levels, expected, decision,
-                 match.ngram if match is not None else 0)
+                 match.ngram if match is not None else 0, head_paid)
 
 
 def _head_levels(engine, cands: Candidates, feats, pend_tokens, dcache, cfg: TreeConfig, draft_tokens: int,
@@ -151,6 +157,13 @@ def _merge_lookup(cands: Candidates, match: Match, calibration: Calibration | No
             cands.values[node] = max(cands.values[node], value)
             cands.sources[node] = "both"
         parent, parent_value = node, cands.values[node]
+
+
+def _lookup_values(match: Match, calibration: Calibration | None) -> list[float]:
+    """The values of a lookup chain on its own (as `_merge_lookup` values it where the head proposed none of
+    its tokens), root's child first."""
+    r = (calibration or IDENTITY).lookup_accept(match.ngram)
+    return [r ** (k + 1) for k in range(len(match.tokens))]
 
 
 def _log(x: float) -> float:

@@ -303,7 +303,7 @@ class Engine:
         index = SuffixIndex(list(prompt_ids) + [root]) if tree_cfg.source != "eagle" else None
         done = self._emit(run, [(root, "prefill")], -1, target.eos_token_ids, sampling.max_new_tokens, text)
         cycle = 0
-        rest = HeadRest()  # a cost-aware tree rests a head that keeps proposing nothing worth verifying
+        rest = HeadRest()  # a cost-aware tree rests a head whose drafting keeps not paying for itself
         while not done:
             S = tcache.length
             room = capacity - 1 - S  # the slots plain decoding would still fill: it stops at the same length
@@ -319,7 +319,10 @@ class Engine:
             tree = draft.tree
             if use_head and policy is not None:
                 if run_head:
-                    rest.record(any(draft.cands.sources[n] != "lookup" for n in tree.node_ids[1:]))
+                    # sampled, a head rests when its drafting is not expected to pay; greedy, only when none of its
+                    # nodes was worth verifying (the stricter rule lost there: docs/performance.md entry 27)
+                    rest.record(draft.head_paid if not sampling.greedy else
+                                any(draft.cands.sources[n] != "lookup" for n in tree.node_ids[1:]))
                 else:
                     draft.decision = f"{rest.note()} {draft.decision}".strip()
             clock.lap()

@@ -2,14 +2,18 @@
 
 Every node of the draft tree has a value v, the calibrated chance that it lies on the accepted path
 (`eagleviz.decoding.calibration`); a cycle that verifies the set K commits 1 + sum(v for K) tokens on
-average (the bonus token always comes). It costs L * draft_level + verify(|K| + 1) + overhead plain steps
-(`eagleviz.decoding.costs`) after L draft levels. So, per cycle:
+average (the bonus token always comes). It costs draft_fixed + L * draft_level + verify(|K| + 1) + overhead
+plain steps (`eagleviz.decoding.costs`) after L >= 1 draft levels, verify(|K| + 1) + overhead when the head
+does not draft. So, per cycle:
 
     verify   the m best nodes (by value, closed under ancestors: EAGLE-2's reranking) for the m that
              maximises expected tokens per unit cost; m = 0 verifies the root alone, which is a plain step
     draft    after each level, predict the next one: a frontier node f of value v_f would get children of
              value v_f * child[k] (the calibrated acceptance of a k-th best child); another level is drafted
              only if, with those children (or theirs, one level further), the best rate rises
+    rest     sampled (T > 0): after drafting, compare the best rate with the rate of the same cycle without
+             the head (its lookup candidates alone, nothing drafted); greedy: whether any of its nodes was
+             verified. A head that did not pay rests for a few cycles (`HeadRest`)
 
 SGLang's knobs stay upper bounds: at most `steps` levels, `topk` children per node, `draft_tokens` verified.
 Fed a GPU's nearly flat verify(n) the same rule grows big trees; fed this CPU's curve it keeps them small.
@@ -41,7 +45,7 @@ class TreePolicy:
     def cycle_cost(self, levels: int, tree_tokens: int) -> float:
         """Plain steps a cycle costs with `levels` draft levels and `tree_tokens` verified (root included)."""
         c = self.costs
-        return levels * c.draft_level + c.verify_cost(tree_tokens) + c.overhead
+        return c.draft_cost(levels) + c.verify_cost(tree_tokens) + c.overhead
 
     def budget(self, values: list[float], levels: int, max_size: int) -> Budget:
         """The best number of nodes to verify. values: the candidates' values in verification priority
@@ -74,9 +78,10 @@ class TreePolicy:
 
 @dataclass
 class HeadRest:
-    """One run's back-off: after a cycle in which none of the head's nodes was worth verifying, the head rests
-    for 1 cycle, then 2, 4 ... (at most `most`) while that repeats; a cycle that keeps one of its nodes ends it.
-    The engine encodes the positions a resting head skipped when it runs again."""
+    """One run's back-off: after a cycle in which the head did not pay (the engine decides: sampled, its cycle's
+    best rate no higher than without it; greedy, none of its nodes worth verifying), the head rests for 1 cycle,
+    then 2, 4 ... (at most `most`) while that repeats; a cycle in which it pays ends it. The engine encodes the
+    positions a resting head skipped when it runs again."""
 
     most: int = 8
     left: int = 0      # cycles still to run without the head
@@ -89,13 +94,13 @@ class HeadRest:
             return False
         return True
 
-    def record(self, head_kept: bool) -> None:
-        """After a cycle the head drafted: whether any of its nodes was verified."""
-        self.streak = 0 if head_kept else self.streak + 1
+    def record(self, paid: bool) -> None:
+        """After a cycle the head drafted: whether it paid."""
+        self.streak = 0 if paid else self.streak + 1
         self.left = min(2 ** (self.streak - 1), self.most) if self.streak else 0
 
     def note(self) -> str:
         """One sentence for a resting cycle's trace."""
         times = f"{self.streak} time{'s' if self.streak > 1 else ''}"
         span = "this cycle" if not self.left else f"this cycle and {self.left} more"
-        return f"The head rests (none of its guesses was worth verifying {times} in a row): {span} without it."
+        return f"The head rests (its guesses did not pay for themselves {times} in a row): {span} without it."
