@@ -37,9 +37,22 @@ def test_bench_figure_has_one_bar_per_method_labelled_with_its_speedup():
     assert list(bar.x) == list(BENCH["rows"])
     assert list(bar.y) == [r["tokens_per_s"] for r in BENCH["rows"].values()]
     assert list(bar.text) == [f"{r['speedup']:.2f}x" for r in BENCH["rows"].values()]
-    assert bar.marker.color[0] != bar.marker.color[-1]          # peers and EAGLE are told apart
+    colour = dict(zip(bar.x, bar.marker.color))                  # peers, our plain loop and EAGLE told apart
+    assert len({colour["hf-generate"], colour["plain"], colour["eagle-tree"]}) == 3
+    assert all(colour[m] == colour["hf-generate"] for m in colour if not m.startswith(("eagle", "plain")))
     assert f"{BENCH['prompts']} prompts" in fig.layout.title.text and "weight blocks" in fig.layout.title.text
     assert fig.layout.yaxis.range[1] > max(bar.y)                 # room for the labels above the bars
+
+
+def test_a_peer_engines_tokens_are_timed_not_counted_among_ours():
+    """llama.cpp runs its own kernels: the shipped bench times it but never compares its tokens, and the text
+    says so instead of listing it among our identical outputs."""
+    assert BENCH["unchecked"] == ["llama-cpp"] and "llama-cpp" in BENCH["rows"]
+    for mode in ("summary", "list"):
+        text = markdown_table(BENCH, mismatches=mode).split("\n\n")[-1]
+        assert text.endswith("The tokens of llama-cpp (another engine, its own kernels and numerics) are timed, "
+                             "not compared.")
+        assert "llama-cpp" not in text.split("The tokens of")[0]
 
 
 def test_curve_from_json_string_keys_equals_curve_from_int_keys():
@@ -83,7 +96,8 @@ def test_table_lists_every_mismatch_or_summarises_them():
     mm = DENSE["greedy_mismatches"]
     assert full.count("@prompt") == len(mm)
     assert "@prompt" not in short and len(short) < len(full) / 2
-    assert f"{len(mm)} of {DENSE['prompts'] * (len(DENSE['rows']) - 1)} greedy outputs differ" in short
+    checked = len(DENSE["rows"]) - 1 - len(DENSE["unchecked"])     # a peer engine's tokens are not compared
+    assert f"{len(mm)} of {DENSE['prompts'] * checked} greedy outputs differ" in short
     assert "a tie or near-tie" in short
     assert f"at most {max(x['top2_gap'] for x in mm):.3g}" in short
     for method in {x["method"] for x in mm}:

@@ -363,7 +363,7 @@ def summarize(engine, encoded, samples, sampling: SamplingConfig, methods) -> di
                 mismatches.append({"method": m, "prompt": i, "position": k,
                                    "top2_gap": top2_gap(engine, encoded[i] + a[:k])})
     return {"rows": rows, "reference": ref, "greedy_reference": same, "greedy_mismatches": mismatches,
-            "prompts": len(encoded),
+            "unchecked": [m for m in methods if m in peer_methods.METHODS], "prompts": len(encoded),
             "sampling": vars(sampling), "machine": machine_info(engine)}
 
 

@@ -122,7 +122,8 @@ def tune_main(argv: list[str]) -> int:
         costs = load_or_measure(engine, fresh=True)
         print(f"measured in {time.perf_counter() - start:.1f} s")
         print("verify(n) in plain steps: " + ", ".join(f"n={n}: {c:.2f}" for n, c in costs.verify)
-              + f"; a draft level {costs.draft_level:.3f}, a cycle's overhead {costs.overhead:.3f}; {costs.source}")
+              + f"; a drafting cycle's fixed part {costs.draft_fixed:.3f}, a draft level {costs.draft_level:.3f}, "
+              f"a cycle's overhead {costs.overhead:.3f}; {costs.source}")
         return 0
     if args.curve_only:
         out = args.out or user_verify_cost_path()

@@ -33,7 +33,7 @@ VS_PLAIN_NOTE = ("*vs plain decoding*: each method's median tokens/s over the pl
 
 
 def method_colour(method: str) -> str:
-    """EAGLE in blue, eagleviz's own plain loop in sky blue, the Hugging Face peers in grey."""
+    """EAGLE in blue, eagleviz's own plain loop in sky blue, the peers (Hugging Face, llama.cpp) in grey."""
     if method.startswith("eagle"):
         return ACCEPTED
     return VISIBLE if method == "plain" else NEUTRAL
@@ -74,28 +74,31 @@ HF_METHODS = {"hf-generate", "hf-prompt-lookup"}   # Hugging Face's own numerics
 
 def _mismatch_text(result: dict, mode: str) -> str:
     mm, ref = result["greedy_mismatches"], result.get("greedy_reference", result["reference"])
+    unchecked = result.get("unchecked", [])
+    aside = (f" The tokens of {', '.join(unchecked)} (another engine, its own kernels and numerics) are timed, not "
+             "compared." if unchecked else "")
     if not mm:
-        return "All greedy methods produced identical tokens on every prompt."
+        return f"All greedy methods produced identical tokens on every prompt.{aside}"
     if mode == "list":
         gaps = ", ".join(f"{x['method']}@prompt{x['prompt']}:tok{x['position']} gap {x['top2_gap']:.3g}" for x in mm)
         return (f"{len(mm)} greedy outputs differ from {ref} (first divergence, target top-2 logit gap there): "
-                f"{gaps}")
+                f"{gaps}.{aside}")
     counts: dict[str, int] = {}
     for x in mm:
         counts[x["method"]] = counts.get(x["method"], 0) + 1
-    compared = result["prompts"] * (len(result["rows"]) - 1)
+    compared = result["prompts"] * (len(result["rows"]) - 1 - len(unchecked))
     per_method = ", ".join(f"{m} {n}" for m, n in counts.items())
     gap = max(x["top2_gap"] for x in mm)
     if set(counts) <= HF_METHODS and result.get("machine", {}).get("weights") == "blocks":
-        ours = [m for m in result["rows"] if m not in HF_METHODS and m != ref]
+        ours = [m for m in result["rows"] if m not in HF_METHODS and m not in unchecked and m != ref]
         return (f"Every greedy output of ours ({', '.join([ref] + ours)}) is the same, token for token. "
                 f"{len(mm)} of Hugging Face's {result['prompts'] * len(counts)} differ from them ({per_method}): "
                 "it computes the same weights widened to fp32, with fp32 activations, where ours computes from "
                 "the weight blocks with int8 activations; the outputs part where the target's two best logits "
-                f"are close (top-2 gap at most {gap:.3g} where each first diverges).")
+                f"are close (top-2 gap at most {gap:.3g} where each first diverges).{aside}")
     return (f"{len(mm)} of {compared} greedy outputs differ from {ref} ({per_method}). Where each first diverges, "
             f"the target's top-2 logit gap is at most {gap:.3g}: a tie or near-tie, "
-            "which the rounding of a different batch shape can break either way.")
+            f"which the rounding of a different batch shape can break either way.{aside}")
 
 
 def _dtypes(machine: dict) -> str:
