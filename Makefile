@@ -41,7 +41,8 @@ run: $(STAMP)
 # (EAGLEVIZ_CPU=avx2: torch's kernels and oneDNN held to AVX2, C code built for Haswell; kernels/capability.py).
 AVX2_TESTS := tests/test_capability.py tests/test_dense.py tests/test_cpu_ops.py tests/test_quant_ops.py \
 	tests/test_quantized.py tests/test_lossless_blocks.py tests/test_models.py tests/test_limits.py \
-	tests/test_gpu_check.py tests/test_engine.py tests/test_bench.py tests/test_presets.py
+	tests/test_gpu_check.py tests/test_engine.py tests/test_bench.py tests/test_presets.py \
+	tests/test_stack_ops.py tests/test_sample_ops.py
 
 test: $(STAMP) browser
 	$(PY) -m pytest -q -m "not slow" --durations=15

@@ -229,7 +229,12 @@ def test_run_step_rerun_and_import(page, tmp_path):
 
 
 def test_stop_ends_a_long_run_cleanly(page):
-    set_number(page, "max-new-tokens", 256)
+    """A run long enough to be stopped mid-way however fast the machine decodes: SGLang's fixed tree at its
+    widest (each cycle verifies 64 tokens) for up to 512 tokens."""
+    set_number(page, "max-new-tokens", 512)
+    for knob, value in (("steps", 8), ("topk", 8), ("draft-tokens", 64)):
+        set_knob(page, knob, value)
+    page.locator("#adaptive input[type=checkbox]").uncheck()
     page.click("#run")
     page.wait_for_function("() => document.querySelector('#status').innerText.startsWith('Running\u2026 cycle')",
                            timeout=RUN_TIMEOUT_MS)

@@ -162,6 +162,7 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
     stack: one Python call per C operation vs the decoder stack in one C call (kernels.stack_ops; bitwise the
     same), for our plain loop and the EAGLE tree."""
     from eagleviz.decoding.engine import Engine
+    from eagleviz.decoding.prefix import PrefixCache
     from eagleviz.models.draft import load_head
     from eagleviz.models.target import TargetModel
 
@@ -187,12 +188,13 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
                          engine.head_name, engine.attn_impl, **policy)
     elif lever == "hot-vocab":
         without = Engine(t, load_head(head_dir, t), "whole draft vocabulary", engine.attn_impl, **policy)
-    elif lever == "prefix":
-        without = Engine(t, engine.head, engine.head_name, engine.attn_impl, prefix_cache=False, **policy)
+    elif lever == "prefix":  # the same target and drafting head (re-making a head from blocks is refused)
+        without = copy.copy(engine)
+        without.prefix = PrefixCache(())  # what prefix_cache=False builds: every prompt prefilled whole
     elif lever == "sample-ops":
         if engine.sample_ops is None:
             raise UserFacingError("--ab sample-ops needs kernels/sample_ops.c compiled: a CPU and a C compiler")
-        without = copy.copy(engine)  # the same target and drafting head (re-making it from blocks is refused)
+        without = copy.copy(engine)  # the same target and drafting head
         without.sample_ops = None
     elif lever == "stack":
         if t._stack is None:
