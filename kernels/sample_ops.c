@@ -1,6 +1,6 @@
 /* Reading a target distribution on CPU: what a cycle's acceptance and a sampled plain step need from rows
  * of a 49k-token vocabulary, each in one pass over the row, without PyTorch's per-call dispatch, threads
- * and temporaries (together they cost a sampled cycle ~0.4 ms, 7% of a decode step from weight blocks):
+ * and temporaries (under 1% of a sampled run: `python -m eagleviz bench --ab sample-ops`, entry 27):
  *
  *   argmax_rows   each row's largest value and the first index holding it (torch.argmax's rule)
  *   top_k         a row's k largest values, descending, and their indices (equal values: lower index first)

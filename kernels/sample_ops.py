@@ -2,8 +2,9 @@
 
 A sampled speculation cycle reads the target's distribution several times beside its forward: the argmax of
 every verified row, the root's most likely tokens (the page's rejection-sampling view) and a draw. In
-PyTorch each is a call that dispatches, may wake its threads and allocates; together ~0.4 ms, 7% of a decode
-step from weight blocks. These do each in one pass over the row, on the calling thread. `draw` is bitwise
+PyTorch each is a call that dispatches, may wake its threads and allocates. These do each in one pass over the
+row, on the calling thread: under 1% of a sampled run (`python -m eagleviz bench --ab sample-ops`,
+docs/performance.md entry 27), since the rows are read cold after the forward either way. `draw` is bitwise
 the inverse CDF of `eagleviz.decoding.verify.draw` (fp64 sums in index order), so a seed draws the same
 tokens with or without them. `load` returns None where nothing can be compiled; callers keep PyTorch.
 """

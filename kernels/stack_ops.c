@@ -1,9 +1,10 @@
 /* A decoder stack from weight blocks in one call: the sequence of a forward's C operations, run by C.
  *
- * From blocks, each layer of a decode step is seven calls into compiled code (the q|k|v, output, gate|up and
- * down products of kernels/quant_ops.c; the norms, RoPE with the cache write, attention and SiLU of
- * kernels/cpu_ops.c), each reached through a Python wrapper that checks its tensors and allocates its output:
- * ~4 us a call, 0.8 ms of a 6 ms step for SmolLM2's 30 layers. This file holds no arithmetic: it calls the
+ * From blocks, each layer of a decode step is nine calls into compiled code (the q|k|v, output, gate|up and
+ * down products of kernels/quant_ops.c; two norms, RoPE with the cache write, attention and SiLU of
+ * kernels/cpu_ops.c), reached through eight Python wrappers that check their tensors and allocate their
+ * outputs. In one call our plain loop ran 1.37x faster (`python -m eagleviz bench --ab stack`,
+ * docs/performance.md entry 27). This file holds no arithmetic: it calls the
  * very same functions (their addresses handed over by kernels/stack_ops.py), in the same order, on the same
  * values, into buffers it allocates once per call. So its results are bitwise those of the Python sequence
  * (`TargetModel._forward_fused`), and as batch invariant.

@@ -1,6 +1,6 @@
 """A decoder stack from weight blocks in one C call (`kernels/stack_ops.c`), built once per machine.
 
-From blocks a SmolLM2 forward is ~240 calls into compiled code (four products per layer from
+From blocks a SmolLM2 forward is ~240 Python calls into compiled code (four products per layer from
 `kernels.quant_ops`, the norms, RoPE, attention and SiLU from `kernels.cpu_ops`), each through a Python
 wrapper that checks its tensors and allocates its output. `Stack` hands the addresses of those same C
 functions, the layers' weight blocks and the model's shapes to `decoder_stack` once, which then runs a forward's
