@@ -6,10 +6,12 @@ fp32 rows by weights kept in those blocks, each block widened to fp32 once per g
 order of operations per output element (batch invariant: a row's result does not depend on the rows computed
 with it, the thread count or the CPU's vector width; the C file says how).
 
-Formats (`QuantWeight`, the layout the C code reads; `from_blocks` converts `eagleviz.models.packed`'s):
-    q4_1   q (n * k / 32, 16) uint8, byte i = q[i] | q[i + 16] << 4; d, m (n * k / 32,) fp32; w = d * q + m
-    q8_0   q (n * k / 32, 32) int8 viewed as uint8; d (n * k / 32,) fp32; w = d * q
-`reference` computes the same product in PyTorch from the dequantized weight (equal up to summation order).
+Formats, one block of 32 values along k per column (`canonical`): q4_1 q (n * k / 32, 16) uint8, byte i =
+q[i] | q[i + 16] << 4, d and m (n * k / 32,) fp32, w = d * q + m; q8_0 q (n * k / 32, 32) int8 viewed as uint8, d
+fp32, w = d * q. `QuantWeight` holds them as the C code reads them: the columns in groups of 16 (zero columns
+pad the last), per group and block the 16 columns' bytes interleaved four at a time, d and m as 16 lanes (the C
+file's header draws it). `from_blocks` converts `eagleviz.models.packed`'s layout; `reference` computes the
+same product in PyTorch from the dequantized weight (equal up to summation order).
 """
 
 from __future__ import annotations
@@ -26,11 +28,33 @@ SOURCE = Path(__file__).with_suffix(".c")
 FLAGS = ("-fopenmp", "-ffp-contract=fast")
 FORMATS = {"q4_1": 0, "q8_0": 1}
 BLOCK = 32
+GROUP = 16  # output columns per group: the C code's vector lanes
+
+
+def _groups(n: int) -> int:
+    return -(-n // GROUP)
+
+
+def _interleave(fmt: str, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor | None, shape) -> tuple:
+    """The canonical layout (see the module docstring) -> the C code's: (q (groups * blocks, 256 | 512), d, m
+    (groups * blocks * 16,))."""
+    n, k = shape
+    blocks, pad = k // BLOCK, _groups(n) * GROUP - n
+    chunks = 4 if fmt == "q4_1" else 8  # 4-byte chunks per block and column
+
+    def lanes(t: torch.Tensor) -> torch.Tensor:  # (n, blocks, ...) -> (groups, blocks, ..., 16 columns, ...)
+        t = torch.cat((t, t.new_zeros((pad,) + t.shape[1:]))) if pad else t
+        return t.reshape(_groups(n), GROUP, blocks, *t.shape[2:])
+
+    qg = lanes(q.reshape(n, blocks, chunks, 4)).permute(0, 2, 3, 1, 4).reshape(-1, chunks * 4 * GROUP)
+    dg = lanes(d.reshape(n, blocks)).permute(0, 2, 1).reshape(-1)
+    mg = None if m is None else lanes(m.reshape(n, blocks)).permute(0, 2, 1).reshape(-1)
+    return qg.contiguous(), dg.contiguous(), None if mg is None else mg.contiguous()
 
 
 @dataclass(frozen=True)
 class QuantWeight:
-    """A weight (n, k) in blocks of 32 along k (see the module docstring for the layout)."""
+    """A weight (n, k) in blocks of 32 along k, in the C code's layout (see the module docstring)."""
 
     fmt: str
     q: torch.Tensor
@@ -40,19 +64,40 @@ class QuantWeight:
 
     def __post_init__(self):
         n, k = self.shape
-        blocks, width = n * k // BLOCK, 16 if self.fmt == "q4_1" else 32
         if self.fmt not in FORMATS or k % BLOCK:
             raise ValueError(f"a {self.fmt} weight of shape {self.shape}: formats {sorted(FORMATS)}, k a multiple of 32")
+        blocks = _groups(n) * k // BLOCK
+        width = GROUP * (16 if self.fmt == "q4_1" else 32)
         if not (self.q.dtype == torch.uint8 and self.q.shape == (blocks, width) and self.q.is_contiguous()):
             raise ValueError(f"{self.fmt} q must be contiguous uint8 ({blocks}, {width}), got {self.q.dtype} "
                              f"{tuple(self.q.shape)}")
         for name, part in (("d", self.d), ("m", self.m if self.fmt == "q4_1" else self.d)):
-            if part is None or not (part.dtype == torch.float32 and part.shape == (blocks,) and part.is_contiguous()):
-                raise ValueError(f"{self.fmt} {name} must be contiguous fp32 ({blocks},)")
+            if part is None or not (part.dtype == torch.float32 and part.shape == (blocks * GROUP,)
+                                    and part.is_contiguous()):
+                raise ValueError(f"{self.fmt} {name} must be contiguous fp32 ({blocks * GROUP},)")
 
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.q, self.d, self.m) if t is not None)
+
+    @classmethod
+    def from_canonical(cls, fmt: str, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor | None, shape) -> QuantWeight:
+        """From the canonical layout (the module docstring): one block per column and 32 values along k."""
+        return cls(fmt, *_interleave(fmt, q, d, m, tuple(shape)), tuple(shape))
+
+    def canonical(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(q, d, m) in the canonical layout, padding columns dropped."""
+        n, k = self.shape
+        blocks, chunks = k // BLOCK, 4 if self.fmt == "q4_1" else 8
+
+        def columns(t: torch.Tensor, *inner: int) -> torch.Tensor:  # the inverse of `_interleave`'s `lanes`
+            t = t.reshape(_groups(n), blocks, *inner[:1], GROUP, *inner[1:])
+            t = t.permute(0, 3, 1, 2, 4) if inner else t.permute(0, 2, 1)
+            return t.reshape(_groups(n) * GROUP, blocks, *inner)[:n].reshape(n * blocks, -1).squeeze(-1)
+
+        q = columns(self.q, chunks, 4).contiguous()
+        m = None if self.m is None else columns(self.m).contiguous()
+        return q, columns(self.d).contiguous(), m
 
     @classmethod
     def from_blocks(cls, fmt: str, parts: dict[str, torch.Tensor], shape) -> QuantWeight:
@@ -62,10 +107,9 @@ class QuantWeight:
             packed = parts["q"]
             q = torch.stack((packed & 0x0F, packed >> 4), dim=-1).reshape(packed.shape[0], BLOCK)
             q = (q[:, :16] | (q[:, 16:] << 4)).contiguous()
-            return cls(fmt, q, parts["d"].float().contiguous(), parts["m"].float().contiguous(), tuple(shape))
+            return cls.from_canonical(fmt, q, parts["d"].float(), parts["m"].float(), shape)
         if fmt == "q8_0":
-            return cls(fmt, parts["q"].contiguous().view(torch.uint8), parts["d"].float().contiguous(), None,
-                       tuple(shape))
+            return cls.from_canonical(fmt, parts["q"].contiguous().view(torch.uint8), parts["d"].float(), None, shape)
         raise ValueError(f"no quantized product for the format {fmt!r} (supported: {', '.join(FORMATS)})")
 
     @classmethod
@@ -80,22 +124,24 @@ class QuantWeight:
         d = (blocks.abs().amax(1) / 127.0).half().float()
         safe = torch.where(d > 0, d, torch.ones_like(d))
         q = (blocks / safe[:, None]).round().clamp(-127, 127).to(torch.int8)
-        return cls("q8_0", q.contiguous().view(torch.uint8), d.contiguous(), None, (n, k))
+        return cls.from_canonical("q8_0", q.contiguous().view(torch.uint8), d, None, (n, k))
 
     def dequantize(self) -> torch.Tensor:
         """The fp32 weight (n, k) these blocks hold (d * q + m, exact in fp32)."""
+        q, d, m = self.canonical()
         if self.fmt == "q4_1":
-            q = torch.cat((self.q & 0x0F, self.q >> 4), dim=1).float()
-            w = self.d[:, None] * q + self.m[:, None]
+            w = d[:, None] * torch.cat((q & 0x0F, q >> 4), dim=1).float() + m[:, None]
         else:
-            w = self.d[:, None] * self.q.view(torch.int8).float()
+            w = d[:, None] * q.view(torch.int8).float()
         return w.reshape(self.shape)
 
     @classmethod
     def concat(cls, weights: list[QuantWeight]) -> QuantWeight | None:
-        """One weight whose rows are those of `weights` in order (they share k and a format), else None."""
+        """One weight whose rows are those of `weights` in order (they share k and a format, and every one but
+        the last fills its groups of 16 columns), else None."""
         first = weights[0]
-        if any(w.fmt != first.fmt or w.shape[1] != first.shape[1] for w in weights):
+        if any(w.fmt != first.fmt or w.shape[1] != first.shape[1] for w in weights) or any(
+                w.shape[0] % GROUP for w in weights[:-1]):
             return None
         m = None if first.m is None else torch.cat([w.m for w in weights])
         return cls(first.fmt, torch.cat([w.q for w in weights]), torch.cat([w.d for w in weights]), m,
@@ -168,12 +214,13 @@ def reference_int8(x: torch.Tensor, w: QuantWeight, bias: torch.Tensor | None = 
     Q4_1), with q the stored integers."""
     n, k = w.shape
     qx, dx = quantize_rows(x)
+    wq, wd, wm = w.canonical()
     if w.fmt == "q4_1":
-        q = torch.cat((w.q & 0x0F, w.q >> 4), dim=1).double().reshape(n, k // BLOCK, BLOCK)
+        q = torch.cat((wq & 0x0F, wq >> 4), dim=1).double().reshape(n, k // BLOCK, BLOCK)
     else:
-        q = w.q.view(torch.int8).double().reshape(n, k // BLOCK, BLOCK)
+        q = wq.view(torch.int8).double().reshape(n, k // BLOCK, BLOCK)
     dots = torch.einsum("tbi,nbi->tnb", qx, q)  # exact integers
-    y = (dots * (w.d.double().reshape(n, -1)[None] * dx.double()[:, None, :, 0])).sum(-1)
+    y = (dots * (wd.double().reshape(n, -1)[None] * dx.double()[:, None, :, 0])).sum(-1)
     if w.fmt == "q4_1":
-        y = y + (w.m.double().reshape(n, -1)[None] * (dx.double()[..., 0] * qx.sum(-1))[:, None, :]).sum(-1)
+        y = y + (wm.double().reshape(n, -1)[None] * (dx.double()[..., 0] * qx.sum(-1))[:, None, :]).sum(-1)
     return (y if bias is None else y + bias.double()).float()

@@ -46,6 +46,22 @@ def test_blocks_convert_exactly_from_the_packed_layout(fmt):
 
 
 @pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+def test_the_interleaved_layout_round_trips_and_concatenates_whole_groups(fmt):
+    """Columns in groups of 16 (zero columns pad the last), bytes interleaved four at a time: the canonical
+    blocks come back exactly; weights concatenate when every one but the last fills its groups."""
+    weight, parts = random_blocks(fmt, 37, 64, seed=5)
+    q, d, m = weight.canonical()
+    assert q.shape == (37 * 2, 16 if fmt == "q4_1" else 32) and d.shape == (37 * 2,)
+    assert torch.equal(d, parts["d"].float()) and (m is None or torch.equal(m, parts["m"].float()))
+    assert weight.q.shape[0] == 3 * 2 and weight.d.shape == (3 * 2 * 16,)  # 3 groups of 2 blocks
+    assert torch.equal(quant_ops.QuantWeight.from_canonical(fmt, q, d, m, (37, 64)).q, weight.q)
+    whole, _ = random_blocks(fmt, 32, 64, seed=6)
+    joined = quant_ops.QuantWeight.concat([whole, weight])
+    assert torch.equal(joined.dequantize(), torch.cat((whole.dequantize(), weight.dequantize())))
+    assert quant_ops.QuantWeight.concat([weight, whole]) is None  # 37 columns leave a group part-filled
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
 @pytest.mark.parametrize("rows", [1, 3, 4, 9, 64])
 def test_the_product_is_the_dequantized_weights(ops, fmt, rows):
     weight, _ = random_blocks(fmt, 80, 192, seed=rows)
@@ -122,7 +138,7 @@ def test_q8_0_rounding_of_any_weight_is_within_half_a_step_and_keeps_q8_0_values
     w = torch.randn(24, 96, generator=torch.Generator().manual_seed(3))
     q = quant_ops.QuantWeight.quantize_q8_0(w)
     assert q.fmt == "q8_0" and torch.equal(q.d, q.d.half().float())
-    step = q.d.reshape(24, 3, 1).expand(24, 3, 32).reshape(24, 96)
+    step = q.canonical()[1].reshape(24, 3, 1).expand(24, 3, 32).reshape(24, 96)
     error = (q.dequantize() - w).abs()
     assert (error <= step / 2 * (1 + 1e-3) + 1e-7).all() and error.max() > 0
     again = quant_ops.QuantWeight.quantize_q8_0(q.dequantize())

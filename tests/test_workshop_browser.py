@@ -420,8 +420,8 @@ def no_raw(text: str) -> None:
 def test_a_learner_reads_plain_words_not_internals(page, tmp_path, browser, app_url):
     from test_app_browser import OUTPUT_TEXT_JS
 
-    # a run that ends itself (19 tokens): the end-of-text token is said in words, and so is why the run stopped
-    page.fill("#prompt textarea", "Say hello in French.")
+    # a run that ends itself (12 tokens): the end-of-text token is said in words, and so is why the run stopped
+    page.fill("#prompt textarea", "What is 2 + 2?")
     set_number(page, "max-new-tokens", 64)
     run_and_wait(page)
     assert "the model ended its answer" in prose(page, "status")

@@ -34,7 +34,8 @@ SIZES = (1, 2, 4, 8, 16, 32, 64)
 # the price list's sizes: every small one, where a cost-aware tree's sizes fall and the curve bends (from weight
 # blocks here 3, 4, 6 and 8 tokens cost 1.19, 1.31, 1.69 and 2.31 steps: scripts/block_rows.py)
 PRICE_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 64)
-VERSION = 4  # 2: a plain step leaves the prefill out; 3: PRICE_SIZES; 4: draft_fixed (older lists are measured again)
+VERSION = 5  # 2: a plain step leaves the prefill out; 3: PRICE_SIZES; 4: draft_fixed; 5: the products' column groups
+# (kernels/quant_ops.c) changed every price (older lists are measured again)
 PROBE_PROMPT = "List the planets of the solar system in order, one per line, with one fact about each."
 
 
