@@ -2,7 +2,7 @@
  *
  * A SmolLM2 decode step runs ~2,000 PyTorch operations besides its matrix products, each a few
  * microseconds of dispatch for a few hundred bytes of work; together they are a third of the step. These
- * loops do the same work in 4 calls per layer, single-threaded (the products keep PyTorch's threads):
+ * loops do the same work in 4 calls per layer, single-threaded but for attention (the products keep their own threads):
  *
  *   rms_norm        y = w * round(x * rsqrt(mean(x^2) + eps))                (optionally h += delta first)
  *   rope_to_cache   rotate q and k of a fused q|k|v row, q to fp32, k and v into the fp32 KV cache
@@ -18,7 +18,7 @@
  * Hidden states are bf16 (`bf` = 1) or fp32 (`bf` = 0). In bf16 every intermediate is rounded where
  * PyTorch's eager code rounds it (round to nearest even), so the results match the eager path's up to the
  * order of a sum and the last bits of exp. Keys, values and queries are fp32.
- * Build: cc -O3 -march=native -fopenmp-simd -shared -fPIC (kernels/cpu_ops.py does it once per machine).
+ * Build: cc -O3 -march=native -fopenmp -shared -fPIC (kernels/cpu_ops.py does it once per machine).
  */
 #include <math.h>
 #include <stdint.h>
@@ -272,85 +272,105 @@ static inline __attribute__((always_inline)) void scores(const float *q, const f
     for (int r = 0; r < rows; r++) memcpy(s + (long)r * n + full, spill + 16L * r, sizeof(float) * (n - full));
 }
 
-/* out (rows, hq * d) = softmax(scale * q K^T) V for each query row and head, over keys [0, n_keys) of
- * kc, vc: (hkv, cap, d) fp32. Keys [0, prefix) are visible to every row; key prefix + j is visible to row
- * t when mask[t * (n_keys - prefix) + j] (mask NULL: all visible). Query head h reads KV head h / (hq / hkv).
- * Per KV head, its rows * group queries are gathered, scored against each key tile once, and their outputs
- * accumulated over each value row once. d must be a multiple of 16, at most 16 * MAX_CHUNKS. */
-static inline __attribute__((always_inline)) int attention_d(
-        const float *q, const float *kc, const float *vc, const uint8_t *mask, void *out, int rows, int hq, int hkv,
-        int d, int cap, int n_keys, int prefix, float scale, int bf, int ordered) {
-    int group = hq / hkv, tree = n_keys - prefix, r_count = rows * group, chunks = d / 16;
+/* Query rows [lo, hi) of KV head g (row r is query head g * group + r % group of token r / group): their
+ * softmax(scale * q K^T) V into out, scored against each key tile once and accumulated over each value row
+ * once. A row's arithmetic does not depend on the other rows of its slice. */
+static inline __attribute__((always_inline)) int kv_head_rows(
+        const float *q, const float *kc, const float *vc, const uint8_t *mask, void *out, int hq, int group, int g,
+        int lo, int hi, int d, int cap, int n_keys, int prefix, float scale, int bf, int ordered) {
+    int tree = n_keys - prefix, r_count = hi - lo, chunks = d / 16;
     float *qg = malloc(sizeof(float) * ((size_t)r_count * ((size_t)n_keys + 2 * d + 1 + 16) + 16 * (size_t)d));
     if (!qg) return ERR_NOMEM;
     float *s = qg + (long)r_count * d, *acc = s + (long)r_count * n_keys, *inv_sum = acc + (long)r_count * d;
     float *spill = inv_sum + r_count, *tile = spill + 16L * r_count;
-    for (int g = 0; g < hkv; g++) {
-        for (int t = 0; t < rows; t++) /* row t * group + e is query head g * group + e of token t */
-            memcpy(qg + (long)t * group * d, q + ((long)t * hq + g * group) * d, sizeof(float) * (size_t)(group * d));
-        scores(qg, kc + (long)g * cap * d, s, r_count, n_keys, d, scale, tile, spill, ordered);
-        for (int r = 0; r < r_count; r++) {
-            float *sr = s + (long)r * n_keys, m = -INFINITY, sum = 0.0f;
-            const uint8_t *row_mask = mask ? mask + (long)(r / group) * tree : NULL;
-            if (row_mask)
-                for (int j = 0; j < tree; j++) sr[prefix + j] = row_mask[j] ? sr[prefix + j] : -INFINITY;
+    for (int r = lo; r < hi; r++)
+        memcpy(qg + (long)(r - lo) * d, q + ((long)(r / group) * hq + g * group + r % group) * d, sizeof(float) * (size_t)d);
+    scores(qg, kc + (long)g * cap * d, s, r_count, n_keys, d, scale, tile, spill, ordered);
+    for (int r = 0; r < r_count; r++) {
+        float *sr = s + (long)r * n_keys, m = -INFINITY, sum = 0.0f;
+        const uint8_t *row_mask = mask ? mask + (long)((lo + r) / group) * tree : NULL;
+        if (row_mask)
+            for (int j = 0; j < tree; j++) sr[prefix + j] = row_mask[j] ? sr[prefix + j] : -INFINITY;
 #pragma omp simd reduction(max : m)
-            for (int j = 0; j < n_keys; j++) m = sr[j] > m ? sr[j] : m;
+        for (int j = 0; j < n_keys; j++) m = sr[j] > m ? sr[j] : m;
 #pragma omp simd
-            for (int j = 0; j < n_keys; j++) sr[j] = exp_neg(sr[j] - m);
-            /* The denominator sums the keys this row sees, in order, as `FixedSum` does: a tree node's
-             * ancestors then count as the tokens before it do in plain decoding (masked keys are skipped, not
-             * added as zeros, which would shift the later keys' partial sums). */
-            if (ordered) {
-                FixedSum total = {{0}, 0};
-                fixed_add_run(&total, sr, prefix);
-                for (int j = 0; j < tree; j++)
-                    if (!row_mask || row_mask[j]) fixed_add_run(&total, sr + prefix + j, 1);
-                sum = fixed_total(&total);
-            } else {
+        for (int j = 0; j < n_keys; j++) sr[j] = exp_neg(sr[j] - m);
+        /* The denominator sums the keys this row sees, in order, as `FixedSum` does: a tree node's
+         * ancestors then count as the tokens before it do in plain decoding (masked keys are skipped, not
+         * added as zeros, which would shift the later keys' partial sums). */
+        if (ordered) {
+            FixedSum total = {{0}, 0};
+            fixed_add_run(&total, sr, prefix);
+            for (int j = 0; j < tree; j++)
+                if (!row_mask || row_mask[j]) fixed_add_run(&total, sr + prefix + j, 1);
+            sum = fixed_total(&total);
+        } else {
 #pragma omp simd reduction(+ : sum)
-                for (int j = 0; j < n_keys; j++) sum += sr[j];
+            for (int j = 0; j < n_keys; j++) sum += sr[j];
+        }
+        inv_sum[r] = 1.0f / sum; /* applied to the output row */
+    }
+    const float *v = vc + (long)g * cap * d;
+    for (int r0 = 0; r0 < r_count; r0 += 4) { /* 4 rows' accumulators stay in registers over the values */
+        int nr = r_count - r0 < 4 ? r_count - r0 : 4;
+        v16 a[4][MAX_CHUNKS] = {{{0}}};
+        for (int j = 0; j < n_keys; j++) {
+            for (int c = 0; c < chunks; c++) {
+                v16 vj;
+                memcpy(&vj, v + (long)j * d + 16 * c, sizeof(v16));
+                for (int e = 0; e < nr; e++) a[e][c] += s[(long)(r0 + e) * n_keys + j] * vj;
             }
-            inv_sum[r] = 1.0f / sum; /* applied to the output row */
         }
-        const float *v = vc + (long)g * cap * d;
-        for (int r0 = 0; r0 < r_count; r0 += 4) { /* 4 rows' accumulators stay in registers over the values */
-            int nr = r_count - r0 < 4 ? r_count - r0 : 4;
-            v16 a[4][MAX_CHUNKS] = {{{0}}};
-            for (int j = 0; j < n_keys; j++) {
-                for (int c = 0; c < chunks; c++) {
-                    v16 vj;
-                    memcpy(&vj, v + (long)j * d + 16 * c, sizeof(v16));
-                    for (int e = 0; e < nr; e++) a[e][c] += s[(long)(r0 + e) * n_keys + j] * vj;
-                }
-            }
-            for (int e = 0; e < nr; e++) memcpy(acc + (long)(r0 + e) * d, a[e], sizeof(float) * (size_t)d);
-        }
-        for (int r = 0; r < r_count; r++) {
-            float *ar = acc + (long)r * d;
-            for (int i = 0; i < d; i++) ar[i] *= inv_sum[r];
-            if (bf)
-                for (int i = 0; i < d; i++) ar[i] = round_bf16(ar[i]);
-            int t = r / group, h = g * group + r % group;
-            store_row(out, ((long)t * hq + h) * d, d, bf, ar);
-        }
+        for (int e = 0; e < nr; e++) memcpy(acc + (long)(r0 + e) * d, a[e], sizeof(float) * (size_t)d);
+    }
+    for (int r = 0; r < r_count; r++) {
+        float *ar = acc + (long)r * d;
+        for (int i = 0; i < d; i++) ar[i] *= inv_sum[r];
+        if (bf)
+            for (int i = 0; i < d; i++) ar[i] = round_bf16(ar[i]);
+        int t = (lo + r) / group, h = g * group + (lo + r) % group;
+        store_row(out, ((long)t * hq + h) * d, d, bf, ar);
     }
     free(qg);
     return 0;
 }
 
+/* out (rows, hq * d) = softmax(scale * q K^T) V for each query row and head, over keys [0, n_keys) of
+ * kc, vc: (hkv, cap, d) fp32. Keys [0, prefix) are visible to every row; key prefix + j is visible to row
+ * t when mask[t * (n_keys - prefix) + j] (mask NULL: all visible). Query head h reads KV head h / (hq / hkv).
+ * The rows * group queries of each KV head are cut into slices, at least two per thread in all, which
+ * `threads` threads share (`kv_head_rows`: a row's result is the same in any slice, so the thread count
+ * changes no bit). d must be a multiple of 16, at most 16 * MAX_CHUNKS. */
+static inline __attribute__((always_inline)) int attention_d(
+        const float *q, const float *kc, const float *vc, const uint8_t *mask, void *out, int rows, int hq, int hkv,
+        int d, int cap, int n_keys, int prefix, float scale, int bf, int ordered, int threads) {
+    int group = hq / hkv, r_count = rows * group;
+    int slices = threads > 1 ? (2 * threads + hkv - 1) / hkv : 1;
+    slices = slices < r_count ? slices : r_count;
+    int items = hkv * slices, err = 0;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && items > 1) reduction(min : err)
+    for (int it = 0; it < items; it++) {
+        int g = it / slices, p = it % slices;
+        int code = kv_head_rows(q, kc, vc, mask, out, hq, group, g, (int)((long)r_count * p / slices),
+                                (int)((long)r_count * (p + 1) / slices), d, cap, n_keys, prefix, scale, bf, ordered);
+        err = code < err ? code : err;
+    }
+    return err;
+}
+
 /* The entry: common head sizes get a copy of the loops compiled for their size (the vectors of a query
  * or value row then stay in registers; 1.6x faster for d = 64 than the generic copy). */
 int attention(const float *q, const float *kc, const float *vc, const uint8_t *mask, void *out, int rows,
-              int hq, int hkv, int d, int cap, int n_keys, int prefix, float scale, int bf, int ordered) {
+              int hq, int hkv, int d, int cap, int n_keys, int prefix, float scale, int bf, int ordered, int threads) {
     /* the register tiles hold MAX_CHUNKS vectors of 16: refuse what they cannot hold */
-    if (d <= 0 || d % 16 || d > 16 * MAX_CHUNKS || hkv <= 0 || hq % hkv || n_keys > cap || prefix < 0 || prefix > n_keys)
+    if (d <= 0 || d % 16 || d > 16 * MAX_CHUNKS || hkv <= 0 || hq % hkv || n_keys > cap || prefix < 0 ||
+        prefix > n_keys || threads < 1)
         return ERR_SHAPE;
     if (d == 64)
-        return attention_d(q, kc, vc, mask, out, rows, hq, hkv, 64, cap, n_keys, prefix, scale, bf, ordered);
+        return attention_d(q, kc, vc, mask, out, rows, hq, hkv, 64, cap, n_keys, prefix, scale, bf, ordered, threads);
     if (d == 128)
-        return attention_d(q, kc, vc, mask, out, rows, hq, hkv, 128, cap, n_keys, prefix, scale, bf, ordered);
-    return attention_d(q, kc, vc, mask, out, rows, hq, hkv, d, cap, n_keys, prefix, scale, bf, ordered);
+        return attention_d(q, kc, vc, mask, out, rows, hq, hkv, 128, cap, n_keys, prefix, scale, bf, ordered, threads);
+    return attention_d(q, kc, vc, mask, out, rows, hq, hkv, d, cap, n_keys, prefix, scale, bf, ordered, threads);
 }
 
 /* gu: (rows, 2 * inter) = [gate | up] -> out (rows, inter) = round(round(silu(gate)) * up). */

@@ -39,6 +39,7 @@ DTYPES = (torch.bfloat16, torch.float32)
 MAX_ROWS = 32
 
 MAX_HEAD_DIM = 256  # the C attention's register tiles (MAX_CHUNKS vectors of 16 floats)
+FLAGS = ("-fopenmp",)  # attention shares its KV heads' query rows among threads
 _ERRORS = {-1: (MemoryError, "out of memory"), -2: (ValueError, "shapes the C code refuses")}
 
 _loaded: dict[tuple[str, str], object] = {}
@@ -55,7 +56,7 @@ def load(build_dir: str | Path) -> CpuOps | None:
     or `build_dir` is not safe to load code from (`last_error` says why). A success is cached per process
     (later calls cost a dict lookup); a failure is not, so a later call tries again (e.g. once a compiler
     is installed)."""
-    return load_library(SOURCE, build_dir, ("-fopenmp-simd",), CpuOps)
+    return load_library(SOURCE, build_dir, FLAGS, CpuOps)
 
 
 def load_library(source: Path, build_dir: str | Path, extra: tuple[str, ...], wrap):
@@ -152,7 +153,7 @@ class CpuOps:
         signatures = {
             "rms_norm": [p, p, p, p, i, i, f, i, i],
             "rope_to_cache": [p, p, p, p, p, p, i, i, i, i, i, i, i],
-            "attention": [p, p, p, p, p, i, i, i, i, i, i, i, f, i, i],
+            "attention": [p, p, p, p, p, i, i, i, i, i, i, i, f, i, i, i],
             "silu_mul": [p, p, i, i, i],
         }
         for name, argtypes in signatures.items():
@@ -243,18 +244,20 @@ class CpuOps:
 
     def attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, layer: int, n_keys: int,
                   tree_mask: torch.Tensor | None, out_dtype: torch.dtype, scale: float,
-                  ordered: bool = False) -> torch.Tensor:
+                  ordered: bool = False, threads: int | None = None) -> torch.Tensor:
         """q (T, Hq, D) fp32 over keys [0, n_keys) of `layer`; the last tree_mask.shape[1] keys are seen
         through tree_mask (T, Tk) bool (None: all keys visible). Returns (T, Hq * D) in `out_dtype`. ordered:
-        sums in one order, whatever the batch, the tree or the CPU (kernels/cpu_ops.c, "Batch invariance")."""
+        sums in one order, whatever the batch, the tree or the CPU (kernels/cpu_ops.c, "Batch invariance").
+        threads: default PyTorch's (the result is the same for any count)."""
         if not (q.dtype == torch.float32 and q.dim() == 3 and q.is_contiguous() and q.is_cpu):
             raise ValueError(f"cpu_ops: q must be a contiguous fp32 CPU tensor (T, Hq, D), got {q.dtype} "
                              f"{tuple(q.shape)}")
         hkv = k_cache.shape[1] if k_cache.dim() == 4 else 0
         offset = self._cache(k_cache, v_cache, layer, hkv, q.shape[2])
-        return self._attention(q, k_cache, v_cache, offset, n_keys, tree_mask, out_dtype, scale, ordered)
+        return self._attention(q, k_cache, v_cache, offset, n_keys, tree_mask, out_dtype, scale, ordered, threads)
 
-    def _attention(self, q, k_cache, v_cache, offset: int, n_keys: int, tree_mask, out_dtype, scale, ordered=False):
+    def _attention(self, q, k_cache, v_cache, offset: int, n_keys: int, tree_mask, out_dtype, scale, ordered=False,
+                   threads: int | None = None):
         """`attention` over caches already checked (`_cache`) for q's head size; `offset` locates the layer."""
         t, hq, d = q.shape
         hkv = k_cache.shape[1]
@@ -275,7 +278,8 @@ class CpuOps:
         out = torch.empty(t, hq * d, dtype=out_dtype)
         _check(self._lib.attention(_ptr(q), _ptr(k_cache) + offset, _ptr(v_cache) + offset,
                                    None if mask is None else _ptr(mask), _ptr(out), t, hq, hkv, d, k_cache.shape[2],
-                                   n_keys, n_keys - tree, scale, int(out_dtype == torch.bfloat16), int(ordered)),
+                                   n_keys, n_keys - tree, scale, int(out_dtype == torch.bfloat16), int(ordered),
+                                   threads or torch.get_num_threads()),
                "attention")
         return out
 

@@ -26,7 +26,7 @@ typedef int (*rope_fn)(const void *qkv, const void *cos_, const void *sin_, floa
                        int rows, int hq, int hkv, int d, int cap, int start, int bf);
 typedef int (*attention_fn)(const float *q, const float *kc, const float *vc, const uint8_t *mask, void *out,
                             int rows, int hq, int hkv, int d, int cap, int n_keys, int prefix, float scale, int bf,
-                            int ordered);
+                            int ordered, int threads);
 typedef int (*silu_mul_fn)(const void *gu, void *out, int rows, int inter, int bf);
 
 typedef struct { /* the compiled operations, from their libraries */
@@ -62,7 +62,7 @@ static int product(const Ops *ops, const Product *p, const float *x, float *y, i
  * final normed rows. first_norm: layer 0's input norm. Keys and values go to slots [start, start + rows) of
  * kc, vc (layers, hkv, cap, d), layer_stride floats apart; the last `tree` keys are seen through mask
  * (rows, tree) (NULL, tree = 0: all). capture[i] (rows, hidden) or NULL: where layer i's input h is copied
- * (EAGLE-3's features). threads: the products' threads. */
+ * (EAGLE-3's features). threads: the products' and attention's threads. */
 int decoder_stack(const Ops *ops, const Layer *layer, const Shape *s, const float *first_norm, float *h, float *x,
                   const float *cos_, const float *sin_, float *kc, float *vc, int cap, long layer_stride,
                   int rows, int start, const uint8_t *mask, int tree, float **capture, int threads) {
@@ -84,7 +84,7 @@ int decoder_stack(const Ops *ops, const Layer *layer, const Shape *s, const floa
                                        start, 0)))
             break;
         if ((code = ops->attention(q, k_layer, v_layer, mask, attn, rows, s->hq, s->hkv, s->d, cap, n_keys,
-                                   n_keys - tree, s->scale, 0, s->ordered)))
+                                   n_keys - tree, s->scale, 0, s->ordered, threads)))
             break;
         if ((code = product(ops, &L->o, attn, delta, rows, threads))) break;
         if ((code = ops->rms_norm(h, delta, L->post_norm, x, rows, s->hidden, s->eps, 0, s->ordered))) break;

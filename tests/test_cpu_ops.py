@@ -110,12 +110,27 @@ def test_attention_matches_the_reference(ops, rows, prefix, tree, d, group, dtyp
         torch.testing.assert_close(got, want, atol=2e-6, rtol=2e-5)
 
 
+@pytest.mark.parametrize("ordered", [False, True])
+def test_attention_gives_the_same_bits_on_any_number_of_threads(ops, ordered):
+    """The query rows of each KV head are cut into slices that threads share; a row's result is the same in
+    any slice, so the thread count changes no bit (a decode step, a tree, a prefill)."""
+    k, v = _randn(2, 3, 300, 64, seed=5), _randn(2, 3, 300, 64, seed=6)
+    for rows, prefix in ((1, 200), (5, 250), (40, 0)):
+        q = _randn(rows, 9, 64, seed=rows)
+        tree = (torch.rand(rows, rows, generator=torch.Generator().manual_seed(7)) < 0.6) | torch.eye(rows, dtype=torch.bool)
+        tree = None if rows == 1 else tree
+        one = ops.attention(q, k, v, 1, prefix + rows, tree, torch.float32, 0.125, ordered=ordered, threads=1)
+        for threads in (2, 3, 4):
+            assert torch.equal(ops.attention(q, k, v, 1, prefix + rows, tree, torch.float32, 0.125, ordered=ordered,
+                                             threads=threads), one), (rows, threads)
+
+
 def test_the_avx2_build_gives_the_same_bits(ops, tmp_path, monkeypatch):
     """With `ordered`, the sums go in one order whatever the vector width (`FixedSum`, the 16-key tiles), so the
     library built for an AVX2-only CPU computes norms, attention and SiLU bit for bit as this CPU's own build."""
     emulated = dataclasses.replace(capability.detect(), emulating="avx2")
     monkeypatch.setattr(capability, "detect", lambda: emulated)
-    haswell = cpu_ops.CpuOps(ctypes.CDLL(str(cpu_ops.build_library(cpu_ops.SOURCE, tmp_path))))
+    haswell = cpu_ops.CpuOps(ctypes.CDLL(str(cpu_ops.build_library(cpu_ops.SOURCE, tmp_path, cpu_ops.FLAGS))))
     h, w = _randn(5, 576, seed=1), _randn(576, seed=2)
     assert torch.equal(haswell.rms_norm(h.clone(), w, 1e-5, ordered=True), ops.rms_norm(h.clone(), w, 1e-5, ordered=True))
     gate_up = _randn(5, 2 * 1536, seed=3)
@@ -279,7 +294,7 @@ def test_the_other_wrappers_refuse_mismatched_operands(ops):
 
 def test_a_library_in_a_folder_others_can_write_is_refused(ops, tmp_path):
     shared = tmp_path / "shared"
-    cpu_ops.build_library(cpu_ops.SOURCE, shared)  # a genuine build, then the folder is opened to everyone
+    cpu_ops.build_library(cpu_ops.SOURCE, shared, cpu_ops.FLAGS)  # a genuine build, then the folder is opened to everyone
     shared.chmod(0o777)
     assert cpu_ops.load(shared) is None and "writable by other users" in cpu_ops.last_error(shared)
     shared.chmod(0o700)
