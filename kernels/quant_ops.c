@@ -1,8 +1,8 @@
 /* Matrix products straight from a model file's weight blocks (GGUF's Q4_1 and Q8_0).
  *
  *   y[r, n] = sum_k x[r, k] * w[n, k] (+ bias[n]),  w stored in blocks of 32 along k:
- *     q4_1   w = d * q + m, q in 0..15; d, m fp32
- *     q8_0   w = d * q,     q in -128..127; d fp32
+ *     q4_1   w = d * q + m, q in 0..15; d, m fp16 (as the file stores them)
+ *     q8_0   w = d * q,     q in -128..127; d fp16
  *
  * A decode step reads every weight once: these blocks are a fifth of the bytes of fp32 weights.
  *
@@ -11,7 +11,8 @@
  *   q4_1   q: 256 bytes; byte 64 j + 4 c + t = byte 4 j + t of column 16 g + c's block (j < 4), where a
  *          block's byte i holds q[i] in its low nibble and q[i + 16] in its high one;
  *   q8_0   q: 512 bytes; byte 64 j + 4 c + t = q[4 j + t] of column 16 g + c's block (j < 8);
- *   d, m   16 fp32 each, lane c = column 16 g + c's.
+ *   d, m   16 fp16 each, lane c = column 16 g + c's: 20 bytes a Q4_1 block, 34 a Q8_0 one, as in the file;
+ *          each is widened to fp32 exactly where it is used.
  * So four bytes of one column share a 32-bit lane: an integer dot product instruction (AVX-512 VNNI
  * `vpdpbusd`, AVX2 `vpmaddubsw`) multiplies them by four activation bytes broadcast to every lane and
  * adds them in that lane, sixteen columns at once, and a block's float work is one vector per row for
@@ -36,6 +37,24 @@
 enum { Q4_1 = 0, Q8_0 = 1 };
 
 static inline long block_bytes(int fmt) { return fmt == Q4_1 ? 256 : 512; } /* one block of a group's q */
+
+/* An fp16 value widened to fp32 (exact): what F16C's `vcvtph2ps` does, for the plain C path. */
+static inline float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu, bits;
+    if (exp == 0) { /* zero or subnormal: man * 2^-24 */
+        float f = (float)man * 0x1p-24f;
+        return sign ? -f : f;
+    }
+    bits = exp == 31 ? sign | 0x7F800000u | (man << 13) : sign | ((exp + 112) << 23) | (man << 13);
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* n fp16 values widened to fp32. */
+static inline void widen_halves(const uint16_t *h, float *out, int n) {
+    for (int i = 0; i < n; i++) out[i] = half_to_float(h[i]);
+}
 
 /* Column c of group block gb: its 32 integer values q (Q4_1: 0..15, Q8_0: -128..127). */
 static inline void column_values(int fmt, const uint8_t *q, long gb, int c, int *v) {
@@ -83,16 +102,19 @@ static inline __attribute__((always_inline)) vec widen(int fmt, const uint8_t *q
 
 /* Rows [r0, r0 + NR) of lanes [W h, W h + W) of group g. */
 static inline __attribute__((always_inline)) void group_f32(int fmt, const int NR, const float *x, const uint8_t *q,
-                                                            const float *d, const float *m, const float *bias,
+                                                            const uint16_t *d, const uint16_t *m, const float *bias,
                                                             float *y, int r0, int k, int g, int h, int n_out) {
     int blocks = k / 32;
     vec a[FROWS][2];
     for (int e = 0; e < NR; e++) a[e][0] = a[e][1] = (vec){0};
     for (int b = 0; b < blocks; b++) {
         long gb = (long)g * blocks + b;
-        vec dv, mv = {0};
-        memcpy(&dv, d + gb * GROUP + W * h, sizeof dv);
-        if (fmt == Q4_1) memcpy(&mv, m + gb * GROUP + W * h, sizeof mv);
+        float df[W], mf[W] = {0};
+        widen_halves(d + gb * GROUP + W * h, df, W);
+        if (fmt == Q4_1) widen_halves(m + gb * GROUP + W * h, mf, W);
+        vec dv, mv;
+        memcpy(&dv, df, sizeof dv);
+        memcpy(&mv, mf, sizeof mv);
         for (int half = 0; half < 2; half++) { /* 16 elements at a time, widened once for NR rows */
             vec w[16];
             for (int i = 0; i < 16; i++) w[i] = widen(fmt, q, dv, mv, gb, h, 16 * half + i);
@@ -113,8 +135,8 @@ static inline __attribute__((always_inline)) void group_f32(int fmt, const int N
 }
 
 /* y (rows, n_out) = x (rows, k) w^T (+ bias), w (n_out, k) in `fmt` blocks laid out as above: q, d and m
- * (m unused for Q8_0) hold ceil(n_out / 16) groups of k / 32 blocks. Groups are shared among `threads`. */
-int quant_matmul(int fmt, const float *x, const uint8_t *q, const float *d, const float *m, const float *bias,
+ * (fp16 bits; m unused for Q8_0) hold ceil(n_out / 16) groups of k / 32 blocks. Groups are shared among `threads`. */
+int quant_matmul(int fmt, const float *x, const uint8_t *q, const uint16_t *d, const uint16_t *m, const float *bias,
                  float *y, int rows, int k, int n_out, int threads) {
     if ((fmt != Q4_1 && fmt != Q8_0) || k <= 0 || k % 32 || rows < 0 || n_out < 0 || threads < 1) return ERR_SHAPE;
     if (fmt == Q4_1 && !m) return ERR_SHAPE;
@@ -154,7 +176,7 @@ int quant_matmul(int fmt, const float *x, const uint8_t *q, const float *d, cons
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
 #include <immintrin.h>
 #define I8_PATH 2
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define I8_PATH 1
 #else
@@ -240,7 +262,7 @@ static inline int32_t chunk(const int8_t *p) { /* four activation bytes as one 3
 /* Rows [r0, r0 + NR) of group g: each block's 8 weight vectors (4 bytes of each of 16 columns) are loaded
  * once for NR rows; a row's block is 8 `vpdpbusd` with its activation bytes broadcast, in two chains. */
 static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR, Int8Rows in, const uint8_t *q,
-                                                           const float *d, const float *m, const float *bias,
+                                                           const uint16_t *d, const uint16_t *m, const float *bias,
                                                            float *y, int r0, int k, int g, int n_out) {
     int blocks = k / 32;
     __m512 a[TROWS], c[TROWS];
@@ -258,7 +280,8 @@ static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR
         } else { /* s8 -> u8 (+ 128): vpdpbusd multiplies unsigned by signed bytes; - 128 sum(qx) below */
             for (int j = 0; j < 8; j++) w[j] = _mm512_xor_si512(_mm512_loadu_si512(q + gb * 512 + 64 * j), flip);
         }
-        __m512 dv = _mm512_loadu_ps(d + gb * GROUP);
+        __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(d + gb * GROUP)));
+        __m512 mv = fmt == Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(m + gb * GROUP))) : dv;
         for (int e = 0; e < NR; e++) {
             long rb = (long)(r0 + e) * blocks + b;
             const int8_t *xq = in.qx + rb * 32;
@@ -271,7 +294,7 @@ static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR
             a[e] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
                                    _mm512_mul_ps(dv, _mm512_set1_ps(in.dx[rb])), a[e]);
             if (fmt == Q4_1)
-                c[e] = _mm512_fmadd_ps(_mm512_loadu_ps(m + gb * GROUP), _mm512_set1_ps(in.dsx[rb]), c[e]);
+                c[e] = _mm512_fmadd_ps(mv, _mm512_set1_ps(in.dsx[rb]), c[e]);
         }
     }
     STORE_GROUP(NR, a, c, fmt, bias, y, r0, g, n_out);
@@ -287,7 +310,7 @@ typedef struct { __m256 v[2]; } pair256; /* a group's 16 lanes as two 8-float ha
  * 16 bits (each pair at most 2 * 15 * 127 in magnitude, 8 of them 30480: no saturation), widened once;
  * Q8_0: |w| times x with w's sign per chunk, widened per chunk (two pairs could exceed 16 bits). */
 static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR, Int8Rows in, const uint8_t *q,
-                                                           const float *d, const float *m, const float *bias,
+                                                           const uint16_t *d, const uint16_t *m, const float *bias,
                                                            float *y, int r0, int k, int g, int n_out) {
     int blocks = k / 32;
     pair256 a[TROWS], c[TROWS];
@@ -306,7 +329,8 @@ static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR
             } else {
                 for (int j = 0; j < 8; j++) w[j] = _mm256_loadu_si256((const __m256i *)(q + gb * 512 + 64 * j + 32 * h));
             }
-            __m256 dv = _mm256_loadu_ps(d + gb * GROUP + 8 * h);
+            __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(d + gb * GROUP + 8 * h)));
+            __m256 mv = fmt == Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(m + gb * GROUP + 8 * h))) : dv;
             for (int e = 0; e < NR; e++) {
                 long rb = (long)(r0 + e) * blocks + b;
                 const int8_t *xq = in.qx + rb * 32;
@@ -326,8 +350,7 @@ static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR
                 }
                 a[e].v[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dv, _mm256_set1_ps(in.dx[rb])), a[e].v[h]);
                 if (fmt == Q4_1)
-                    c[e].v[h] = _mm256_fmadd_ps(_mm256_loadu_ps(m + gb * GROUP + 8 * h), _mm256_set1_ps(in.dsx[rb]),
-                                                c[e].v[h]);
+                    c[e].v[h] = _mm256_fmadd_ps(mv, _mm256_set1_ps(in.dsx[rb]), c[e].v[h]);
             }
         }
     }
@@ -341,7 +364,7 @@ typedef struct { float v[GROUP]; } lanes;
 
 /* The same order in plain C: one block's integer sum per column, then the two fused multiply-adds. */
 static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR, Int8Rows in, const uint8_t *q,
-                                                           const float *d, const float *m, const float *bias,
+                                                           const uint16_t *d, const uint16_t *m, const float *bias,
                                                            float *y, int r0, int k, int g, int n_out) {
     int blocks = k / 32;
     lanes a[TROWS], c[TROWS];
@@ -356,8 +379,8 @@ static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR
                 long rb = (long)(r0 + e) * blocks + b;
                 int dot = 0;
                 for (int i = 0; i < 32; i++) dot += v[i] * in.qx[rb * 32 + i];
-                a[e].v[col] = fmaf((float)dot, d[gb * GROUP + col] * in.dx[rb], a[e].v[col]);
-                if (fmt == Q4_1) c[e].v[col] = fmaf(m[gb * GROUP + col], in.dsx[rb], c[e].v[col]);
+                a[e].v[col] = fmaf((float)dot, half_to_float(d[gb * GROUP + col]) * in.dx[rb], a[e].v[col]);
+                if (fmt == Q4_1) c[e].v[col] = fmaf(half_to_float(m[gb * GROUP + col]), in.dsx[rb], c[e].v[col]);
             }
         }
     }
@@ -366,8 +389,8 @@ static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR
 #endif
 
 /* Every row of group g, TROWS at a time. */
-static inline __attribute__((always_inline)) void rows_i8(int fmt, Int8Rows in, const uint8_t *q, const float *d,
-                                                          const float *m, const float *bias, float *y, int rows,
+static inline __attribute__((always_inline)) void rows_i8(int fmt, Int8Rows in, const uint8_t *q, const uint16_t *d,
+                                                          const uint16_t *m, const float *bias, float *y, int rows,
                                                           int k, int g, int n_out) {
     int r0 = 0;
     for (; r0 + TROWS <= rows; r0 += TROWS) group_i8(fmt, TROWS, in, q, d, m, bias, y, r0, k, g, n_out);
@@ -380,7 +403,7 @@ static inline __attribute__((always_inline)) void rows_i8(int fmt, Int8Rows in, 
 }
 
 /* `quant_matmul` with the rows first quantized to int8 blocks: y (rows, n_out) fp32. */
-int quant_matmul_i8(int fmt, const float *x, const uint8_t *q, const float *d, const float *m, const float *bias,
+int quant_matmul_i8(int fmt, const float *x, const uint8_t *q, const uint16_t *d, const uint16_t *m, const float *bias,
                     float *y, int rows, int k, int n_out, int threads) {
     if ((fmt != Q4_1 && fmt != Q8_0) || k <= 0 || k % 32 || rows < 0 || n_out < 0 || threads < 1) return ERR_SHAPE;
     if (fmt == Q4_1 && !m) return ERR_SHAPE;

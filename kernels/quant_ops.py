@@ -7,8 +7,8 @@ order of operations per output element (batch invariant: a row's result does not
 with it, the thread count or the CPU's vector width; the C file says how).
 
 Formats, one block of 32 values along k per column (`canonical`): q4_1 q (n * k / 32, 16) uint8, byte i =
-q[i] | q[i + 16] << 4, d and m (n * k / 32,) fp32, w = d * q + m; q8_0 q (n * k / 32, 32) int8 viewed as uint8, d
-fp32, w = d * q. `QuantWeight` holds them as the C code reads them: the columns in groups of 16 (zero columns
+q[i] | q[i + 16] << 4, d and m (n * k / 32,) fp16, w = d * q + m; q8_0 q (n * k / 32, 32) int8 viewed as uint8, d
+fp16, w = d * q (d and m in fp16, as the file stores them). `QuantWeight` holds them as the C code reads them: the columns in groups of 16 (zero columns
 pad the last), per group and block the 16 columns' bytes interleaved four at a time, d and m as 16 lanes (the C
 file's header draws it). `from_blocks` converts `eagleviz.models.packed`'s layout; `reference` computes the
 same product in PyTorch from the dequantized weight (equal up to summation order).
@@ -31,13 +31,21 @@ BLOCK = 32
 GROUP = 16  # output columns per group: the C code's vector lanes
 
 
+def _fp16(t: torch.Tensor) -> torch.Tensor:
+    """Scales as the file stores them: fp16, refused when a value would round (they come from fp16 blocks)."""
+    half = t.half()
+    if t.dtype != torch.float16 and not torch.equal(half.to(t.dtype), t):
+        raise ValueError("block scales must be fp16 values (as GGUF stores them)")
+    return half
+
+
 def _groups(n: int) -> int:
     return -(-n // GROUP)
 
 
 def _interleave(fmt: str, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor | None, shape) -> tuple:
     """The canonical layout (see the module docstring) -> the C code's: (q (groups * blocks, 256 | 512), d, m
-    (groups * blocks * 16,))."""
+    (groups * blocks * 16,) fp16)."""
     n, k = shape
     blocks, pad = k // BLOCK, _groups(n) * GROUP - n
     chunks = 4 if fmt == "q4_1" else 8  # 4-byte chunks per block and column
@@ -47,8 +55,8 @@ def _interleave(fmt: str, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor | No
         return t.reshape(_groups(n), GROUP, blocks, *t.shape[2:])
 
     qg = lanes(q.reshape(n, blocks, chunks, 4)).permute(0, 2, 3, 1, 4).reshape(-1, chunks * 4 * GROUP)
-    dg = lanes(d.reshape(n, blocks)).permute(0, 2, 1).reshape(-1)
-    mg = None if m is None else lanes(m.reshape(n, blocks)).permute(0, 2, 1).reshape(-1)
+    dg = lanes(_fp16(d).reshape(n, blocks)).permute(0, 2, 1).reshape(-1)
+    mg = None if m is None else lanes(_fp16(m).reshape(n, blocks)).permute(0, 2, 1).reshape(-1)
     return qg.contiguous(), dg.contiguous(), None if mg is None else mg.contiguous()
 
 
@@ -72,9 +80,9 @@ class QuantWeight:
             raise ValueError(f"{self.fmt} q must be contiguous uint8 ({blocks}, {width}), got {self.q.dtype} "
                              f"{tuple(self.q.shape)}")
         for name, part in (("d", self.d), ("m", self.m if self.fmt == "q4_1" else self.d)):
-            if part is None or not (part.dtype == torch.float32 and part.shape == (blocks * GROUP,)
+            if part is None or not (part.dtype == torch.float16 and part.shape == (blocks * GROUP,)
                                     and part.is_contiguous()):
-                raise ValueError(f"{self.fmt} {name} must be contiguous fp32 ({blocks * GROUP},)")
+                raise ValueError(f"{self.fmt} {name} must be contiguous fp16 ({blocks * GROUP},)")
 
     @property
     def nbytes(self) -> int:
@@ -107,9 +115,9 @@ class QuantWeight:
             packed = parts["q"]
             q = torch.stack((packed & 0x0F, packed >> 4), dim=-1).reshape(packed.shape[0], BLOCK)
             q = (q[:, :16] | (q[:, 16:] << 4)).contiguous()
-            return cls.from_canonical(fmt, q, parts["d"].float(), parts["m"].float(), shape)
+            return cls.from_canonical(fmt, q, parts["d"], parts["m"], shape)
         if fmt == "q8_0":
-            return cls.from_canonical(fmt, parts["q"].contiguous().view(torch.uint8), parts["d"].float(), None, shape)
+            return cls.from_canonical(fmt, parts["q"].contiguous().view(torch.uint8), parts["d"], None, shape)
         raise ValueError(f"no quantized product for the format {fmt!r} (supported: {', '.join(FORMATS)})")
 
     @classmethod
@@ -121,8 +129,8 @@ class QuantWeight:
         if k % BLOCK:
             raise ValueError(f"Q8_0 needs k a multiple of {BLOCK}, got a weight of shape {tuple(weight.shape)}")
         blocks = weight.detach().float().reshape(-1, BLOCK)
-        d = (blocks.abs().amax(1) / 127.0).half().float()
-        safe = torch.where(d > 0, d, torch.ones_like(d))
+        d = (blocks.abs().amax(1) / 127.0).half()
+        safe = torch.where(d > 0, d.float(), torch.ones(d.shape))
         q = (blocks / safe[:, None]).round().clamp(-127, 127).to(torch.int8)
         return cls.from_canonical("q8_0", q.contiguous().view(torch.uint8), d, None, (n, k))
 
@@ -130,9 +138,9 @@ class QuantWeight:
         """The fp32 weight (n, k) these blocks hold (d * q + m, exact in fp32)."""
         q, d, m = self.canonical()
         if self.fmt == "q4_1":
-            w = d[:, None] * torch.cat((q & 0x0F, q >> 4), dim=1).float() + m[:, None]
+            w = d.float()[:, None] * torch.cat((q & 0x0F, q >> 4), dim=1).float() + m.float()[:, None]
         else:
-            w = d[:, None] * q.view(torch.int8).float()
+            w = d.float()[:, None] * q.view(torch.int8).float()
         return w.reshape(self.shape)
 
     @classmethod

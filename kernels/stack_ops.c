@@ -18,7 +18,7 @@
 #define ERR_NOMEM -1
 #define ERR_SHAPE -2
 
-typedef int (*matmul_fn)(int fmt, const float *x, const uint8_t *q, const float *d, const float *m,
+typedef int (*matmul_fn)(int fmt, const float *x, const uint8_t *q, const uint16_t *d, const uint16_t *m,
                          const float *bias, float *y, int rows, int k, int n_out, int threads);
 typedef int (*rms_norm_fn)(void *h, const void *delta, const void *w, void *out, int rows, int dim, float eps,
                            int bf, int ordered);
@@ -40,7 +40,8 @@ typedef struct { /* the compiled operations, from their libraries */
 typedef struct { /* one product from blocks: y = x w^T (+ bias), w (n_out, k) in format fmt */
     int fmt, k, n_out;
     const uint8_t *q;
-    const float *d, *m, *bias;
+    const uint16_t *d, *m; /* fp16 */
+    const float *bias;
 } Product;
 
 typedef struct {

@@ -13,9 +13,9 @@
 #include <string.h>
 #include <time.h>
 
-int quant_matmul(int fmt, const float *x, const uint8_t *q, const float *d, const float *m, const float *bias,
+int quant_matmul(int fmt, const float *x, const uint8_t *q, const uint16_t *d, const uint16_t *m, const float *bias,
                  float *y, int rows, int k, int n_out, int threads);
-int quant_matmul_i8(int fmt, const float *x, const uint8_t *q, const float *d, const float *m, const float *bias,
+int quant_matmul_i8(int fmt, const float *x, const uint8_t *q, const uint16_t *d, const uint16_t *m, const float *bias,
                     float *y, int rows, int k, int n_out, int threads);
 
 static double now(void) {
@@ -32,10 +32,10 @@ int main(int argc, char **argv) {
     int rows = atoi(argv[1]), threads = atoi(argv[2]), int8 = argc > 3 && !strcmp(argv[3], "int8");
     int k = 576, n = argc > 4 ? atoi(argv[4]) : 1536;
     uint8_t *q = malloc((size_t)n * k / 2);
-    float *d = malloc(sizeof(float) * n * k / 32), *m = malloc(sizeof(float) * n * k / 32);
+    uint16_t *d = malloc(sizeof(uint16_t) * n * k / 32), *m = malloc(sizeof(uint16_t) * n * k / 32);
     float *x = malloc(sizeof(float) * rows * k), *y = malloc(sizeof(float) * rows * n);
     for (long i = 0; i < (long)n * k / 2; i++) q[i] = (uint8_t)rand();
-    for (long i = 0; i < (long)n * k / 32; i++) d[i] = 0.01f, m[i] = -0.02f;
+    for (long i = 0; i < (long)n * k / 32; i++) d[i] = 0x211F, m[i] = 0xA51F; /* fp16 0.01, -0.02 */
     for (long i = 0; i < (long)rows * k; i++) x[i] = rand() / (float)RAND_MAX;
     double best = 1e9;
     for (int it = 0; it < 200; it++) {

@@ -52,8 +52,9 @@ def test_the_interleaved_layout_round_trips_and_concatenates_whole_groups(fmt):
     weight, parts = random_blocks(fmt, 37, 64, seed=5)
     q, d, m = weight.canonical()
     assert q.shape == (37 * 2, 16 if fmt == "q4_1" else 32) and d.shape == (37 * 2,)
-    assert torch.equal(d, parts["d"].float()) and (m is None or torch.equal(m, parts["m"].float()))
+    assert torch.equal(d, parts["d"]) and (m is None or torch.equal(m, parts["m"]))
     assert weight.q.shape[0] == 3 * 2 and weight.d.shape == (3 * 2 * 16,)  # 3 groups of 2 blocks
+    assert weight.d.dtype == torch.float16  # the scales as the file stores them
     assert torch.equal(quant_ops.QuantWeight.from_canonical(fmt, q, d, m, (37, 64)).q, weight.q)
     whole, _ = random_blocks(fmt, 32, 64, seed=6)
     joined = quant_ops.QuantWeight.concat([whole, weight])
@@ -137,8 +138,8 @@ def test_q8_0_rounding_of_any_weight_is_within_half_a_step_and_keeps_q8_0_values
     and a weight that already holds Q8_0 values comes back unchanged."""
     w = torch.randn(24, 96, generator=torch.Generator().manual_seed(3))
     q = quant_ops.QuantWeight.quantize_q8_0(w)
-    assert q.fmt == "q8_0" and torch.equal(q.d, q.d.half().float())
-    step = q.canonical()[1].reshape(24, 3, 1).expand(24, 3, 32).reshape(24, 96)
+    assert q.fmt == "q8_0" and q.d.dtype == torch.float16
+    step = q.canonical()[1].float().reshape(24, 3, 1).expand(24, 3, 32).reshape(24, 96)
     error = (q.dequantize() - w).abs()
     assert (error <= step / 2 * (1 + 1e-3) + 1e-7).all() and error.max() > 0
     again = quant_ops.QuantWeight.quantize_q8_0(q.dequantize())
