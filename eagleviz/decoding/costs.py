@@ -135,6 +135,13 @@ def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
     sizes = tuple(n for n in PRICE_SIZES if n <= max_size)
     fwd = forward_ms(engine.target, sizes=sizes)
     sampling = SamplingConfig(max_new_tokens=tokens)
+    # untimed first: a process's first runs pay one-time costs (the head's weights and the sampling and tracing
+    # code touched for the first time), which made a plain step measured at first load 1.2-1.3x its price and
+    # the drafting cycle's fixed part 0.43 of a step where it is 0.09-0.11 (`tune --costs` run again)
+    warm = SamplingConfig(max_new_tokens=8)
+    engine.generate(PROBE_PROMPT, None, warm)
+    if engine.head is not None:
+        engine.generate(PROBE_PROMPT, TreeConfig.create(4, 2, 8, adaptive=False), warm)
     plain = engine.generate(PROBE_PROMPT, None, sampling)
     # the prompt's prefill is not a step (from weight blocks the probe's costs about five steps here)
     step_ms = (plain.wall_s * 1e3 - plain.prefill_ms) / max(len(plain.output), 1)
