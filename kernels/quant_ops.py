@@ -2,16 +2,17 @@
 
 A decode step on a CPU reads every weight once, so its speed is the weights' bytes: SmolLM2-135M's linears
 and LM head are 538 MB in fp32 and ~96 MB in the GGUF's own Q4_1 and Q8_0 blocks. `quant_matmul` multiplies
-fp32 rows by weights kept in those blocks, each block widened to fp32 once per group of rows, with one fixed
+fp32 rows by weights kept in those blocks (the rows quantized to int8 per block, or kept fp32), with one fixed
 order of operations per output element (batch invariant: a row's result does not depend on the rows computed
 with it, the thread count or the CPU's vector width; the C file says how).
 
 Formats, one block of 32 values along k per column (`canonical`): q4_1 q (n * k / 32, 16) uint8, byte i =
-q[i] | q[i + 16] << 4, d and m (n * k / 32,) fp16, w = d * q + m; q8_0 q (n * k / 32, 32) int8 viewed as uint8, d
-fp16, w = d * q (d and m in fp16, as the file stores them). `QuantWeight` holds them as the C code reads them: the columns in groups of 16 (zero columns
-pad the last), per group and block the 16 columns' bytes interleaved four at a time, d and m as 16 lanes (the C
-file's header draws it). `from_blocks` converts `eagleviz.models.packed`'s layout; `reference` computes the
-same product in PyTorch from the dequantized weight (equal up to summation order).
+q[i] | q[i + 16] << 4, d and m (n * k / 32,) fp16, w = d * q + m; q8_0 q (n * k / 32, 32) int8 viewed as uint8,
+d fp16, w = d * q (the scales in fp16, as the file stores them). `QuantWeight` holds them as the C code reads
+them: the columns in groups of 16 (zero columns pad the last), per group and block the 16 columns' bytes
+interleaved four at a time, d and m as 16 lanes (the C file's header draws it). `from_blocks` converts
+`eagleviz.models.packed`'s layout; `reference` computes the same product in PyTorch from the dequantized
+weight (equal up to summation order).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def _interleave(fmt: str, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor | No
     blocks, pad = k // BLOCK, _groups(n) * GROUP - n
     chunks = 4 if fmt == "q4_1" else 8  # 4-byte chunks per block and column
 
-    def lanes(t: torch.Tensor) -> torch.Tensor:  # (n, blocks, ...) -> (groups, blocks, ..., 16 columns, ...)
+    def lanes(t: torch.Tensor) -> torch.Tensor:  # (n, blocks, ...) -> (groups, 16 columns, blocks, ...), padded
         t = torch.cat((t, t.new_zeros((pad,) + t.shape[1:]))) if pad else t
         return t.reshape(_groups(n), GROUP, blocks, *t.shape[2:])
 
