@@ -94,9 +94,9 @@ def hub_cache(hf_home: Path) -> Path:
     each snapshot file a relative link to its blob, made from the embedded model's snapshot (built once by
     this project's own environment, offline)."""
     sys.path.insert(0, str(ROOT))
-    from eagleviz.models.loading import _embedded_snapshot
+    from eagleviz.models.loading import embedded_snapshot
 
-    source = _embedded_snapshot()
+    source = embedded_snapshot()
     repo = hf_home / "hub" / ("models--" + HUB_ID.replace("/", "--"))
     revision = hashlib.sha1(b"".join(p.name.encode() for p in sorted(source.iterdir()))).hexdigest()
     snap = repo / "snapshots" / revision

@@ -75,13 +75,13 @@ def test_split_is_fixed_and_disjoint():
 
 
 def test_loss_mask_covers_exactly_the_assistant_answer():
-    from eagleviz.models.loading import _embedded_snapshot
+    from eagleviz.models.loading import embedded_snapshot
     from transformers import AutoTokenizer
 
     from eagleviz.errors import UserFacingError
 
     try:
-        snapshot = _embedded_snapshot()
+        snapshot = embedded_snapshot()
     except UserFacingError as exc:  # the embedded model package is not installed: nothing else is excused
         pytest.skip(str(exc))
     tok = AutoTokenizer.from_pretrained(str(snapshot))

@@ -89,7 +89,7 @@ def embedded_gguf_path() -> Path:
     return path
 
 
-def _embedded_snapshot() -> Path:
+def embedded_snapshot() -> Path:
     """A safetensors copy of the dequantized embedded model, made on first use."""
     gguf = embedded_gguf_path()
     snap = cache_dir() / f"smollm2-135m-instruct-{gguf.stat().st_size}"
@@ -131,7 +131,7 @@ def target_source(model: str) -> tuple[str, str]:
     if model != EMBEDDED and packed.is_packed(model):
         return model, packed.source_name(model) or model
     if model == EMBEDDED:
-        return str(_embedded_snapshot()), EMBEDDED_HUB_ID
+        return str(embedded_snapshot()), EMBEDDED_HUB_ID
     return model, model
 
 
