@@ -78,3 +78,65 @@ def test_a_target_from_blocks_reads_its_own_table_where_one_was_fitted(tmp_path)
     (tmp_path / C.file_for("blocks")).write_text(blocks.to_json())
     assert C.file_for("blocks") == "calibration-blocks.json" and C.file_for("dense") == C.FILE
     assert C.read(tmp_path, "blocks") == blocks and C.read(tmp_path, "dense") == C.read(tmp_path) == dense
+
+
+def _table() -> C.Calibration:
+    return C.Calibration(edges=C.EDGES, accept=tuple(min(1.0, 0.05 * i) for i in range(len(C.EDGES) + 1)),
+                         child=(0.4, 0.1, 0.05, 0.02), lookup=(0.3, 0.5, 0.7), source="test")
+
+
+def test_a_run_learns_its_lookup_rate_and_starts_from_the_table():
+    run = C.RunAcceptance(_table(), weight=8.0)
+    assert run.table() == _table()  # nothing seen: the table itself
+    # 40 one-token matches verified below the root, 4 accepted: 0.1 where the table says 0.3
+    for k in range(40):
+        counted = run.observe([0], {0} if k < 4 else set(), parents=[-1], sources=["lookup"], scores=[0.0], ngram=1)
+        assert counted
+    rate = run.table().lookup[0]
+    assert rate == pytest.approx((4 + 8 * 0.3) / (40 + 8))
+    assert run.table().lookup[1:] == (0.5, 0.7)  # longer matches unseen: the table's (still non-decreasing)
+    assert run.table().accept == _table().accept  # no head node seen: the head's values unchanged
+
+
+def test_lookup_rates_stay_non_decreasing_in_match_length():
+    run = C.RunAcceptance(_table(), weight=2.0)
+    for _ in range(30):  # two-token matches never accepted, one-token ones always
+        run.observe([0], set(), [-1], ["lookup"], [0.0], ngram=2)
+        run.observe([0], {0}, [-1], ["lookup"], [0.0], ngram=1)
+    lookup = run.table().lookup
+    assert all(a <= b + 1e-12 for a, b in zip(lookup, lookup[1:]))
+
+
+def test_head_nodes_scale_the_table_by_observed_over_expected():
+    base = _table()
+    run = C.RunAcceptance(base, weight=4.0)
+    score = -0.5  # the table's chance of a depth-1 node with this score
+    p = base.path_accept(score)
+    for _ in range(20):  # never accepted, where the table expects p each time
+        run.observe([0], set(), [-1], ["eagle"], [score], ngram=0)
+    f = run.head_scale()
+    assert f == pytest.approx(4.0 / (20 * p + 4.0))
+    table = run.table()
+    assert table.accept == tuple(min(1.0, a * f) for a in base.accept)
+    assert table.child == tuple(c * f for c in base.child)
+    # a node below a rejected parent says nothing; nor does one both sources proposed
+    before = (run.head_hits, run.head_expected)
+    assert not run.observe([1], set(), [0, 0], ["eagle", "eagle"], [score, score - 1], ngram=0)
+    assert not run.observe([0], set(), [-1], ["both"], [score], ngram=1)
+    assert (run.head_hits, run.head_expected) == before
+
+
+def test_a_child_is_judged_given_its_parent():
+    base = _table()
+    run = C.RunAcceptance(base, weight=1.0)
+    parent, child = -0.3, -1.0
+    run.observe([0, 1], {0, 1}, [-1, 0], ["eagle", "eagle"], [parent, child], ngram=0)
+    given = min(1.0, base.path_accept(child) / base.path_accept(parent))
+    assert run.head_hits == 2
+    assert run.head_expected == pytest.approx(base.path_accept(parent) + given)
+
+
+def test_an_identity_table_learns_lookup_only():
+    run = C.RunAcceptance(C.IDENTITY)
+    run.observe([0], {0}, [-1], ["eagle"], [-0.1], ngram=0)
+    assert run.head_expected == 0 and run.table().identity

@@ -5,25 +5,38 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from eagleviz.decoding import costs
 
 
 class _Engine:
     """Runs that took `prefill_ms` for the prompt, then `step_ms` per token (a tree: 3 tokens a cycle, each cycle
-    0.5 ms of drafting once, 1 ms per draft level, a verification of 10 ms and 15 ms in all with 4 levels)."""
+    0.5 ms of drafting once, 1 ms per draft level, a verification of 10 ms and 15 ms in all with 4 levels, 16.5
+    ms at T > 0). Priced out of every tree (`with_policy`), one token a cycle of 6.5 ms (7 ms at T > 0)."""
 
     head = object()
 
-    def __init__(self, prefill_ms: float, step_ms: float):
-        self.prefill_ms, self.step_ms, self.target = prefill_ms, step_ms, None
+    def __init__(self, prefill_ms: float, step_ms: float, resting: bool = False):
+        self.prefill_ms, self.step_ms, self.target, self.resting = prefill_ms, step_ms, None, resting
+
+    def with_policy(self, costs=None, calibration=None):
+        assert costs.verify_cost(2) > 1e3 and costs.draft_cost(1) > 1e3  # nothing worth drafting or verifying
+        return _Engine(self.prefill_ms, self.step_ms, resting=True)
 
     def generate(self, prompt, tree, sampling):
-        n = sampling.max_new_tokens
+        n, sampled = sampling.max_new_tokens, sampling.temperature > 0
         if tree is None:
             return SimpleNamespace(wall_s=(self.prefill_ms + n * self.step_ms) / 1e3, prefill_ms=self.prefill_ms,
                                    output=[0] * n, cycles=[])
-        cycles = [SimpleNamespace(timings_ms={"draft": 0.5 + tree.steps, "verify": 10.0}) for _ in range(n // 3)]
-        return SimpleNamespace(wall_s=(self.prefill_ms + 15.0 * len(cycles)) / 1e3, prefill_ms=self.prefill_ms,
+        if self.resting:
+            assert tree.source == "lookup"
+            cycles = [SimpleNamespace(timings_ms={"draft": 0.1, "verify": 5.0}) for _ in range(n)]
+            cycle_ms = 7.0 if sampled else 6.5
+        else:
+            cycles = [SimpleNamespace(timings_ms={"draft": 0.5 + tree.steps, "verify": 10.0}) for _ in range(n // 3)]
+            cycle_ms = 16.5 if sampled and tree.steps == 4 else 15.0
+        return SimpleNamespace(wall_s=(self.prefill_ms + cycle_ms * len(cycles)) / 1e3, prefill_ms=self.prefill_ms,
                                output=[0] * n, cycles=cycles)
 
 
@@ -37,6 +50,19 @@ def test_a_plain_step_leaves_the_prefill_out(monkeypatch):
         assert abs(measured.overhead - 0.5 / 6.0) < 1e-9
         assert measured.draft_cost(0) == 0.0 and abs(measured.draft_cost(2) - 2.5 / 6.0) < 1e-9
         assert costs.CostModel.from_dict(measured.to_dict()) == measured
+
+
+def test_resting_and_sampled_cycles_have_their_own_prices(monkeypatch):
+    monkeypatch.setattr(costs, "forward_ms", lambda target, sizes: {n: 4.0 + n for n in sizes})
+    measured = costs.measure(_Engine(1.0, 6.0))
+    assert measured.rest_cost() == pytest.approx(6.5 / 6.0)
+    sampled = measured.at(1.0)
+    assert sampled.rest_cost() == pytest.approx(7.0 / 6.0) and sampled.overhead == pytest.approx(2.0 / 6.0)
+    assert measured.at(0.0) is measured and sampled.at(0.7) == sampled  # a list priced for T > 0 stays so
+    assert sampled.verify == measured.verify and sampled.draft_level == measured.draft_level
+    # a list without them prices the root alone as a verification of one token plus a cycle's overhead
+    bare = costs.CostModel(verify=((1, 1.0), (4, 2.0)), draft_level=0.1, overhead=0.2)
+    assert bare.rest_cost() == pytest.approx(1.2) and bare.at(1.0) is bare
 
 
 def test_a_price_list_is_kept_per_cpu_vector_unit(monkeypatch):

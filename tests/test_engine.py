@@ -319,3 +319,26 @@ def test_an_attention_fallback_is_noted_in_every_trace(monkeypatch):
         trace = run(engine, [1, 2, 3], tree, SamplingConfig(max_new_tokens=8))
         assert trace.attn_impl == "torch" and trace.notes == [note]
         assert RunTrace.from_json(trace.to_json()).notes == [note]
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_cycle_of_the_root_alone_decides_as_the_full_acceptance_does(compiled):
+    """The read-out of a root-only cycle (`_accept_root`) gives the token, argmax and probability `_accept` gives
+    for the same tree and generator state, at T = 0, T > 0 and with nucleus truncation."""
+    from eagleviz.decoding.tree import Candidates, VerifyTree
+
+    engine = tiny_engine("llama", vocab=64, seed=3)
+    if not compiled:
+        engine.sample_ops = None
+    tree = VerifyTree.build(Candidates(), [], root_token=5)
+    for seed in range(20):
+        logits = torch.randn(1, 64, generator=torch.Generator().manual_seed(seed)) * 3
+        for sampling in (SamplingConfig(temperature=0.0), SamplingConfig(temperature=0.7),
+                         SamplingConfig(temperature=1.0), SamplingConfig(temperature=1.3, top_p=0.8)):
+            full_gen, root_gen = (torch.Generator().manual_seed(seed) for _ in range(2))
+            full, argmax, tprobs, _ = engine._accept(tree, Candidates(), logits, sampling, full_gen, str)
+            root, root_argmax, root_tprobs = engine._accept_root(logits[0], sampling, root_gen)
+            assert (root.bonus_token, root.path, root.checks, root.bonus_source) == \
+                (full.bonus_token, full.path, full.checks, full.bonus_source)
+            assert root_argmax == argmax and root_tprobs == pytest.approx(tprobs, rel=1e-6)
+            assert torch.equal(full_gen.get_state(), root_gen.get_state())  # the same draws consumed

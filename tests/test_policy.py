@@ -82,3 +82,22 @@ def test_the_head_rests_1_2_4_cycles_while_it_proposes_nothing_worth_verifying()
                        "rest", "rest", "rest", "rest", "run", "run"]
     assert rest.streak == 1 and rest.left == 1
     assert rest.head_runs() is False and rest.note().endswith("this cycle without it.")
+
+
+def test_a_tree_must_beat_the_resting_cycles_price():
+    """A cycle of the root alone costs `rest` (about a plain step), where a tree adds its acceptance's overhead:
+    a node is verified only when its value pays for that too; at T > 0 the sampled overhead is the price."""
+    import dataclasses
+
+    costs = CostModel(verify=((1, 1.0), (2, 1.2), (4, 1.5)), draft_level=0.1, overhead=0.2, rest=1.0,
+                      sampled_overhead=0.4, sampled_rest=1.05)
+    pol = policy(costs)
+    assert pol.cycle_cost(0, 1) == pytest.approx(1.0) and pol.cycle_cost(1, 1) == pytest.approx(1.1)
+    assert pol.cycle_cost(0, 2) == pytest.approx(1.4)
+    assert pol.budget([0.35], 0, 15).size == 0   # 1.35 / 1.4 < 1 / 1.0
+    assert pol.budget([0.45], 0, 15).size == 1   # 1.45 / 1.4 > 1
+    sampled = policy(costs.at(1.0))
+    assert sampled.cycle_cost(0, 1) == pytest.approx(1.05) and sampled.cycle_cost(0, 2) == pytest.approx(1.6)
+    assert sampled.budget([0.45], 0, 15).size == 0  # the same node does not pay for a rejection's residual
+    old = dataclasses.replace(costs, rest=None)  # a list without the price: verify(1) + overhead, as before
+    assert policy(old).cycle_cost(0, 1) == pytest.approx(1.2)

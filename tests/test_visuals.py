@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import dataclasses
 import json
 import math
 import re
@@ -259,6 +260,15 @@ def test_replay_needs_a_sampling_trace():
     assert "T = 0" in replay_figure(recorded("trace_greedy.json").cycles[0]).layout.annotations[0].text
     sampled = recorded("trace_sampling.json").cycles[0]
     assert replay_acceptance(sampled, draws=1000).draws == 1000
+
+
+def test_a_cycle_of_the_root_alone_has_nothing_to_replay():
+    """Nothing drafted: its token came from the target alone (the engine keeps no distribution for it)."""
+    cycle = synthetic_cycle(steps=1, topk=1, draft_tokens=2, accept=0, sampling=True)
+    alone = dataclasses.replace(cycle, tokens=cycle.tokens[:1], texts=cycle.texts[:1], parents=cycle.parents[:1],
+                                positions=cycle.positions[:1], checks=[], path=[0], root_top=[])
+    assert alone.num_tree_tokens == 1 and replay_acceptance(alone) is None
+    assert "Nothing was drafted" in replay_figure(alone).layout.annotations[0].text
 
 
 # ------------------------------------------------------------------ traces in and out

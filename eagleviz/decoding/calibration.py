@@ -25,7 +25,7 @@ import bisect
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 FILE = "calibration.json"
@@ -129,6 +129,69 @@ def _rates(obs: list[tuple[int, bool]], default: tuple[float, ...], decreasing: 
     if decreasing:
         return tuple(x for x in reversed(isotonic(rates[::-1], weights[::-1])))
     return tuple(isotonic(rates, weights))
+
+
+@dataclass
+class RunAcceptance:
+    """One run's own acceptance, folded into the head's table as the run goes (the cost-aware tree's values).
+
+    The table was fitted on other prompts; a run's text can repeat itself far less than theirs did (on
+    MT-bench a one-token lookup match is accepted ~0.1 of the time, where the table says 0.34) or its
+    head guess better or worse. After each cycle the verified nodes whose parent was accepted are counted: a
+    lookup token, by its match length; a head node, against the chance the table gave it given its parent.
+    `table()` is the base table with each lookup rate and the head's scale taken from what was counted, each
+    shrunk towards the base by `weight` pseudo-observations (a few cycles move it; a long run follows its own
+    text). Only which nodes are verified changes: the output is the target's either way."""
+
+    base: Calibration
+    weight: float = 8.0
+    lookup_hits: list[float] = field(default_factory=list)
+    lookup_seen: list[float] = field(default_factory=list)
+    head_hits: float = 0.0        # head nodes accepted (their parent was)
+    head_expected: float = 0.0    # the sum of their chances by the base table, given the parent
+
+    def __post_init__(self):
+        self.lookup_hits = self.lookup_hits or [0.0] * len(self.base.lookup)
+        self.lookup_seen = self.lookup_seen or [0.0] * len(self.base.lookup)
+
+    def observe(self, verified: Iterable[int], accepted: set[int], parents: list[int], sources: list[str],
+                scores: list[float], ngram: int) -> bool:
+        """One cycle: `verified` node ids (the root not among them), `accepted` the ids on the accepted path;
+        the candidates' `parents` (-1: the root), `sources` and cumulative draft log-probabilities `scores`;
+        `ngram` the lookup match's length (0: none). A node "both" proposed is not counted (valued at the
+        better of two estimates, it measures neither). Returns whether anything was counted."""
+        counted = False
+        for n in verified:
+            p = parents[n]
+            if p >= 0 and p not in accepted:
+                continue
+            ok = n in accepted
+            if sources[n] == "lookup" and ngram:
+                i = min(ngram, len(self.lookup_seen)) - 1
+                self.lookup_seen[i] += 1
+                self.lookup_hits[i] += ok
+                counted = True
+            elif sources[n] == "eagle" and not self.base.identity:
+                above = self.base.path_accept(scores[p]) if p >= 0 else 1.0
+                self.head_expected += min(1.0, self.base.path_accept(scores[n]) / above) if above > 0 else 0.0
+                self.head_hits += ok
+                counted = True
+        return counted
+
+    def head_scale(self) -> float:
+        """The head's observed acceptance over the table's, shrunk towards 1."""
+        return (self.head_hits + self.weight) / (self.head_expected + self.weight)
+
+    def table(self) -> Calibration:
+        """The base table with this run's lookup rates and head scale (non-decreasing in match length)."""
+        w, base = self.weight, self.base
+        rates = [(h + w * r) / (c + w) for h, c, r in zip(self.lookup_hits, self.lookup_seen, base.lookup)]
+        lookup = tuple(isotonic(rates, [c + w for c in self.lookup_seen]))
+        f = self.head_scale()
+        if base.identity or f == 1.0:
+            return replace(base, lookup=lookup)
+        return replace(base, accept=tuple(min(1.0, a * f) for a in base.accept),
+                       child=tuple(min(1.0, c * f) for c in base.child), lookup=lookup)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,12 @@
                   the first level's bookkeeping (its weights read cold after the target's forward)
     draft_level   one draft forward over a frontier, with its LM head and top-k
     overhead      the rest of a cycle: acceptance, the KV rewind, the host's bookkeeping
+    rest          a whole cycle that drafts nothing and verifies the root alone (what a cost-aware tree
+                  compares every tree with: the plain loop's step, plus a cycle's bookkeeping)
+
+Sampling (T > 0) prices acceptance apart: rejecting a drafted token rebuilds the residual distribution, a
+pass over the vocabulary (here a one-token tree's cycle cost 1.27 root-alone cycles at T = 1, 1.13 at T = 0),
+so `overhead` and `rest` are measured at both (`CostModel.at`).
 
 On a GPU verify(n) is nearly flat up to dozens of tokens (the weights are read once whatever n is), so a
 cost-aware tree grows big; on a small CPU every token has a price (here 16 tokens cost ~1.4 steps), so it
@@ -21,7 +27,7 @@ import hashlib
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 
 import torch
@@ -34,8 +40,8 @@ SIZES = (1, 2, 4, 8, 16, 32, 64)
 # the price list's sizes: every small one, where a cost-aware tree's sizes fall and the curve bends (from weight
 # blocks here 3, 4, 6 and 8 tokens cost 1.19, 1.31, 1.69 and 2.31 steps: scripts/block_rows.py)
 PRICE_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 64)
-VERSION = 5  # 2: a plain step leaves the prefill out; 3: PRICE_SIZES; 4: draft_fixed; 5: the products' column groups
-# (kernels/quant_ops.c) changed every price (older lists are measured again)
+VERSION = 6  # 2: a plain step leaves the prefill out; 3: PRICE_SIZES; 4: draft_fixed; 5: the products' column groups
+# (kernels/quant_ops.c) changed every price; 6: rest and the sampled prices (older lists are measured again)
 PROBE_PROMPT = "List the planets of the solar system in order, one per line, with one fact about each."
 
 
@@ -50,11 +56,15 @@ class CostModel:
     step_ms: float = 0.0      # what one plain step took when measured (0: not measured)
     draft_fixed: float = 0.0  # paid once by a cycle whose head drafts (its first level costs this + draft_level)
     source: str = "default: a flat curve (as on a GPU), not measured"
+    rest: float | None = None               # a cycle of the root alone, no drafting (None: verify(1) + overhead)
+    sampled_overhead: float | None = None   # `overhead` at T > 0 (None: the same)
+    sampled_rest: float | None = None       # `rest` at T > 0 (None: the same)
 
     def __post_init__(self):
         if not self.verify or any(n2 <= n1 for (n1, _), (n2, _) in zip(self.verify, self.verify[1:])):
             raise ValueError("verify costs need ascending sizes")
-        if min(c for _, c in self.verify) <= 0 or min(self.draft_level, self.draft_fixed, self.overhead) < 0:
+        optional = [c for c in (self.rest, self.sampled_overhead, self.sampled_rest) if c is not None]
+        if min(c for _, c in self.verify) <= 0 or min(self.draft_level, self.draft_fixed, self.overhead, *optional) < 0:
             raise ValueError("costs must be positive")
 
     @classmethod
@@ -62,6 +72,18 @@ class CostModel:
         """A GPU-like price list for engines nobody measured (tests, tiny models): verification nearly free
         up to 64 tokens, a draft level 5% of a step."""
         return cls(verify=((1, 1.0), (64, 1.3)), draft_level=0.05, overhead=0.05)
+
+    def at(self, temperature: float) -> CostModel:
+        """The prices a run at `temperature` pays: at T > 0, the sampled overhead and rest where measured."""
+        if temperature == 0 or (self.sampled_overhead is None and self.sampled_rest is None):
+            return self
+        return replace(self, overhead=self.overhead if self.sampled_overhead is None else self.sampled_overhead,
+                       rest=self.rest if self.sampled_rest is None else self.sampled_rest,
+                       sampled_overhead=None, sampled_rest=None)
+
+    def rest_cost(self) -> float:
+        """Plain steps a cycle costs that drafts nothing and verifies the root alone."""
+        return self.verify_cost(1) + self.overhead if self.rest is None else self.rest
 
     def draft_cost(self, levels: int) -> float:
         """Plain steps that `levels` draft levels cost in one cycle (0 when the head does not draft)."""
@@ -93,9 +115,10 @@ class CostModel:
     def from_dict(cls, d: dict) -> CostModel:
         if d.get("version") != VERSION:
             raise ValueError("not a cost model this build reads")
+        optional = {k: None if d.get(k) is None else float(d[k]) for k in ("rest", "sampled_overhead", "sampled_rest")}
         return cls(verify=tuple((int(n), float(c)) for n, c in d["verify"]), draft_level=float(d["draft_level"]),
                    overhead=float(d["overhead"]), step_ms=float(d.get("step_ms", 0.0)), source=str(d["source"]),
-                   draft_fixed=float(d.get("draft_fixed", 0.0)))
+                   draft_fixed=float(d.get("draft_fixed", 0.0)), **optional)
 
 
 def forward_ms(target, prefix: int = 200, sizes=SIZES, repeats: int = 5) -> dict[int, float]:
@@ -129,12 +152,14 @@ def _sync(dev: torch.device) -> None:
 
 
 def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
-    """This engine's price list: the forward curve, then a short plain run (the unit: ms per plain token) and
-    short runs of fixed trees of 1 and 4 levels (their draft times give the fixed part and the price of a level;
-    the 4-level cycle's remainder is the overhead)."""
+    """This engine's price list: the forward curve, then a short plain run (the unit: ms per plain token), short
+    runs of fixed trees of 1 and 4 levels (their draft times give the fixed part and the price of a level; the
+    4-level cycle's remainder is the overhead) and runs that verify the root alone (the rest); the overhead
+    and the rest again at T = 1."""
     sizes = tuple(n for n in PRICE_SIZES if n <= max_size)
     fwd = forward_ms(engine.target, sizes=sizes)
     sampling = SamplingConfig(max_new_tokens=tokens)
+    sampled = SamplingConfig(max_new_tokens=tokens, temperature=1.0)
     # untimed first: a process's first runs pay one-time costs (the head's weights and the sampling and tracing
     # code touched for the first time), which made a plain step measured at first load 1.2-1.3x its price and
     # the drafting cycle's fixed part 0.43 of a step where it is 0.09-0.11 (`tune --costs` run again)
@@ -146,7 +171,7 @@ def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
     # the prompt's prefill is not a step (from weight blocks the probe's costs about five steps here)
     step_ms = (plain.wall_s * 1e3 - plain.prefill_ms) / max(len(plain.output), 1)
     step_ms = max(step_ms, fwd[1])  # a plain step is at least its forward
-    draft_fixed, draft_level, overhead = 0.0, 0.05, 0.05
+    draft_fixed, draft_level, overhead, sampled_overhead = 0.0, 0.05, 0.05, None
     if engine.head is not None:
         draft_ms = {}
         for steps in (1, 4):
@@ -154,23 +179,41 @@ def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
             run = engine.generate(PROBE_PROMPT, tree, sampling)
             if not run.cycles:
                 break
-            n = len(run.cycles)
-            draft_ms[steps] = sum(c.timings_ms.get("draft", 0.0) for c in run.cycles) / n
-            verify = sum(c.timings_ms.get("verify", 0.0) for c in run.cycles) / n
-            cycle = (run.wall_s * 1e3 - run.prefill_ms) / n
-            overhead = max(cycle - draft_ms[steps] - verify, 0.0) / step_ms
+            draft_ms[steps] = _phase_ms(run, "draft")
+            overhead = _remainder(run) / step_ms
+            if steps == 4:
+                sampled_overhead = _remainder(engine.generate(PROBE_PROMPT, tree, sampled)) / step_ms
         if len(draft_ms) == 2:
             level_ms = max(draft_ms[4] - draft_ms[1], 0.0) / 3
             draft_level = level_ms / step_ms
             draft_fixed = max(draft_ms[1] - level_ms, 0.0) / step_ms
+    # the root alone: lookup candidates priced out of every tree (nothing to draft, nothing worth verifying)
+    resting = engine.with_policy(costs=CostModel(verify=((1, 1.0), (2, 1e6)), draft_level=1e6, overhead=0.0))
+    alone = TreeConfig.create(1, 1, 2, source="lookup")
+    rest, sampled_rest = (_cycle_ms(resting.generate(PROBE_PROMPT, alone, s)) / step_ms for s in (sampling, sampled))
     verify, most = [], 0.0
     for n, ms in fwd.items():  # a bigger forward never costs less: noise in one size must not invert the curve
         most = max(most, ms / step_ms)
         verify.append((n, most))
     return CostModel(verify=tuple(verify), draft_level=draft_level, draft_fixed=draft_fixed,
-                     overhead=overhead, step_ms=step_ms,
+                     overhead=overhead, step_ms=step_ms, rest=rest, sampled_overhead=sampled_overhead,
+                     sampled_rest=sampled_rest,
                      source=f"measured on this machine ({torch.get_num_threads()} thread(s), plain step "
                             f"{step_ms:.1f} ms)")
+
+
+def _cycle_ms(run) -> float:
+    """A run's mean cycle in ms, its prefill left out."""
+    return (run.wall_s * 1e3 - run.prefill_ms) / max(len(run.cycles), 1)
+
+
+def _phase_ms(run, phase: str) -> float:
+    return sum(c.timings_ms.get(phase, 0.0) for c in run.cycles) / max(len(run.cycles), 1)
+
+
+def _remainder(run) -> float:
+    """A run's mean cycle less its draft and verify phases, in ms (0 at least)."""
+    return max(_cycle_ms(run) - _phase_ms(run, "draft") - _phase_ms(run, "verify"), 0.0) if run.cycles else 0.0
 
 
 def key(engine) -> str:

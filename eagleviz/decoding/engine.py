@@ -38,35 +38,42 @@ from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.draft import DraftHead
 from eagleviz.models.target import TargetModel
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
-from eagleviz.decoding.calibration import HeadCalibration
+from eagleviz.decoding.calibration import HeadCalibration, RunAcceptance
 from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding.drafting import causal, grow
 from eagleviz.decoding.lookup import SuffixIndex
 from eagleviz.decoding.policy import HeadRest, TreePolicy
 from eagleviz.decoding.prefix import Prefix, PrefixCache, chat_prefix
 from eagleviz.decoding.tree import Candidates, VerifyTree
-from eagleviz.decoding.verify import draw, greedy_verify, sample_verify, sampling_probs, top_tokens
+from eagleviz.decoding.verify import VerifyResult, draw, greedy_verify, sample_verify, sampling_probs, top_tokens
 from eagleviz.paths import cache_dir
 from kernels import capability, sample_ops
 from kernels.self_check import KernelCheck, choose_attention
 from kernels.tree_attention import resolve_impl
 
 PHASES = ("draft", "verify", "accept", "rewind")
+ROOT_MASK = torch.ones(1, 1, dtype=torch.bool)  # a tree of the root alone: it sees itself (the forward needs none)
 
 
 class _TokenText:
-    """Decoded text of single tokens, memoised for the engine's lifetime (at most one string per vocabulary
-    entry: a token's text does not depend on its run). Every sampled cycle names the target's 64 most likely
-    tokens at the root, which were decoded afresh in each run."""
+    """Decoded text of single tokens: the whole vocabulary decoded in one batch call when the engine is made
+    (~0.3 s for SmolLM2's 49,152 tokens; a token's text does not depend on its run). A sampled cycle names
+    the target's 64 most likely tokens at the root: looked up in a memo filled as runs went, with the tokens
+    new to it decoded one by one, that cost ~0.09 ms a cycle, read cold after the forward's weight stream."""
 
-    def __init__(self, tokenizer):
-        self._tok, self._memo = tokenizer, {}
+    def __init__(self, tokenizer, size: int):
+        self._tok = tokenizer
+        batch = getattr(tokenizer, "batch_decode", None)
+        ids = [[i] for i in range(size)]
+        self._texts = batch(ids) if batch is not None else [tokenizer.decode(i) for i in ids]
 
     def __call__(self, token: int) -> str:
-        text = self._memo.get(token)
-        if text is None:
-            text = self._memo[token] = self._tok.decode([token])
-        return text
+        texts = self._texts
+        return texts[token] if 0 <= token < len(texts) else self._tok.decode([token])
+
+    def many(self, tokens: list[int]) -> list[str]:
+        texts, n = self._texts, len(self._texts)
+        return [texts[t] if 0 <= t < n else self._tok.decode([t]) for t in tokens]
 
 
 def runnable_impl(attn_impl: str, device: torch.device | str) -> str:
@@ -94,7 +101,9 @@ class Engine:
 
     A cost-aware tree (`TreeConfig.adaptive`) prices its choices with `costs` (what verification and drafting
     cost here, `eagleviz.decoding.costs`; default: a flat, GPU-like list) and values its nodes with
-    `calibration` (the head's, `eagleviz.decoding.calibration`; default: EAGLE-2's assumption).
+    `calibration` (the head's, `eagleviz.decoding.calibration`; default: EAGLE-2's assumption), which each run
+    corrects by the acceptance it observes as it goes (`RunAcceptance`; `learn` False keeps the table as it is,
+    the reference of an A/B run).
     `eagleviz.decoding.load.load_engine` gives both: this machine's measured costs and the head's file.
 
     Every prefill starts from the chat template's opening encoded once (`eagleviz.decoding.prefix`;
@@ -108,8 +117,9 @@ class Engine:
                  pack: bool | None = None,
                  kernel_check: Callable[[torch.device, torch.dtype], KernelCheck] | None = None,
                  costs: CostModel | None = None, calibration: HeadCalibration | None = None,
-                 prefix_cache: bool = True, compiled_sampling: bool = True):
+                 prefix_cache: bool = True, compiled_sampling: bool = True, learn: bool = True):
         self.target, self.head_name = target, head_name
+        self.learn = learn
         self.head = None if head is None else head.for_drafting(pack, target.ops, target.block_ops,
                                                                  target.activations == "int8")
         self.costs = costs or CostModel.flat()
@@ -119,7 +129,7 @@ class Engine:
         arch = head.config.arch if head is not None else "eagle1"
         self.feature_layers = target.eagle3_layers if arch == "eagle3" else None
         self.prefix = PrefixCache(chat_prefix(self.encode_prompt) if prefix_cache and self.uses_chat() else ())
-        self._text = _TokenText(target.tokenizer)
+        self._text = _TokenText(target.tokenizer, target.vocab_size)
         self.sample_ops = (sample_ops.load(cache_dir() / "kernels")
                            if compiled_sampling and target.device.type == "cpu" else None)
 
@@ -146,7 +156,7 @@ class Engine:
         """The cost-aware policy for a run (None for SGLang's fixed tree)."""
         if not tree.adaptive:
             return None
-        return TreePolicy(self.costs, self.calibration.at(sampling.temperature))
+        return TreePolicy(self.costs.at(sampling.temperature), self.calibration.at(sampling.temperature))
 
     def kv_bytes(self, n_prompt: int, tree: TreeConfig | None, sampling: SamplingConfig) -> int:
         """Bytes of the KV caches a run of this request allocates: the target's, and with a tree the draft's."""
@@ -296,6 +306,7 @@ class Engine:
         features = self.feature_layers if use_head else None
         text = self._text if record else (lambda token: "")
         policy = self.policy(tree_cfg, sampling)
+        learned = RunAcceptance(policy.calibration) if policy is not None and self.learn else None
 
         root, feats = self._prefill(prompt_ids, tcache, sampling, gen, run, use_head)
         run.prefill_ms = (time.perf_counter() - start) * 1e3
@@ -328,13 +339,22 @@ class Engine:
             clock.lap()
             # 2) verify (inputs sent without blocking: the host does not wait for the draft's kernels here)
             positions = [S + d for d in tree.depths]
-            mask = tree.mask()
-            out = target.forward(to_device(tree.tokens, dev), to_device(positions, dev), tcache, to_device(mask, dev),
-                                 feature_layers=features, impl=self.attn_impl)
+            alone = len(tree) == 1  # the root alone: a plain step's forward and read-out
+            mask = ROOT_MASK if alone else tree.mask()
+            out = target.forward(to_device(tree.tokens, dev), to_device(positions, dev), tcache,
+                                 None if alone else to_device(mask, dev), feature_layers=features, impl=self.attn_impl)
             clock.lap()
             # 3) accept (the one read of the target's verdict the host needs)
-            result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, gen, text)
-            root_top = [] if root_probs is None else self._root_top(root_probs, text)
+            if alone:  # nothing to accept, no distribution to keep for a replay
+                result, argmax, tprobs = self._accept_root(out.logits[0], sampling, gen)
+                root_top = []
+            else:
+                result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, gen, text)
+                root_top = [] if root_probs is None else self._root_top(root_probs, text)
+            if learned is not None and learned.observe(
+                    tree.node_ids[1:], {tree.node_ids[s] for s in result.path}, draft.cands.parents,
+                    draft.cands.sources, draft.cands.scores, draft.lookup_ngram):
+                policy = TreePolicy(policy.costs, learned.table())  # the next cycle values its nodes by it
             clock.lap()
             # 4) rewind KV
             path_slots = [S + s for s in result.path]
@@ -347,7 +367,7 @@ class Engine:
 
             accepted = [tree.tokens[s] for s in result.path[1:]]
             committed = accepted + [result.bonus_token]
-            path_feats = out.features[to_device(result.path, dev)] if use_head else None
+            path_feats = None if not use_head else out.features[:1] if alone else out.features[to_device(result.path, dev)]
             if run_head or not use_head:
                 feats, pend_tokens = path_feats, committed
             else:  # the head rested: its cache still waits for these positions, encoded when it next runs
@@ -384,9 +404,10 @@ class Engine:
         temp = 1.0 if sampling.greedy else sampling.temperature
         probs = torch.softmax(logits if temp == 1.0 else logits / temp, dim=-1)
         ops = self.sample_ops if logits.is_cpu else None
-        if ops is not None:  # two C passes: the argmax of the logits (the first of equals, as torch.argmax and
-            # plain decoding choose) and the largest probability, which is the argmax's (softmax keeps the order)
-            argmax, tprobs = ops.argmax(logits)[0], ops.argmax(probs)[1]
+        if ops is not None:  # one C pass: the argmax of the logits (the first of equals, as torch.argmax and
+            # plain decoding choose); its probability read at that index
+            argmax = ops.argmax(logits)[0]
+            tprobs = probs.gather(-1, torch.tensor(argmax)[:, None])[:, 0].tolist()
         else:  # of the logits, as plain decoding chooses: rounded probabilities can tie
             top_i = logits.argmax(dim=-1)
             argmax, tprobs = to_host(top_i, probs.gather(-1, top_i[:, None])[:, 0])
@@ -402,10 +423,26 @@ class Engine:
 
         return sample_verify(tree, probs_at, qs, argmax, gen, text, ops), argmax, tprobs, probs_at(0)
 
+    def _accept_root(self, logits: torch.Tensor, sampling: SamplingConfig,
+                     gen: torch.Generator) -> tuple[VerifyResult, list[int], list[float]]:
+        """Phase 3 of a cycle that verified the root alone, as `_accept` would decide it (the same draw from the
+        same generator) without what only a drafted tree needs: the token is plain decoding's choice, the
+        target's argmax and its probability are read once, the distribution is not kept for a replay."""
+        ops = self.sample_ops if logits.is_cpu else None
+        top = ops.argmax(logits)[0][0] if ops is not None else int(logits.argmax())
+        temp = 1.0 if sampling.greedy else sampling.temperature
+        probs = torch.softmax(logits if temp == 1.0 else logits / temp, dim=-1)
+        if sampling.greedy:
+            bonus = top
+        else:  # nucleus truncation draws from its own distribution; the argmax's probability is reported untruncated
+            bonus = draw(probs if sampling.top_p >= 1.0 else sampling_probs(logits, temp, sampling.top_p), gen, ops)
+        return VerifyResult(path=[0], bonus_token=bonus, bonus_source="target", checks=[]), [top], [float(probs[top])]
+
     def _root_top(self, probs: torch.Tensor, text) -> list[tuple[int, str, float]]:
         """The target's sampling distribution at the root, truncated to its ROOT_TOP most likely tokens."""
         index, value = top_tokens(probs, ROOT_TOP, self.sample_ops)
-        return [(i, text(i), v) for i, v in zip(index, value) if v > 0]
+        texts = text.many(index) if isinstance(text, _TokenText) else [text(i) for i in index]
+        return [(i, x, v) for i, x, v in zip(index, texts, value) if v > 0]
 
     @staticmethod
     def _nodes(cands: Candidates, tree: VerifyTree, text) -> list[TreeNode]:

@@ -4,10 +4,11 @@ Every node of the draft tree has a value v, the calibrated chance that it lies o
 (`eagleviz.decoding.calibration`); a cycle that verifies the set K commits 1 + sum(v for K) tokens on
 average (the bonus token always comes). It costs draft_fixed + L * draft_level + verify(|K| + 1) + overhead
 plain steps (`eagleviz.decoding.costs`) after L >= 1 draft levels, verify(|K| + 1) + overhead when the head
-does not draft. So, per cycle:
+does not draft; a cycle that verifies the root alone costs `rest` (its acceptance is a plain step's draw).
+At T > 0 the overhead and the rest are the sampled ones (rejections rebuild the residual). So, per cycle:
 
     verify   the m best nodes (by value, closed under ancestors: EAGLE-2's reranking) for the m that
-             maximises expected tokens per unit cost; m = 0 verifies the root alone, which is a plain step
+             maximises expected tokens per unit cost; m = 0 verifies the root alone (a resting cycle)
     draft    after each level, predict the next one: a frontier node f of value v_f would get children of
              value v_f * child[k] (the calibrated acceptance of a k-th best child); another level is drafted
              only if, with those children (or theirs, one level further), the best rate rises
@@ -43,8 +44,11 @@ class TreePolicy:
     calibration: Calibration
 
     def cycle_cost(self, levels: int, tree_tokens: int) -> float:
-        """Plain steps a cycle costs with `levels` draft levels and `tree_tokens` verified (root included)."""
+        """Plain steps a cycle costs with `levels` draft levels and `tree_tokens` verified (root included): the
+        root alone is a resting cycle's price (`CostModel.rest_cost`)."""
         c = self.costs
+        if tree_tokens <= 1:
+            return c.draft_cost(levels) + c.rest_cost()
         return c.draft_cost(levels) + c.verify_cost(tree_tokens) + c.overhead
 
     def budget(self, values: list[float], levels: int, max_size: int) -> Budget:
@@ -83,7 +87,7 @@ class HeadRest:
     then 2, 4 ... (at most `most`) while that repeats; a cycle in which it pays ends it. The engine encodes the
     positions a resting head skipped when it runs again."""
 
-    most: int = 8
+    most: int = 16
     left: int = 0      # cycles still to run without the head
     streak: int = 0    # cycles in a row in which none of its nodes was kept
 

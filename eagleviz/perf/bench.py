@@ -14,16 +14,17 @@ speedup over hf-generate, tau and the mean time per phase, checks that the greed
 hf-generate, or from weight blocks with our plain loop; explaining a difference by the target's top-2 gap
 where they diverge), and writes JSON, a Markdown table and a
 Plotly HTML figure to --out; the JSON is also copied to <cache>/bench/, where the app's measured-speed
-section looks first (eagleviz.measured). Eight A/B modes measure one engineering lever each, interleaved in one
+section looks first (eagleviz.measured). Twelve A/B modes measure one engineering lever each, interleaved in one
 process: `--ab trace` (recording the full trace), `--ab packing` (oneDNN-packed linears,
 eagleviz.models.dense), `--ab hot-vocab` (the hot draft vocabulary, eagleviz.models.hot_vocab),
 `--ab kv-fp32` (keys, values and attention in fp32 for a bf16 model, eagleviz.models.layers.attention_dtype),
 `--ab fused` (each layer's small operations as compiled C calls, kernels.cpu_ops), `--ab policy` (the
 cost-aware tree against SGLang's fixed tree with the same knobs), `--ab prefix` (each prefill after the cached
 chat prefix, eagleviz.decoding.prefix), `--ab sample-ops` (reading the target's distribution in C,
-kernels.sample_ops), `--ab stack` (the decoder stack from weight blocks in one C call, kernels.stack_ops) and
-`--ab lookup` (prompt-lookup candidates
-merged into the head's tree). Each A/B prints its ratios and writes them, per arm with the trees each side ran,
+kernels.sample_ops), `--ab stack` (the decoder stack from weight blocks in one C call, kernels.stack_ops),
+`--ab learned` (the calibration corrected by each run's own acceptance, eagleviz.decoding.calibration),
+`--ab rest-price` (the cost-aware tree priced with the measured resting cycle and sampled overhead,
+eagleviz.decoding.costs) and `--ab lookup` (prompt-lookup candidates merged into the head's tree). Each A/B prints its ratios and writes them, per arm with the trees each side ran,
 to --out/ab-LEVER-T{T}.json (`ab_name`): the file a figure quoted from it can be checked against.
 """
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -51,7 +53,7 @@ from eagleviz.prompts import load_prompts
 from eagleviz.visuals.speed import bench_figure, markdown_table
 
 AB_LEVERS = ("trace", "packing", "hot-vocab", "kv-fp32", "fused", "policy", "lookup", "prefix", "sample-ops",
-             "stack")
+             "stack", "learned", "rest-price")
 METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "lookup", "eagle-chain", "eagle-tree")
 TUNED_METHOD = "eagle-tuned"
 GREEDY_REFERENCE = "hf-generate"
@@ -160,7 +162,12 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
     sample-ops: PyTorch's argmax, top-k and draw vs kernels.sample_ops (the same tokens), for our plain loop and
     the EAGLE tree;
     stack: one Python call per C operation vs the decoder stack in one C call (kernels.stack_ops; bitwise the
-    same), for our plain loop and the EAGLE tree."""
+    same), for our plain loop and the EAGLE tree;
+    learned: the head's calibration as shipped vs corrected by each run's own acceptance
+    (`eagleviz.decoding.calibration.RunAcceptance`), for our plain loop and the EAGLE tree;
+    rest-price: a cost-aware tree priced without vs with the measured resting cycle and sampled overhead
+    (`CostModel.rest`; without: the root alone costs verify(1) + the greedy overhead), for our plain loop and the
+    EAGLE tree."""
     from eagleviz.decoding.engine import Engine
     from eagleviz.decoding.prefix import PrefixCache
     from eagleviz.models.draft import load_head
@@ -203,6 +210,12 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
         without = copy.copy(engine)
         without.target = copy.copy(t)
         without.target._stack = None
+    elif lever == "learned":
+        without = copy.copy(engine)
+        without.learn = False
+    elif lever == "rest-price":
+        without = engine.with_policy(costs=dataclasses.replace(engine.costs, rest=None, sampled_overhead=None,
+                                                               sampled_rest=None))
     else:
         without = engine
     if lever in ("policy", "lookup"):  # the same engine, two trees

@@ -29,6 +29,8 @@ DEFAULT_DRAWS = 10_000
 PLOT_PX = 300   # the bars, their token labels at -30 degrees and the axis title under them
 NO_REPLAY_GREEDY = "Replay needs a sampling run (temperature > 0): at T = 0 acceptance is deterministic."
 NO_REPLAY_SAMPLING = "This trace does not record the target's distribution at the root (made by an older build)."
+NO_REPLAY_ROOT = ("Nothing was drafted for this cycle to verify: its token came from the target alone, as in plain "
+                  "decoding, so there is no acceptance to replay.")
 
 
 @dataclass
@@ -107,7 +109,8 @@ def replay_figure(cycle: CycleTrace, draws: int = DEFAULT_DRAWS, seed: int = 0, 
     result = replay_acceptance(cycle, draws, seed)
     if result is None:
         sampled = any(c.uniform is not None for c in cycle.checks)
-        return empty_figure(NO_REPLAY_SAMPLING if sampled else NO_REPLAY_GREEDY, height or 320)
+        why = NO_REPLAY_ROOT if cycle.num_tree_tokens == 1 else NO_REPLAY_SAMPLING if sampled else NO_REPLAY_GREEDY
+        return empty_figure(why, height or 320)
     order = [k for k in np.argsort(-result.target) if result.tokens[k] != OTHER][:top]
     order.append(result.tokens.index(OTHER))
     labels = [token_html(result.texts[k], 10) + (" (draft)" if result.tokens[k] in result.tried else "")
