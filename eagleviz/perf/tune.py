@@ -111,7 +111,8 @@ def tune_main(argv: list[str]) -> int:
     p.add_argument("--prefix", type=int, default=200, help="prompt tokens before the n verified ones")
     p.add_argument("--costs", action="store_true",
                    help="only measure afresh the price list the cost-aware tree uses here (verify(n), a draft level, "
-                        "a cycle's overhead, in plain steps) and keep it for this model, dtype and thread count")
+                        "a cycle's overhead, a resting cycle, the last two at T = 0 and T = 1, in plain steps) and keep "
+                        "it for this model, dtype and thread count")
     args = p.parse_args(argv)
     if args.out is not None and not args.curve_only:
         p.error("--out goes with --curve-only")
@@ -120,10 +121,12 @@ def tune_main(argv: list[str]) -> int:
     if args.costs:
         start = time.perf_counter()
         costs = load_or_measure(engine, fresh=True)
+        sampled = costs.at(1.0)
         print(f"measured in {time.perf_counter() - start:.1f} s")
         print("verify(n) in plain steps: " + ", ".join(f"n={n}: {c:.2f}" for n, c in costs.verify)
               + f"; a drafting cycle's fixed part {costs.draft_fixed:.3f}, a draft level {costs.draft_level:.3f}, "
-              f"a cycle's overhead {costs.overhead:.3f}; {costs.source}")
+              f"a cycle's overhead {costs.overhead:.3f}, a resting cycle {costs.rest_cost():.3f}; at T > 0 "
+              f"the overhead {sampled.overhead:.3f}, a resting cycle {sampled.rest_cost():.3f}; {costs.source}")
         return 0
     if args.curve_only:
         out = args.out or user_verify_cost_path()
