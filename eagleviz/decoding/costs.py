@@ -9,15 +9,15 @@
                   compares every tree with: the plain loop's step, plus a cycle's bookkeeping)
 
 Sampling (T > 0) prices acceptance apart: rejecting a drafted token rebuilds the residual distribution, a
-pass over the vocabulary (here a one-token tree's cycle cost 1.27 root-alone cycles at T = 1, 1.13 at T = 0),
-so `overhead` and `rest` are measured at both (`CostModel.at`).
+pass over the vocabulary (here, at T = 1, a cycle that verified one lookup token cost 1.27 cycles of the
+root alone), so `overhead` and `rest` are measured at both (`CostModel.at`).
 
 On a GPU verify(n) is nearly flat up to dozens of tokens (the weights are read once whatever n is), so a
-cost-aware tree grows big; on a small CPU every token has a price (here 16 tokens cost ~1.4 steps), so it
-stays small and often is a chain. `measure` times these on the engine it is given (2.5 s for the embedded
-model on this idle 2-core CPU, as `tune --costs` prints: one prefill, a few forwards per size, a short plain
-and a short speculative run); `load_or_measure` keeps the result per model, dtype, device and thread count
-under the cache directory.
+cost-aware tree grows big; on a small CPU every token has a price (here, from weight blocks, 16 tokens cost
+3.3-4.1 steps), so it stays small and often is a chain. `measure` times these on the engine it is given (1-3 s
+for the embedded model on this idle 2-core CPU, as `tune --costs` prints: one prefill, a few forwards per size,
+short plain, speculative and resting runs); `load_or_measure` keeps the result per model, dtype, device and
+thread count under the cache directory.
 """
 
 from __future__ import annotations
