@@ -1,4 +1,5 @@
-/* A decoder stack from weight blocks in one call: the sequence of a forward's C operations, run by C.
+/* A decoder stack from weight blocks in one call: the sequence of a forward's C operations, run by C (and an
+ * EAGLE-3 draft head's layer the same way: `draft_midlayer`).
  *
  * From blocks, each layer of a decode step is nine calls into compiled code (the q|k|v, output, gate|up and
  * down products of kernels/quant_ops.c; two norms, RoPE with the cache write, attention and SiLU of
@@ -94,6 +95,61 @@ int decoder_stack(const Ops *ops, const Layer *layer, const Shape *s, const floa
         if ((code = product(ops, &L->down, act, delta, rows, threads))) break;
         code = ops->rms_norm(h, delta, L->next_norm, x, rows, s->hidden, s->eps, 0, s->ordered);
     }
+    free(buf);
+    return code;
+}
+
+typedef struct { /* an EAGLE-3 head's midlayer (eagleviz/models/draft.py, `DraftHead._forward_fused`) */
+    Product fc, qkv, o, gate_up, down;
+    const float *hidden_norm, *input_norm, *post_norm;
+    int norm_before_residual;
+} Midlayer;
+
+/* An EAGLE-3 head of one layer over `rows` positions, the calls and order of `DraftHead._forward_fused`:
+ * g = fc(features) (use_fc 0: g = features, the head's own outputs); normed = norm(g);
+ * x = [norm(emb) | normed]; h = normed or g; h += o(attention(qkv(x))); y = norm(h); h += down(silu(gate_up(y))).
+ * features (rows, fc.k), emb (rows, hidden) fp32; h (rows, hidden) gets the output. Keys and values go to slots
+ * [start, start + rows) of the head's cache (1, hkv, cap, d); the last `tree` keys are seen through mask
+ * (rows, tree) (NULL, tree = 0: all). The head's norms and attention run in their unordered sums, as its Python
+ * sequence does. */
+int draft_midlayer(const Ops *ops, const Midlayer *L, const Shape *s, const float *features, const float *emb,
+                   float *h, const float *cos_, const float *sin_, float *kc, float *vc, int cap, int rows, int start,
+                   const uint8_t *mask, int tree, int use_fc, int threads) {
+    if (rows <= 0 || start < 0 || start + rows > cap || tree < 0 || tree > start + rows || threads < 1)
+        return ERR_SHAPE;
+    long H = s->hidden, qkv_w = (long)(s->hq + 2 * s->hkv) * s->d, attn_w = (long)s->hq * s->d;
+    long per_row = 3 * H + 2 * H + qkv_w + 2 * attn_w + H + 2 * (long)s->inter + s->inter;
+    float *buf = malloc(sizeof(float) * (size_t)rows * (size_t)per_row);
+    if (!buf) return ERR_NOMEM;
+    float *g = buf, *normed = g + rows * H, *e = normed + rows * H, *x = e + rows * H, *qkv = x + rows * 2 * H;
+    float *q = qkv + rows * qkv_w, *attn = q + rows * attn_w, *delta = attn + rows * attn_w, *gu = delta + rows * H;
+    float *act = gu + rows * 2 * (long)s->inter;
+    int code = 0;
+    if (use_fc)
+        code = product(ops, &L->fc, features, g, rows, threads);
+    else /* a tree's expansion: the features are the head's own outputs, hidden wide */
+        memcpy(g, features, sizeof(float) * (size_t)rows * (size_t)H);
+    if (!code) code = ops->rms_norm(g, NULL, L->hidden_norm, normed, rows, (int)H, s->eps, 0, 0);
+    if (!code) code = ops->rms_norm((void *)emb, NULL, L->input_norm, e, rows, (int)H, s->eps, 0, 0);
+    if (!code) {
+        for (int r = 0; r < rows; r++) {
+            memcpy(x + r * 2 * H, e + r * H, sizeof(float) * (size_t)H);
+            memcpy(x + r * 2 * H + H, normed + r * H, sizeof(float) * (size_t)H);
+        }
+        memcpy(h, L->norm_before_residual ? normed : g, sizeof(float) * (size_t)rows * (size_t)H);
+        code = product(ops, &L->qkv, x, qkv, rows, threads);
+    }
+    int n_keys = start + rows;
+    if (!code) code = ops->rope_to_cache(qkv, cos_, sin_, q, kc, vc, rows, s->hq, s->hkv, s->d, cap, start, 0);
+    if (!code) code = ops->attention(q, kc, vc, mask, attn, rows, s->hq, s->hkv, s->d, cap, n_keys, n_keys - tree,
+                                     s->scale, 0, 0, threads);
+    if (!code) code = product(ops, &L->o, attn, delta, rows, threads);
+    if (!code) code = ops->rms_norm(h, delta, L->post_norm, e, rows, (int)H, s->eps, 0, 0); /* e: y now */
+    if (!code) code = product(ops, &L->gate_up, e, gu, rows, threads);
+    if (!code) code = ops->silu_mul(gu, act, rows, s->inter, 0);
+    if (!code) code = product(ops, &L->down, act, delta, rows, threads);
+    if (!code)
+        for (long i = 0; i < rows * H; i++) h[i] += delta[i];
     free(buf);
     return code;
 }

@@ -1,7 +1,7 @@
 """kernels/stack_ops.py: the decoder stack in one C call gives bitwise what the Python sequence of the same C
 operations gives (logits, EAGLE-3 features, the keys and values written to the cache) for a prompt, a tree and
 a single token, with int8 and fp32 activations; an engine decodes the same tokens with it; it refuses what
-does not fit."""
+does not fit. The same for an EAGLE-3 head's layer (`Midlayer`)."""
 
 from __future__ import annotations
 
@@ -92,3 +92,53 @@ def test_the_stack_refuses_what_does_not_fit(models):
         fast._stack.run(h[:, :10], cos, sin, cache.k, cache.v, 0, None, None, 1)
     with pytest.raises(ValueError, match="cache"):
         fast._stack.run(h, cos, sin, cache.k[:1], cache.v[:1], 0, None, None, 1)
+
+
+@pytest.mark.parametrize("act", ACTIVATIONS)
+def test_an_eagle3_heads_layer_in_one_call_is_bitwise_its_python_sequence(models, act):
+    """`draft_midlayer`: the head's output and the keys and values it writes, for the target's features (through
+    fc), for a tree's expansion (the head's own outputs, no fc, under a mask) and for a single position."""
+    import copy
+
+    target = models[(act, None)]
+    fast = random_head(target, arch="eagle3", seed=4, std=0.2).for_drafting(None, target.ops, target.block_ops,
+                                                                             act == "int8")
+    if fast.compiled_layer is None:
+        pytest.skip("kernels/stack_ops.c could not be built here")
+    ref = copy.copy(fast)
+    ref.compiled_layer = None
+    c = fast.config
+    gen = torch.Generator().manual_seed(11)
+    expansion = torch.tensor([[1, 0, 0, 0], [0, 1, 0, 0], [1, 0, 1, 0], [0, 1, 0, 1]], dtype=torch.bool)
+    for rows, width, mask in ((7, c.feature_size, torch.ones(7, 7, dtype=torch.bool).tril()),
+                              (4, c.hidden_size, expansion), (1, c.feature_size, None)):
+        features, emb = torch.randn(rows, width, generator=gen), torch.randn(rows, c.hidden_size, generator=gen)
+        caches = [fast.new_cache(32, torch.float32, "cpu") for _ in range(2)]
+        fill_k, fill_v = torch.randn(caches[0].k.shape, generator=gen), torch.randn(caches[0].v.shape, generator=gen)
+        for cache in caches:
+            cache.k.copy_(fill_k)
+            cache.v.copy_(fill_v)
+            cache.length = 10
+        pos = torch.arange(10, 10 + rows)
+        out = [head(features, emb, pos, cache, mask) for head, cache in zip((fast, ref), caches)]
+        assert torch.equal(out[0], out[1])
+        assert torch.equal(caches[0].k, caches[1].k) and torch.equal(caches[0].v, caches[1].v)
+        assert caches[0].length == caches[1].length == 10 + rows
+    assert random_head(target, seed=4).for_drafting(None, target.ops, target.block_ops).compiled_layer is None
+
+
+def test_the_heads_layer_refuses_what_does_not_fit(models):
+    target = models[("int8", None)]
+    head = random_head(target, arch="eagle3", seed=4).for_drafting(None, target.ops, target.block_ops)
+    if head.compiled_layer is None:
+        pytest.skip("kernels/stack_ops.c could not be built here")
+    layer, c = head.compiled_layer, head.config
+    cache = head.new_cache(8, torch.float32, "cpu")
+    features, emb = torch.zeros(2, c.feature_size), torch.zeros(2, c.hidden_size)
+    cos = sin = torch.zeros(2, c.head_dim)
+    with pytest.raises(ValueError, match="overflow"):
+        layer.run(features, emb, cos, sin, cache.k, cache.v, 7, None, 1)
+    with pytest.raises(ValueError, match="features"):
+        layer.run(features[:, :32], emb, cos, sin, cache.k, cache.v, 0, None, 1)
+    with pytest.raises(ValueError, match="mask"):
+        layer.run(features, emb, cos, sin, cache.k, cache.v, 0, torch.ones(2, 3, dtype=torch.int64), 1)

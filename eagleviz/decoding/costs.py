@@ -40,8 +40,9 @@ SIZES = (1, 2, 4, 8, 16, 32, 64)
 # the price list's sizes: every small one, where a cost-aware tree's sizes fall and the curve bends (from weight
 # blocks here 3, 4, 6 and 8 tokens cost 1.19, 1.31, 1.69 and 2.31 steps: scripts/block_rows.py)
 PRICE_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 64)
-VERSION = 6  # 2: a plain step leaves the prefill out; 3: PRICE_SIZES; 4: draft_fixed; 5: the products' column groups
-# (kernels/quant_ops.c) changed every price; 6: rest and the sampled prices (older lists are measured again)
+VERSION = 7  # 2: a plain step leaves the prefill out; 3: PRICE_SIZES; 4: draft_fixed; 5: the products' column groups
+# (kernels/quant_ops.c) changed every price; 6: rest and the sampled prices; 7: an EAGLE-3 head's layer in one C
+# call (kernels/stack_ops.c) made drafting cheaper (older lists are measured again)
 PROBE_PROMPT = "List the planets of the solar system in order, one per line, with one fact about each."
 
 

@@ -28,8 +28,9 @@ from eagleviz.models.dense import Dense, for_inference
 from eagleviz.models.layers import (AttentionWeights, cached_attention, rms_norm, rope_cos_sin, rope_inv_freq,
                                     swiglu_mlp)
 from eagleviz.models.layouts import read_checkpoint
-from eagleviz.models.quantized import to_q8_0
-from kernels import cpu_ops
+from eagleviz.models.quantized import QuantDense, to_q8_0
+from eagleviz.paths import cache_dir
+from kernels import cpu_ops, stack_ops
 from kernels.quant_ops import QuantOps
 from kernels.tree_attention import resolve_impl
 
@@ -191,6 +192,7 @@ class DraftHead(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(c.head_dim, c.rope_theta, dict(c.rope_scaling)),
                              persistent=False)
         self.ops: cpu_ops.CpuOps | None = None  # set on the frozen copy `for_drafting` makes
+        self.compiled_layer: stack_ops.Midlayer | None = None  # ditto: an EAGLE-3 layer from blocks in one C call
 
     def for_drafting(self, pack: bool | None = None, ops: cpu_ops.CpuOps | None = None,
                      block_ops: QuantOps | None = None, int8: bool = True) -> DraftHead:
@@ -214,7 +216,30 @@ class DraftHead(nn.Module):
                 and all(w.dtype == weights[0].dtype and w.device.type == "cpu" for w in weights)
                 and all(layer.self_attn.qkv is not None for layer in frozen.blocks))
         frozen.ops = ops if fits else None
+        frozen.compiled_layer = frozen._block_midlayer(block_ops, int8) if fits and block_ops is not None else None
         return frozen
+
+    def _block_midlayer(self, block_ops: QuantOps, int8: bool) -> stack_ops.Midlayer | None:
+        """A one-layer EAGLE-3 head's layer from Q8_0 blocks in one C call (`kernels.stack_ops.draft_midlayer`:
+        the calls and order of `_forward_fused`, so the same bits), or None where it does not apply or cannot be
+        built."""
+        c = self.config
+        if c.arch != "eagle3" or c.num_layers != 1:
+            return None
+        layer = self.midlayer
+        a, m = layer.self_attn, layer.mlp
+        products = {"fc": getattr(self.fc, "dense", None), "qkv": a.qkv, "o": getattr(a.o_proj, "dense", None),
+                    "gate_up": m.gate_up, "down": getattr(m.down_proj, "dense", None)}
+        if not all(isinstance(p, QuantDense) and len(p.parts) == 1 and p.int8 == int8 for p in products.values()):
+            return None
+        built = stack_ops.load(cache_dir() / "kernels")
+        if built is None:
+            return None
+        norms = {"hidden_norm": layer.hidden_norm.weight.detach(), "input_norm": layer.input_layernorm.weight.detach(),
+                 "post_norm": layer.post_attention_layernorm.weight.detach()}
+        return built.midlayer(self.ops, block_ops, int8, {k: p.parts[0] for k, p in products.items()}, norms,
+                              c.norm_before_residual, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
+                              c.rms_norm_eps)
 
     @property
     def blocks(self) -> list[_Layer]:
@@ -274,6 +299,10 @@ class DraftHead(nn.Module):
             for i, layer in enumerate(self.layers):
                 x = h if i == 0 else ops.rms_norm(h, layer.input_layernorm.weight, c.rms_norm_eps)
                 h = self._block_fused(layer, i, x, h.clone(), cos, sin, cache, mask)
+        elif self.compiled_layer is not None:  # the same calls in one C call
+            h = self.compiled_layer.run(features.contiguous(), token_embeds.contiguous(), cos.contiguous(),
+                                        sin.contiguous(), cache.k, cache.v, cache.length, mask,
+                                        torch.get_num_threads())
         else:
             layer = self.midlayer
             g = self.fc(features) if features.shape[-1] != c.hidden_size else features.contiguous()

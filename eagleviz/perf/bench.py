@@ -14,7 +14,7 @@ speedup over hf-generate, tau and the mean time per phase, checks that the greed
 hf-generate, or from weight blocks with our plain loop; explaining a difference by the target's top-2 gap
 where they diverge), and writes JSON, a Markdown table and a
 Plotly HTML figure to --out; the JSON is also copied to <cache>/bench/, where the app's measured-speed
-section looks first (eagleviz.measured). Twelve A/B modes measure one engineering lever each, interleaved in one
+section looks first (eagleviz.measured). Thirteen A/B modes measure one engineering lever each, interleaved in one
 process: `--ab trace` (recording the full trace), `--ab packing` (oneDNN-packed linears,
 eagleviz.models.dense), `--ab hot-vocab` (the hot draft vocabulary, eagleviz.models.hot_vocab),
 `--ab kv-fp32` (keys, values and attention in fp32 for a bf16 model, eagleviz.models.layers.attention_dtype),
@@ -24,8 +24,10 @@ chat prefix, eagleviz.decoding.prefix), `--ab sample-ops` (reading the target's 
 kernels.sample_ops), `--ab stack` (the decoder stack from weight blocks in one C call, kernels.stack_ops),
 `--ab learned` (the calibration corrected by each run's own acceptance, eagleviz.decoding.calibration),
 `--ab rest-price` (the cost-aware tree priced with the measured resting cycle and sampled overhead,
-eagleviz.decoding.costs) and `--ab lookup` (prompt-lookup candidates merged into the head's tree). Each A/B prints its ratios and writes them, per arm with the trees each side ran,
-to --out/ab-LEVER-T{T}.json (`ab_name`): the file a figure quoted from it can be checked against.
+eagleviz.decoding.costs), `--ab head-layer` (an EAGLE-3 head's layer in one C call, kernels.stack_ops) and
+`--ab lookup` (prompt-lookup candidates merged into the head's tree). Each A/B prints its ratios and writes
+them, per arm with the trees each side ran, to --out/ab-LEVER-T{T}.json (`ab_name`): the file a figure quoted
+from it can be checked against.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from eagleviz.prompts import load_prompts
 from eagleviz.visuals.speed import bench_figure, markdown_table
 
 AB_LEVERS = ("trace", "packing", "hot-vocab", "kv-fp32", "fused", "policy", "lookup", "prefix", "sample-ops",
-             "stack", "learned", "rest-price")
+             "stack", "learned", "rest-price", "head-layer")
 METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "lookup", "eagle-chain", "eagle-tree")
 TUNED_METHOD = "eagle-tuned"
 GREEDY_REFERENCE = "hf-generate"
@@ -167,7 +169,9 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
     (`eagleviz.decoding.calibration.RunAcceptance`), for our plain loop and the EAGLE tree;
     rest-price: a cost-aware tree priced without vs with the measured resting cycle and sampled overhead
     (`CostModel.rest`; without: the root alone costs verify(1) + the greedy overhead), for our plain loop and the
-    EAGLE tree."""
+    EAGLE tree;
+    head-layer: an EAGLE-3 head's layer as one Python call per C operation vs in one C call
+    (`kernels.stack_ops.Midlayer`; bitwise the same), for our plain loop and the EAGLE tree."""
     from eagleviz.decoding.engine import Engine
     from eagleviz.decoding.prefix import PrefixCache
     from eagleviz.models.draft import load_head
@@ -213,6 +217,13 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
     elif lever == "learned":
         without = copy.copy(engine)
         without.learn = False
+    elif lever == "head-layer":
+        if engine.head is None or engine.head.compiled_layer is None:
+            raise UserFacingError("--ab head-layer needs a one-layer EAGLE-3 head beside a target from weight blocks, "
+                                  "with kernels/stack_ops.c built (a CPU and a C compiler)")
+        without = copy.copy(engine)
+        without.head = copy.copy(engine.head)
+        without.head.compiled_layer = None
     elif lever == "rest-price":
         without = engine.with_policy(costs=dataclasses.replace(engine.costs, rest=None, sampled_overhead=None,
                                                                sampled_rest=None))
