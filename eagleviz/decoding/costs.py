@@ -9,8 +9,8 @@
                   compares every tree with: the plain loop's step, plus a cycle's bookkeeping)
 
 Sampling (T > 0) prices acceptance apart: rejecting a drafted token rebuilds the residual distribution, a
-pass over the vocabulary (here, at T = 1, a cycle that verified one lookup token cost 1.27 cycles of the
-root alone), so `overhead` and `rest` are measured at both (`CostModel.at`).
+pass over the vocabulary (`tune --costs` here: a 4/2/8 cycle's overhead 0.16-0.18 steps at T = 0, 0.27-0.29
+at T = 1), so `overhead` and `rest` are measured at both (`CostModel.at`).
 
 On a GPU verify(n) is nearly flat up to dozens of tokens (the weights are read once whatever n is), so a
 cost-aware tree grows big; on a small CPU every token has a price (here, from weight blocks, 16 tokens cost

@@ -58,8 +58,8 @@ ROOT_MASK = torch.ones(1, 1, dtype=torch.bool)  # a tree of the root alone: it s
 class _TokenText:
     """Decoded text of single tokens: the whole vocabulary decoded in one batch call when the engine is made
     (~0.3 s for SmolLM2's 49,152 tokens; a token's text does not depend on its run). A sampled cycle names
-    the target's 64 most likely tokens at the root: looked up in a memo filled as runs went, with the tokens
-    new to it decoded one by one, that cost ~0.09 ms a cycle, read cold after the forward's weight stream."""
+    the target's 64 most likely tokens at the root: one list lookup each, where a memo filled as runs went
+    decoded the tokens new to it one by one inside the cycle."""
 
     def __init__(self, tokenizer, size: int):
         self._tok = tokenizer
@@ -367,7 +367,9 @@ class Engine:
 
             accepted = [tree.tokens[s] for s in result.path[1:]]
             committed = accepted + [result.bonus_token]
-            path_feats = None if not use_head else out.features[:1] if alone else out.features[to_device(result.path, dev)]
+            path_feats = None
+            if use_head:  # the root alone's row is a view: no gather
+                path_feats = out.features[:1] if alone else out.features[to_device(result.path, dev)]
             if run_head or not use_head:
                 feats, pend_tokens = path_feats, committed
             else:  # the head rested: its cache still waits for these positions, encoded when it next runs

@@ -111,8 +111,8 @@ def tune_main(argv: list[str]) -> int:
     p.add_argument("--prefix", type=int, default=200, help="prompt tokens before the n verified ones")
     p.add_argument("--costs", action="store_true",
                    help="only measure afresh the price list the cost-aware tree uses here (verify(n), a draft level, "
-                        "a cycle's overhead, a resting cycle, the last two at T = 0 and T = 1, in plain steps) and keep "
-                        "it for this model, dtype and thread count")
+                        "a cycle's overhead, a resting cycle, the last two at T = 0 and T = 1, in plain steps) and "
+                        "keep it for this model, dtype and thread count")
     args = p.parse_args(argv)
     if args.out is not None and not args.curve_only:
         p.error("--out goes with --curve-only")
