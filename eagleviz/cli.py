@@ -96,6 +96,10 @@ def _delegate(name: str, rest: list[str]) -> int:
         from eagleviz.perf import bench
 
         entry = bench.bench_main
+    elif name == "ceiling":
+        from eagleviz.perf import ceiling
+
+        entry = ceiling.ceiling_main
     else:
         from eagleviz.perf import tune
 
@@ -112,13 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     _delegating_parser(sub, "hot-tokens", "rank a head's draft vocabulary by frequency (its hot-tokens.json)")
     _delegating_parser(sub, "calibrate", "fit how often the target accepts what the head believes (calibration.json)")
     _delegating_parser(sub, "bench", "speed against plain decoding and peers, side by side")
+    _delegating_parser(sub, "ceiling", "what a perfect drafter would reach here, and the acceptance a head would need")
     _delegating_parser(sub, "tune", "sweep the tree knobs and report the fastest configuration")
     _delegating_parser(sub, "gpu-check", "on a CUDA GPU: the kernel, losslessness and speed, in one JSON report")
     _delegating_parser(sub, "export-bundle", "write the model, head and prompts an offline machine needs to one folder")
     return parser
 
 
-DELEGATED = ("train-head", "eval-head", "hot-tokens", "calibrate", "bench", "tune", "gpu-check", "export-bundle")
+DELEGATED = ("train-head", "eval-head", "hot-tokens", "calibrate", "bench", "ceiling", "tune", "gpu-check", "export-bundle")
 
 
 def _one_line(message, category, filename, lineno, line=None) -> str:

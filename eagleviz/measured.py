@@ -4,6 +4,8 @@
                    shipped: assets/bench/bench-T{T}.json
     verify cost    `python -m eagleviz tune` saves it in <cache>/tuned.json, `tune --curve-only` in
                    <cache>/verify-cost.json (the newer of the two wins); shipped: assets/bench/verify-cost.json
+    ceiling        `python -m eagleviz ceiling` copies its result to <cache>/bench/ceiling-T0.json; shipped:
+                   assets/bench/ceiling-T0.json
     tuned tree     `python -m eagleviz tune` saves the fastest tree in <cache>/tuned.json (T = 0) or
                    <cache>/tuned-T{T}.json (`tune --temperature T`, T > 0); shipped: assets/bench/tuned.json,
                    the fastest tree for the shipped head on the project's own CPU (the page's default tree
@@ -27,6 +29,7 @@ from eagleviz.paths import SHIPPED_BENCH, cache_dir
 SHIPPED_DIR = SHIPPED_BENCH
 VERIFY_COST_FILE = "verify-cost.json"
 TUNED_FILE = "tuned.json"
+CEILING_FILE = "ceiling-T0.json"
 TREE_KEYS = ("steps", "topk", "draft_tokens")
 
 
@@ -43,6 +46,10 @@ def tuned_name(temperature: float) -> str:
 
 def user_bench_path(temperature: float) -> Path:
     return cache_dir() / "bench" / bench_name(temperature)
+
+
+def user_ceiling_path() -> Path:
+    return cache_dir() / "bench" / CEILING_FILE
 
 
 def user_verify_cost_path() -> Path:
@@ -71,6 +78,12 @@ def latest_bench(temperature: float) -> Measured | None:
     """The latest `bench` result at this temperature: this machine's, else the shipped one, else None."""
     return _first_valid([(user_bench_path(temperature), False), (SHIPPED_DIR / bench_name(temperature), True)],
                         _is_bench)
+
+
+def latest_ceiling() -> Measured | None:
+    """The latest `ceiling` result: this machine's, else the shipped one, else None. `data["rows"]` maps
+    plain, foresight-k, eagle-chain-k and eagle to {"speedup", "ci", "tau", "cycle_steps", "tau_needed", ...}."""
+    return _first_valid([(user_ceiling_path(), False), (SHIPPED_DIR / CEILING_FILE, True)], _is_ceiling)
 
 
 def latest_verify_cost() -> Measured | None:
@@ -157,6 +170,19 @@ def _is_row(row) -> bool:
     phases = row.get("phase_ms", {})
     return ((row.get("tau") is None or _number(row["tau"])) and isinstance(phases, dict)
             and all(_number(v) for v in phases.values()))
+
+
+def _is_ceiling(d: dict) -> bool:
+    """Rows of numbers with a plain row, the chains they measured, the target speedup, prompts and machine."""
+    rows, chains = d.get("rows"), d.get("chains")
+    keys = ("tokens_per_s", "speedup", "tau", "cycle_steps", "tau_needed")
+    if not isinstance(rows, dict) or "plain" not in rows or not isinstance(chains, list) or not chains:
+        return False
+    if not all(isinstance(r, dict) and all(_number(r.get(k)) for k in keys) for r in rows.values()):
+        return False
+    if not all(type(k) is int and f"foresight-{k}" in rows for k in chains):
+        return False
+    return _number(d.get("target")) and _number(d.get("prompts")) and isinstance(d.get("machine"), dict)
 
 
 def _is_curve(c) -> bool:

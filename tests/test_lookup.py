@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from eagleviz.decoding.lookup import Match, SuffixIndex
+from eagleviz.decoding.lookup import MAX_NGRAM, Foresight, Match, SuffixIndex
 
 
 def brute_force(tokens: list[int], max_ngram: int, length: int) -> Match | None:
@@ -58,3 +58,20 @@ def test_incremental_index_agrees_with_brute_force(seed):
 def test_max_ngram_must_be_positive():
     with pytest.raises(ValueError):
         SuffixIndex([1], max_ngram=0)
+
+
+def test_foresight_proposes_the_reference_while_the_context_follows_it():
+    prompt = [7, 8, 9]
+    index = Foresight([1, 2, 3, 4], len(prompt), prompt + [1])
+    assert index.match(2) == Match((2, 3), MAX_NGRAM)
+    index.extend([2, 3])
+    assert index.match(5) == Match((4,), MAX_NGRAM)
+    index.extend([4])
+    assert index.match(1) is None  # the reference is spent
+    assert index.match(0) is None
+
+
+def test_foresight_stops_proposing_once_the_context_leaves_the_reference():
+    index = Foresight([1, 2, 3, 4], 2, [5, 5, 1])
+    index.extend([9])
+    assert index.match(2) is None

@@ -141,3 +141,28 @@ def test_measured_is_frozen(dirs):
     found = measured.latest_bench(0)
     with pytest.raises(AttributeError):
         found.shipped = False
+
+
+CEILING = {"prompts": 2, "chains": [1, 2], "target": 1.5, "machine": {}, "rows": {
+    m: {"tokens_per_s": 300.0, "speedup": s, "ci": [s, s], "tau": t, "cycle_steps": c, "tau_needed": 1.5 * c}
+    for m, s, t, c in (("plain", 1.0, 1.0, 1.0), ("foresight-1", 1.5, 2.0, 1.3), ("foresight-2", 1.9, 3.0, 1.5),
+                       ("eagle-chain-1", 0.98, 1.4, 1.4), ("eagle-chain-2", 0.9, 1.5, 1.7), ("eagle", 1.03, 1.7, 1.6))}}
+
+
+def test_the_repo_ships_a_valid_ceiling():
+    found = measured._first_valid([(measured.SHIPPED_DIR / measured.CEILING_FILE, True)], measured._is_ceiling)
+    assert found is not None and {"plain", "foresight-1", "eagle-chain-1", "eagle"} <= set(found.data["rows"])
+
+
+def test_this_machines_ceiling_is_preferred_and_a_malformed_one_skipped(dirs):
+    cache, shipped = dirs
+    assert measured.latest_ceiling() is None
+    write(shipped / measured.CEILING_FILE, CEILING)
+    assert measured.latest_ceiling().shipped
+    mine = write(cache / "bench" / measured.CEILING_FILE, CEILING | {"prompts": 80})
+    found = measured.latest_ceiling()
+    assert not found.shipped and found.path == mine and found.data["prompts"] == 80
+    for broken in (CEILING | {"chains": [3]}, CEILING | {"rows": {"plain": CEILING["rows"]["plain"]}},
+                   CEILING | {"target": "1.5"}, "not json", [1, 2]):
+        write(mine, broken)
+        assert measured.latest_ceiling().shipped, broken

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from eagleviz.measured import SHIPPED_DIR, Measured
-from eagleviz.visuals.speed import (NO_BENCH, NO_CURVE, NO_CURVE_FIGURE, bench_caption, bench_figure, markdown_table,
-                                    speed_view, verify_cost_figure)
+from eagleviz.visuals.speed import (NO_BENCH, NO_CEILING, NO_CURVE, NO_CURVE_FIGURE, bench_caption, bench_figure,
+                                    ceiling_figure, chain_acceptance, ceiling_text, markdown_table, speed_view, verify_cost_figure)
 
 BENCH = json.loads((SHIPPED_DIR / "bench-T0.json").read_text())
 CURVE = {"prefix": 200, "ms": {1: 34.0, 2: 34.5, 4: 35.2, 8: 38.0, 16: 40.0, 32: 45.0, 64: 54.0}}
@@ -178,3 +178,39 @@ def test_the_curve_says_what_bounds_it():
     assert "reading the weights dominates" in flat and "arithmetic" not in flat
     assert "arithmetic catches up" in text and "reading the weights" not in text
     assert "measured: n = 16 costs 4.00x" in text and ":," not in text
+
+
+CEILING = json.loads((SHIPPED_DIR / "ceiling-T0.json").read_text())
+
+
+def test_ceiling_figure_pairs_each_chain_perfect_and_drafted_with_plain_and_the_default_as_lines():
+    fig = ceiling_figure(round_trip(CEILING))
+    perfect, drafted = by_name(fig, "every guess right (the ceiling)"), by_name(fig, "the head's guesses")
+    chains = [f"chain of {k}" for k in CEILING["chains"]]
+    assert list(perfect.x) == chains and list(drafted.x) == chains
+    assert list(perfect.y) == [CEILING["rows"][f"foresight-{k}"]["speedup"] for k in CEILING["chains"]]
+    assert list(drafted.text) == [f"{CEILING['rows'][f'eagle-chain-{k}']['speedup']:.2f}x" for k in CEILING["chains"]]
+    default = CEILING["rows"]["eagle"]["speedup"]
+    assert list(by_name(fig, "plain decoding: 1.00x").y) == [1.0, 1.0]
+    assert list(by_name(fig, f"the default tree: {default:.2f}x").y) == [default, default]
+    best = max(CEILING["rows"][f"foresight-{k}"]["speedup"] for k in CEILING["chains"])
+    assert f"Guesses always right: up to {best:.2f}x" in words(fig.layout.title.text)
+
+
+def test_ceiling_text_quotes_the_results_own_numbers_and_its_source():
+    rows = CEILING["rows"]
+    text = ceiling_text(Measured(CEILING, SHIPPED_DIR / "ceiling-T0.json", shipped=True))
+    assert f"**{rows['foresight-1']['speedup']:.2f}x** with a chain of 1" in text
+    assert f"accepted {rows['eagle-chain-1']['tau'] - 1:.0%} of the time" in text
+    assert f"\u03c4 = {rows['eagle']['tau_needed']:.2f}" in text
+    assert "shipped with eagleviz" in text and "python -m eagleviz ceiling" in text
+    assert ceiling_text(None) == NO_CEILING
+    empty = ceiling_figure(None)  # a placeholder that says so, not an error
+    assert not empty.data and "No ceiling measured yet" in empty.layout.annotations[0].text
+
+
+def test_chain_acceptance_inverts_a_chains_expected_length():
+    assert chain_acceptance(1.0, 3) == pytest.approx(0.0, abs=1e-9)
+    assert chain_acceptance(4.0, 3) == pytest.approx(1.0)
+    assert chain_acceptance(1.75, 2) == pytest.approx(0.5)  # 1 + 0.5 + 0.25
+    assert chain_acceptance(2.1, 1) is None  # a chain of 1 commits at most 2 tokens

@@ -369,15 +369,19 @@ def _inside(node: dict, target: int, within: bool = False) -> set[int]:
 
 
 def test_measured_speed_section_shows_the_bench_table_and_the_curve(hub, tmp_path, monkeypatch):
-    """Read once at build time, no model: the shipped bench and curve (this machine has measured nothing),
-    with the mismatches summarised; a clear message when no curve exists; once measured, this machine's curve."""
+    """Read once at build time, no model: the shipped bench, curve and ceiling (this machine has measured
+    nothing), with the mismatches summarised; a clear message when no curve or ceiling exists; once measured, this
+    machine's curve."""
     monkeypatch.setenv("EAGLEVIZ_CACHE", str(tmp_path))
     demo = build_app(hub)
     by_id = {c["props"]["elem_id"]: c for c in demo.config["components"] if c.get("props", {}).get("elem_id")}
     section = by_id["measured-speed"]
     assert section["props"]["label"] == "Measured speed: EAGLE vs plain decoding vs peers"
     inside = _inside(demo.config["layout"], section["id"])
-    assert {by_id[e]["id"] for e in ("bench-table-0", "bench-plot-0", "verify-cost-text", "verify-cost")} <= inside
+    assert {by_id[e]["id"] for e in ("bench-table-0", "bench-plot-0", "verify-cost-text", "verify-cost", "ceiling-text",
+                                     "ceiling")} <= inside
+    assert "What a perfect drafter would reach" in by_id["ceiling-text"]["props"]["value"]
+    assert "every guess right" in by_id["ceiling"]["props"]["value"]["plot"]
     table = by_id["bench-table-0"]["props"]["value"]
     assert "| eagle-tree |" in table and "@prompt" not in table
     assert "Every greedy output of ours" in table and "Hugging Face's" in table  # from blocks: HF's numerics differ
@@ -390,6 +394,7 @@ def test_measured_speed_section_shows_the_bench_table_and_the_curve(hub, tmp_pat
     monkeypatch.setattr(measured, "SHIPPED_DIR", tmp_path / "nothing-shipped")
     by_id = {c["props"]["elem_id"]: c for c in build_app(hub).config["components"] if c.get("props", {}).get("elem_id")}
     assert "run `python -m eagleviz tune` to measure this machine" in by_id["verify-cost-text"]["props"]["value"]
+    assert "run `python -m eagleviz ceiling` to measure" in by_id["ceiling-text"]["props"]["value"]
 
     curve = {"prefix": 200, "ms": {"1": 30.0, "16": 36.0}, "relative": {"1": 1.0, "16": 1.2}}
     (tmp_path / "verify-cost.json").write_text(json.dumps({"verify_cost": curve, "machine": {"dtype": "bfloat16"}}))

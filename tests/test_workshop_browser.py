@@ -401,6 +401,17 @@ def test_labels_say_what_they_measure(tiny_page):
     assert bars[0][list(rows).index("eagle-tree")] == ratio and "plain decoding" in bars[1]
     page.locator("#bench-table-0").scroll_into_view_if_needed()
     shot(page, "w08_measured_speed_vs_plain.png")
+    # ... and the ceiling: a drafter that is always right, against the head's own guesses
+    ceiling = json.loads((SHIPPED_BENCH / "ceiling-T0.json").read_text(encoding="utf-8"))["rows"]
+    page.locator("#ceiling-text").scroll_into_view_if_needed()
+    words = prose(page, "ceiling-text")
+    assert f"{ceiling['foresight-1']['speedup']:.2f}x with a chain of 1" in words, words
+    drawn = figure(page, "ceiling")["traces"]
+    assert [t["name"] for t in drawn][:2] == ["every guess right (the ceiling)", "the head's guesses"]
+    assert drawn[0]["y"][0] == pytest.approx(ceiling["foresight-1"]["speedup"])
+    assert drawn[1]["y"][0] == pytest.approx(ceiling["eagle-chain-1"]["speedup"])
+    page.locator("#ceiling").scroll_into_view_if_needed()
+    shot(page, "w08_ceiling.png")
     # a 20,000-character paste is kept whole and the page says it is over the limit
     page.fill("#prompt textarea", "word " * 4000)
     assert len(page.locator("#prompt textarea").input_value()) == 20_000

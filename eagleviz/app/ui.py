@@ -28,7 +28,7 @@ from eagleviz.app import workshop
 from eagleviz.decoding.engine import Engine
 from eagleviz.app.handlers import Handlers, StopRequest
 from eagleviz.app.limits import Limits
-from eagleviz.measured import latest_bench, latest_verify_cost
+from eagleviz.measured import latest_bench, latest_ceiling, latest_verify_cost
 from eagleviz.app.pairs import Pair, PairHub
 from eagleviz.app.session import EngineHub, Knobs, attention_choices, fastest_tree, why_small_trees
 from eagleviz.visuals import SpeedView, speed_view
@@ -71,9 +71,10 @@ SHOW_VIEWS_JS = """(status) => {
 
 
 def measured_speed() -> SpeedView:
-    """The measured-speed section: the latest bench at T = 0 and T = 1 and the verification cost curve, this
-    machine's where measured, else the shipped ones. Read once when the page is built; no model is needed."""
-    return speed_view([latest_bench(0), latest_bench(1)], latest_verify_cost())
+    """The measured-speed section: the latest bench at T = 0 and T = 1, the verification cost curve and the
+    ceiling, this machine's where measured, else the shipped ones. Read once when the page is built; no model is
+    needed."""
+    return speed_view([latest_bench(0), latest_bench(1)], latest_verify_cost(), latest_ceiling())
 
 
 def tree_origin(fastest) -> str:
@@ -254,6 +255,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                 gr.Plot(panel.figure, label="Measured tokens/s", elem_id=f"bench-plot-{i}", show_label=False)
             gr.Markdown(speed.curve_text, elem_id="verify-cost-text")
             gr.Plot(speed.curve, label="Verification cost", elem_id="verify-cost", show_label=False)
+            gr.Markdown(speed.ceiling_text, elem_id="ceiling-text")
+            gr.Plot(speed.ceiling, label="Ceiling", elem_id="ceiling", show_label=False)
         with gr.Accordion("Save, load, deploy", open=False):
             with gr.Row():
                 export_btn = gr.DownloadButton("Export trace (JSON)", value=None, elem_id="export")

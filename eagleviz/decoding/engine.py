@@ -41,7 +41,7 @@ from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, T
 from eagleviz.decoding.calibration import HeadCalibration, RunAcceptance
 from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding.drafting import causal, grow
-from eagleviz.decoding.lookup import SuffixIndex
+from eagleviz.decoding.lookup import Foresight, SuffixIndex
 from eagleviz.decoding.policy import HeadRest, TreePolicy
 from eagleviz.decoding.prefix import Prefix, PrefixCache, chat_prefix
 from eagleviz.decoding.tree import Candidates, VerifyTree
@@ -285,11 +285,14 @@ class Engine:
     # ------------------------------------------------------------------ speculative decoding
     @torch.inference_mode()
     def speculate(self, prompt_ids: list[int], tree_cfg: TreeConfig, sampling: SamplingConfig,
-                  run: RunTrace, record: bool = True) -> Iterator[CycleTrace]:
+                  run: RunTrace, record: bool = True,
+                  index_of: Callable[[list[int]], SuffixIndex | Foresight] = SuffixIndex) -> Iterator[CycleTrace]:
         """EAGLE speculative decoding; fills `run` (output tokens, cycles, timings) and yields each cycle.
 
         record=False leaves out what only the pictures need (candidate nodes, mask, token texts): it exists
-        to measure what tracing costs (`python -m eagleviz bench --ab trace`)."""
+        to measure what tracing costs (`python -m eagleviz bench --ab trace`). index_of makes the run's source
+        of lookup candidates from its context (prompt and first token); a `Foresight` proposes a known answer
+        (`scripts/ceiling.py`)."""
         use_head = tree_cfg.source != "lookup"
         if use_head and self.head is None:
             raise UserFacingError("speculative decoding with the EAGLE head needs a draft head (--draft-source "
@@ -311,7 +314,7 @@ class Engine:
         root, feats = self._prefill(prompt_ids, tcache, sampling, gen, run, use_head)
         run.prefill_ms = (time.perf_counter() - start) * 1e3
         pend_tokens = list(prompt_ids[1:]) + [root]
-        index = SuffixIndex(list(prompt_ids) + [root]) if tree_cfg.source != "eagle" else None
+        index = index_of(list(prompt_ids) + [root]) if tree_cfg.source != "eagle" else None
         done = self._emit(run, [(root, "prefill")], -1, target.eos_token_ids, sampling.max_new_tokens, text)
         cycle = 0
         rest = HeadRest()  # a cost-aware tree rests a head whose drafting keeps not paying for itself

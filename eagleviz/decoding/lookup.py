@@ -63,3 +63,27 @@ class SuffixIndex:
                 if follow:
                     return Match(tuple(follow), len(gram))
         return None
+
+
+class Foresight:
+    """A drafter that knows the answer: it proposes the next tokens of a reference output (a plain run's), as
+    `SuffixIndex` proposes what followed an earlier n-gram. Every proposal is what the target will choose, so a
+    greedy run accepts all of them: the tokens per cycle a perfect drafter would reach, at no drafting cost.
+    It measures the engine's ceiling on a machine (`scripts/ceiling.py`) and tests batch invariance end to end
+    (a token whose logits moved with its tree would be rejected). Owned by one run, like `SuffixIndex`."""
+
+    def __init__(self, reference: list[int], prompt_length: int, tokens: Iterable[int] = ()):
+        self.reference = list(reference)
+        self.start = prompt_length  # the context's token there is the reference's first
+        self.tokens: list[int] = []
+        self.extend(tokens)
+
+    def extend(self, tokens: Iterable[int]) -> None:
+        self.tokens.extend(int(t) for t in tokens)
+
+    def match(self, length: int, min_ngram: int = 1) -> Match | None:
+        done = len(self.tokens) - self.start  # reference tokens the context already holds
+        if length < 1 or done < 0 or self.tokens[self.start:] != self.reference[:done]:
+            return None  # the run left the reference: nothing is known beyond that point
+        follow = self.reference[done:done + length]
+        return Match(tuple(follow), MAX_NGRAM) if follow else None

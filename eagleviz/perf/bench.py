@@ -68,6 +68,7 @@ class Sample:
     tau: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
     prefill_ms: float = 0.0
+    cycles: int = 0  # speculation cycles (0 for plain decoding)
 
     @property
     def tokens_per_s(self) -> float:
@@ -92,16 +93,24 @@ def _hf_generate(engine, ids: list[int], sampling: SamplingConfig, lookup: int |
     return Sample(tokens=out[0, len(ids):].tolist(), seconds=seconds)
 
 
-def run_ours(engine, ids: list[int], tree: TreeConfig | None, sampling: SamplingConfig, record: bool = True) -> Sample:
+def run_ours(engine, ids: list[int], tree: TreeConfig | None, sampling: SamplingConfig, record: bool = True,
+             index_of=None) -> Sample:
+    """One run of ours, timed whole (prefill included). index_of: the run's source of lookup candidates
+    (`Engine.speculate`; None: prompt lookup)."""
     run = engine.new_run("", ids, tree, sampling)
     start = time.perf_counter()
-    steps = engine.plain(ids, sampling, run) if tree is None else engine.speculate(ids, tree, sampling, run, record)
+    if tree is None:
+        steps = engine.plain(ids, sampling, run)
+    elif index_of is None:
+        steps = engine.speculate(ids, tree, sampling, run, record)
+    else:
+        steps = engine.speculate(ids, tree, sampling, run, record, index_of)
     for _ in steps:
         pass
     seconds = time.perf_counter() - start
     s = run.summary()
     return Sample(tokens=run.token_ids, seconds=seconds, tau=s["tau"], phases=s["mean_phase_ms"],
-                  prefill_ms=run.prefill_ms)
+                  prefill_ms=run.prefill_ms, cycles=len(run.cycles))
 
 
 def run_method(engine, method: str, ids: list[int], sampling: SamplingConfig, tree: TreeConfig,

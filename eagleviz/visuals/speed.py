@@ -1,4 +1,5 @@
-"""Measured speed: the `bench` table and bar chart, and the verification cost curve cost(n) / cost(1).
+"""Measured speed: the `bench` table and bar chart, the verification cost curve cost(n) / cost(1), and the
+ceiling: what a drafter whose guesses were always right would reach here, against the shipped head.
 
 Drawn from the JSON that `python -m eagleviz bench` and `python -m eagleviz tune` write (plain dicts; read back
 from JSON, the curve's integer keys are strings). The curve is the roofline argument for speculation: while a
@@ -25,6 +26,9 @@ NO_BENCH = "No bench result is available: run `python -m eagleviz bench` to meas
 CURVE_TITLE = "One forward verifies n tokens for less than n forwards"
 BENCH_PLOT_PX = 270          # the bars, the method names under them and the axis title
 CURVE_PLOT_PX = 300          # the curve, its tick labels and axis titles
+NO_CEILING = ("No ceiling is measured: run `python -m eagleviz ceiling` to measure what a perfect drafter would "
+              "reach on this machine.")
+CEILING_PLOT_PX = 300        # the bars, their labels and axis titles
 TEMPERATURE_TITLES = {0.0: "Greedy decoding (T = 0)", 1.0: "Sampling (T = 1)"}
 PLAIN = "plain"                      # the bench's row for eagleviz's own loop without speculation
 VS_PLAIN_NOTE = ("*vs plain decoding*: each method's median tokens/s over the plain row's, eagleviz's own loop "
@@ -221,6 +225,106 @@ def verify_cost_text(found: Measured | None) -> str:
             f"threads, torch {mc.get('torch', '?')}. Source: {found.origin}.")
 
 
+def _chain_rows(result: dict, kind: str) -> list[tuple[int, dict]]:
+    """(k, row) of `kind`-k rows (foresight, eagle-chain), by chain length."""
+    rows = result["rows"]
+    return [(k, rows[f"{kind}-{k}"]) for k in result["chains"] if f"{kind}-{k}" in rows]
+
+
+def ceiling_figure(result: dict | None, height: int | None = None) -> go.Figure:
+    """Speedup over the plain loop by chain length: guesses always right (foresight: the ceiling), against the
+    shipped head's chains; plain decoding and the default tree as lines named in the legend. Each bar names its
+    speedup; hovering gives its tau and its cycle's price."""
+    if result is None:
+        return empty_figure("No ceiling measured yet", 160)
+    traces, chains = [], [f"chain of {k}" for k in result["chains"]]
+    for kind, name, colour, where in (("foresight", "every guess right (the ceiling)", VISIBLE, "outside"),
+                                      ("eagle-chain", "the head's guesses", ACCEPTED, "inside")):  # clear of the lines
+        pts = _chain_rows(result, kind)
+        traces.append(dict(type="bar", name=name, x=[f"chain of {k}" for k, _ in pts],
+                           y=[r["speedup"] for _, r in pts], marker=dict(color=colour, line=dict(color=INK, width=1)),
+                           text=[f"{r['speedup']:.2f}x" for _, r in pts], textposition=where, cliponaxis=False,
+                           customdata=[[r["tau"], r["cycle_steps"]] for _, r in pts],
+                           hovertemplate=("%{x}, " + name + ": %{y:.2f}x plain<br>\u03c4 = %{customdata[0]:.2f} "
+                                          "tokens a cycle, a cycle costs %{customdata[1]:.2f} plain steps"
+                                          "<extra></extra>")))
+    levels = [("plain decoding: 1.00x", 1.0, INK, "dot")]
+    if (default := result["rows"].get("eagle")) is not None:
+        levels.append((f"the default tree: {default['speedup']:.2f}x", default["speedup"], REJECTED, "dash"))
+    for name, y, colour, dash in levels:
+        traces.append(dict(type="scatter", mode="lines", name=name, x=[chains[0], chains[-1]], y=[y, y],
+                           line=dict(color=colour, dash=dash, width=2), hoverinfo="skip"))
+    rows = result["rows"]
+    best = max(r["speedup"] for m, r in rows.items() if m.startswith("foresight"))
+    head = max((r["speedup"] for m, r in rows.items() if m.startswith("eagle-chain")), default=None)
+    title = f"Guesses always right: up to {best:.2f}x" + ("" if head is None else f"; the head's: {head:.2f}x")
+    mc = result.get("machine", {})
+    header = Header(title, (f"{result['prompts']:g} prompts, T = 0", f"{_dtypes(mc)}, {mc.get('threads', '?')} threads"))
+    return figure(data=traces, layout=layout(
+        header, height or round(header.px() + CEILING_PLOT_PX), barmode="group",
+        legend=dict(x=0.01, y=0.99, xanchor="left", yanchor="top", bgcolor="rgba(255,255,255,0.85)",
+                    font=dict(size=12)),
+        xaxis=dict(title=dict(text="tokens drafted per cycle (a chain)")),
+        yaxis=dict(title=dict(text="speed over the plain loop"), range=[0, best * 1.45], rangemode="tozero")))
+
+
+def chain_acceptance(tau: float, k: int) -> float | None:
+    """The per-token acceptance a at which a chain of k drafted tokens commits `tau` tokens a cycle on average
+    (1 + a + ... + a^k, each guess accepted with the same chance once its parent is); None beyond k + 1."""
+    if tau > k + 1:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if sum(mid ** i for i in range(k + 1)) < tau else (lo, mid)
+    return (lo + hi) / 2
+
+
+def ceiling_text(found: Measured | None) -> str:
+    """Why speculation gains what it does here, in this result's own numbers: a cycle's price, the perfect
+    drafter's speed, the head's first-guess acceptance, and the tau the default tree would need for the target."""
+    if found is None:
+        return NO_CEILING
+    r, mc = found.data, found.data.get("machine", {})
+    rows, target = r["rows"], r["target"]
+    perfect, head = _chain_rows(r, "foresight"), dict(_chain_rows(r, "eagle-chain"))
+    best_k, best = max(perfect, key=lambda p: p[1]["speedup"])
+    first_k, first = perfect[0]
+    text = (f"**What a perfect drafter would reach.** EAGLE's speedup is τ (the tokens a cycle commits) over "
+            "what a cycle costs in plain steps: its drafting, one verification forward and the bookkeeping. Here a "
+            f"drafter that is always right (each chain is the tokens plain decoding then chooses) reaches "
+            f"**{first['speedup']:.2f}x** with a chain of {first_k} (a cycle costs {first['cycle_steps']:.2f} plain "
+            f"steps for {first['tau']:.2f} tokens) and at most **{best['speedup']:.2f}x** (a chain of {best_k}).")
+    if first_k in head:
+        h = head[first_k]
+        accepted = f" (its guess accepted {h['tau'] - 1:.0%} of the time)" if first_k == 1 else ""
+        text += (f" The head's own chain of {first_k} commits {h['tau']:.2f} tokens a cycle{accepted} at "
+                 f"{h['cycle_steps']:.2f} plain steps: **{h['speedup']:.2f}x**.")
+    if (d := rows.get("eagle")) is not None:
+        text += (f" The default tree commits {d['tau']:.2f} tokens a cycle at {d['cycle_steps']:.2f} plain steps "
+                 f"(**{d['speedup']:.2f}x**); at that price, {target:g}x would take \u03c4 = {d['tau_needed']:.2f}.")
+    needs = [(a, k) for k, h in head.items() if (a := chain_acceptance(h["tau_needed"], k)) is not None]
+    if needs:
+        a, k = min(needs)
+        text += (f" At the price of the head's own chain of {k}, {target:g}x needs each guess accepted "
+                 f"**{a:.0%}** of the time (once its parent is)")
+        if 1 in head and 2 in head and head[1]["tau"] > 1:
+            first = head[1]["tau"] - 1
+            text += (f", where the head's first guess is accepted {first:.0%} of the time and its second, once the "
+                     f"first is, {(head[2]['tau'] - head[1]['tau']) / first:.0%}")
+        text += "."
+    text += (" Every run's output was checked to be plain decoding's, and every perfect guess was accepted: a "
+             "token's logits do not depend on the tree it is verified in.\n\n"
+             f"{mc.get('model', '?')} with head {mc.get('head', '?')}, {_dtypes(mc)} on {mc.get('cpu', '?')}, "
+             f"{mc.get('threads', '?')} threads.")
+    if r.get("command"):
+        text += f" Command: `{r['command']}`."
+    text += f" Source: {found.origin}."
+    if found.shipped:
+        text += " Run `python -m eagleviz ceiling` to measure this machine."
+    return text
+
+
 @dataclass(frozen=True)
 class BenchPanel:
     text: str
@@ -234,6 +338,8 @@ class SpeedView:
     benches: tuple[BenchPanel, ...]
     curve_text: str
     curve: go.Figure
+    ceiling_text: str = NO_CEILING
+    ceiling: go.Figure | None = None
 
 
 def bench_panel(found: Measured) -> BenchPanel:
@@ -248,10 +354,11 @@ def bench_panel(found: Measured) -> BenchPanel:
     return BenchPanel(text, bench_figure(r, vs_plain=True))
 
 
-def speed_view(benches: list[Measured | None], curve: Measured | None) -> SpeedView:
+def speed_view(benches: list[Measured | None], curve: Measured | None, ceiling: Measured | None = None) -> SpeedView:
     """The section's contents from what `eagleviz.measured` found (None entries are skipped)."""
     panels = tuple(bench_panel(b) for b in benches if b is not None)
     if not panels:
         panels = (BenchPanel(NO_BENCH, empty_figure(NO_BENCH, 200)),)
     return SpeedView(panels, verify_cost_text(curve),
-                     verify_cost_figure(curve.data["verify_cost"] if curve is not None else None))
+                     verify_cost_figure(curve.data["verify_cost"] if curve is not None else None),
+                     ceiling_text(ceiling), ceiling_figure(ceiling.data if ceiling is not None else None))
