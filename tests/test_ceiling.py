@@ -58,3 +58,19 @@ def test_a_rejected_perfect_guess_is_an_error(tiny_cli, monkeypatch):
 def test_sampling_is_refused_before_loading_anything(tiny_cli):
     with pytest.raises(errors.UserFacingError, match="measured greedily"):
         ceiling.ceiling_main(["--temperature", "1"])
+
+
+def test_without_a_draft_head_the_ceiling_is_measured_alone(tiny_cli, monkeypatch):
+    import eagleviz.decoding.load as loading
+    from tiny import tiny_engine
+
+    def headless(*args, **kwargs):
+        engine = tiny_engine("llama", vocab=8)
+        engine.head = None
+        return engine
+
+    monkeypatch.setattr(loading, "load_engine", headless)
+    out = tiny_cli / "out"
+    assert ceiling.ceiling_main(["--prompts", _prompts(tiny_cli), "--max-new-tokens", "6", "--chains", "2",
+                                 "--out", str(out)]) == 0
+    assert list(json.loads((out / "ceiling-T0.json").read_text())["rows"]) == ["plain", "foresight-2"]

@@ -41,12 +41,13 @@ CHAINS = (1, 2, 3, 4, 6, 8)
 FORESIGHT, HEAD_CHAIN, DEFAULT = "foresight", "eagle-chain", "eagle"
 
 
-def methods(chains) -> dict[str, TreeConfig | None]:
-    """Every method's tree, plain first (None)."""
+def methods(chains, head: bool = True) -> dict[str, TreeConfig | None]:
+    """Every method's tree, plain first (None); without a draft head, plain and the foresight chains only."""
     trees: dict[str, TreeConfig | None] = {"plain": None}
     trees |= {f"{FORESIGHT}-{k}": TreeConfig.create(k, 1, k + 1, adaptive=False, source="lookup") for k in chains}
-    trees |= {f"{HEAD_CHAIN}-{k}": TreeConfig.create(k, 1, k + 1, adaptive=False, source="eagle") for k in chains}
-    trees[DEFAULT] = TreeConfig.create()
+    if head:
+        trees |= {f"{HEAD_CHAIN}-{k}": TreeConfig.create(k, 1, k + 1, adaptive=False, source="eagle") for k in chains}
+        trees[DEFAULT] = TreeConfig.create()
     return trees
 
 
@@ -54,7 +55,7 @@ def measure(engine, prompts: list[str], sampling: SamplingConfig, chains=CHAINS,
             progress=print) -> dict:
     """The table the module describes, as a dict (`methods` by name); raises RuntimeError when an output differs
     from plain decoding's or a foresight token is rejected."""
-    trees = methods(chains)
+    trees = methods(chains, engine.head is not None)
     names = list(trees)
     sums = {m: {"ratio": [], "tokens": 0, "seconds": 0.0, "decode_ms": 0.0, "cycles": 0} for m in names}
     start = time.perf_counter()
