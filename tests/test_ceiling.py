@@ -48,11 +48,24 @@ class _WrongAfterTwo(Foresight):
         return type(m)(m.tokens[:2] + ((m.tokens[2] + 1) % 8,) + m.tokens[3:], m.ngram)
 
 
-def test_a_rejected_perfect_guess_is_an_error(tiny_cli, monkeypatch):
+def test_a_rejected_perfect_guess_is_an_error_where_logits_do_not_depend_on_the_batch(tiny_cli, monkeypatch):
     monkeypatch.setattr(ceiling, "Foresight", _WrongAfterTwo)
+    monkeypatch.setattr(ceiling, "batch_invariant", lambda engine: True)
     with pytest.raises(errors.UserFacingError, match="rejected a token plain decoding chose"):
         ceiling.ceiling_main(["--prompts", _prompts(tiny_cli), "--max-new-tokens", "9", "--chains", "4",
                               "--out", str(tiny_cli / "out")])
+
+
+def test_elsewhere_rejections_and_divergences_are_counted(tiny_cli, monkeypatch):
+    monkeypatch.setattr(ceiling, "Foresight", _WrongAfterTwo)
+    out = tiny_cli / "out"
+    assert ceiling.ceiling_main(["--prompts", _prompts(tiny_cli), "--max-new-tokens", "9", "--chains", "4",
+                                 "--out", str(out)]) == 0
+    result = json.loads((out / "ceiling-T0.json").read_text())
+    assert result["batch_invariant"] is False  # the tiny engine's dense fp32 products
+    rows = result["rows"]
+    assert rows["foresight-4"]["rejected"] == 2 and rows["foresight-4"]["tau"] < 5
+    assert all(r["diverged"] == 0 for r in rows.values())  # the output is still plain decoding's
 
 
 def test_sampling_is_refused_before_loading_anything(tiny_cli):

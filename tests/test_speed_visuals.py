@@ -214,3 +214,10 @@ def test_chain_acceptance_inverts_a_chains_expected_length():
     assert chain_acceptance(4.0, 3) == pytest.approx(1.0)
     assert chain_acceptance(1.75, 2) == pytest.approx(0.5)  # 1 + 0.5 + 0.25
     assert chain_acceptance(2.1, 1) is None  # a chain of 1 commits at most 2 tokens
+
+
+def test_ceiling_text_says_when_near_ties_flipped():
+    rows = {m: dict(r, diverged=0, rejected=0) for m, r in CEILING["rows"].items()}
+    rows["foresight-1"]["rejected"] = 3
+    text = ceiling_text(Measured(dict(CEILING, rows=rows), SHIPPED_DIR / "x.json", shipped=False, modified=0))
+    assert f"In up to 3 of the {CEILING['prompts']} prompts" in text and "every perfect guess" not in text

@@ -18,8 +18,10 @@ interleaved in an order rotated per prompt:
 Reported per method: tokens per second, the median of per-prompt speed ratios to plain with a 95% bootstrap
 interval, tau, a cycle's decode time in plain steps (decode time per cycle over the plain loop's time per
 token; prefills left out), and the tau that cycle price would need for `--target` times the plain loop
-(target x price). A foresight chain must be accepted whole (all cycles but a run's last): a token whose logits
-moved because it was verified among others would be rejected, so this checks batch invariance end to end too.
+(target x price). From weight blocks a foresight chain must be accepted whole (all cycles but a run's last) and
+every output must be plain decoding's: a token whose logits moved because it was verified among others would
+be rejected, so this checks batch invariance end to end too. Where the numerics depend on the batch (dense
+products, CUDA) such near-tie flips are counted per method instead.
 The result goes to `--out` and to where the page's "Measured speed" looks first (`eagleviz.measured`).
 """
 
@@ -51,13 +53,24 @@ def methods(chains, head: bool = True) -> dict[str, TreeConfig | None]:
     return trees
 
 
+def batch_invariant(engine) -> bool:
+    """Whether a token's logits are the same whatever the batch it is computed in: from weight blocks on a CPU
+    (`docs/performance.md` entry 24), not from dense bf16/fp32 products or on CUDA."""
+    return engine.target.weights == "blocks" and engine.target.device.type == "cpu"
+
+
 def measure(engine, prompts: list[str], sampling: SamplingConfig, chains=CHAINS, target: float = 1.5,
             progress=print) -> dict:
-    """The table the module describes, as a dict (`methods` by name); raises RuntimeError when an output differs
-    from plain decoding's or a foresight token is rejected."""
+    """The table the module describes, as a dict (`rows` by method). From weight blocks, whose products do not
+    depend on the batch, an output that differs from plain decoding's or a rejected foresight token is a defect:
+    RuntimeError. Elsewhere (bf16 or fp32 dense products, CUDA) rounding in a larger batch can flip a near-tie:
+    each row counts the prompts whose output `diverged` and, for foresight, those where a chain was `rejected`
+    (a chain stops at the first token the run did not share with the reference)."""
     trees = methods(chains, engine.head is not None)
     names = list(trees)
-    sums = {m: {"ratio": [], "tokens": 0, "seconds": 0.0, "decode_ms": 0.0, "cycles": 0} for m in names}
+    strict = batch_invariant(engine)
+    sums = {m: {"ratio": [], "tokens": 0, "seconds": 0.0, "decode_ms": 0.0, "cycles": 0, "diverged": 0,
+                "rejected": 0} for m in names}
     start = time.perf_counter()
     for i, prompt in enumerate(prompts):
         ids = engine.encode_prompt(prompt)
@@ -67,12 +80,16 @@ def measure(engine, prompts: list[str], sampling: SamplingConfig, chains=CHAINS,
             tree = trees[m]
             index_of = (lambda ctx: Foresight(reference, len(ids), ctx)) if m.startswith(FORESIGHT) else None
             sample = run_ours(engine, ids, tree, sampling, index_of=index_of)
-            if sample.tokens != reference:
-                raise RuntimeError(f"prompt {i}: {m}'s output differs from plain decoding's")
-            if index_of is not None and sample.cycles > -(-(len(reference) - 1) // (tree.steps + 1)):
-                raise RuntimeError(f"prompt {i}: {m} rejected a token plain decoding chose: a row's logits moved "
-                                   "with its tree")
             s = sums[m]
+            if sample.tokens != reference:
+                if strict:
+                    raise RuntimeError(f"prompt {i}: {m}'s output differs from plain decoding's")
+                s["diverged"] += 1
+            if index_of is not None and sample.cycles > -(-(len(reference) - 1) // (tree.steps + 1)):
+                if strict:
+                    raise RuntimeError(f"prompt {i}: {m} rejected a token plain decoding chose: a row's logits "
+                                       "moved with its tree")
+                s["rejected"] += 1
             s["tokens"] += len(sample.tokens)
             s["seconds"] += sample.seconds
             s["decode_ms"] += sample.seconds * 1e3 - sample.prefill_ms
@@ -89,9 +106,10 @@ def measure(engine, prompts: list[str], sampling: SamplingConfig, chains=CHAINS,
         price = s["decode_ms"] / max(s["cycles"], 1) / plain_ms
         rows[m] = {"tokens_per_s": s["tokens"] / s["seconds"], "speedup": statistics.median(s["ratio"]),
                    "ci": bootstrap_ci(s["ratio"]), "tau": (s["tokens"] - len(prompts)) / max(s["cycles"], 1),
-                   "cycle_steps": price, "tau_needed": target * price}
+                   "cycle_steps": price, "tau_needed": target * price, "diverged": s["diverged"],
+                   "rejected": s["rejected"]}
     return {"prompts": len(prompts), "sampling": vars(sampling), "chains": list(chains), "target": target,
-            "plain_ms_per_token": plain_ms, "machine": machine_info(engine), "rows": rows}
+            "plain_ms_per_token": plain_ms, "machine": machine_info(engine), "batch_invariant": strict, "rows": rows}
 
 
 def markdown(result: dict) -> str:
