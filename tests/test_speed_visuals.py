@@ -11,7 +11,8 @@ import pytest
 
 from eagleviz.measured import SHIPPED_DIR, Measured
 from eagleviz.visuals.speed import (NO_BENCH, NO_CEILING, NO_CURVE, NO_CURVE_FIGURE, bench_caption, bench_figure,
-                                    ceiling_figure, chain_acceptance, ceiling_text, markdown_table, speed_view, verify_cost_figure)
+                                    ceiling_figure, ceiling_text, chain_acceptance, markdown_table, speed_view,
+                                    verify_cost_figure)
 
 BENCH = json.loads((SHIPPED_DIR / "bench-T0.json").read_text())
 CURVE = {"prefix": 200, "ms": {1: 34.0, 2: 34.5, 4: 35.2, 8: 38.0, 16: 40.0, 32: 45.0, 64: 54.0}}

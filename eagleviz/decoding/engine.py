@@ -292,7 +292,7 @@ class Engine:
         record=False leaves out what only the pictures need (candidate nodes, mask, token texts): it exists
         to measure what tracing costs (`python -m eagleviz bench --ab trace`). index_of makes the run's source
         of lookup candidates from its context (prompt and first token); a `Foresight` proposes a known answer
-        (`scripts/ceiling.py`)."""
+        (`python -m eagleviz ceiling`)."""
         use_head = tree_cfg.source != "lookup"
         if use_head and self.head is None:
             raise UserFacingError("speculative decoding with the EAGLE head needs a draft head (--draft-source "

@@ -69,8 +69,8 @@ class Foresight:
     """A drafter that knows the answer: it proposes the next tokens of a reference output (a plain run's), as
     `SuffixIndex` proposes what followed an earlier n-gram. Every proposal is what the target will choose, so a
     greedy run accepts all of them: the tokens per cycle a perfect drafter would reach, at no drafting cost.
-    It measures the engine's ceiling on a machine (`scripts/ceiling.py`) and tests batch invariance end to end
-    (a token whose logits moved with its tree would be rejected). Owned by one run, like `SuffixIndex`."""
+    It measures the engine's ceiling on a machine (`python -m eagleviz ceiling`) and tests batch invariance end
+    to end (a token whose logits moved with its tree would be rejected). Owned by one run, like `SuffixIndex`."""
 
     def __init__(self, reference: list[int], prompt_length: int, tokens: Iterable[int] = ()):
         self.reference = list(reference)

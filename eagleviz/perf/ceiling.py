@@ -141,7 +141,8 @@ def ceiling_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.temperature != 0:
         raise UserFacingError("the ceiling is measured greedily (--temperature 0): a sampled run accepts a known "
-                              "token only as often as the target would draw it, so foresight is no perfect drafter there")
+                              "token only as often as the target would draw it, so foresight is no perfect drafter "
+                              "there")
     if min(args.chains) < 1 or args.target <= 0:
         raise UserFacingError("--chains must be positive lengths and --target a positive speedup")
     sampling, _ = check_knobs(args)

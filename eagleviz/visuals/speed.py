@@ -259,7 +259,8 @@ def ceiling_figure(result: dict | None, height: int | None = None) -> go.Figure:
     head = max((r["speedup"] for m, r in rows.items() if m.startswith("eagle-chain")), default=None)
     title = f"Guesses always right: up to {best:.2f}x" + ("" if head is None else f"; the head's: {head:.2f}x")
     mc = result.get("machine", {})
-    header = Header(title, (f"{result['prompts']:g} prompts, T = 0", f"{_dtypes(mc)}, {mc.get('threads', '?')} threads"),
+    details = (f"{result['prompts']:g} prompts, T = 0", f"{_dtypes(mc)}, {mc.get('threads', '?')} threads")
+    header = Header(title, details,
                     legend=tuple(t["name"] for t in traces))  # above the plot: the ceiling's bars reach its top
     return figure(data=traces, layout=layout(
         header, height or round(header.px() + CEILING_PLOT_PX), barmode="group",
