@@ -178,9 +178,10 @@ def _is_ceiling(d: dict) -> bool:
     keys = ("tokens_per_s", "speedup", "tau", "cycle_steps", "tau_needed")
     if not isinstance(rows, dict) or "plain" not in rows or not isinstance(chains, list) or not chains:
         return False
-    if not all(isinstance(r, dict) and all(_number(r.get(k)) for k in keys) for r in rows.values()):
+    if not all(isinstance(r, dict) and all(_number(r.get(k)) for k in keys) and _number(r.get("flipped", 0))
+               for r in rows.values()):
         return False
-    if not all(type(k) is int and f"foresight-{k}" in rows for k in chains):
+    if not all(type(k) is int and k > 0 and f"foresight-{k}" in rows for k in chains) or len(set(chains)) < len(chains):
         return False
     return _number(d.get("target")) and _number(d.get("prompts")) and isinstance(d.get("machine"), dict)
 

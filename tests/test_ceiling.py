@@ -38,6 +38,23 @@ def test_ceiling_writes_its_table_and_keeps_the_latest_for_the_app(tiny_cli, cap
     assert str(found.path) in capsys.readouterr().out
 
 
+def test_a_chain_cut_short_before_the_last_cycle_is_caught_whatever_the_cycle_count(tiny_cli, monkeypatch):
+    """5 tokens after the first, chains of 2: cycles committing 2 then 3 tokens fit in the 2 cycles a whole
+    chain needs, yet the first rejected a token."""
+    class ShortFirst(Foresight):
+        def match(self, length, min_ngram=1):
+            m = super().match(length, min_ngram)
+            if m is None or len(self.tokens) - self.start != 1 or len(m.tokens) < 2:
+                return m
+            return type(m)((m.tokens[0], (m.tokens[1] + 1) % 8), m.ngram)  # the first cycle's second guess wrong
+
+    monkeypatch.setattr(ceiling, "Foresight", ShortFirst)
+    monkeypatch.setattr(ceiling, "batch_invariant", lambda engine: True)
+    with pytest.raises(errors.UserFacingError, match="rejected a token plain decoding chose"):
+        ceiling.ceiling_main(["--prompts", _prompts(tiny_cli), "--max-new-tokens", "6", "--chains", "2",
+                              "--out", str(tiny_cli / "out")])
+
+
 class _WrongAfterTwo(Foresight):
     """Knows the answer but proposes a wrong third token: a chain no target accepts whole."""
 
@@ -64,13 +81,15 @@ def test_elsewhere_rejections_and_divergences_are_counted(tiny_cli, monkeypatch)
     result = json.loads((out / "ceiling-T0.json").read_text())
     assert result["batch_invariant"] is False  # the tiny engine's dense fp32 products
     rows = result["rows"]
-    assert rows["foresight-4"]["rejected"] == 2 and rows["foresight-4"]["tau"] < 5
-    assert all(r["diverged"] == 0 for r in rows.values())  # the output is still plain decoding's
+    assert rows["foresight-4"]["flipped"] == 2 and rows["foresight-4"]["tau"] < 5  # each prompt counted once
+    assert all(r["flipped"] == 0 for m, r in rows.items() if m != "foresight-4")  # outputs stay plain decoding's
 
 
-def test_sampling_is_refused_before_loading_anything(tiny_cli):
+def test_sampling_and_impossible_chains_are_refused_before_loading_anything(tiny_cli):
     with pytest.raises(errors.UserFacingError, match="measured greedily"):
         ceiling.ceiling_main(["--temperature", "1"])
+    with pytest.raises(errors.UserFacingError, match="lengths from 1 to 16"):
+        ceiling.ceiling_main(["--chains", "2", "17"])
 
 
 def test_without_a_draft_head_the_ceiling_is_measured_alone(tiny_cli, monkeypatch):

@@ -162,7 +162,9 @@ def test_this_machines_ceiling_is_preferred_and_a_malformed_one_skipped(dirs):
     mine = write(cache / "bench" / measured.CEILING_FILE, CEILING | {"prompts": 80})
     found = measured.latest_ceiling()
     assert not found.shipped and found.path == mine and found.data["prompts"] == 80
-    for broken in (CEILING | {"chains": [3]}, CEILING | {"rows": {"plain": CEILING["rows"]["plain"]}},
+    bad_count = {m: dict(r, flipped=None) for m, r in CEILING["rows"].items()}
+    for broken in (CEILING | {"chains": [3]}, CEILING | {"chains": [1, 1]}, CEILING | {"chains": [0, 1]},
+                   CEILING | {"rows": {"plain": CEILING["rows"]["plain"]}}, CEILING | {"rows": bad_count},
                    CEILING | {"target": "1.5"}, "not json", [1, 2]):
         write(mine, broken)
         assert measured.latest_ceiling().shipped, broken

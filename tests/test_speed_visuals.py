@@ -205,6 +205,7 @@ def test_ceiling_text_quotes_the_results_own_numbers_and_its_source():
     assert f"accepted {rows['eagle-chain-1']['tau'] - 1:.0%} of the time" in text
     assert f"\u03c4 = {rows['eagle']['tau_needed']:.2f}" in text
     assert "shipped with eagleviz" in text and "python -m eagleviz ceiling" in text
+    assert "do not depend on the tree" in text  # measured from weight blocks: batch invariant
     assert ceiling_text(None) == NO_CEILING
     empty = ceiling_figure(None)  # a placeholder that says so, not an error
     assert not empty.data and "No ceiling measured yet" in empty.layout.annotations[0].text
@@ -218,7 +219,20 @@ def test_chain_acceptance_inverts_a_chains_expected_length():
 
 
 def test_ceiling_text_says_when_near_ties_flipped():
-    rows = {m: dict(r, diverged=0, rejected=0) for m, r in CEILING["rows"].items()}
-    rows["foresight-1"]["rejected"] = 3
-    text = ceiling_text(Measured(dict(CEILING, rows=rows), SHIPPED_DIR / "x.json", shipped=False, modified=0))
+    rows = {m: dict(r, flipped=0) for m, r in CEILING["rows"].items()}
+    rows["foresight-1"]["flipped"], rows["eagle"]["flipped"] = 3, 2
+    flipped = dict(CEILING, rows=rows, batch_invariant=False)
+    text = ceiling_text(Measured(flipped, SHIPPED_DIR / "x.json", shipped=False, modified=0))
     assert f"In up to 3 of the {CEILING['prompts']} prompts" in text and "every perfect guess" not in text
+    rows["foresight-1"]["flipped"] = rows["eagle"]["flipped"] = 0
+    text = ceiling_text(Measured(flipped, SHIPPED_DIR / "x.json", shipped=False, modified=0))
+    assert "every perfect guess was accepted." in text and "do not depend" not in text  # no claim it cannot make
+
+
+def test_ceiling_figure_without_a_head_and_with_a_default_above_every_chain():
+    rows = {m: r for m, r in CEILING["rows"].items() if not m.startswith("eagle-chain")}
+    rows["eagle"] = dict(rows["eagle"], speedup=9.0)
+    fig = ceiling_figure(round_trip(dict(CEILING, rows=rows)))
+    assert [t.name for t in fig.data][0] == "every guess right (the ceiling)"
+    assert "the head's guesses" not in [t.name for t in fig.data]
+    assert fig.layout.yaxis.range[1] > 9.0

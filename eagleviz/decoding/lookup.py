@@ -82,6 +82,9 @@ class Foresight:
         self.tokens.extend(int(t) for t in tokens)
 
     def match(self, length: int, min_ngram: int = 1) -> Match | None:
+        """The reference's next `length` tokens (fewer at its end), while the context still equals the reference
+        so far, else None. Reported as a match of MAX_NGRAM tokens (a sure one); `min_ngram` is `SuffixIndex`'s
+        and has no meaning here."""
         done = len(self.tokens) - self.start  # reference tokens the context already holds
         if length < 1 or done < 0 or self.tokens[self.start:] != self.reference[:done]:
             return None  # the run left the reference: nothing is known beyond that point

@@ -40,6 +40,7 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -47,6 +48,7 @@ import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.decoding.load import add_model_args, add_tree_args, tree_from_args
+from eagleviz.decoding.lookup import Foresight, SuffixIndex
 from eagleviz.errors import UserFacingError
 from eagleviz.measured import bench_name, tuned_config, tuned_tree, user_bench_path
 from eagleviz.models.loading import cpu_description
@@ -69,6 +71,7 @@ class Sample:
     phases: dict[str, float] = field(default_factory=dict)
     prefill_ms: float = 0.0
     cycles: int = 0  # speculation cycles (0 for plain decoding)
+    short: int = 0   # cycles before the last that did not accept all their tree's tokens (a chain's: a rejection)
 
     @property
     def tokens_per_s(self) -> float:
@@ -94,23 +97,20 @@ def _hf_generate(engine, ids: list[int], sampling: SamplingConfig, lookup: int |
 
 
 def run_ours(engine, ids: list[int], tree: TreeConfig | None, sampling: SamplingConfig, record: bool = True,
-             index_of=None) -> Sample:
+             index_of: Callable[[list[int]], SuffixIndex | Foresight] = SuffixIndex) -> Sample:
     """One run of ours, timed whole (prefill included). index_of: the run's source of lookup candidates
-    (`Engine.speculate`; None: prompt lookup)."""
+    (`Engine.speculate`)."""
     run = engine.new_run("", ids, tree, sampling)
     start = time.perf_counter()
-    if tree is None:
-        steps = engine.plain(ids, sampling, run)
-    elif index_of is None:
-        steps = engine.speculate(ids, tree, sampling, run, record)
-    else:
-        steps = engine.speculate(ids, tree, sampling, run, record, index_of)
+    steps = (engine.plain(ids, sampling, run) if tree is None else
+             engine.speculate(ids, tree, sampling, run, record, index_of))
     for _ in steps:
         pass
     seconds = time.perf_counter() - start
     s = run.summary()
     return Sample(tokens=run.token_ids, seconds=seconds, tau=s["tau"], phases=s["mean_phase_ms"],
-                  prefill_ms=run.prefill_ms, cycles=len(run.cycles))
+                  prefill_ms=run.prefill_ms, cycles=len(run.cycles),
+                  short=sum(c.accept_length < len(c.tokens) - 1 for c in run.cycles[:-1]))
 
 
 def run_method(engine, method: str, ids: list[int], sampling: SamplingConfig, tree: TreeConfig,

@@ -18,10 +18,10 @@ interleaved in an order rotated per prompt:
 Reported per method: tokens per second, the median of per-prompt speed ratios to plain with a 95% bootstrap
 interval, tau, a cycle's decode time in plain steps (decode time per cycle over the plain loop's time per
 token; prefills left out), and the tau that cycle price would need for `--target` times the plain loop
-(target x price). From weight blocks a foresight chain must be accepted whole (all cycles but a run's last) and
-every output must be plain decoding's: a token whose logits moved because it was verified among others would
-be rejected, so this checks batch invariance end to end too. Where the numerics depend on the batch (dense
-products, CUDA) such near-tie flips are counted per method instead.
+(target x price). From weight blocks on a CPU a foresight chain must be accepted whole (every cycle but a run's
+last) and every output must be plain decoding's: a token whose logits moved because it was verified among
+others would be rejected, so this checks batch invariance end to end too. Where the numerics depend on the
+batch (dense products, CUDA) such near-tie flips are counted per method instead.
 The result goes to `--out` and to where the page's "Measured speed" looks first (`eagleviz.measured`).
 """
 
@@ -33,7 +33,7 @@ import statistics
 import time
 from pathlib import Path
 
-from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.config import LIMITS, SamplingConfig, TreeConfig
 from eagleviz.decoding.lookup import Foresight
 from eagleviz.errors import UserFacingError
 from eagleviz.measured import user_ceiling_path
@@ -61,42 +61,42 @@ def batch_invariant(engine) -> bool:
 
 def measure(engine, prompts: list[str], sampling: SamplingConfig, chains=CHAINS, target: float = 1.5,
             progress=print) -> dict:
-    """The table the module describes, as a dict (`rows` by method). From weight blocks, whose products do not
-    depend on the batch, an output that differs from plain decoding's or a rejected foresight token is a defect:
-    RuntimeError. Elsewhere (bf16 or fp32 dense products, CUDA) rounding in a larger batch can flip a near-tie:
-    each row counts the prompts whose output `diverged` and, for foresight, those where a chain was `rejected`
-    (a chain stops at the first token the run did not share with the reference)."""
+    """The table the module describes, as a dict (`rows` by method). From weight blocks on a CPU, whose products
+    do not depend on the batch, an output that differs from plain decoding's or a foresight chain cut short before
+    a run's last cycle is a defect: RuntimeError. Elsewhere (bf16 or fp32 dense products, CUDA) rounding in a
+    larger batch can flip a near-tie: each row counts the prompts where that happened (`flipped`; a foresight
+    chain stops at the first token the run no longer shares with the reference)."""
     trees = methods(chains, engine.head is not None)
     names = list(trees)
     strict = batch_invariant(engine)
-    sums = {m: {"ratio": [], "tokens": 0, "seconds": 0.0, "decode_ms": 0.0, "cycles": 0, "diverged": 0,
-                "rejected": 0} for m in names}
+    sums = {m: {"ratio": [], "tokens": 0, "seconds": 0.0, "decode_ms": 0.0, "cycles": 0, "flipped": 0} for m in names}
     start = time.perf_counter()
     for i, prompt in enumerate(prompts):
         ids = engine.encode_prompt(prompt)
         reference = run_ours(engine, ids, None, sampling).tokens  # also warms the caches for this prompt
-        seconds = {}
+        speed = {}
         for m in names[i % len(names):] + names[:i % len(names)]:
             tree = trees[m]
-            index_of = (lambda ctx: Foresight(reference, len(ids), ctx)) if m.startswith(FORESIGHT) else None
-            sample = run_ours(engine, ids, tree, sampling, index_of=index_of)
+            if m.startswith(FORESIGHT):
+                sample = run_ours(engine, ids, tree, sampling,
+                                  index_of=lambda ctx: Foresight(reference, len(ids), ctx))
+            else:
+                sample = run_ours(engine, ids, tree, sampling)
             s = sums[m]
-            if sample.tokens != reference:
-                if strict:
-                    raise RuntimeError(f"prompt {i}: {m}'s output differs from plain decoding's")
-                s["diverged"] += 1
-            if index_of is not None and sample.cycles > -(-(len(reference) - 1) // (tree.steps + 1)):
-                if strict:
-                    raise RuntimeError(f"prompt {i}: {m} rejected a token plain decoding chose: a row's logits "
-                                       "moved with its tree")
-                s["rejected"] += 1
+            cut = m.startswith(FORESIGHT) and sample.short > 0
+            if strict and sample.tokens != reference:
+                raise RuntimeError(f"prompt {i}: {m}'s output differs from plain decoding's")
+            if strict and cut:
+                raise RuntimeError(f"prompt {i}: {m} rejected a token plain decoding chose: a row's logits moved "
+                                   "with its tree")
+            s["flipped"] += sample.tokens != reference or cut
             s["tokens"] += len(sample.tokens)
             s["seconds"] += sample.seconds
             s["decode_ms"] += sample.seconds * 1e3 - sample.prefill_ms
             s["cycles"] += sample.cycles if tree is not None else len(sample.tokens) - 1
-            seconds[m] = sample.seconds
+            speed[m] = sample.tokens_per_s
         for m in names:
-            sums[m]["ratio"].append(seconds["plain"] / seconds[m])
+            sums[m]["ratio"].append(speed[m] / speed["plain"])
         left = (time.perf_counter() - start) / (i + 1) * (len(prompts) - i - 1)
         progress(f"[{i + 1}/{len(prompts)}] ETA {left / 60:.1f} min")
     plain_ms = sums["plain"]["decode_ms"] / max(sums["plain"]["cycles"], 1)  # per decoded token
@@ -106,8 +106,7 @@ def measure(engine, prompts: list[str], sampling: SamplingConfig, chains=CHAINS,
         price = s["decode_ms"] / max(s["cycles"], 1) / plain_ms
         rows[m] = {"tokens_per_s": s["tokens"] / s["seconds"], "speedup": statistics.median(s["ratio"]),
                    "ci": bootstrap_ci(s["ratio"]), "tau": (s["tokens"] - len(prompts)) / max(s["cycles"], 1),
-                   "cycle_steps": price, "tau_needed": target * price, "diverged": s["diverged"],
-                   "rejected": s["rejected"]}
+                   "cycle_steps": price, "tau_needed": target * price, "flipped": s["flipped"]}
     return {"prompts": len(prompts), "sampling": vars(sampling), "chains": list(chains), "target": target,
             "plain_ms_per_token": plain_ms, "machine": machine_info(engine), "batch_invariant": strict, "rows": rows}
 
@@ -143,8 +142,10 @@ def ceiling_main(argv: list[str]) -> int:
         raise UserFacingError("the ceiling is measured greedily (--temperature 0): a sampled run accepts a known "
                               "token only as often as the target would draw it, so foresight is no perfect drafter "
                               "there")
-    if min(args.chains) < 1 or args.target <= 0:
-        raise UserFacingError("--chains must be positive lengths and --target a positive speedup")
+    low, high = LIMITS["steps"]
+    if not all(low <= k <= high for k in args.chains) or args.target <= 0:
+        raise UserFacingError(f"--chains must be lengths from {low} to {high} (a chain drafts one token a step) and "
+                              "--target a positive speedup")
     sampling, _ = check_knobs(args)
     engine, prompts = setup(args)
     try:

@@ -241,6 +241,8 @@ def ceiling_figure(result: dict | None, height: int | None = None) -> go.Figure:
     for kind, name, colour, where in (("foresight", "every guess right (the ceiling)", VISIBLE, "outside"),
                                       ("eagle-chain", "the head's guesses", ACCEPTED, "inside")):  # clear of the lines
         pts = _chain_rows(result, kind)
+        if not pts:  # a result measured without a draft head
+            continue
         traces.append(dict(type="bar", name=name, x=[f"chain of {k}" for k, _ in pts],
                            y=[r["speedup"] for _, r in pts], marker=dict(color=colour, line=dict(color=INK, width=1)),
                            text=[f"{r['speedup']:.2f}x" for _, r in pts], textposition=where, cliponaxis=False,
@@ -254,9 +256,9 @@ def ceiling_figure(result: dict | None, height: int | None = None) -> go.Figure:
     for name, y, colour, dash in levels:
         traces.append(dict(type="scatter", mode="lines", name=name, x=[chains[0], chains[-1]], y=[y, y],
                            line=dict(color=colour, dash=dash, width=2), hoverinfo="skip"))
-    rows = result["rows"]
-    best = max(r["speedup"] for m, r in rows.items() if m.startswith("foresight"))
-    head = max((r["speedup"] for m, r in rows.items() if m.startswith("eagle-chain")), default=None)
+    best = max(r["speedup"] for _, r in _chain_rows(result, "foresight"))
+    head = max((r["speedup"] for _, r in _chain_rows(result, "eagle-chain")), default=None)
+    top = max(max(t["y"]) for t in traces)  # bars and lines: the default tree can beat every chain
     title = f"Guesses always right: up to {best:.2f}x" + ("" if head is None else f"; the head's: {head:.2f}x")
     mc = result.get("machine", {})
     details = (f"{result['prompts']:g} prompts, T = 0", f"{_dtypes(mc)}, {mc.get('threads', '?')} threads")
@@ -265,7 +267,7 @@ def ceiling_figure(result: dict | None, height: int | None = None) -> go.Figure:
     return figure(data=traces, layout=layout(
         header, height or round(header.px() + CEILING_PLOT_PX), barmode="group",
         xaxis=dict(title=dict(text="tokens drafted per cycle (a chain)")),
-        yaxis=dict(title=dict(text="speed over the plain loop"), range=[0, best * 1.15], rangemode="tozero")))
+        yaxis=dict(title=dict(text="speed over the plain loop"), range=[0, top * 1.15], rangemode="tozero")))
 
 
 def chain_acceptance(tau: float, k: int) -> float | None:
@@ -308,19 +310,23 @@ def ceiling_text(found: Measured | None) -> str:
         a, k = min(needs)
         text += (f" At the price of the head's own chain of {k}, {target:g}x needs each guess accepted "
                  f"**{a:.0%}** of the time (once its parent is)")
-        if 1 in head and 2 in head and head[1]["tau"] > 1:
-            first = head[1]["tau"] - 1
-            text += (f", where the head's first guess is accepted {first:.0%} of the time and its second, once the "
-                     f"first is, {(head[2]['tau'] - head[1]['tau']) / first:.0%}")
+        one = head[1]["tau"] - 1 if 1 in head else 0.0
+        # the second guess's share from two runs' taus: shown only where it is a share
+        second = (head[2]["tau"] - head[1]["tau"]) / one if 2 in head and one > 0 else -1.0
+        if 0.0 <= second <= 1.0:
+            text += (f", where the head's first guess is accepted {one:.0%} of the time and its second, once the "
+                     f"first is, {second:.0%}")
         text += "."
-    diverged = max((row.get("diverged", 0) + row.get("rejected", 0) for row in rows.values()), default=0)
-    if diverged:  # numerics whose sums depend on the batch (dense products, CUDA): near-ties flip
-        text += (f" In up to {diverged:g} of the {r['prompts']:g} prompts a run left plain decoding's output at a "
+    flipped = max((row.get("flipped", 0) for row in rows.values()), default=0)
+    if flipped:  # numerics whose sums depend on the batch (dense products, CUDA): near-ties flip
+        text += (f" In up to {flipped:g} of the {r['prompts']:g} prompts a run left plain decoding's output at a "
                  "near-tie, or a perfect guess was rejected there: these numerics round differently in a larger "
                  "batch, so the ceiling shown is a little low.\n\n")
-    else:
+    elif r.get("batch_invariant"):
         text += (" Every run's output was checked to be plain decoding's, and every perfect guess was accepted: a "
                  "token's logits do not depend on the tree it is verified in.\n\n")
+    else:
+        text += " Every run's output was plain decoding's, and every perfect guess was accepted.\n\n"
     text += (f"{mc.get('model', '?')} with head {mc.get('head', '?')}, {_dtypes(mc)} on {mc.get('cpu', '?')}, "
              f"{mc.get('threads', '?')} threads.")
     if r.get("command"):
