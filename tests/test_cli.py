@@ -91,7 +91,7 @@ def no_model(monkeypatch):
     (["tune", "--max-new-tokens", "0"], "max_new_tokens"),
     (["tune", "--limit", "0"], "--limit must be at least 1"),
     (["ceiling", "--temperature", "1"], "measured greedily"),
-    (["ceiling", "--chains", "0", "2"], "--chains must be positive"),
+    (["ceiling", "--chains", "0", "2"], "--chains must be lengths from 1 to 16"),
     (["ceiling", "--limit", "0"], "--limit must be at least 1"),
 ])
 def test_bad_arguments_are_refused_before_the_model_loads(monkeypatch, capsys, no_model, argv, message):
