@@ -264,7 +264,11 @@ static inline int32_t chunk(const int8_t *p) { /* four activation bytes as one 3
 }
 
 #if I8_PATH == 2
+#ifdef AVX512_TILE_ROWS /* a measurement's override (docs/performance.md entry 31: 8 spills and loses) */
+#define TROWS AVX512_TILE_ROWS
+#else
 #define TROWS 6 /* rows per register tile: 8 weight vectors + 2 accumulators per row */
+#endif
 
 /* Rows [r0, r0 + NR) of group g: each block's 8 weight vectors (4 bytes of each of 16 columns) are loaded
  * once for NR rows; a row's block is 8 `vpdpbusd` with its activation bytes broadcast, in two chains. */

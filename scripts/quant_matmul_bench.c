@@ -4,7 +4,7 @@
  *   cc -O3 -march=native -fopenmp -ffp-contract=fast scripts/quant_matmul_bench.c kernels/quant_ops.c -lm \
  *      -o /tmp/qbench && /tmp/qbench ROWS THREADS [int8] [N]
  *
- * (-march=haswell for the AVX2 build.) A random 1536 x 576 weight (N x 576 with N), ROWS random rows; prints
+ * (-march=haswell for the AVX2 build; -DAVX512_TILE_ROWS=N tries another row tile on AVX-512, 6 by default.) A random 1536 x 576 weight (N x 576 with N), ROWS random rows; prints
  * the best of 200 calls in microseconds, with fp32 activations or, given "int8", int8 ones.
  */
 #include <stdint.h>

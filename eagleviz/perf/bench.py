@@ -438,10 +438,10 @@ def write_outputs(result: dict, out: Path, stem: str) -> None:
     bench_figure(result).write_html(out / f"{stem}.html", include_plotlyjs=True)
 
 
-def keep_latest(result: dict) -> Path:
+def keep_latest(result: dict, path: Path | None = None) -> Path:
     """Copy the result where the app looks first (`eagleviz.measured`), so that the page shows this
-    machine's numbers instead of the shipped ones."""
-    path = user_bench_path(result["sampling"]["temperature"])
+    machine's numbers instead of the shipped ones: `path`, by default the bench's at the result's temperature."""
+    path = path or user_bench_path(result["sampling"]["temperature"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2))
     return path
