@@ -45,7 +45,7 @@ def run_generate(args) -> int:
     for note in (tree.adjustments if tree else ()):
         print(f"note: {note}", file=sys.stderr)
     engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl, args.draft_vocab,
-                         args.kv_dtype, weights=args.weights)
+                         args.kv_dtype, weights=args.weights, decode=args.decode)
     run = engine.generate(args.prompt, tree, sampling, chat=args.chat)
     summary = run.summary()
     text = engine.target.tokenizer.decode(run.token_ids, skip_special_tokens=True)

@@ -1,7 +1,9 @@
 """Ahead-of-time compilation of the tree-attention kernels for Ampere (sm_80) and Hopper (sm_90), no GPU needed.
 
 `python -m kernels.aot` compiles `_tree_attention_kernel` at its default tilings (`kernel_config`) for fp16 and
-bf16, D = 64 and 128, plus the split-K merge kernel, and prints registers per thread and spill bytes read
+bf16, D = 64 and 128, each as an engine's eager forward launches it and as a captured step does (P read from
+device memory: `tree_attention_static`), plus the split-K merge kernel and the fused layer kernels
+(`kernels.layer_ops`), and prints registers per thread and spill bytes read
 from each cubin with the cuobjdump that ships with Triton (`--json` prints one JSON object per line).
 
 The signature mirrors what the JIT sees at a real launch with contiguous tensors: unit strides are
@@ -24,6 +26,7 @@ import tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 
+from kernels import layer_ops as lo
 from kernels import tree_attention as ta
 
 ARCHS = (80, 90)
@@ -84,12 +87,14 @@ def _result(name: str, compiled, arch: int, dtype: str, head_dim: int, block_m: 
                      use.get("STACK", 0), use.get("LOCAL", 0), compiled.metadata.shared, len(cubin))
 
 
-def compile_attention(arch: int, dtype: str, head_dim: int, rows: int) -> AotResult:
-    """Compile `_tree_attention_kernel` at the default tiling for `rows` packed rows (single-split output)."""
+def compile_attention(arch: int, dtype: str, head_dim: int, rows: int, static: bool = False) -> AotResult:
+    """Compile `_tree_attention_kernel` at the default tiling for `rows` packed rows (single-split output);
+    `static`: the variant a captured step launches, P read from device memory (`tree_attention_static`)."""
     cfg = ta.kernel_config(rows, head_dim)
     ptr = f"*{dtype}"
     signature = {
-        "Q": ptr, "K": ptr, "V": ptr, "MaskWords": "*i32", "Out": ptr, "Lse": "*fp32", "qk_scale": "fp32",
+        "Q": ptr, "K": ptr, "V": ptr, "MaskWords": "*i32", "Out": ptr, "Lse": "*fp32", "PrefixLen": "*i32",
+        "qk_scale": "fp32",
         "prefix_len": "i32", "tree_len": "i32", "num_rows": "i32", "group": "i32", "split_len": "i32",
         "num_splits": "i32",
         "stride_qt": "i32", "stride_qh": "i32", "stride_qd": "constexpr",
@@ -99,18 +104,18 @@ def compile_attention(arch: int, dtype: str, head_dim: int, rows: int) -> AotRes
         "stride_os": "i32", "stride_ot": "i32", "stride_oh": "i32", "stride_od": "constexpr",
         "stride_ls": "i32", "stride_lt": "i32", "stride_lh": "constexpr",
         "HEAD_DIM": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_D": "constexpr",
-        "UPCAST": "constexpr", "DOT_PRECISION": "constexpr",
+        "UPCAST": "constexpr", "DOT_PRECISION": "constexpr", "PREFIX_IN_MEMORY": "constexpr",
     }
     constexprs = {
         "stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "stride_od": 1, "stride_lh": 1,
         "HEAD_DIM": head_dim, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_D": cfg.block_d,
-        "UPCAST": False, "DOT_PRECISION": "tf32",
+        "UPCAST": False, "DOT_PRECISION": "tf32", "PREFIX_IN_MEMORY": static,
     }
     divisible = ["Q", "K", "V", "MaskWords", "Out", "Lse", "stride_qt", "stride_qh", "stride_kn", "stride_kh",
                  "stride_vn", "stride_vh", "stride_os", "stride_ot", "stride_oh"]
     compiled = _compile(ta._tree_attention_kernel, signature, constexprs, divisible, arch, cfg.num_warps,
                         cfg.num_stages)
-    return _result("tree_attention", compiled, arch, dtype, head_dim, cfg.block_m, cfg.block_n, cfg.num_warps,
+    return _result("tree_attention_static" if static else "tree_attention", compiled, arch, dtype, head_dim, cfg.block_m, cfg.block_n, cfg.num_warps,
                    cfg.num_stages)
 
 
@@ -133,13 +138,36 @@ def compile_merge(arch: int, dtype: str, head_dim: int, block_r: int = 16) -> Ao
     return _result("merge_splits", compiled, arch, dtype, head_dim, block_r, 0, 4, 1)
 
 
+def compile_layer_ops(arch: int, dtype: str, head_dim: int, hidden: int = 576, inter: int = 1536) -> list[AotResult]:
+    """Compile the fused layer kernels (`kernels.layer_ops`) as a step of a model of this width launches them
+    (SmolLM2-135M's by default), with the launchers' block sizes and Triton's default 4 warps."""
+    ptr = f"*{dtype}"
+    norm = _compile(lo._add_rms_norm_kernel,
+                    {"H": ptr, "Delta": ptr, "W": ptr, "X": ptr, "stride_h": "i32", "stride_d": "i32",
+                     "stride_x": "i32", "n": "i32", "eps": "fp32", "HAS_DELTA": "constexpr", "BLOCK": "constexpr"},
+                    {"HAS_DELTA": True, "BLOCK": triton.next_power_of_2(hidden)}, ["H", "Delta", "W", "X"], arch, 4, 3)
+    rope = _compile(lo._rope_store_kernel,
+                    {"QKV": ptr, "Cos": ptr, "Sin": ptr, "Slots": "*i64", "Q": ptr, "KCache": ptr, "VCache": ptr,
+                     "stride_qkv": "i32", "stride_cs": "i32", "stride_kh": "i32", "stride_kc": "i32", "hq": "i32",
+                     "hkv": "i32", "HEAD_DIM": "constexpr", "HALF": "constexpr"},
+                    {"HEAD_DIM": head_dim, "HALF": triton.next_power_of_2(head_dim // 2)},
+                    ["QKV", "Cos", "Sin", "Q", "KCache", "VCache"], arch, 4, 3)
+    silu = _compile(lo._silu_mul_kernel,
+                    {"GU": ptr, "Out": ptr, "stride_gu": "i32", "stride_o": "i32", "inter": "i32",
+                     "BLOCK": "constexpr"}, {"BLOCK": 1024}, ["GU", "Out"], arch, 4, 3)
+    return [_result(name, compiled, arch, dtype, head_dim, 0, 0, 4, 3)
+            for name, compiled in (("add_rms_norm", norm), ("rope_store", rope), ("silu_mul", silu))]
+
+
 def compile_all(archs=ARCHS, dtypes=DTYPES, head_dims=HEAD_DIMS, rows=ROWS) -> list[AotResult]:
     """Every distinct default tiling the given row counts select, plus the merge kernel, per target."""
     results = []
     for arch, dtype, head_dim in itertools.product(archs, dtypes, head_dims):
         configs = {ta.kernel_config(r, head_dim): r for r in rows}  # rows selecting the same tiling: once
-        results += [compile_attention(arch, dtype, head_dim, r) for r in configs.values()]
+        results += [compile_attention(arch, dtype, head_dim, r, static)
+                    for r in configs.values() for static in (False, True)]
         results.append(compile_merge(arch, dtype, head_dim))
+        results += compile_layer_ops(arch, dtype, head_dim)
     return results
 
 

@@ -30,6 +30,12 @@ Entries:
     tree_attention_masked(q, k, v, prefix_len, tree_mask, ...)  the engine's entry, with a prebuilt mask
     ancestor_mask(parents)                                      (T, T) bool, row i = ancestors-or-self of i
     tree_attention_triton(...)                                  the launcher (returns out and lse)
+    attention_static(q, k, v, prefix, step_mask, ...)           a captured step's entry: the whole static
+                                                                cache, P read from device memory
+    tree_attention_static(...), static_visibility(...)          its kernel launcher, its PyTorch mask
+
+A captured CUDA graph freezes every Python value of its launches, so the static entry never takes P as a
+number: the kernel loads it (PREFIX_IN_MEMORY), and PyTorch's mask is built on the device from it.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ import types
 from dataclasses import dataclass
 
 import torch
+from torch.nn import functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 try:
     import triton
@@ -48,6 +56,7 @@ except ImportError:  # Triton ships Linux wheels only; elsewhere the kernels sta
     tl = None
 
 IMPLS = ("auto", "torch", "triton")
+CUDA_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]  # not cuDNN
 _LOG2E = 1.0 / math.log(2.0)  # the kernels hard-code it and ln 2 as literals: 1.4426950408889634, 0.6931471805599453
 
 
@@ -67,13 +76,14 @@ def _online_softmax_step(acc, m_i, l_i, s, v, DOT_PRECISION: tl.constexpr):
 @triton.jit(do_not_specialize=["prefix_len", "tree_len", "num_rows", "split_len"])
 def _tree_attention_kernel(
     Q,  # (Tq, Hq, D) queries, any strides
-    K,  # (prefix_len + Tk, Hkv, D) keys: the prefix, then the tree; any strides
-    V,  # (prefix_len + Tk, Hkv, D) values, laid out like K
+    K,  # (>= prefix_len + Tk, Hkv, D) keys: the prefix, then the tree (a static cache: then unused slots); any strides
+    V,  # laid out like K
     MaskWords,  # (Tq, W) int32, W = cdiv(Tk, 32): bit j % 32 of word j // 32 = query may see tree key j
     Out,  # (S, Tq, Hq, D): the output (S = 1, q's dtype) or the fp32 partial outputs of S prefix splits
     Lse,  # (S, Tq, Hq) fp32: natural-log sum-exp of the scaled scores over the keys each program saw
+    PrefixLen,  # (1,) int32 in device memory: P, read in place of prefix_len when PREFIX_IN_MEMORY
     qk_scale,  # sm_scale * log2(e): scores then live in base 2 and feed exp2 directly
-    prefix_len,  # P: keys [0, P) are visible to every query
+    prefix_len,  # P: keys [0, P) are visible to every query (ignored when PREFIX_IN_MEMORY)
     tree_len,  # Tk: keys [P, P + Tk) are the tree, visible through MaskWords
     num_rows,  # Tq * G packed rows per KV head
     group,  # G = Hq // Hkv query heads per KV head
@@ -91,7 +101,10 @@ def _tree_attention_kernel(
     BLOCK_D: tl.constexpr,  # next power of two >= D, >= 16
     UPCAST: tl.constexpr,  # cast tiles to fp32 before the dots (the interpreter cannot multiply bf16)
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (no TF32), ignored for fp16/bf16
+    PREFIX_IN_MEMORY: tl.constexpr,  # P from PrefixLen: a captured CUDA graph replays at any length
 ):
+    if PREFIX_IN_MEMORY:
+        prefix_len = tl.load(PrefixLen)
     pid_h = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_s = tl.program_id(2)
@@ -254,9 +267,12 @@ def default_num_splits(prefix_len: int, programs: int, block_n: int, device: tor
     return max(1, min(want, prefix_len // (4 * block_n), 64))
 
 
-def _interpreting() -> bool:
+def interpreting() -> bool:
     """True when TRITON_INTERPRET=1 was set before this module was imported (kernels run on CPU tensors)."""
-    return not isinstance(_tree_attention_kernel, triton.runtime.JITFunction)
+    return tl is not None and not isinstance(_tree_attention_kernel, triton.runtime.JITFunction)
+
+
+_interpreting = interpreting
 
 
 def tree_attention_triton(q, k, v, prefix_len: int, tree_mask: torch.Tensor | None, sm_scale: float, *,
@@ -268,18 +284,47 @@ def tree_attention_triton(q, k, v, prefix_len: int, tree_mask: torch.Tensor | No
     `out` (optional) receives the result; `num_splits` overrides the split-K heuristic (it is rounded so every
     split holds whole BLOCK_N tiles); `config` overrides the tiling.
     """
+    _check_shapes(q, k, v, prefix_len, tree_mask)
+    if tree_mask is None:  # everything visible: the whole key range is "prefix"
+        prefix_len, tree_mask = k.shape[0], torch.zeros(q.shape[0], 0, dtype=torch.bool, device=q.device)
+    return _launch(q, k, v, pack_mask_bits(tree_mask), prefix_len, None, k.shape[0] - prefix_len, sm_scale,
+                   out, num_splits, config)
+
+
+def tree_attention_static(q, k, v, prefix: torch.Tensor, words: torch.Tensor, sm_scale: float, *,
+                          num_splits: int | None = None,
+                          config: KernelConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel over a static cache, for a step that a CUDA graph captures once and replays at any length.
+
+    q: (Tq, Hq, D) the step's tokens, whose keys and values are already written at cache slots
+    [P, P + Tq); k, v: (C, Hkv, D) the whole cache, any strides; prefix: (1,) int32 on q's device, P itself
+    (read by the kernel, never by the host); words: (Tq, cdiv(Tq, 32)) int32, the step's tree mask packed
+    once per forward (`pack_mask_bits`). The split-K count is fixed by the longest prefix the cache allows
+    (C - Tq), so one launch shape serves every P; splits past P see no key and drop out of the merge.
+    Returns (out (Tq, Hq, D) in q's dtype, lse (Tq, Hq) fp32)."""
+    tq, n = q.shape[0], k.shape[0]
+    if prefix.numel() != 1 or prefix.dtype != torch.int32 or prefix.device != q.device:
+        raise ValueError(f"prefix must be a (1,) int32 tensor on {q.device}; got {prefix.dtype} "
+                         f"{tuple(prefix.shape)} on {prefix.device}")
+    if words.shape != (tq, max(1, -(-tq // 32))):
+        raise ValueError(f"words must be ({tq}, {max(1, -(-tq // 32))}); got {tuple(words.shape)}")
+    _check_shapes(q, k, v, n - tq, None)
+    return _launch(q, k, v, words, n - tq, prefix, tq, sm_scale, None, num_splits, config)
+
+
+def _launch(q, k, v, words: torch.Tensor, prefix_len: int, prefix: torch.Tensor | None, tree_len: int,
+            sm_scale: float, out, num_splits: int | None, config: KernelConfig | None):
+    """The two kernels' launch. prefix_len: P, or with `prefix` (P in device memory) the longest P, which
+    sizes the splits."""
     if tl is None:
         raise ValueError("the Triton kernel needs the triton package (Linux wheels only)")
-    _check_shapes(q, k, v, prefix_len, tree_mask)
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"q, k, v must share one of fp16/bf16/fp32; got {q.dtype}, {k.dtype}, {v.dtype}")
     interpreting = _interpreting()
     if q.device.type != "cuda" and not interpreting:
         raise ValueError("the Triton kernel needs CUDA tensors (or TRITON_INTERPRET=1 set before import)")
     tq, hq, d = q.shape
-    n, hkv, _ = k.shape
-    if tree_mask is None:  # everything visible: the whole key range is "prefix"
-        prefix_len, tree_mask = n, torch.zeros(tq, 0, dtype=torch.bool, device=q.device)
+    hkv = k.shape[1]
     group = hq // hkv
     cfg = config or kernel_config(tq * group, d)
     m_blocks = triton.cdiv(tq * group, cfg.block_m)
@@ -287,7 +332,6 @@ def tree_attention_triton(q, k, v, prefix_len: int, tree_mask: torch.Tensor | No
     split_len = triton.cdiv(triton.cdiv(max(prefix_len, 1), splits), cfg.block_n) * cfg.block_n
     splits = max(1, triton.cdiv(prefix_len, split_len))
 
-    words = pack_mask_bits(tree_mask)
     if out is None:
         out = torch.empty(tq, hq, d, dtype=q.dtype, device=q.device)
     lse = torch.empty(tq, hq, dtype=torch.float32, device=q.device)
@@ -297,12 +341,13 @@ def tree_attention_triton(q, k, v, prefix_len: int, tree_mask: torch.Tensor | No
         part = torch.empty(splits, tq, hq, d, dtype=torch.float32, device=q.device)
         part_lse = torch.empty(splits, tq, hq, dtype=torch.float32, device=q.device)
     _tree_attention_kernel[(hkv, m_blocks, splits)](
-        q, k, v, words, part, part_lse, sm_scale * _LOG2E,
-        prefix_len, n - prefix_len, tq * group, group, split_len, splits,
+        q, k, v, words, part, part_lse, lse if prefix is None else prefix, sm_scale * _LOG2E,
+        prefix_len, tree_len, tq * group, group, split_len, splits,
         *q.stride(), *k.stride(), *v.stride(), words.stride(0), *part.stride(), *part_lse.stride(),
         HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=cfg.block_d,
         UPCAST=interpreting and q.dtype == torch.bfloat16,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        PREFIX_IN_MEMORY=prefix is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if splits > 1:
@@ -322,20 +367,38 @@ def tree_attention_torch(q, k, v, prefix_len: int, tree_mask: torch.Tensor | Non
 
     q: (Tq, Hq, D); k, v: (N, Hkv, D), any strides; tree_mask: (Tq, N - prefix_len) or None for "all visible".
     """
-    tq, hq, _ = q.shape
-    n, hkv, _ = k.shape
+    tq, n = q.shape[0], k.shape[0]
     attn_mask = None
     if tree_mask is not None:
         attn_mask = torch.ones(tq, n, dtype=torch.bool, device=q.device)
         attn_mask[:, prefix_len:] = tree_mask
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(0, 1).unsqueeze(0),
-        k.transpose(0, 1).unsqueeze(0),
-        v.transpose(0, 1).unsqueeze(0),
-        attn_mask=attn_mask,
-        scale=sm_scale,
-        enable_gqa=hq != hkv,
-    )
+    return sdpa(q, k, v, attn_mask, sm_scale)
+
+
+def static_visibility(prefix: torch.Tensor, tree_mask: torch.Tensor, n: int) -> torch.Tensor:
+    """(Tq, n) bool: what each of a step's Tq tokens sees in a static cache of n slots, built on the device
+    from P in device memory (prefix: (1,) int32) and the step's (Tq, Tq) tree mask: every slot below P, and
+    slot P + j where tree_mask[:, j]; nothing from P + Tq on (slots a longer run left behind)."""
+    tq = tree_mask.shape[0]
+    keys = torch.arange(n, device=tree_mask.device)
+    rel = keys - prefix.long()  # a key's place in the step, negative in the prefix
+    in_step = (rel >= 0) & (rel < tq)
+    return (rel < 0)[None, :] | (tree_mask[:, rel.clamp(0, tq - 1)] & in_step[None, :])
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """PyTorch's attention of q (Tq, Hq, D) over k, v (N, Hkv, D) under a (Tq, N) bool mask (None: all).
+
+    On CUDA the backends are named: cuDNN's, which SDPA prefers for masked calls on recent GPUs, builds a new
+    execution plan for every new (query, key) length (45-560 ms at first sight of a length on an H100,
+    docs/gpu-check.md), so it is left out; flash and memory-efficient attention take the calls they can,
+    the math backend the rest."""
+    hq, hkv = q.shape[1], k.shape[1]
+    args = (q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0))
+    if q.device.type != "cuda":
+        return F.scaled_dot_product_attention(*args, attn_mask=mask, scale=scale, enable_gqa=hq != hkv)[0].transpose(0, 1)
+    with sdpa_kernel(CUDA_SDPA_BACKENDS):
+        out = F.scaled_dot_product_attention(*args, attn_mask=mask, scale=scale, enable_gqa=hq != hkv)
     return out[0].transpose(0, 1)
 
 
@@ -402,6 +465,19 @@ def tree_attention_masked(q, k, v, prefix_len: int, tree_mask: torch.Tensor | No
     if resolve_impl(impl, q.device) == "torch":
         return tree_attention_torch(q, k, v, prefix_len, tree_mask, sm_scale)
     return tree_attention_triton(q, k, v, prefix_len, tree_mask, sm_scale)[0]
+
+
+def attention_static(q, k, v, prefix: torch.Tensor, step_mask: torch.Tensor, *, sm_scale=None,
+                     impl="auto") -> torch.Tensor:
+    """Attention of a step's Tq tokens over a static cache (`tree_attention_static`): q (Tq, Hq, D); k, v
+    (C, Hkv, D) with the step's keys at slots [P, P + Tq); prefix (1,) int32, P in device memory; step_mask:
+    what the step packed once for every layer, (Tq, cdiv(Tq, 32)) int32 words for 'triton' or the (Tq, C)
+    bool `static_visibility` for 'torch'. Returns (Tq, Hq, D) in q's dtype."""
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(q.shape[-1])
+    if resolve_impl(impl, q.device) == "torch":
+        return sdpa(q, k, v, step_mask, sm_scale)
+    return tree_attention_static(q, k, v, prefix, step_mask, sm_scale)[0]
 
 
 def tree_attention(q, k, v, prefix_len: int, parents: torch.Tensor, *, sm_scale=None, impl="auto") -> torch.Tensor:

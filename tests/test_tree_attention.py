@@ -202,6 +202,34 @@ def test_invalid_inputs_raise_value_error(case, impl):
         _bad_call(case, impl)()
 
 
+@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=pytest.mark.triton)])
+@pytest.mark.parametrize("prefix,tokens,splits", [(0, 1, None), (37, 1, 3), (0, 16, None), (61, 20, 4), (95, 33, 2)])
+def test_a_static_step_sees_its_prefix_and_tree_whatever_the_cache_holds_beyond(impl, prefix, tokens, splits):
+    """A captured step attends over the whole static cache with P from device memory: it equals the engine's
+    eager entry over exactly P + T keys, while every slot past them holds values large enough to show any
+    leak (what a longer run left behind), and splits past P drop out of the merge."""
+    gen = torch.Generator().manual_seed(prefix + tokens)
+    capacity, kv_heads, group, head_dim = 160, 2, 3, 64
+    q = _randn(tokens, kv_heads * group, head_dim, dtype=torch.float32, gen=gen)
+    k, v = (_randn(capacity, kv_heads, head_dim, dtype=torch.float32, gen=gen) for _ in range(2))
+    k[prefix + tokens:], v[prefix + tokens:] = 50.0, 1e4
+    mask = ta.ancestor_mask(_parents("random", tokens, gen))
+    want = ta.tree_attention_masked(q, k[:prefix + tokens], v[:prefix + tokens], prefix, mask, impl="torch")
+    p = torch.tensor([prefix], dtype=torch.int32)
+    if impl == "torch":
+        got = ta.attention_static(q, k, v, p, ta.static_visibility(p, mask, capacity), impl="torch")
+    else:
+        got, _ = ta.tree_attention_static(q, k, v, p, ta.pack_mask_bits(mask), head_dim ** -0.5, num_splits=splits)
+    _assert_close(got, want.double(), torch.float32)
+
+
+def test_the_static_entry_refuses_a_prefix_the_host_holds():
+    q, k = torch.zeros(2, 2, 16), torch.zeros(8, 1, 16)
+    words = ta.pack_mask_bits(torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="int32"):
+        ta.tree_attention_static(q, k, k, torch.tensor([3]), words, 0.25)
+
+
 def _subprocess_env(**overrides) -> dict:
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -221,8 +249,10 @@ def test_ahead_of_time_build_for_ampere_and_hopper_has_no_spills():
         print(f"{r['kernel']:>14} sm_{r['arch']} {r['dtype']} D={r['head_dim']:<3} BLOCK_M={r['block_m']:<3} "
               f"BLOCK_N={r['block_n']:<3} warps={r['num_warps']} registers={r['registers']:<3} "
               f"spills={r['stack_bytes'] + r['local_bytes']}B")
-    combos = {(r["arch"], r["dtype"], r["head_dim"]) for r in results if r["kernel"] == "tree_attention"}
-    assert combos == set(itertools.product((80, 90), ("fp16", "bf16"), (64, 128)))
+    # eager launches, a captured step's, and the fused layer kernels (kernels/layer_ops.py)
+    for kernel in ("tree_attention", "tree_attention_static", "add_rms_norm", "rope_store", "silu_mul"):
+        combos = {(r["arch"], r["dtype"], r["head_dim"]) for r in results if r["kernel"] == kernel}
+        assert combos == set(itertools.product((80, 90), ("fp16", "bf16"), (64, 128))), kernel
     assert all(r["cubin_bytes"] > 0 for r in results)
     assert [r for r in results if r["stack_bytes"] + r["local_bytes"]] == []
     assert proc.returncode == 0

@@ -36,6 +36,7 @@ from eagleviz.errors import UserFacingError
 from eagleviz.models.host import PhaseClock, to_device, to_host
 from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.draft import DraftHead
+from eagleviz.models.static import BUCKETS, CudaGraphs, EagerSteps, StaticPool, StaticSteps, StepOutput, Uncaptured
 from eagleviz.models.target import TargetModel
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
 from eagleviz.decoding.calibration import HeadCalibration, RunAcceptance
@@ -53,6 +54,33 @@ from kernels.tree_attention import resolve_impl
 
 PHASES = ("draft", "verify", "accept", "rewind")
 ROOT_MASK = torch.ones(1, 1, dtype=torch.bool)  # a tree of the root alone: it sees itself (the forward needs none)
+# How the target's steps run (`eagleviz.models.static`): "graphs" captured in CUDA graphs over a static state,
+# "static" the same steps uncaptured, "eager" the forward over a run's own cache; "auto" picks `decode_path`'s
+DECODE_PATHS = ("auto", "graphs", "static", "eager")
+
+
+def decode_path(path: str, device: torch.device | str) -> tuple[str, list[str]]:
+    """The step path `path` resolves to on `device`, and the notes a run's trace carries about it. 'auto': CUDA
+    graphs on CUDA, except on a ZeroGPU Space (SPACES_ZERO_GPU set), whose GPU is attached per call, so a graph
+    captured in one call cannot be trusted in the next: there the same steps run uncaptured; on a CPU the eager
+    forward (its C layer needs no capture, and keeps its bit-for-bit sums)."""
+    device = torch.device(device)
+    if path not in DECODE_PATHS:
+        raise ValueError(f"the decode path must be one of {DECODE_PATHS}, got {path!r}")
+    if path == "graphs" and device.type != "cuda":
+        raise ValueError("CUDA graphs need a CUDA device: choose the decode path 'static' or 'eager' on a CPU")
+    if path == "auto":
+        if device.type != "cuda":
+            return "eager", []
+        if os.environ.get("SPACES_ZERO_GPU"):
+            return "static", ["On a ZeroGPU Space the GPU is attached per call, so the target's steps run "
+                              "uncaptured over a static cache (no CUDA graphs)."]
+        path = "graphs"
+    if path == "graphs":
+        return path, [f"The target's steps replay CUDA graphs captured at {', '.join(map(str, BUCKETS))} tokens "
+                      "over a static cache."]
+    return path, ([f"The target's steps run uncaptured over a static cache (decode path '{path}')."]
+                  if path == "static" else [])
 
 
 class _TokenText:
@@ -117,7 +145,8 @@ class Engine:
                  pack: bool | None = None,
                  kernel_check: Callable[[torch.device, torch.dtype], KernelCheck] | None = None,
                  costs: CostModel | None = None, calibration: HeadCalibration | None = None,
-                 prefix_cache: bool = True, compiled_sampling: bool = True, learn: bool = True):
+                 prefix_cache: bool = True, compiled_sampling: bool = True, learn: bool = True,
+                 decode: str = "auto"):
         self.target, self.head_name = target, head_name
         self.learn = learn
         self.head = None if head is None else head.for_drafting(pack, target.ops, target.block_ops,
@@ -126,6 +155,10 @@ class Engine:
         self.calibration = calibration or HeadCalibration.identity()
         self._kernel_check = kernel_check
         self.attn_impl, self.notes = self._attention(attn_impl)
+        self.decode, decode_notes = decode_path(decode, target.device)
+        self.notes = list(self.notes) + decode_notes
+        # static states kept between runs (graphs are captured once per state and bucket)
+        self._static = StaticPool(lambda: CudaGraphs(target.device) if self.decode == "graphs" else Uncaptured())
         arch = head.config.arch if head is not None else "eagle1"
         self.feature_layers = target.eagle3_layers if arch == "eagle3" else None
         self.prefix = PrefixCache(chat_prefix(self.encode_prompt) if prefix_cache and self.uses_chat() else ())
@@ -142,7 +175,8 @@ class Engine:
         """The same target and drafting head (shared, not copied) with another attention implementation; a
         ValueError where it cannot run on this device."""
         other = copy.copy(self)
-        other.attn_impl, other.notes = self._attention(attn_impl)
+        other.attn_impl, notes = self._attention(attn_impl)
+        other.notes = list(notes) + decode_path(self.decode, self.target.device)[1]
         return other
 
     def with_policy(self, costs: CostModel | None = None, calibration: HeadCalibration | None = None) -> Engine:
@@ -214,6 +248,20 @@ class Engine:
             raise UserFacingError(f"the prompt has {n_prompt} tokens; the model's context limit is {limit}")
         return min(limit, kv_slots(n_prompt, sampling.max_new_tokens, tree))
 
+    def _target_steps(self, capacity: int, feature_layers: tuple[int, ...] | None) -> EagerSteps | StaticSteps:
+        """The target's steps for one run of `capacity` slots: over the run's own cache (eager), or over a
+        static state leased from the engine's pool (give it back with `_release`)."""
+        if self.decode == "eager":
+            return EagerSteps(self.target, capacity, self.attn_impl, feature_layers)
+        return self._static.lease(self.target, capacity, self.attn_impl, feature_layers)
+
+    def _release(self, steps: EagerSteps | StaticSteps, run: RunTrace) -> None:
+        """A run's end: a static state goes back to the pool; a capture that failed is said in the run's notes."""
+        if isinstance(steps, StaticSteps):
+            if steps.fallback and steps.fallback not in run.notes:
+                run.notes.append(steps.fallback)
+            self._static.give_back(steps)
+
     def _prefill(self, ids: list[int], cache: KVCache, sampling: SamplingConfig, gen: torch.Generator,
                  run: RunTrace, features: bool = False):
         """Target forward over the prompt after the chat prefix (copied from the engine's `PrefixCache`):
@@ -238,9 +286,11 @@ class Engine:
                                   logit_rows=None, feature_layers=self.feature_layers, impl=self.attn_impl)
         return Prefix(cache.k, cache.v, out.features)
 
-    def _choose(self, logits: torch.Tensor, sampling: SamplingConfig, gen: torch.Generator) -> int:
+    def _choose(self, logits: torch.Tensor, sampling: SamplingConfig, gen: torch.Generator,
+                argmax: torch.Tensor | None = None) -> int:
+        """The next token from one row of logits (V,); greedy, the argmax a captured step computed, if any."""
         if sampling.greedy:
-            return int(logits.argmax())
+            return to_host(logits.argmax() if argmax is None else argmax)[0]
         return draw(sampling_probs(logits, sampling.temperature, sampling.top_p), gen, self.sample_ops)
 
     @staticmethod
@@ -262,25 +312,30 @@ class Engine:
     def plain(self, prompt_ids: list[int], sampling: SamplingConfig, run: RunTrace) -> Iterator[OutputToken]:
         """Target-only decoding with the same forward, dtype and sampling; yields each new token."""
         start = time.perf_counter()
+        steps = self._target_steps(self._capacity(len(prompt_ids), sampling, None), None)
+        try:
+            yield from self._plain(prompt_ids, sampling, run, steps, start)
+        finally:
+            self._release(steps, run)
+        run.wall_s = time.perf_counter() - start
+
+    def _plain(self, prompt_ids: list[int], sampling: SamplingConfig, run: RunTrace, steps: EagerSteps | StaticSteps,
+               start: float) -> Iterator[OutputToken]:
         gen = torch.Generator(device=self.target.device).manual_seed(sampling.seed)
-        cache = self.target.new_cache(self._capacity(len(prompt_ids), sampling, None))
-        text = self._text
+        cache, text = steps.cache, self._text
         token, _ = self._prefill(prompt_ids, cache, sampling, gen, run)
         run.prefill_ms = (time.perf_counter() - start) * 1e3
         done = self._emit(run, [(token, "prefill")], -1, self.target.eos_token_ids, sampling.max_new_tokens, text)
         yield run.output[-1]
         while not done:
-            if cache.length + 1 >= cache.capacity:
+            if cache.length + 1 >= steps.capacity:
                 run.stop_reason = "context"
                 break
-            dev = self.target.device
-            out = self.target.forward(to_device([token], dev), to_device([cache.length], dev), cache, None,
-                                      impl=self.attn_impl)
-            token = self._choose(out.logits[0], sampling, gen)
+            out = steps.forward([token], [cache.length], None)  # the step's one read: the token chosen
+            token = self._choose(out.logits[0], sampling, gen, None if out.argmax is None else out.argmax[0])
             done = self._emit(run, [(token, "target")], -1, self.target.eos_token_ids, sampling.max_new_tokens, text)
             run.wall_s = time.perf_counter() - start
             yield run.output[-1]
-        run.wall_s = time.perf_counter() - start
 
     # ------------------------------------------------------------------ speculative decoding
     @torch.inference_mode()
@@ -301,12 +356,21 @@ class Engine:
             raise UserFacingError(f"topk {tree_cfg.topk} is more than the {self.head.config.draft_vocab_size} tokens "
                                   "the head drafts among (--draft-vocab): lower topk or draft among more tokens")
         start = time.perf_counter()
+        capacity = self._capacity(len(prompt_ids), sampling, tree_cfg)
+        steps = self._target_steps(capacity, self.feature_layers if use_head else None)
+        try:
+            yield from self._speculate(prompt_ids, tree_cfg, sampling, run, record, index_of, steps, start)
+        finally:
+            self._release(steps, run)
+        run.wall_s = time.perf_counter() - start
+
+    def _speculate(self, prompt_ids: list[int], tree_cfg: TreeConfig, sampling: SamplingConfig, run: RunTrace,
+                   record: bool, index_of, steps: EagerSteps | StaticSteps, start: float) -> Iterator[CycleTrace]:
+        use_head = tree_cfg.source != "lookup"
         target, dev = self.target, self.target.device
         gen = torch.Generator(device=dev).manual_seed(sampling.seed)
-        capacity = self._capacity(len(prompt_ids), sampling, tree_cfg)
-        tcache = target.new_cache(capacity)
+        capacity, tcache = steps.capacity, steps.cache
         dcache = self.head.new_cache(capacity + tree_cfg.draft_expansion, target.kv_dtype, dev) if use_head else None
-        features = self.feature_layers if use_head else None
         text = self._text if record else (lambda token: "")
         policy = self.policy(tree_cfg, sampling)
         learned = RunAcceptance(policy.calibration) if policy is not None and self.learn else None
@@ -344,8 +408,7 @@ class Engine:
             positions = [S + d for d in tree.depths]
             alone = len(tree) == 1  # the root alone: a plain step's forward and read-out
             mask = ROOT_MASK if alone else tree.mask()
-            out = target.forward(to_device(tree.tokens, dev), to_device(positions, dev), tcache,
-                                 None if alone else to_device(mask, dev), feature_layers=features, impl=self.attn_impl)
+            out = steps.forward(tree.tokens, positions, None if alone else mask)
             clock.lap()
             # 3) accept (the one read of the target's verdict the host needs)
             if alone:  # nothing to accept, no distribution to keep for a replay
@@ -372,7 +435,10 @@ class Engine:
             committed = accepted + [result.bonus_token]
             path_feats = None
             if use_head:  # the root alone's row is a view: no gather
-                path_feats = out.features[:1] if alone else out.features[to_device(result.path, dev)]
+                if not alone:
+                    path_feats = out.features[to_device(result.path, dev)]
+                else:  # a view of the row; a static step's outputs are rewritten by the next step of its size
+                    path_feats = out.features[:1].clone() if steps.reuses_outputs else out.features[:1]
             if run_head or not use_head:
                 feats, pend_tokens = path_feats, committed
             else:  # the head rested: its cache still waits for these positions, encoded when it next runs
@@ -400,7 +466,6 @@ class Engine:
             run.wall_s = time.perf_counter() - start
             cycle += 1
             yield trace
-        run.wall_s = time.perf_counter() - start
 
     def _accept(self, tree: VerifyTree, cands: Candidates, logits: torch.Tensor, sampling: SamplingConfig,
                 gen: torch.Generator, text):

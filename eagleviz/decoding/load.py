@@ -11,7 +11,7 @@ from pathlib import Path
 from eagleviz.config import SOURCES, TreeConfig
 from eagleviz.decoding import calibration
 from eagleviz.decoding.costs import load_or_measure
-from eagleviz.decoding.engine import Engine, runnable_impl
+from eagleviz.decoding.engine import DECODE_PATHS, Engine, decode_path, runnable_impl
 from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import load_head, random_head
 from eagleviz.models.hot_vocab import DEFAULT_HOT_SIZE, HOT_TOKENS_FILE, read_ranking, restrict
@@ -51,7 +51,7 @@ def local_head(head: str | None) -> str | None:
 
 def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "auto", device: str = "cpu",
                 attn_impl: str = "auto", draft_vocab: int | None = None, kv_dtype: str = "auto", progress=None,
-                weights: str = "auto"):
+                weights: str = "auto", decode: str = "auto"):
     """Target + draft head -> Engine. head: a directory, a Hub id (`local_head`), "random" (a random head) or
     None (`default_head(model)`).
 
@@ -61,9 +61,11 @@ def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "au
     fitted for a target computing from blocks: `calibration.file_for`; EAGLE-2's assumption without one) and
     price them with this machine's costs, measured once and kept (`eagleviz.decoding.costs`; `progress` hears
     when they are measured). weights: how the target's linears compute
-    (`eagleviz.models.loading.choose_weights`)."""
+    (`eagleviz.models.loading.choose_weights`). decode: how the target's steps run (`Engine`'s decode:
+    CUDA graphs on a GPU by default)."""
     try:  # before minutes of loading
         runnable_impl(attn_impl, check_device(device))
+        decode_path(decode, check_device(device))
     except ValueError as exc:
         raise UserFacingError(str(exc)) from exc
     head = local_head(head)  # before minutes of loading the target
@@ -75,7 +77,8 @@ def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "au
     head_dir = None if head == RANDOM_HEAD else Path(head)
     draft, name = _hot_vocabulary(draft, name, head_dir, draft_vocab)
     try:
-        engine = Engine(target, draft, name, attn_impl, calibration=calibration.read(head_dir, target.weights))
+        engine = Engine(target, draft, name, attn_impl, calibration=calibration.read(head_dir, target.weights),
+                        decode=decode)
     except ValueError as exc:  # e.g. the Triton kernel asked for on a CPU, a damaged calibration.json
         raise UserFacingError(str(exc)) from exc
     return engine.with_policy(costs=load_or_measure(engine, progress))
@@ -127,6 +130,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "(CPU, int8 activations, a token's logits the same in any batch: EAGLE equals plain decoding "
                         "bit for bit), dense = widened weights in --dtype; auto = blocks on a CPU with a C compiler "
                         "when the model is stored in blocks (the embedded model) and --dtype is auto, else dense")
+    p.add_argument("--decode", default="auto", choices=DECODE_PATHS,
+                   help="how the target's steps run: graphs = CUDA graphs captured over a static cache (GPU), static "
+                        "= the same steps uncaptured, eager = the forward over each run's own cache; auto = graphs on "
+                        "a GPU (static on a ZeroGPU Space), eager on a CPU")
     p.add_argument("--draft-vocab", type=int, default=None,
                    help="draft among the N most frequent tokens (the head's hot-tokens.json); 0: the whole draft "
                         f"vocabulary (default: {DEFAULT_HOT_SIZE} when the head ships a ranking)")

@@ -24,6 +24,7 @@ import torch
 
 from eagleviz.trace import NodeCheck
 from eagleviz.decoding.tree import VerifyTree
+from eagleviz.models.host import to_host
 from kernels.sample_ops import SampleOps
 
 RESIDUAL_TOP = 5
@@ -53,9 +54,9 @@ def draw(weights: torch.Tensor, generator: torch.Generator, ops: SampleOps | Non
     if ops is not None and weights.is_cpu:
         return ops.draw(weights, float(u))
     cdf = torch.cumsum(weights, 0, dtype=torch.float64)
-    i = int(torch.searchsorted(cdf, u * cdf[-1], right=True))
+    (i,), = to_host(torch.searchsorted(cdf, u * cdf[-1], right=True))
     if i >= weights.numel():  # u rounded up to the total: the last token with weight
-        i = int(torch.nonzero(weights)[-1])
+        (i,), = to_host(torch.nonzero(weights)[-1])
     return i
 
 

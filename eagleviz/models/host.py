@@ -2,7 +2,8 @@
 
 On a GPU every read of a device value (`.tolist()`, `int(t)`) waits for all queued kernels, and so does a
 blocking copy to the device. The engine therefore reads values only where the host must decide something
-(the tree's next level, the accepted path) and reads them together (`to_host`: one copy for several tensors),
+(the tree's next level, the accepted path) and reads them together (`to_host`: one copy for several tensors,
+counted by `counting_reads`),
 sends its small index tensors without blocking (`to_device`), and times phases with CUDA events read once at
 the end of the cycle (`PhaseClock`) instead of synchronising after each phase. On a CPU the same calls are
 the plain operations they replace.
@@ -11,14 +12,35 @@ the plain operations they replace.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
+
+# The reads counted by the innermost `counting_reads` block of this context (None: nobody counts)
+_READS: ContextVar[list[int] | None] = ContextVar("eagleviz_host_reads", default=None)
+
+
+@contextmanager
+def counting_reads() -> Iterator[list[int]]:
+    """Counts the reads of device values made through `to_host` inside the block: yields a one-item list
+    whose item is the count so far. Every read the engine makes goes through `to_host`, so this is how
+    tests and `gpu-check` know a plain step reads once (a generator counts where it is iterated)."""
+    box = [0]
+    token = _READS.set(box)
+    try:
+        yield box
+    finally:
+        _READS.reset(token)
 
 
 def to_host(*tensors: torch.Tensor) -> list[list]:
     """Each tensor as (nested) Python lists. CPU tensors are converted as they are; device tensors travel in
     one float64 copy (exact for int64 below 2**53 and for every float32), so the host waits once."""
+    box = _READS.get()
+    if box is not None:
+        box[0] += 1
     if all(t.device.type == "cpu" for t in tensors):
         return [t.tolist() for t in tensors]
     return batched_to_host(*tensors)

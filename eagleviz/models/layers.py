@@ -11,12 +11,15 @@ import math
 import statistics
 import time
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.dense import Dense
-from kernels.tree_attention import tree_attention_masked
+from kernels.layer_ops import rope_store
+from kernels.tree_attention import attention_static, pack_mask_bits, resolve_impl, static_visibility, tree_attention_masked
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -124,6 +127,44 @@ def cached_attention(w: AttentionWeights, x: torch.Tensor, cos: torch.Tensor, si
     keys, values = cache.view(layer, start + t)
     tk = t if tree_mask is None else tree_mask.shape[1]
     out = tree_attention_masked(q.to(keys.dtype), keys, values, start + t - tk, tree_mask, impl=impl)
+    return w.o_proj(out.to(x.dtype).reshape(t, w.num_heads * w.head_dim))
+
+
+@dataclass(frozen=True)
+class StepFrame:
+    """What every layer of a static step shares, built once on the device per forward (`for_step`):
+    slots (T,) int64 the step's keys and values are written at (P + 0 ... P + T - 1); prefix (1,) int32, P;
+    mask: the step's visibility as the attention implementation takes it (`attention_static`)."""
+
+    slots: torch.Tensor
+    prefix: torch.Tensor
+    mask: torch.Tensor
+
+    @classmethod
+    def for_step(cls, prefix: torch.Tensor, tree_mask: torch.Tensor, capacity: int, impl: str) -> StepFrame:
+        """prefix: (1,) int64 P in device memory; tree_mask: (T, T) bool over the step's tokens."""
+        t = tree_mask.shape[0]
+        slots = prefix + torch.arange(t, device=prefix.device)
+        p32 = prefix.to(torch.int32)
+        if resolve_impl(impl, prefix.device) == "triton":
+            return cls(slots, p32, pack_mask_bits(tree_mask))
+        return cls(slots, p32, static_visibility(p32, tree_mask, capacity))
+
+
+def step_attention(w: AttentionWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache,
+                   layer: int, frame: StepFrame, impl: str, fused: bool = False) -> torch.Tensor:
+    """`cached_attention` over a static cache, with no Python value that changes between steps: K/V written
+    at `frame.slots`, attention over the whole cache as `frame` allows. Leaves `cache.length` alone.
+    `fused`: RoPE and the cache writes in one Triton kernel (`kernels.layer_ops.rope_store`)."""
+    t = x.shape[0]
+    if fused:
+        q = rope_store(w.qkv(x), cos, sin, cache.k[layer], cache.v[layer], frame.slots, w.num_heads, w.num_kv_heads)
+    else:
+        q, k, v = w.project_rotated(x, cos, sin)
+        cache.k[layer].index_copy_(1, frame.slots, k.transpose(0, 1).to(cache.k.dtype))
+        cache.v[layer].index_copy_(1, frame.slots, v.transpose(0, 1).to(cache.v.dtype))
+    keys, values = cache.view(layer, cache.capacity)
+    out = attention_static(q.to(keys.dtype), keys, values, frame.prefix, frame.mask, impl=impl)
     return w.o_proj(out.to(x.dtype).reshape(t, w.num_heads * w.head_dim))
 
 

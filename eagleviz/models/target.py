@@ -23,10 +23,11 @@ from eagleviz.models.kv_cache import KVCache
 from eagleviz.paths import cache_dir
 from eagleviz.models.dense import Dense
 from eagleviz.models.quantized import QuantDense, weight_names
-from eagleviz.models.layers import AttentionWeights, attention_dtype, cached_attention, rms_norm, swiglu_mlp
-from kernels import cpu_ops, quant_ops, stack_ops
+from eagleviz.models.layers import (AttentionWeights, StepFrame, attention_dtype, cached_attention, rms_norm,
+                                    step_attention, swiglu_mlp)
+from kernels import cpu_ops, layer_ops, quant_ops, stack_ops
 from kernels.quant_ops import QuantWeight
-from kernels.tree_attention import resolve_impl
+from kernels.tree_attention import interpreting, resolve_impl
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # How products from weight blocks take their inputs: quantized per block of 32 to int8 and multiplied in
@@ -61,7 +62,8 @@ class TargetModel:
 
     def __init__(self, hf_model: nn.Module, tokenizer, name: str, pack: bool | None = None,
                  kv_dtype: torch.dtype | None = None, fused: bool | None = None,
-                 blocks: dict[str, QuantWeight] | None = None, activations: str = "int8", stack: bool | None = None):
+                 blocks: dict[str, QuantWeight] | None = None, activations: str = "int8", stack: bool | None = None,
+                 layer_kernels: bool | None = None):
         if activations not in ACTIVATIONS:
             raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
         self.activations = activations
@@ -102,6 +104,20 @@ class TargetModel:
         self.kv_dtype = kv_dtype or (torch.float32 if self.ops else attention_dtype(
             self.dtype, self.device, self.num_heads, self.num_kv_heads, self.head_dim))
         self._stack = self._block_stack(stack)
+        self.layer_kernels = self._layer_kernels(layer_kernels)
+
+    def _layer_kernels(self, wanted: bool | None) -> bool:
+        """Whether `step` runs each layer's small operations as Triton kernels (`kernels.layer_ops`): None on a
+        CUDA model whose layers allow them (fused q/k/v, no per-head norms); True insists (a ValueError naming
+        why not), and on a CPU runs them in Triton's interpreter where TRITON_INTERPRET=1 (tests)."""
+        reasons = [why for bad, why in (
+            (layer_ops.tl is None, "Triton is not installed"),
+            (self.device.type != "cuda" and not (wanted and interpreting()), "the model is not on a CUDA GPU"),
+            (any(a.qkv is None or a.q_norm is not None for a in self._attn), "q/k/v are not fused or have per-head norms"),
+        ) if bad]
+        if wanted and reasons:
+            raise ValueError("the fused layer kernels cannot run: " + "; ".join(reasons))
+        return wanted is not False and not reasons
 
     def _block_stack(self, stack: bool | None) -> stack_ops.Stack | None:
         """From blocks with the compiled layer: the decoder stack in one C call (`kernels.stack_ops`, bitwise
@@ -224,19 +240,55 @@ class TargetModel:
         if (self.ops is not None and ids.shape[0] <= rows_limit and cache.k.dtype == torch.float32
                 and resolve_impl(impl, cache.k.device) == "torch"):
             return self._forward_fused(ids, positions, cache, tree_mask, logit_rows, feature_layers)
+        out = self._stack_forward(ids, positions, logit_rows, feature_layers,
+                                  lambda i, x, cos, sin: cached_attention(self._attn[i], x, cos, sin, cache, i,
+                                                                          tree_mask, impl))
+        cache.advance(ids.shape[0])
+        return out
+
+    def step(self, ids: torch.Tensor, positions: torch.Tensor, prefix: torch.Tensor, tree_mask: torch.Tensor,
+             cache: KVCache, *, feature_layers: tuple[int, ...] | None = None, impl: str = "torch") -> TargetOutput:
+        """`forward` as a captured step runs it (`eagleviz.models.static`): T tokens after P committed slots,
+        where P (prefix: (1,) int64) is in device memory, tree_mask (T, T) bool, the logits of every row.
+        Keys and values are written at slots [P, P + T) of the whole static cache, which every layer attends
+        over as the step's `StepFrame` allows. Touches no Python state: `cache.length` is left to the caller.
+        The same layer operations as `forward`'s eager path, in the same order; with `layer_kernels`, its
+        small operations fused into Triton kernels (`kernels.layer_ops`: 9 kernels a layer)."""
+        frame = StepFrame.for_step(prefix, tree_mask, cache.capacity, impl)
+        fused = self.layer_kernels
+        return self._stack_forward(ids, positions, slice(None), feature_layers,
+                                   lambda i, x, cos, sin: step_attention(self._attn[i], x, cos, sin, cache, i,
+                                                                         frame, impl, fused), fused)
+
+    def _stack_forward(self, ids: torch.Tensor, positions: torch.Tensor, logit_rows: slice | None,
+                       feature_layers: tuple[int, ...] | None, attend, fused: bool = False) -> TargetOutput:
+        """Embedding, the decoder layers with attend(layer, x, cos, sin) -> the attention's output, final norm,
+        logits of `logit_rows` and the features. `fused`: the norms and the SwiGLU gate as Triton kernels
+        (`kernels.layer_ops`), the residual stream updated in place."""
         h = self._embed(ids)
         cos, sin = self._rotary(h, positions[None])
         cos, sin = cos[0], sin[0]
         captured = {}
+        if fused:
+            x = layer_ops.add_rms_norm(h, None, self._layers[0].input_layernorm.weight, self.eps)
+            for i, layer in enumerate(self._layers):
+                if feature_layers is not None and i in feature_layers:
+                    captured[i] = h.clone()
+                x = layer_ops.add_rms_norm(h, attend(i, x, cos, sin), layer.post_attention_layernorm.weight, self.eps)
+                mlp = self._down[i](layer_ops.silu_mul(self._gate_up[i](x)))
+                x = layer_ops.add_rms_norm(h, mlp, self._next_norms[i], self.eps)
+            return self._outputs(x, captured, logit_rows, feature_layers)
         for i, layer in enumerate(self._layers):
             if feature_layers is not None and i in feature_layers:
                 captured[i] = h
             x = rms_norm(h, layer.input_layernorm.weight, self.eps)
-            h = h + cached_attention(self._attn[i], x, cos, sin, cache, i, tree_mask, impl)
+            h = h + attend(i, x, cos, sin)
             x = rms_norm(h, layer.post_attention_layernorm.weight, self.eps)
             h = h + swiglu_mlp(layer.mlp, x, self._gate_up[i], self._down[i])
-        cache.advance(ids.shape[0])
-        normed = rms_norm(h, self._norm.weight, self.eps)
+        return self._outputs(rms_norm(h, self._norm.weight, self.eps), captured, logit_rows, feature_layers)
+
+    def _outputs(self, normed: torch.Tensor, captured: dict[int, torch.Tensor], logit_rows: slice | None,
+                 feature_layers: tuple[int, ...] | None) -> TargetOutput:
         logits = None if logit_rows is None else self.unembed(normed[logit_rows]).float()
         features = normed if feature_layers is None else torch.cat([captured[i] for i in feature_layers], dim=-1)
         return TargetOutput(logits=logits, features=features)

@@ -1,0 +1,263 @@
+"""The target's decode step over one static state, captured once per shape bucket and replayed.
+
+On a GPU a decode step of a small model is launch-bound: today's eager forward of SmolLM2-135M issues ~1,200
+kernels from Python, ~28 ms a token on an H100, where a CUDA-graph replay of the same forward took 2.7 ms
+(docs/gpu-check.md). A graph replays the kernels it recorded, with the addresses and the Python values of its
+capture. So a step that can be captured keeps everything that changes from one call to the next in device
+memory, allocated once and written in place:
+
+    cache      one `KVCache` of a bucketed capacity (`capacity_bucket`) plus BUCKETS[-1] slots a padded step
+               may write beyond the committed ones
+    inputs     one int64 buffer: [P, ids (B), positions (B), tree mask (B x B)] for a step of bucket B;
+               written from pinned host memory with one copy per step
+    outputs    the step's logits (B, V) fp32, features (B, F) and argmax (B,), from the capture's memory pool
+
+P, the committed length, is read by the kernels from the input buffer, never by the host inside the step
+(`kernels.tree_attention.attention_static`). A step of n tokens runs the graph of the smallest bucket
+B >= n: the n tokens, then B - n padding tokens that see only themselves; their keys land past the committed
+slots and no real token sees them. The host advances `cache.length` by n after a step, as the eager forward
+does; commits and rewinds (`KVCache.commit_path`) act on the same tensors between steps.
+
+The capture: `CudaGraphs` records on a side stream into one shared memory pool; `Uncaptured` calls the same
+step function each time (the fallback where capture fails or cannot last, and what a CPU runs to test the
+buffers). `EagerSteps` is the same interface over `TargetModel.forward` and a run's own cache: a CPU's path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from eagleviz.models.host import to_device
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # padded step sizes, one captured graph each (a plain step is bucket 1)
+MIN_CAPACITY = 512  # the smallest cache capacity bucket: runs of short prompts share one state
+
+
+def bucket(n: int) -> int:
+    """The smallest step size of BUCKETS holding n tokens; a ValueError beyond the largest."""
+    for b in BUCKETS:
+        if n <= b:
+            return b
+    raise ValueError(f"a static step holds at most {BUCKETS[-1]} tokens, got {n}")
+
+
+def capacity_bucket(slots: int, limit: int) -> int:
+    """The committed slots a static state holds for a run needing `slots`: the next power of two from
+    MIN_CAPACITY on, at most the model's context `limit` (states are shared by runs of one bucket)."""
+    cap = MIN_CAPACITY
+    while cap < slots:
+        cap *= 2
+    return max(slots, min(cap, limit))
+
+
+@dataclass
+class StepOutput:
+    """What one step leaves on the device, for its n real tokens: logits (n, V) fp32 (None when the step
+    asked for none), features (n, F), argmax (n,) int64 (None with the logits)."""
+
+    logits: torch.Tensor | None
+    features: torch.Tensor
+    argmax: torch.Tensor | None
+
+
+class Uncaptured:
+    """Replays by calling the step function again: the eager path over the same static buffers."""
+
+    captured = False
+
+    def capture(self, fn: Callable[[], StepOutput]) -> Callable[[], StepOutput]:
+        return fn
+
+
+class CudaGraphs:
+    """CUDA-graph capture: `capture(fn)` warms fn up on a side stream (Triton compiles, cuBLAS picks its
+    kernels), records one call into a graph sharing one memory pool with the others, and returns a replay that
+    gives the outputs of the recorded call (the same tensors each time, rewritten in place)."""
+
+    captured = True
+
+    def __init__(self, device: torch.device, warmup: int = 2):
+        self.device, self.warmup = device, warmup
+        self.pool = torch.cuda.graph_pool_handle()
+
+    def capture(self, fn: Callable[[], StepOutput]) -> Callable[[], StepOutput]:
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(self.warmup):
+                fn()
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = fn()
+
+        def replay() -> StepOutput:
+            graph.replay()
+            return out
+
+        return replay
+
+
+class StepInputs:
+    """The int64 input buffer of every bucket's step, on the device, and its pinned host staging.
+
+    Bucket B reads [P, ids (B), positions (B), mask (B * B)] from the buffer's start. `write` fills the
+    staging and sends the used part in one copy; it first waits until the previous copy has left the staging
+    (a CUDA event; on a CPU the copy is synchronous)."""
+
+    def __init__(self, device: torch.device, largest: int = BUCKETS[-1]):
+        size = 1 + 2 * largest + largest * largest
+        self.device = device
+        self.buffer = torch.zeros(size, dtype=torch.int64, device=device)
+        cuda = device.type == "cuda"
+        self.staging = torch.zeros(size, dtype=torch.int64, pin_memory=cuda) if cuda else self.buffer
+        self._sent = torch.cuda.Event() if cuda else None
+
+    def views(self, b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Bucket b's prefix (1,), ids (b,), positions (b,) and mask (b, b) (1 = visible): views of the buffer,
+        which the step reads each time it runs."""
+        buf = self.buffer
+        return buf[:1], buf[1:1 + b], buf[1 + b:1 + 2 * b], buf[1 + 2 * b:1 + 2 * b + b * b].view(b, b)
+
+    def write(self, prefix: int, tokens: list[int], positions: list[int], mask: torch.Tensor | None, b: int) -> None:
+        """Stage a step of n = len(tokens) <= b tokens padded to b: padding tokens are id 0 at the last real
+        position and see only themselves; mask (n, n) bool (None: a single token, which sees itself)."""
+        n = len(tokens)
+        if self._sent is not None:
+            self._sent.synchronize()
+        s = self.staging
+        s[0] = prefix
+        s[1:1 + n] = torch.tensor(tokens)
+        s[1 + n:1 + b] = 0
+        s[1 + b:1 + b + n] = torch.tensor(positions)
+        s[1 + b + n:1 + 2 * b] = positions[-1]
+        block = s[1 + 2 * b:1 + 2 * b + b * b].view(b, b)
+        block.zero_()
+        block.diagonal().fill_(1)
+        if mask is not None:
+            block[:n, :n] = mask
+        if s is not self.buffer:
+            used = 1 + 2 * b + b * b
+            self.buffer[:used].copy_(s[:used], non_blocking=True)
+            self._sent.record()
+
+
+class StaticSteps:
+    """The target's steps over one static state (cache, inputs, one replay per bucket captured on first use).
+
+    forward(tokens, positions, mask) runs the step of the smallest bucket that holds the tokens and advances
+    `cache.length` by their number. A step of more than BUCKETS[-1] tokens (a tree of up to 256) runs the
+    same step function uncaptured at its own size."""
+
+    reuses_outputs = True  # a bucket's outputs are rewritten by its next step: keep a copy of what must last
+
+    def __init__(self, target, capacity: int, impl: str, feature_layers: tuple[int, ...] | None,
+                 graphs: CudaGraphs | Uncaptured):
+        self.target, self.impl, self.feature_layers, self.graphs = target, impl, feature_layers, graphs
+        self.capacity = capacity
+        self.cache = target.new_cache(capacity + BUCKETS[-1])
+        self.inputs = StepInputs(target.device)
+        self._replays: dict[int, Callable[[], StepOutput]] = {}
+        self.fallback = ""  # why a capture failed, for the run's notes ("" when none did)
+
+    def _step_fn(self, b: int) -> Callable[[], StepOutput]:
+        prefix, ids, positions, mask = self.inputs.views(b)
+        target, cache = self.target, self.cache
+
+        def step() -> StepOutput:
+            out = target.step(ids, positions, prefix, mask != 0, cache, feature_layers=self.feature_layers,
+                              impl=self.impl)
+            return StepOutput(out.logits, out.features, out.logits.argmax(dim=-1))
+
+        return step
+
+    def _replay(self, b: int) -> Callable[[], StepOutput]:
+        if b not in self._replays:
+            # a capture runs the step (warm-up and recording): point it at the scratch slots past `capacity`,
+            # which no run commits, so it never overwrites a committed key
+            self.inputs.write(self.capacity, [0] * b, [0] * b, None, b)
+            try:
+                self._replays[b] = self.graphs.capture(self._step_fn(b))
+            except Exception as exc:  # any capture failure: the same step, uncaptured, and say why
+                if not self.graphs.captured:
+                    raise
+                self.fallback = f"CUDA-graph capture failed ({exc.__class__.__name__}: {str(exc)[:160]}), so " \
+                                "this run's steps run uncaptured"
+                self.graphs, self._replays = Uncaptured(), {}
+                self._replays[b] = self.graphs.capture(self._step_fn(b))
+        return self._replays[b]
+
+    def forward(self, tokens: list[int], positions: list[int], mask: torch.Tensor | None) -> StepOutput:
+        """One step of n tokens at positions `positions` after the committed slots; mask (n, n) bool over them
+        (ancestor-or-self), None for a single token. Returns the outputs of the n real tokens (views of the
+        bucket's static outputs: read them before the next step of the same bucket)."""
+        n = len(tokens)
+        if self.cache.length + n > self.capacity:
+            raise ValueError(f"a static step of {n} tokens after {self.cache.length} slots overflows the "
+                             f"state's {self.capacity}")
+        if n > BUCKETS[-1]:
+            return self._oversized(tokens, positions, mask)
+        b = bucket(n)
+        replay = self._replay(b)
+        self.inputs.write(self.cache.length, tokens, positions, mask, b)
+        out = replay()
+        self.cache.advance(n)
+        return StepOutput(out.logits[:n], out.features[:n], out.argmax[:n])
+
+    def _oversized(self, tokens: list[int], positions: list[int], mask: torch.Tensor) -> StepOutput:
+        """A step larger than every bucket: `TargetModel.step` at its own size, uncaptured (its keys land at
+        [P, P + n), within the capacity checked by `forward`)."""
+        dev, n = self.target.device, len(tokens)
+        out = self.target.step(to_device(tokens, dev), to_device(positions, dev),
+                               torch.tensor([self.cache.length], device=dev), to_device(mask, dev), self.cache,
+                               feature_layers=self.feature_layers, impl=self.impl)
+        self.cache.advance(n)
+        return StepOutput(out.logits, out.features, out.logits.argmax(dim=-1))
+
+    def reset(self) -> None:
+        """Ready for another run: nothing committed (the slots are overwritten as the run writes them)."""
+        self.cache.length = 0
+
+
+class StaticPool:
+    """Static states kept between runs, by (attention, features, capacity): a run leases one (a new one when
+    all are in use, so runs never share a state) and gives it back when it ends. Captures are per state,
+    made on first use of each bucket."""
+
+    def __init__(self, make_graphs: Callable[[], CudaGraphs | Uncaptured]):
+        self._make_graphs = make_graphs
+        self._free: dict[tuple, list[StaticSteps]] = {}
+
+    def lease(self, target, slots: int, impl: str, feature_layers: tuple[int, ...] | None) -> StaticSteps:
+        capacity = capacity_bucket(slots, target.max_positions)
+        free = self._free.setdefault((impl, feature_layers, capacity), [])
+        if free:
+            state = free.pop()
+            state.reset()
+            return state
+        return StaticSteps(target, capacity, impl, feature_layers, self._make_graphs())
+
+    def give_back(self, state: StaticSteps) -> None:
+        self._free.setdefault((state.impl, state.feature_layers, state.capacity), []).append(state)
+
+
+class EagerSteps:
+    """The target's steps as a CPU runs them: `TargetModel.forward` over a run's own cache of exactly the
+    run's capacity (dynamic shapes: on a CPU the C layer and its batch-invariant sums need no capture)."""
+
+    reuses_outputs = False  # each step's outputs are new tensors
+
+    def __init__(self, target, capacity: int, impl: str, feature_layers: tuple[int, ...] | None):
+        self.target, self.impl, self.feature_layers = target, impl, feature_layers
+        self.capacity = capacity
+        self.cache = target.new_cache(capacity)
+
+    def forward(self, tokens: list[int], positions: list[int], mask: torch.Tensor | None) -> StepOutput:
+        dev = self.target.device
+        out = self.target.forward(to_device(tokens, dev), to_device(positions, dev), self.cache,
+                                  None if mask is None else to_device(mask, dev),
+                                  feature_layers=self.feature_layers, impl=self.impl)
+        return StepOutput(out.logits, out.features, None)

@@ -1,0 +1,314 @@
+"""eagleviz/models/static.py: the target's steps over a static state, as CUDA graphs replay them, proved on a CPU.
+
+A CPU cannot capture a CUDA graph, so the capture is stood in for by `Recording` (the warm-up and the
+recording call of `CudaGraphs.capture`, then replay = the same function over the same buffers). What that
+proves here: the step equals the eager forward; the engine's tokens are the eager path's, greedy and sampled;
+a capture mid-run never touches a committed key; after warm-up no step makes a tensor of a new shape (a
+replayed graph cannot); a plain step reads the device once and a greedy EAGLE cycle once per draft level plus
+once for the verdict; the step's operations per layer stay within a budget; a failed capture falls back,
+saying so in the run's notes."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.decoding.drafting import causal
+from eagleviz.decoding.engine import Engine, decode_path
+from eagleviz.models.draft import random_head
+from eagleviz.models.host import counting_reads
+from eagleviz.models.static import BUCKETS, StaticPool, StaticSteps, Uncaptured, bucket, capacity_bucket
+from eagleviz.models.target import TargetModel
+from eagleviz.models import layers
+from kernels import layer_ops
+from kernels import tree_attention as ta
+from kernels.tree_attention import ancestor_mask, interpreting
+from tiny import tiny_target
+
+PROMPT = "12345 1234 123"
+
+
+class Recording:
+    """`CudaGraphs.capture` on a CPU: the step runs `warmup` times and once more to be 'recorded', then every
+    replay calls it again over the same buffers. `captures` counts the captures made."""
+
+    captured = True
+
+    def __init__(self, warmup: int = 2):
+        self.warmup, self.captures = warmup, 0
+
+    def capture(self, fn):
+        for _ in range(self.warmup + 1):
+            fn()
+        self.captures += 1
+        return fn
+
+
+class Refusing(Recording):
+    def capture(self, fn):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+
+@pytest.fixture(scope="module")
+def target() -> TargetModel:
+    """A tiny model on PyTorch's operations (as a GPU runs them: no C layer)."""
+    t = tiny_target()
+    return TargetModel(t.hf, t.tokenizer, t.name, fused=False)
+
+
+def engine(target, decode: str, graphs=None, **kwargs) -> Engine:
+    e = Engine(target, random_head(target, "eagle1", seed=1, std=0.5), "random", decode=decode,
+               compiled_sampling=False, **kwargs)
+    if graphs is not None:
+        e._static = StaticPool(lambda: graphs)
+    return e
+
+
+def test_buckets_hold_every_step_size_and_capacities_are_shared():
+    assert [bucket(n) for n in (1, 2, 3, 5, 16, 17, 64)] == [1, 2, 4, 8, 16, 32, 64]
+    with pytest.raises(ValueError, match="at most 64"):
+        bucket(65)
+    assert capacity_bucket(100, 8192) == capacity_bucket(512, 8192) == 512
+    assert capacity_bucket(513, 8192) == 1024 and capacity_bucket(900, 700) == 900  # never below what a run needs
+
+
+@torch.inference_mode()
+def test_a_static_step_is_the_eager_forward_over_a_used_cache(target):
+    """Prefill, plain steps, a tree and a step of more than the largest bucket, against the eager forward; the
+    static cache first holds keys of a longer run (which a step must not see)."""
+    steps = StaticSteps(target, 160, "torch", None, Recording())
+    steps.forward(list(range(1, 31)), list(range(30)), causal(30, "cpu"))
+    steps.reset()
+    ref = target.new_cache(256)
+    ids = [3, 4, 5, 6, 7, 1, 2]
+    pairs = [(target.forward(torch.tensor(ids), torch.arange(7), ref, causal(7, "cpu")),
+              steps.forward(ids, list(range(7)), causal(7, "cpu")))]
+    token = int(pairs[-1][0].logits[-1].argmax())
+    for _ in range(4):
+        pairs.append((target.forward(torch.tensor([token]), torch.tensor([ref.length]), ref, None),
+                      steps.forward([token], [steps.cache.length], None)))
+        token = int(pairs[-1][0].logits[0].argmax())
+    for size in (6, 70):  # a bucket of 8, and beyond the buckets
+        mask = ancestor_mask(torch.tensor([-1] + [(i - 1) // 2 for i in range(1, size)]))
+        depths = mask.sum(1) - 1
+        pos = (ref.length + depths).tolist()
+        toks = [(7 * i) % 31 + 1 for i in range(size)]
+        pairs.append((target.forward(torch.tensor(toks), torch.tensor(pos), ref, mask), steps.forward(toks, pos, mask)))
+    assert steps.cache.length == ref.length == 7 + 4 + 6 + 70
+    for eager, static in pairs:
+        assert torch.allclose(eager.logits, static.logits, atol=1e-5, rtol=0)
+        assert torch.allclose(eager.features, static.features, atol=1e-5, rtol=0)
+        assert torch.equal(static.argmax, static.logits.argmax(-1))
+    assert torch.allclose(steps.cache.k[:, :, :ref.length], ref.k[:, :, :ref.length], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("tree", [None, TreeConfig.create(4, 2, 8, adaptive=False), TreeConfig.create(),
+                                  TreeConfig.create(3, 8, 70, adaptive=False)], ids=["plain", "fixed", "default", "70"])
+def test_the_static_path_decodes_the_eager_paths_tokens(target, tree, temperature):
+    sampling = SamplingConfig(temperature=temperature, max_new_tokens=40, seed=3)
+    runs = {d: engine(target, d, Recording() if d == "static" else None).generate(PROMPT, tree, sampling)
+            for d in ("eager", "static")}
+    assert [o.token for o in runs["static"].output] == [o.token for o in runs["eager"].output]
+    if tree is not None:
+        assert [c.path for c in runs["static"].cycles] == [c.path for c in runs["eager"].cycles]
+    assert "static cache" in " ".join(runs["static"].notes) and runs["eager"].notes == []
+
+
+@torch.inference_mode()
+def test_capturing_a_bucket_mid_run_leaves_the_committed_keys_alone(target):
+    steps = StaticSteps(target, 96, "torch", None, Recording(warmup=3))
+    steps.forward(list(range(1, 21)), list(range(20)), causal(20, "cpu"))
+    before = steps.cache.k[:, :, :20].clone(), steps.cache.v[:, :, :20].clone()
+    steps.forward([5, 6, 7], [20, 21, 21], ancestor_mask(torch.tensor([-1, 0, 0])))  # bucket 4: captured now
+    assert torch.equal(steps.cache.k[:, :, :20], before[0]) and torch.equal(steps.cache.v[:, :, :20], before[1])
+    assert steps.graphs.captures == 2 and set(steps._replays) == {4, 32}
+
+
+class Shapes(TorchDispatchMode):
+    """Records each operation with the shapes of its tensor arguments."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: set = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        shapes = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
+        self.seen.add((str(func), shapes))
+        return func(*args, **(kwargs or {}))
+
+
+@torch.inference_mode()
+def test_after_warm_up_no_step_makes_a_new_shape(target):
+    """What a replayed graph needs: every plain step of a 128-token run runs the same operations on the same
+    shapes (the eager forward's attention grows with the cache, so its shapes change every step)."""
+    steps = StaticSteps(target, 160, "torch", None, Recording())
+    steps.forward([1, 2, 3], [0, 1, 2], causal(3, "cpu"))
+    per_step = []
+    for i in range(128):
+        with Shapes() as mode:
+            steps.forward([i % 30 + 1], [steps.cache.length], None)
+        per_step.append(mode.seen)
+    assert all(seen == per_step[0] for seen in per_step[1:])
+    eager = target.new_cache(160)
+    shapes = []
+    for i in range(2):
+        with Shapes() as mode:
+            target.forward(torch.tensor([i + 1]), torch.tensor([i]), eager, None)
+        shapes.append(mode.seen)
+    assert shapes[0] != shapes[1]  # the contrast: why the eager forward cannot be replayed
+
+
+class Ops(TorchDispatchMode):
+    """Counts the operations that do work (views, dtype no-ops and detaches cost no kernel) and the host reads
+    that bypass `to_host` (an `.item()` or `int(tensor)` dispatches `_local_scalar_dense`)."""
+
+    FREE = ("view", "transpose", "unsqueeze", "select", "slice", "split", "chunk", "reshape", "diagonal",
+            "alias", "detach", "lift_fresh", "to.dtype", "to.device", "expand", "t.default", "permute", "_unsafe_view")
+
+    def __init__(self):
+        super().__init__()
+        self.work, self.items = Counter(), 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func).removeprefix("aten.")
+        if name.startswith("_local_scalar_dense"):
+            self.items += 1
+        elif not any(name.startswith(free) for free in self.FREE):
+            self.work[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+OPS_PER_LAYER = 30  # PyTorch's operations (kernels on a GPU) per decoder layer of a plain step, unfused
+FUSED_PER_LAYER = 9  # with kernels.layer_ops and the Triton attention: the docstring of kernels/layer_ops.py
+FIXED = 30  # embedding, RoPE's angles, the step's mask and slots, the final norm, logits, argmax; staging
+
+
+@torch.inference_mode()
+def test_a_plain_step_stays_within_its_operation_budget(target):
+    steps = StaticSteps(target, 96, "torch", None, Recording())
+    steps.forward([1, 2], [0, 1], causal(2, "cpu"))
+    steps.forward([3], [2], None)  # bucket 1 captured
+    with Ops() as ops:
+        steps.forward([4], [3], None)
+    total = sum(ops.work.values())
+    assert ops.items == 0
+    assert total <= OPS_PER_LAYER * target.num_layers + FIXED, ops.work.most_common()
+
+
+@pytest.fixture(scope="module")
+def fused_target(target) -> TargetModel:
+    """The tiny model with the fused layer kernels, run by Triton's interpreter (as a GPU's steps run)."""
+    if not interpreting():
+        pytest.skip("the fused layer kernels run on a CPU only in Triton's interpreter (TRITON_INTERPRET=1)")
+    return TargetModel(target.hf, target.tokenizer, target.name, fused=False, layer_kernels=True)
+
+
+@torch.inference_mode()
+def test_fused_layer_kernels_give_the_eager_forwards_results(fused_target, target):
+    steps = StaticSteps(fused_target, 96, "triton", None, Recording(warmup=0))
+    ref = target.new_cache(96)
+    mask = ancestor_mask(torch.tensor([-1, 0, 0, 1, 1, 2]))
+    cases = [([3, 4, 5, 6, 7], list(range(5)), causal(5, "cpu")), ([9], [5], None),
+             ([1, 2, 3, 4, 5, 6], [6, 7, 7, 8, 8, 8], mask)]
+    for tokens, pos, m in cases:
+        want = target.forward(torch.tensor(tokens), torch.tensor(pos), ref, m)
+        got = steps.forward(tokens, pos, m)
+        assert torch.allclose(got.logits, want.logits, atol=1e-4, rtol=0)
+        assert torch.allclose(got.features, want.features, atol=1e-4, rtol=0)
+    assert torch.allclose(steps.cache.k[:, :, :ref.length], ref.k[:, :, :ref.length], atol=1e-5, rtol=0)
+
+
+@torch.inference_mode()
+def test_fused_layer_kernels_bring_a_plain_step_to_nine_launches_a_layer(fused_target, monkeypatch):
+    """Kernels a GPU would launch for one plain step: PyTorch's operations that do work, plus each Triton
+    launch counted once (run with the counting suspended, since the interpreter's own copies are no kernels)."""
+    ops = Ops()
+    launches = Counter()
+
+    def counted(name, fn):
+        def launch(*args, **kwargs):
+            launches[name] += 1
+            with _disable_current_modes():
+                return fn(*args, **kwargs)
+        return launch
+
+    monkeypatch.setattr(layer_ops, "add_rms_norm", counted("add_rms_norm", layer_ops.add_rms_norm))
+    monkeypatch.setattr(layer_ops, "silu_mul", counted("silu_mul", layer_ops.silu_mul))
+    monkeypatch.setattr(layers, "rope_store", counted("rope_store", layers.rope_store))
+    monkeypatch.setattr(ta, "_launch", counted("attention", ta._launch))
+    steps = StaticSteps(fused_target, 96, "triton", None, Recording(warmup=0))
+    steps.forward([1, 2], [0, 1], causal(2, "cpu"))
+    steps.forward([3], [2], None)
+    launches.clear()
+    with ops:
+        steps.forward([4], [3], None)
+    layers_n = fused_target.num_layers
+    assert launches == {"add_rms_norm": 2 * layers_n + 1, "silu_mul": layers_n, "rope_store": layers_n,
+                        "attention": layers_n}
+    assert ops.work["linear.default"] == 4 * layers_n + 1 and ops.items == 0
+    total = sum(ops.work.values()) + sum(launches.values())
+    assert total <= FUSED_PER_LAYER * layers_n + FIXED, (ops.work.most_common(), launches)
+
+
+@pytest.mark.parametrize("tree", [None, TreeConfig.create(5, 4, 16, adaptive=False), TreeConfig.create()],
+                         ids=["plain", "fixed", "default"])
+def test_reads_of_device_values(target, tree):
+    """A plain step reads the device once (the token); a greedy EAGLE cycle once per draft level and once for
+    the verdict; nothing reads past the counted helper."""
+    e = engine(target, "static", Recording())
+    sampling = SamplingConfig(max_new_tokens=48)
+    ids = e.encode_prompt(PROMPT)
+    run = e.new_run(PROMPT, ids, tree, sampling)
+    with Ops() as ops, counting_reads() as reads:
+        for _ in e.plain(ids, sampling, run) if tree is None else e.speculate(ids, tree, sampling, run):
+            pass
+    assert ops.items == 0
+    if tree is None:
+        assert reads[0] == len(run.output)  # the prefill's, then one a step
+    else:
+        assert reads[0] == 1 + sum(c.draft_levels + 1 for c in run.cycles)
+
+
+def test_a_capture_that_fails_falls_back_and_says_so(target):
+    e = engine(target, "static", Refusing())
+    run = e.generate(PROMPT, TreeConfig.create(4, 2, 8, adaptive=False), SamplingConfig(max_new_tokens=16))
+    want = engine(target, "eager").generate(PROMPT, TreeConfig.create(4, 2, 8, adaptive=False),
+                                            SamplingConfig(max_new_tokens=16))
+    assert [o.token for o in run.output] == [o.token for o in want.output]
+    assert any(n.startswith("CUDA-graph capture failed (RuntimeError: operation not permitted") for n in run.notes)
+
+
+def test_runs_lease_states_and_never_share_one(target):
+    e = engine(target, "static", Recording())
+    sampling = SamplingConfig(max_new_tokens=8)
+    ids = e.encode_prompt(PROMPT)
+    a, b = (e.plain(ids, sampling, e.new_run(PROMPT, ids, None, sampling)) for _ in range(2))
+    next(a), next(b)  # two runs at once: two states
+    free = e._static._free
+    assert sum(len(v) for v in free.values()) == 0
+    for _ in a:
+        pass
+    b.close()  # a run stopped early gives its state back too
+    assert sum(len(v) for v in free.values()) == 2
+
+
+def test_the_decode_path_by_device():
+    assert decode_path("auto", "cpu") == ("eager", [])
+    assert decode_path("auto", "cuda")[0] == "graphs"
+    assert "captured at 1, 2, 4, 8, 16, 32, 64 tokens" in decode_path("graphs", "cuda")[1][0]
+    assert BUCKETS[-1] == 64
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
+        decode_path("graphs", "cpu")
+    with pytest.raises(ValueError, match="must be one of"):
+        decode_path("fast", "cpu")
+
+
+def test_a_zerogpu_space_runs_the_steps_uncaptured(monkeypatch):
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    path, notes = decode_path("auto", "cuda")
+    assert path == "static" and "ZeroGPU" in notes[0]
