@@ -3,7 +3,8 @@ gradio, plotly, gguf, accelerate, the model package, the prompt packages, nor a 
 a subprocess where importing those packages fails (and Hugging Face is offline): `gpu-check --model random`
 needs nothing at all, `gpu-check --model BUNDLE` needs the bundle `export-bundle` wrote, and the default
 `gpu-check` says what is missing instead of failing. Every section that can run on a CPU passes; the others
-are skipped with a reason. (docs/gpu-check.md)"""
+are skipped with a reason. `bench`, `ceiling` and `tune` run on the bundle too (bench without its figure: plotly
+is absent). (docs/gpu-check.md)"""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,7 @@ def bare(*args: str, interpret: bool) -> tuple[subprocess.CompletedProcess, dict
 
 
 NO_KERNEL = "no GPU: on a CPU the kernel runs only in Triton's interpreter (set TRITON_INTERPRET=1)"
+DRY_RUN_BUDGET_S = "600"  # a dry run on a shared 2-core CPU takes 1-2 minutes: more than a GPU's default budget
 
 
 def test_gpu_check_with_random_weights_needs_nothing(tmp_path):
@@ -60,7 +63,7 @@ def test_gpu_check_with_random_weights_needs_nothing(tmp_path):
     # random model, `make test-avx2`): its lossless check of bf16 belongs to a GPU or a CPU that packs bf16.
     dtypes = ("float32", "float16", "bfloat16") if capability.detect().bf16_packing else ("float32", "float16")
     proc, report = bare("gpu-check", "--device", "cpu", "--model", "random", "--quick", "--out", str(out),
-                        "--dtypes", ",".join(dtypes), interpret=True)
+                        "--dtypes", ",".join(dtypes), "--budget-s", DRY_RUN_BUDGET_S, interpret=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert report["ok"] and report["summary"]["passed"] == ["self_check", "kernel_grid", "lossless", "bench"]
     assert report["model"]["prompts"] == "builtin"  # no MT-bench package here
@@ -141,7 +144,7 @@ def test_export_refuses_a_folder_that_is_not_empty(tmp_path, capsys):
 def test_gpu_check_with_the_bundle_needs_no_model_package(bundle, tmp_path):
     out = tmp_path / "bundle.json"
     proc, report = bare("gpu-check", "--device", "cpu", "--model", str(bundle.root), "--quick", "--dtypes", "float32",
-                        "--num-prompts", "1", "--out", str(out), interpret=False)
+                        "--num-prompts", "1", "--budget-s", DRY_RUN_BUDGET_S, "--out", str(out), interpret=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert report["ok"] and report["summary"]["passed"] == ["lossless", "bench"]
     assert report["summary"]["skipped"][:2] == [f"self_check: {NO_KERNEL}", f"kernel_grid: {NO_KERNEL}"]
@@ -150,6 +153,64 @@ def test_gpu_check_with_the_bundle_needs_no_model_package(bundle, tmp_path):
     assert run["identical"] == 1 and run["target"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert run["head"].startswith("head (4,096 of 16,384 draft tokens)")  # the shipped head, hot vocabulary
     assert report["bench"]["torch"]["tau"] > 1.2  # the trained head's drafts are accepted
+
+
+@pytest.fixture(scope="module")
+def own_cache(tmp_path_factory) -> Iterator[Path]:
+    """EAGLEVIZ_CACHE for this module's `bench`, `ceiling` and `tune`: the bare machine's own cache, shared by the
+    three (the price list the first one measures serves the others), apart from the suite's (`tune`'s tree and
+    `bench`'s latest result stay out of it), with the compiled CPU kernels linked in."""
+    from eagleviz.paths import cache_dir
+
+    cache = tmp_path_factory.mktemp("bare") / "cache"
+    cache.mkdir()
+    (cache / "kernels").symlink_to(cache_dir() / "kernels", target_is_directory=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EAGLEVIZ_CACHE", str(cache))
+        yield cache
+
+
+SMALLEST = ("--device", "cpu", "--limit", "1", "--max-new-tokens", "8")  # one MT-bench prompt from the bundle
+
+
+def test_bench_runs_on_the_bundle_and_writes_its_results_without_a_figure(bundle, own_cache, tmp_path):
+    from eagleviz.perf import bench
+
+    out = tmp_path / "bench"
+    methods = ",".join(bench.METHODS)  # not eagle-tuned, whether `tune` has run here or not
+    proc, _ = bare("bench", "--model", str(bundle.root), *SMALLEST, "--repeats", "1", "--methods", methods,
+                   "--out", str(out), interpret=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "no figure (bench-T0.html): plotly is not installed" in proc.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["bench-T0.json", "bench-T0.md"]
+    result = json.loads((out / "bench-T0.json").read_text())
+    assert list(result["rows"]) == list(bench.METHODS) and result["prompts"] == 1
+    assert all(0 < row["tokens"] <= 8 and row["tokens_per_s"] > 0 for row in result["rows"].values())
+    assert result["machine"]["model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert json.loads((own_cache / "bench" / "bench-T0.json").read_text()) == result  # where the page looks
+    assert not list(tmp_path.rglob("*.html"))
+
+
+def test_ceiling_runs_on_the_bundle_and_writes_its_results(bundle, own_cache, tmp_path):
+    out = tmp_path / "ceiling"
+    proc, _ = bare("ceiling", "--model", str(bundle.root), *SMALLEST, "--chains", "1", "--out", str(out),
+                   interpret=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "ceiling-T0.json").read_text())
+    assert list(result["rows"]) == ["plain", "foresight-1", "eagle-chain-1", "eagle"] and result["prompts"] == 1
+    assert result["batch_invariant"]  # weight blocks on a CPU: every output was plain decoding's (checked)
+    assert (own_cache / "bench" / "ceiling-T0.json").is_file() and not list(tmp_path.rglob("*.html"))
+
+
+def test_tune_runs_on_the_bundle_and_saves_its_tree(bundle, own_cache, tmp_path):
+    from eagleviz.perf import tune
+
+    proc, _ = bare("tune", "--model", str(bundle.root), *SMALLEST, "--prefix", "16", interpret=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((own_cache / "tuned.json").read_text())  # tune writes to the cache only
+    assert len(result["grid"]) == len(tune.tune_grid()) and set(result["best"]) == {"steps", "topk", "draft_tokens"}
+    assert result["verify_cost"]["prefix"] == 16 and result["sampling"]["max_new_tokens"] == 8
+    assert f"saved to {own_cache / 'tuned.json'}" in proc.stdout and not list(tmp_path.rglob("*.html"))
 
 
 def test_training_on_a_bare_machine_runs_every_stage_and_resumes(bundle, tmp_path):

@@ -1,7 +1,9 @@
-"""eagleviz/perf/gpu_check.py on a CPU: the report's structure from every section with tiny engines and the kernel in
-Triton's interpreter, a broken section reported without hiding the others, a section that cannot run here
-skipped with its reason, the prompts it picks, the command's one-line refusals (no GPU, a bad device), and
-its dry run writing the report. The bare machine's runs, in subprocesses: tests/test_bare_box.py."""
+"""eagleviz/perf/gpu_check.py (and the sections it reports, eagleviz/perf/sections.py) on a CPU: the report's
+structure from every section with tiny engines and the kernel in Triton's interpreter, a broken section reported
+without hiding the others, a section that cannot run here skipped with its reason, the default grid's sample, the
+time budget (spent: what has not started is skipped, never run over), the prompts it picks, the command's
+one-line refusals (no GPU, a bad device, a negative budget), and its dry run writing the report with the
+defaults. The bare machine's runs, in subprocesses: tests/test_bare_box.py."""
 
 import json
 from types import SimpleNamespace
@@ -15,6 +17,7 @@ from eagleviz.perf import gpu_check
 from eagleviz.config import TreeConfig
 from eagleviz.decoding.engine import Engine
 from eagleviz.errors import UserFacingError
+from eagleviz.perf.sections import Budget
 from kernels import cases
 from tiny import tiny_engine
 
@@ -36,12 +39,16 @@ def test_the_report_has_every_section_and_passes_on_tiny_models(engine_for):
     report = gpu_check.run_gpu_check(torch.device("cpu"), engine_for, ["abcde", "xyz"], TREE, max_new_tokens=10,
                                      grid_every=149, progress=_quiet)
     json.dumps(report)  # plain JSON all through
-    assert set(report) == {"environment", "started", "self_check", "kernel_grid", "lossless", "bench", "summary", "ok"}
+    assert set(report) == {"environment", "started", "self_check", "kernel_grid", "lossless", "bench", "time",
+                           "summary", "ok"}
+    assert report["time"]["budget_s"] is None and list(report["time"]["seconds"]) == list(gpu_check.SECTIONS)
+    assert sum(report["time"]["seconds"].values()) <= report["time"]["total_s"] + 0.5  # each rounded to 0.1 s
     assert report["environment"]["device"] == "cpu" and report["environment"]["torch"] == torch.__version__
     assert set(report["self_check"]) == {"float32", "float16", "bfloat16"}
     assert all(c["ok"] and c["relative_error"] is not None for c in report["self_check"].values())
     grid = report["kernel_grid"]
-    assert grid["cases"] == len(range(0, len(cases.grid(cases.GPU_DTYPES)), 149))
+    assert grid["cases"] == grid["chosen"] == len(range(0, len(cases.grid(cases.GPU_DTYPES)), 149))
+    assert grid["grid"] == len(cases.grid(cases.GPU_DTYPES)) and "rest" not in grid
     assert grid["failed"] == 0 and set(grid["max_relative_error"]) == {"float32", "float16", "bfloat16"}
     for dtype in ("float32", "float16", "bfloat16"):
         section = report["lossless"][dtype]
@@ -102,7 +109,7 @@ def test_a_model_that_cannot_load_here_is_skipped_with_its_reason(monkeypatch):
 
     monkeypatch.setattr(gpu_check, "kernel_unavailable", lambda device: None)
     monkeypatch.setattr(gpu_check, "self_checks", lambda device, dtypes: {d: {"ok": True} for d in dtypes})
-    monkeypatch.setattr(gpu_check, "kernel_grid", lambda device, dtypes, every: {"ok": True})
+    monkeypatch.setattr(gpu_check, "kernel_grid", lambda device, dtypes, every, budget: {"ok": True})
     report = gpu_check.run_gpu_check(torch.device("cpu"), missing, ["abc"], TREE, max_new_tokens=6,
                                      progress=_quiet)
     assert report["lossless"] == {d: {"skipped": "The embedded model package is not installed"}
@@ -149,6 +156,81 @@ def test_a_bad_device_is_one_line(capsys):
     assert err == "error: --device 'gpu0' is not a device name (cpu, cuda, cuda:1, ...)"
 
 
+def test_the_default_grid_holds_every_value_and_every_extreme_of_each_axis():
+    grid = cases.grid(cases.GPU_DTYPES)
+    chosen = [grid[i] for i in gpu_check.sampled_cases(grid)]
+    axes = (cases.PREFIXES, cases.TREE_SIZES, cases.HEAD_DIMS, cases.GROUPS, cases.SHAPES, cases.GPU_DTYPES)
+    assert len(chosen) == 216 and len(grid) == 1944
+    for k, axis in enumerate(axes):
+        assert {case[k] for case in chosen} == set(axis)  # every value, so both ends of each axis
+    for k, axis in enumerate(axes[:4]):  # each end of a size axis against the other three at their largest...
+        others = [j for j in range(4) if j != k]
+        for end in (axis[0], axis[-1]):
+            assert any(c[k] == end and all(c[j] == axes[j][-1] for j in others) for c in chosen)
+    corners = {(p, t, d, g) for p in (0, 130) for t in (1, 64) for d in (32, 128) for g in (1, 4)}
+    for shape in cases.SHAPES:  # ... and the 16 corners for every tree shape and dtype
+        for dtype in cases.GPU_DTYPES:
+            assert {c[:4] for c in chosen if c[4:] == (shape, dtype)} >= corners
+
+
+def test_a_budget_of_zero_skips_every_section_with_the_reason(engine_for, monkeypatch):
+    monkeypatch.setattr(gpu_check, "kernel_unavailable", lambda device: None)
+    report = gpu_check.run_gpu_check(torch.device("cpu"), engine_for, ["abc"], TREE, max_new_tokens=6,
+                                     budget=Budget(0), progress=_quiet)
+    why = "not started: the time budget (--budget-s 0) was spent"
+    assert all(report[name] == {"skipped": why} for name in gpu_check.SECTIONS)
+    assert report["summary"] == {"passed": [], "failed": [], "skipped": [f"{n}: {why}" for n in gpu_check.SECTIONS]}
+    assert report["time"]["budget_s"] == 0 and set(report["time"]["seconds"]) == set(gpu_check.SECTIONS)
+
+
+class Clock:
+    """Seconds that pass only when told to."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_budget_spent_during_a_section_stops_it_between_parts(engine_for, monkeypatch):
+    """A 15 s budget on a clock where a grid case takes 1 s and loading a model 10 s: with 20 cases, the grid stops
+    after 15 and the sections after it are skipped; with 5, the lossless check runs its first dtype (started at
+    5 s) and skips the others (not started by 15 s), and the bench is skipped."""
+    monkeypatch.setattr(gpu_check, "kernel_unavailable", lambda device: None)
+    monkeypatch.setattr(gpu_check, "self_checks", lambda device, dtypes: {d: {"ok": True} for d in dtypes})
+    why = "not started: the time budget (--budget-s 15) was spent"
+
+    def run(every: int) -> dict:
+        clock = Clock()
+
+        def case(case, seed, device):
+            clock.now += 1.0
+            return cases.CaseResult(cases.case_id(case), 0.0, 0.0, True)
+
+        def slow_engine(dtype, impl):
+            clock.now += 10.0
+            return engine_for(dtype, impl)
+
+        monkeypatch.setattr(cases, "run_case", case)
+        return gpu_check.run_gpu_check(torch.device("cpu"), slow_engine, ["abc"], TREE, max_new_tokens=6,
+                                       grid_every=every, budget=Budget(15, clock), progress=_quiet)
+
+    report = run(every=100)  # 20 of the 1,944 cases
+    grid = report["kernel_grid"]
+    assert (grid["cases"], grid["chosen"]) == (15, 20) and grid["rest"] == {"skipped": f"5 cases {why}"}
+    assert report["lossless"] == report["bench"] == {"skipped": why}
+    assert report["summary"] == {"passed": ["self_check", "kernel_grid"], "failed": [],
+                                 "skipped": [f"kernel_grid.rest: 5 cases {why}", f"lossless: {why}", f"bench: {why}"]}
+
+    report = run(every=400)  # 5 cases
+    assert report["kernel_grid"]["cases"] == 5 and "rest" not in report["kernel_grid"]
+    assert report["lossless"]["float32"]["ok"]
+    assert report["lossless"]["float16"] == report["lossless"]["bfloat16"] == {"skipped": why}
+    assert report["summary"] == {"passed": ["self_check", "kernel_grid", "lossless"], "failed": [],
+                                 "skipped": [f"lossless.float16: {why}", f"lossless.bfloat16: {why}", f"bench: {why}"]}
+
+
 def test_the_dry_run_writes_its_report(engine_for, monkeypatch, tmp_path):
     seen = []
     monkeypatch.setattr(gpu_check, "engines", lambda model, head, device: seen.append((model, head)) or engine_for)
@@ -161,4 +243,36 @@ def test_the_dry_run_writes_its_report(engine_for, monkeypatch, tmp_path):
     assert list(report)[:2] == ["environment", "model"] and set(report["lossless"]) == {"float32"}
     assert report["model"]["model"] == "random" and "stand-in" in report["model"]["tokenizer"]
     assert report["model"]["prompts"] == "builtin" and len(report["lossless"]["float32"]["prompts"]) == 2
-    assert report["bench"]["settings"]["dtype"] == "float32"
+    assert report["bench"]["settings"]["dtype"] == "float32" and report["bench"]["settings"]["max_new_tokens"] == 32
+    assert report["time"]["budget_s"] == 120 and report["time"]["total_s"] < 120
+
+
+def test_the_defaults_are_two_prompts_of_48_tokens_and_the_sampled_grid(engine_for, monkeypatch, tmp_path, capsys):
+    grids = []
+
+    def grid(device, dtypes, every, budget):
+        grids.append(every)
+        return {"ok": True}
+
+    monkeypatch.setattr(gpu_check, "engines", lambda model, head, device: engine_for)
+    monkeypatch.setattr(gpu_check, "kernel_unavailable", lambda device: None)
+    monkeypatch.setattr(gpu_check, "self_checks", lambda device, dtypes: {d: {"ok": True} for d in dtypes})
+    monkeypatch.setattr(gpu_check, "kernel_grid", grid)
+    args = ["gpu-check", "--device", "cpu", "--model", "random", "--prompts", "builtin", "--dtypes", "float32"]
+    assert cli.main(args + ["--out", str(tmp_path / "report.json")]) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["bench"]["settings"]["max_new_tokens"] == 48 and report["bench"]["settings"]["prompts"] == 2
+    assert "s of the 120 s budget" in capsys.readouterr().out
+    assert cli.main(args + ["--budget-s", "0", "--full-grid", "--out", str(tmp_path / "none.json")]) == 0
+    assert cli.main(args + ["--budget-s", "60", "--full-grid", "--quick", "--out", str(tmp_path / "full.json")]) == 0
+    assert cli.main(args + ["--quick", "--out", str(tmp_path / "quick.json")]) == 0
+    assert grids == [None, 1, 20]  # the budget of 0 s ran no grid at all
+    none = json.loads((tmp_path / "none.json").read_text())
+    assert none["summary"]["passed"] == [] and none["time"]["budget_s"] == 0
+    assert "not started: the time budget (--budget-s 0) was spent" in capsys.readouterr().out
+
+
+def test_a_negative_budget_is_refused_in_one_line(capsys):
+    assert cli.main(["gpu-check", "--device", "cpu", "--budget-s", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: --budget-s: a time budget is 0 s or more, got -1.0"

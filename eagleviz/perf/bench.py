@@ -12,7 +12,7 @@ bench: for each prompt, interleaved and repeated, run
 with the same model, dtype and thread count. Reports the median tokens/s per method, the median per-prompt
 speedup over hf-generate, tau and the mean time per phase, checks that the greedy methods agree (with
 hf-generate, or from weight blocks with our plain loop; explaining a difference by the target's top-2 gap
-where they diverge), and writes JSON, a Markdown table and a
+where they diverge), and writes JSON, a Markdown table and (where Plotly is installed) a
 Plotly HTML figure to --out; the JSON is also copied to <cache>/bench/, where the app's measured-speed
 section looks first (eagleviz.measured). Thirteen A/B modes measure one engineering lever each, interleaved in one
 process: `--ab trace` (recording the full trace), `--ab packing` (oneDNN-packed linears,
@@ -36,6 +36,7 @@ import argparse
 import copy
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import os
 import statistics
@@ -53,8 +54,8 @@ from eagleviz.errors import UserFacingError
 from eagleviz.measured import bench_name, tuned_config, tuned_tree, user_bench_path
 from eagleviz.models.loading import cpu_description
 from eagleviz.perf import peers as peer_methods
-from eagleviz.prompts import load_prompts
-from eagleviz.visuals.speed import bench_figure, markdown_table
+from eagleviz.prompts import bundle_copies, load_prompts
+from eagleviz.visuals.table import markdown_table
 
 AB_LEVERS = ("trace", "packing", "hot-vocab", "kv-fp32", "fused", "policy", "lookup", "prefix", "sample-ops",
              "stack", "learned", "rest-price", "head-layer")
@@ -431,11 +432,20 @@ def ab_name(lever: str, temperature: float) -> str:
     return f"ab-{lever}-T{temperature:g}.json"
 
 
-def write_outputs(result: dict, out: Path, stem: str) -> None:
+def write_outputs(result: dict, out: Path, stem: str) -> list[str]:
+    """The result as JSON, its Markdown table and its Plotly figure in `out`; returns the suffixes written. Where
+    Plotly is not installed (a GPU machine lent bare) the figure is left out, and a line says so: the JSON and
+    the table hold the same numbers."""
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(result, indent=2))
     (out / f"{stem}.md").write_text(markdown_table(result) + "\n")
+    if importlib.util.find_spec("plotly") is None:
+        print(f"no figure ({stem}.html): plotly is not installed; the JSON and the table hold its numbers")
+        return [".md", ".json"]
+    from eagleviz.visuals.speed import bench_figure
+
     bench_figure(result).write_html(out / f"{stem}.html", include_plotlyjs=True)
+    return [".md", ".json", ".html"]
 
 
 def keep_latest(result: dict, path: Path | None = None) -> Path:
@@ -449,7 +459,8 @@ def keep_latest(result: dict, path: Path | None = None) -> Path:
 
 # ---------------------------------------------------------------------------------------------- CLI
 def common_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prompts", default="mtbench", help="'mtbench' or a file of prompts")
+    p.add_argument("--prompts", default="mtbench",
+                   help="'mtbench' (with --model BUNDLE, the bundle's copy) or a file of prompts")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
@@ -472,7 +483,8 @@ def check_knobs(args, tree_args: bool = False) -> tuple[SamplingConfig, TreeConf
 def setup(args, with_prompts: bool = True):
     from eagleviz.decoding.load import load_engine
 
-    prompts = load_prompts(args.prompts, args.limit) if with_prompts else []
+    _, source = bundle_copies(args.model, prompts=args.prompts)
+    prompts = load_prompts(source, args.limit) if with_prompts else []
     if args.threads:
         torch.set_num_threads(args.threads)
     engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl, args.draft_vocab,
@@ -516,9 +528,9 @@ def bench_main(argv: list[str]) -> int:
                    peers=peers)
     result["tree"] = tree_record(tree)
     result["command"] = "python -m eagleviz bench " + " ".join(argv)
-    write_outputs(result, args.out, stem)
+    written = write_outputs(result, args.out, stem)
     print(markdown_table(result))
-    print(f"wrote {args.out / stem}.md/.json/.html; the app shows it from {keep_latest(result)}")
+    print(f"wrote {args.out / stem}{'/'.join(written)}; the app shows it from {keep_latest(result)}")
     return 0
 
 

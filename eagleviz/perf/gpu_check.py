@@ -6,11 +6,19 @@ It writes one JSON report (docs/gpu-check.md says what to expect in it):
     self_check    the Triton kernel against PyTorch attention on a small tree in fp32, fp16 and bf16: the check
                   `auto` makes before it takes the kernel (kernels/self_check.py)
     kernel_grid   the kernel against a float64 reference over the test suite's grid (kernels/cases.py), also in
-                  bf16, which the CPU interpreter cannot test
+                  bf16, which the CPU interpreter cannot test: by default a sample that holds every axis's
+                  extremes (`sampled_cases`), with --full-grid all of it
     lossless      greedy EAGLE against plain greedy decoding, in fp32 (identical outputs expected), fp16 and bf16
                   (every difference must sit at a near-tie)
     bench         plain decoding and EAGLE, tokens/s and tau, with the Triton kernel and with PyTorch attention
+    time          the budget (--budget-s), each section's seconds and the total
     summary, ok   the sections that passed, failed and were skipped (with why); ok when none failed
+
+The defaults are sized for about two minutes of a GPU (the sampled grid, 2 prompts of 48 new tokens) and held
+to it: sections run in order against one time budget (--budget-s, default 120), and once it is spent what has
+not started (a section, a dtype, an attention implementation, the rest of the grid) is skipped with that
+reason instead of running over.
+
 `--model random` needs no weights at all: greedy EAGLE equals plain greedy decoding for any weights, and what
 attention costs does not depend on them, so a seeded random target of the embedded model's shape and a random
 EAGLE-3 head prove the engine and time the kernel. `--model BUNDLE` (from `export-bundle`) brings the real
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -36,6 +45,7 @@ import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
+from eagleviz.perf.sections import Budget, describe, each_part, skipped, summary
 from kernels import capability
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
@@ -46,11 +56,8 @@ FALLBACK_PROMPTS = ("Write a Python function that returns the factorial of n, wi
                     "Give three tips for a first marathon.", "What is the capital of Australia, and why not Sydney?")
 EngineFor = Callable[[str, str], object]  # (dtype name, attention impl) -> Engine
 SECTIONS = ("self_check", "kernel_grid", "lossless", "bench")
-
-
-def skipped(why: str) -> dict:
-    """A section (or part of one) that cannot run here, and why."""
-    return {"skipped": why}
+DEFAULT_PROMPTS, DEFAULT_NEW_TOKENS, DEFAULT_BUDGET_S = 2, 48, 120.0
+QUICK_NEW_TOKENS, QUICK_GRID_EVERY = 32, 20
 
 
 def environment(device: torch.device) -> dict:
@@ -94,42 +101,55 @@ def self_checks(device: torch.device, dtypes=DTYPE_NAMES) -> dict:
     return out
 
 
-def kernel_grid(device: torch.device, dtypes=DTYPE_NAMES, every: int = 1) -> dict:
-    """The kernel against float64 over the grid in `dtypes` (`every`: every n-th case only)."""
+def sampled_cases(grid: list[tuple]) -> list[int]:
+    """The default grid: the indices of `grid`'s cases (kernels/cases.py: prefix length, tree size, head dim,
+    GQA group, tree shape, dtype) whose four sizes all sit at an end of their axis (the 16 corners: P 0 or 130,
+    T 1 or 64, D 32 or 128, G 1 or 4), and of those with one size inside its axis and the other three at their
+    largest (P 1, 17; T 2, 5, 16, 33; D 64; G 3): every value of every axis, each extreme against the other
+    extremes, for every tree shape and dtype. 216 of the 1,944 cases in three dtypes."""
+    from kernels import cases
+
+    ends = [(axis[0], axis[-1]) for axis in (cases.PREFIXES, cases.TREE_SIZES, cases.HEAD_DIMS, cases.GROUPS)]
+
+    def chosen(sizes) -> bool:
+        inside = [k for k, v in enumerate(sizes) if v not in ends[k]]
+        if not inside:  # a corner
+            return True
+        return len(inside) == 1 and all(v == ends[k][1] for k, v in enumerate(sizes) if k != inside[0])
+
+    return [i for i, case in enumerate(grid) if chosen(case[:4])]
+
+
+def kernel_grid(device: torch.device, dtypes=DTYPE_NAMES, every: int | None = None, budget: Budget = Budget()) -> dict:
+    """The kernel against float64 over the grid in `dtypes`: every n-th case (`every`; 1: all of it), by default
+    `sampled_cases`. Each case's inputs are seeded by its index in the whole grid, so a case runs the same inputs
+    whatever the selection. Once `budget` is spent the remaining cases are skipped (`rest`)."""
     from kernels import cases
 
     grid = cases.grid(tuple(getattr(torch, n) for n in dtypes))
-    chosen = range(0, len(grid), every)
+    chosen = sampled_cases(grid) if every is None else range(0, len(grid), every)
     worst: dict[str, float] = {}
     failed = []
-    start = time.perf_counter()
+    ran = 0
     for index in chosen:
+        if budget.spent():
+            break
         result = cases.run_case(grid[index], seed=index, device=device)
         dtype = str(grid[index][-1]).removeprefix("torch.")
         worst[dtype] = max(worst.get(dtype, 0.0), result.error)
         if not result.ok:
             failed.append({"case": result.case, "relative_error": result.error, "lse_error": result.lse_error})
-    return {"cases": len(chosen), "failed": len(failed), "failures": failed[:20], "max_relative_error": worst,
-            "tolerance": {str(k).removeprefix("torch."): v for k, v in cases.TOLERANCE.items()},
-            "seconds": round(time.perf_counter() - start, 1), "ok": not failed}
-
-
-def _each(names, run: Callable[[str], dict]) -> dict:
-    """`run(name)` for each name, each part on its own: a model that cannot load here is skipped with its
-    reason (e.g. its package is not installed), an error fails that part only."""
-    out = {}
-    for name in names:
-        try:
-            out[name] = run(name)
-        except UserFacingError as exc:
-            out[name] = skipped(str(exc))
-        except Exception as exc:  # e.g. out of memory in one dtype: the others still run
-            out[name] = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
+        ran += 1
+    out = {"cases": ran, "chosen": len(chosen), "grid": len(grid), "failed": len(failed), "failures": failed[:20],
+           "max_relative_error": worst,
+           "tolerance": {str(k).removeprefix("torch."): v for k, v in cases.TOLERANCE.items()}, "ok": not failed}
+    if ran < len(chosen):
+        out["rest"] = skipped(f"{len(chosen) - ran} cases {budget.spent()}")
     return out
 
 
 def lossless(engine_for: EngineFor, prompts: list[str], tree: TreeConfig, max_new_tokens: int,
-             dtypes=DTYPE_NAMES) -> dict:
+             dtypes=DTYPE_NAMES, budget: Budget = Budget()) -> dict:
     """Greedy EAGLE against plain greedy decoding, per dtype (`eagleviz.decoding.race`): identical outputs, or a first
     difference at a near-tie of the target's two best logits (fp32: within FP32_TIE_GAP; bf16/fp16: within
     NEAR_TIE_STEPS rounding steps)."""
@@ -155,11 +175,11 @@ def lossless(engine_for: EngineFor, prompts: list[str], tree: TreeConfig, max_ne
                 "notes": list(engine.notes), "prompts": rows, "identical": sum(r["identical"] for r in rows),
                 "ok": all(r["identical"] or r["near_tie"] for r in rows)}
 
-    return _each(dtypes, one)
+    return each_part(dtypes, one, budget)
 
 
 def bench(engine_for: EngineFor, prompts: list[str], tree: TreeConfig, max_new_tokens: int, dtype: str = "bfloat16",
-          impls=("triton", "torch"), unavailable: dict[str, str] | None = None) -> dict:
+          impls=("triton", "torch"), unavailable: dict[str, str] | None = None, budget: Budget = Budget()) -> dict:
     """Plain decoding and EAGLE per attention implementation: median tokens/s over the prompts (after one
     warm-up run of each), mean tau, and EAGLE's speedup over plain decoding with the same attention.
     `unavailable`: implementations that cannot run here, with why (reported as skipped)."""
@@ -179,20 +199,24 @@ def bench(engine_for: EngineFor, prompts: list[str], tree: TreeConfig, max_new_t
                 "mean_phase_ms": {k: round(statistics.mean(s["mean_phase_ms"][k] for s in spec), 3)
                                   for k in spec[0]["mean_phase_ms"]}}
 
-    out = {impl: skipped(why) for impl, why in (unavailable or {}).items()} | _each(impls, one)
+    out = {impl: skipped(why) for impl, why in (unavailable or {}).items()} | each_part(impls, one, budget)
     out["settings"] = {"dtype": dtype, "tree": [tree.steps, tree.topk, tree.draft_tokens], "adaptive": tree.adaptive,
                        "max_new_tokens": max_new_tokens, "prompts": len(prompts)}
     return out
 
 
 def run_gpu_check(device: torch.device, engine_for: EngineFor, prompts: list[str] | str,
-                  tree: TreeConfig | None = None, max_new_tokens: int = 96, grid_every: int = 1, dtypes=DTYPE_NAMES,
+                  tree: TreeConfig | None = None, max_new_tokens: int = DEFAULT_NEW_TOKENS,
+                  grid_every: int | None = None, dtypes=DTYPE_NAMES, budget: Budget | None = None,
                   progress=print) -> dict:
     """Every section in order; a section that raises is reported with its error, and the others still run.
     `prompts` is a string when there are none, saying why (the model's sections are then skipped). The
     kernel's sections are skipped where it cannot run; the engine runs it on CUDA only (in the interpreter
-    a model's forward would take minutes)."""
+    a model's forward would take minutes). `grid_every`: `kernel_grid`'s selection (None: the sampled grid).
+    Once `budget` (default: none) is spent, the sections not yet started are skipped with that reason, and the
+    running one stops between its parts; `time` holds each section's seconds."""
     tree = tree or TreeConfig.create(adaptive=False)  # a full 5/4/16 tree every cycle, whatever the head
+    budget = budget or Budget()
     no_kernel = kernel_unavailable(device)
     engine_kernel = no_kernel or (None if device.type == "cuda" else "the engine runs the kernel on a GPU only "
                                   "(in Triton's interpreter one forward of the model would take minutes)")
@@ -200,81 +224,32 @@ def run_gpu_check(device: torch.device, engine_for: EngineFor, prompts: list[str
     no_prompts = prompts if isinstance(prompts, str) else None
     sections = {
         "self_check": lambda: skipped(no_kernel) if no_kernel else self_checks(device, dtypes),
-        "kernel_grid": lambda: skipped(no_kernel) if no_kernel else kernel_grid(device, dtypes, grid_every),
+        "kernel_grid": lambda: skipped(no_kernel) if no_kernel else kernel_grid(device, dtypes, grid_every, budget),
         "lossless": lambda: skipped(no_prompts) if no_prompts else lossless(engine_for, prompts, tree,
-                                                                             max_new_tokens, dtypes),
+                                                                             max_new_tokens, dtypes, budget),
         "bench": lambda: skipped(no_prompts) if no_prompts else bench(
             engine_for, prompts, tree, max_new_tokens, bench_dtype, ("torch",) if engine_kernel else ("triton", "torch"),
-            {"triton": engine_kernel} if engine_kernel else None),
+            {"triton": engine_kernel} if engine_kernel else None, budget),
     }
     report = {"environment": environment(device), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    seconds = {}
     for name, section in sections.items():
-        progress(f"gpu-check: {name} ...")
         begin = time.perf_counter()
-        try:
-            report[name] = section()
-        except Exception as exc:  # one broken section must not hide the others' results
-            report[name] = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
-        progress(f"gpu-check: {name}: {describe(report[name])} ({time.perf_counter() - begin:.1f} s)")
+        if why := budget.spent():
+            report[name] = skipped(why)
+        else:
+            progress(f"gpu-check: {name} ...")
+            try:
+                report[name] = section()
+            except Exception as exc:  # one broken section must not hide the others' results
+                report[name] = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
+        seconds[name] = round(time.perf_counter() - begin, 1)
+        progress(f"gpu-check: {name}: {describe(report[name])} ({seconds[name]:.1f} s; {budget.used()} used)")
+    report["time"] = {"budget_s": None if math.isinf(budget.seconds) else budget.seconds, "seconds": seconds,
+                      "total_s": round(budget.elapsed(), 1)}
     report["summary"] = summary({n: report[n] for n in sections})
     report["ok"] = not report["summary"]["failed"]
     return report
-
-
-def _skips(section: dict, where: str = "") -> list[tuple[str, str]]:
-    """(where, why) of every skipped part of a section ("" where the whole section is skipped)."""
-    if "skipped" in section:
-        return [(where, section["skipped"])]
-    return [s for key, part in section.items() if isinstance(part, dict)
-            for s in _skips(part, f"{where}.{key}" if where else key)]
-
-
-def _reasons(skips: list[tuple[str, str]]) -> list[str]:
-    """One `why` when every part was skipped for the same reason, else `part: why` for each."""
-    if len({why for _, why in skips}) == 1:
-        return [skips[0][1]]
-    return [f"{where}: {why}" for where, why in skips]
-
-
-def _failed(section: dict) -> bool:
-    if "skipped" in section:
-        return False
-    if "ok" in section:
-        return not section["ok"]
-    return any(_failed(v) for v in section.values() if isinstance(v, dict) and ("ok" in v or "error" in v))
-
-
-def _ran(section: dict) -> bool:
-    """Whether anything in the section was measured (not every part skipped)."""
-    if "skipped" in section:
-        return False
-    parts = [v for k, v in section.items() if isinstance(v, dict) and k != "settings"]
-    return not parts or any("skipped" not in v for v in parts)
-
-
-def describe(section: dict) -> str:
-    """One line: passed, FAILED, or skipped: why (with the skipped parts of a section that ran)."""
-    if _failed(section):
-        return "FAILED" + (f" ({section['error']})" if "error" in section else "")
-    skips = _skips(section)
-    if not _ran(section):
-        return "skipped: " + "; ".join(_reasons(skips))
-    return "passed" + (f" (skipped {'; '.join(f'{where}: {why}' for where, why in skips)})" if skips else "")
-
-
-def summary(sections: dict[str, dict]) -> dict:
-    """The sections that passed and failed, and `section: why` or `section.part: why` for what was skipped."""
-    out = {"passed": [], "failed": [], "skipped": []}
-    for name, section in sections.items():
-        skips = _skips(section)
-        if _failed(section):
-            out["failed"].append(name)
-        elif _ran(section):
-            out["passed"].append(name)
-            out["skipped"] += [f"{name}.{where}: {why}" for where, why in skips]
-        else:
-            out["skipped"] += [f"{name}: {why}" for why in _reasons(skips)]
-    return out
 
 
 def engines(model: str, head: str | None, device: str) -> EngineFor:
@@ -346,12 +321,20 @@ def _parser() -> argparse.ArgumentParser:
                         "nothing to carry), or a directory: a bundle from export-bundle or a Hugging Face model")
     p.add_argument("--head", default=None, help="draft head directory or 'random' (default: the model's own)")
     p.add_argument("--out", type=Path, default=None, help="the JSON report (default: runs/gpu-check-<time>.json)")
-    p.add_argument("--quick", action="store_true", help="every 20th grid case, 2 prompts, 32 new tokens")
+    p.add_argument("--quick", action="store_true",
+                   help=f"every {QUICK_GRID_EVERY}th grid case and {QUICK_NEW_TOKENS} new tokens (a dry run on a CPU)")
+    p.add_argument("--full-grid", action="store_true",
+                   help="the kernel against float64 on all 1,944 grid cases (default: a sample of 216 that holds "
+                        "every axis's extremes)")
+    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
+                   help=f"seconds for the whole check (default {DEFAULT_BUDGET_S:g}); once spent, what has not "
+                        "started is skipped, and the report says so")
     p.add_argument("--prompts", default="auto",
                    help="auto (a bundle's MT-bench, else MT-bench if installed, else builtin), mtbench, builtin, "
                         "or a prompt file")
-    p.add_argument("--num-prompts", type=int, default=None, help="default 8 (--quick: 2)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="default 128 (--quick: 32)")
+    p.add_argument("--num-prompts", type=int, default=DEFAULT_PROMPTS, help=f"default {DEFAULT_PROMPTS}")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"default {DEFAULT_NEW_TOKENS} (--quick: {QUICK_NEW_TOKENS})")
     p.add_argument("--dtypes", default=",".join(DTYPE_NAMES),
                    help="comma-separated, of float32, float16, bfloat16 (bench uses bfloat16 when listed)")
     return p
@@ -370,15 +353,21 @@ def _device(name: str) -> torch.device:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        budget = Budget(args.budget_s)
+    except ValueError as exc:
+        raise UserFacingError(f"--budget-s: {exc}") from exc
+    if args.num_prompts < 1:
+        raise UserFacingError(f"--num-prompts must be at least 1, got {args.num_prompts}")
     device = _device(args.device)
     dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
     if not dtypes or any(d not in DTYPE_NAMES for d in dtypes):
         raise UserFacingError(f"--dtypes takes names from {', '.join(DTYPE_NAMES)}, got {args.dtypes!r}")
-    count = args.num_prompts or (2 if args.quick else 8)
-    prompts, source = choose_prompts(args.prompts, args.model, count)
-    report = run_gpu_check(device, engines(args.model, args.head, str(device)), prompts,
-                           max_new_tokens=args.max_new_tokens or (32 if args.quick else 128),
-                           grid_every=20 if args.quick else 1, dtypes=dtypes,
+    prompts, source = choose_prompts(args.prompts, args.model, args.num_prompts)
+    tokens = args.max_new_tokens or (QUICK_NEW_TOKENS if args.quick else DEFAULT_NEW_TOKENS)
+    every = 1 if args.full_grid else QUICK_GRID_EVERY if args.quick else None
+    report = run_gpu_check(device, engines(args.model, args.head, str(device)), prompts, max_new_tokens=tokens,
+                           grid_every=every, dtypes=dtypes, budget=budget,
                            progress=lambda line: print(line, file=sys.stderr))
     model = describe_model(args.model, args.head) | {"prompts": source,
                                                       "num_prompts": 0 if isinstance(prompts, str) else len(prompts)}
@@ -390,5 +379,5 @@ def main(argv: list[str] | None = None) -> int:
     s = report["summary"]
     verdict = "SOME CHECKS FAILED: " + ", ".join(s["failed"]) if s["failed"] else "no check failed"
     print(f"gpu-check: {verdict}; passed: {', '.join(s['passed']) or 'none'}; skipped: "
-          f"{'; '.join(s['skipped']) or 'none'}; report: {out}")
+          f"{'; '.join(s['skipped']) or 'none'}; {budget.used()}; report: {out}")
     return 0 if report["ok"] else 1

@@ -9,19 +9,29 @@ measured speed, drawn from the JSON results of `bench` and `tune`.
     replay          the acceptance step replayed many times against the target distribution
     explain         plain-language texts with the cycle's numbers
     views           everything for one selected cycle, and the checks for imported traces
-    speed           measured speed: the bench table and bar chart, the verification cost curve cost(n) / cost(1)
+    speed           measured speed: the bench's bar chart, the verification cost curve cost(n) / cost(1)
+    table           the bench result as a Markdown table (no Plotly: `bench` writes it on a machine without it)
     fit             what fits where: each figure laid out for a phone's width, its title under Plotly's toolbar
+
+The names below are imported from their modules on first use (PEP 562), so that `eagleviz.visuals.table`
+loads without Plotly: `bench`, `ceiling` and `tune` run on a machine that has none.
 """
 
-from eagleviz.visuals.accepted_path import accepted_path_figure
-from eagleviz.visuals.attention_mask import attention_mask_figure
-from eagleviz.visuals.draft_tree import draft_tree_figure
-from eagleviz.visuals.kv_rewind import kv_rewind_figure
-from eagleviz.visuals.replay import replay_acceptance, replay_figure
-from eagleviz.visuals.speed import SpeedView, bench_figure, speed_view, verify_cost_figure
-from eagleviz.visuals.summary import summary_figure
-from eagleviz.visuals.views import CycleView, check_displayable, cycle_view, empty_view
+from __future__ import annotations
 
-__all__ = ["accepted_path_figure", "attention_mask_figure", "draft_tree_figure", "kv_rewind_figure",
-           "replay_acceptance", "replay_figure", "summary_figure", "CycleView", "check_displayable", "cycle_view",
-           "empty_view", "SpeedView", "bench_figure", "speed_view", "verify_cost_figure"]
+import importlib
+
+EXPORTS = {  # name -> the module that defines it
+    "accepted_path_figure": "accepted_path", "attention_mask_figure": "attention_mask",
+    "draft_tree_figure": "draft_tree", "kv_rewind_figure": "kv_rewind", "replay_acceptance": "replay",
+    "replay_figure": "replay", "summary_figure": "summary", "CycleView": "views", "check_displayable": "views",
+    "cycle_view": "views", "empty_view": "views", "SpeedView": "speed", "bench_figure": "speed",
+    "speed_view": "speed", "verify_cost_figure": "speed",
+}
+__all__ = list(EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in EXPORTS:  # a submodule (`from eagleviz.visuals import compare`) is imported by Python itself
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{EXPORTS[name]}"), name)

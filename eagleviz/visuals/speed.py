@@ -1,5 +1,6 @@
-"""Measured speed: the `bench` table and bar chart, the verification cost curve cost(n) / cost(1), and the
-ceiling: what a drafter whose guesses were always right would reach here, against the shipped head.
+"""Measured speed: the `bench` bar chart (its table: `eagleviz.visuals.table`), the verification cost curve
+cost(n) / cost(1), and the ceiling: what a drafter whose guesses were always right would reach here, against
+the shipped head.
 
 Drawn from the JSON that `python -m eagleviz bench` and `python -m eagleviz tune` write (plain dicts; read back
 from JSON, the curve's integer keys are strings). The curve is the roofline argument for speculation: while a
@@ -15,9 +16,9 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from eagleviz.measured import Measured
-from eagleviz.trace import numerics
 from eagleviz.visuals.fit import Header
 from eagleviz.visuals.style import ACCEPTED, INK, NEUTRAL, REJECTED, VISIBLE, empty_figure, figure, layout
+from eagleviz.visuals.table import against_plain, dtypes_label, markdown_table
 
 NO_CURVE = ("No verification cost curve is available: run `python -m eagleviz tune` to measure this machine "
             "(`python -m eagleviz tune --curve-only` measures just the curve).")
@@ -30,7 +31,6 @@ NO_CEILING = ("No ceiling is measured: run `python -m eagleviz ceiling` to measu
               "reach on this machine.")
 CEILING_PLOT_PX = 300        # the bars, their labels and axis titles
 TEMPERATURE_TITLES = {0.0: "Greedy decoding (T = 0)", 1.0: "Sampling (T = 1)"}
-PLAIN = "plain"                      # the bench's row for eagleviz's own loop without speculation
 VS_PLAIN_NOTE = ("*vs plain decoding*: each method's median tokens/s over the plain row's, eagleviz's own loop "
                  "with the same model and no speculation, which is what EAGLE speeds up; *vs {reference}*: the "
                  "median per-prompt ratio against that Hugging Face peer. ")
@@ -41,78 +41,6 @@ def method_colour(method: str) -> str:
     if method.startswith("eagle"):
         return ACCEPTED
     return VISIBLE if method == "plain" else NEUTRAL
-
-
-def against_plain(result: dict) -> dict[str, float] | None:
-    """Each method's median tokens/s divided by eagleviz's own plain loop's (the same model and code without
-    speculation: what EAGLE speeds up); None when the bench has no plain row, or compares with it already."""
-    rows = result["rows"]
-    plain = rows.get(PLAIN, {}).get("tokens_per_s", 0) if result["reference"] != PLAIN else 0
-    return {m: row["tokens_per_s"] / plain for m, row in rows.items()} if plain > 0 else None
-
-
-def markdown_table(result: dict, mismatches: str = "list", vs_plain: bool = False) -> str:
-    """The bench table; below it, at T = 0, the greedy outputs that differ from the reference, either each
-    one (`mismatches="list"`: method, prompt, first divergent token, the target's top-2 logit gap there) or
-    a count per method and the largest gap (`"summary"`). `vs_plain`: a first speedup column against plain
-    decoding (`against_plain`), where the bench has it."""
-    if mismatches not in ("list", "summary"):
-        raise ValueError(f"mismatches must be 'list' or 'summary', got {mismatches!r}")
-    ratios = against_plain(result) if vs_plain else None
-    first = "| vs plain decoding " if ratios else ""
-    lines = [f"| method | tokens/s (median) {first}| speedup vs {result['reference']} | tau | "
-             "draft / verify ms per cycle |", "|---|---:|" + ("---:|" if ratios else "") + "---:|---:|---|"]
-    for m, row in result["rows"].items():
-        tau = f"{row['tau']:.2f}" if row["tau"] else "-"
-        ph = row.get("phase_ms", {})
-        phases = f"{ph['draft']:.1f} / {ph['verify']:.1f}" if row["tau"] and {"draft", "verify"} <= ph.keys() else "-"
-        ours = f"| {ratios[m]:.2f}x " if ratios else ""
-        lines.append(f"| {m} | {row['tokens_per_s']:.1f} {ours}| {row['speedup']:.2f}x | {tau} | {phases} |")
-    if result["sampling"]["temperature"] == 0:
-        lines += ["", _mismatch_text(result, mismatches)]
-    return "\n".join(lines)
-
-
-HF_METHODS = {"hf-generate", "hf-prompt-lookup"}   # Hugging Face's own numerics, whatever ours are
-
-
-def _mismatch_text(result: dict, mode: str) -> str:
-    mm, ref = result["greedy_mismatches"], result.get("greedy_reference", result["reference"])
-    unchecked = result.get("unchecked", [])
-    aside = (f" The tokens of {', '.join(unchecked)} (another engine, its own kernels and numerics) are timed, not "
-             "compared." if unchecked else "")
-    if not mm:
-        return f"All greedy methods produced identical tokens on every prompt.{aside}"
-    if mode == "list":
-        gaps = ", ".join(f"{x['method']}@prompt{x['prompt']}:tok{x['position']} gap {x['top2_gap']:.3g}" for x in mm)
-        return (f"{len(mm)} greedy outputs differ from {ref} (first divergence, target top-2 logit gap there): "
-                f"{gaps}.{aside}")
-    counts: dict[str, int] = {}
-    for x in mm:
-        counts[x["method"]] = counts.get(x["method"], 0) + 1
-    compared = result["prompts"] * (len(result["rows"]) - 1 - len(unchecked))
-    per_method = ", ".join(f"{m} {n}" for m, n in counts.items())
-    gap = max(x["top2_gap"] for x in mm)
-    if set(counts) <= HF_METHODS and result.get("machine", {}).get("weights") == "blocks":
-        ours = [m for m in result["rows"] if m not in HF_METHODS and m not in unchecked and m != ref]
-        return (f"Every greedy output of ours ({', '.join([ref] + ours)}) is the same, token for token. "
-                f"{len(mm)} of Hugging Face's {result['prompts'] * len(counts)} differ from them ({per_method}): "
-                "it computes the same weights widened to fp32, with fp32 activations, where ours computes from "
-                "the weight blocks with int8 activations; the outputs part where the target's two best logits "
-                f"are close (top-2 gap at most {gap:.3g} where each first diverges).{aside}")
-    return (f"{len(mm)} of {compared} greedy outputs differ from {ref} ({per_method}). Where each first diverges, "
-            f"the target's top-2 logit gap is at most {gap:.3g}: a tie or near-tie, "
-            f"which the rounding of a different batch shape can break either way.{aside}")
-
-
-def _dtypes(machine: dict) -> str:
-    """How the model computed: its weight blocks, or its dtype and the attention's where it differs (keys, values
-    and attention in fp32 for a bf16 model on a CPU whose bf16 attention is slower,
-    `eagleviz.models.layers.attention_dtype`)."""
-    dtype, kv = machine.get("dtype", "?"), machine.get("kv_dtype")
-    if machine.get("weights") == "blocks":
-        return f"{numerics(machine['weights'], dtype)} (Q4_1/Q8_0, int8 activations)"
-    return dtype if kv in (None, dtype) else f"{dtype} (attention in {kv})"
 
 
 def bench_caption(result: dict, origin: str) -> str:
@@ -127,7 +55,7 @@ def bench_caption(result: dict, origin: str) -> str:
     if tuned := result.get("tuned_tree"):
         at = {None: "", "tuned.json": " at T = 0"}.get(tuned.get("source"), f" at T = {s.get('temperature', 0):g}")
         what += f", eagle-tuned {tuned['steps']}/{tuned['topk']}/{tuned['draft_tokens']} (found by tune{at})"
-    where = (f"{mc.get('model', '?')} with head {mc.get('head', '?')}, {_dtypes(mc)} on "
+    where = (f"{mc.get('model', '?')} with head {mc.get('head', '?')}, {dtypes_label(mc)} on "
              f"{mc.get('cpu', '?')} ({mc.get('device', 'cpu')}), {mc.get('threads', '?')} threads, "
              f"torch {mc.get('torch', '?')}")
     command = f" Command: `{result['command']}`." if result.get("command") else ""
@@ -150,7 +78,7 @@ def bench_figure(result: dict, height: int | None = None, vs_plain: bool = False
                hovertemplate=(f"%{{x}}: %{{y:.1f}} tokens/s<br>%{{text}} vs {against}"
                               "<br>\u03c4 = %{customdata}<extra></extra>"))
     header = Header("Median tokens/s", (f"{result['prompts']:g} prompts", f"T = {result['sampling']['temperature']:g}",
-                                        f"{_dtypes(mc)}, {mc.get('threads', '?')} threads"))
+                                        f"{dtypes_label(mc)}, {mc.get('threads', '?')} threads"))
     return figure(data=[bar], layout=layout(
         header, height or round(header.px() + BENCH_PLOT_PX), showlegend=False,
         xaxis=dict(title=dict(text=f"method (bar label: speedup vs {against.split(' (')[0]})")),
@@ -221,7 +149,7 @@ def verify_cost_text(found: Measured | None) -> str:
             "whatever n is: the extra tokens ride along almost for free until arithmetic catches up. EAGLE's "
             "speedup over plain decoding is roughly \u03c4 divided by this relative cost plus the draft's time (in "
             "single forwards), so the flatter the curve, the more a wide tree pays.\n\n"
-            f"{mc.get('model', '?')}, {_dtypes(mc)} on {mc.get('cpu', '?')}, {mc.get('threads', '?')} "
+            f"{mc.get('model', '?')}, {dtypes_label(mc)} on {mc.get('cpu', '?')}, {mc.get('threads', '?')} "
             f"threads, torch {mc.get('torch', '?')}. Source: {found.origin}.")
 
 
@@ -261,7 +189,7 @@ def ceiling_figure(result: dict | None, height: int | None = None) -> go.Figure:
     top = max(max(t["y"]) for t in traces)  # bars and lines: the default tree can beat every chain
     title = f"Guesses always right: up to {best:.2f}x" + ("" if head is None else f"; the head's: {head:.2f}x")
     mc = result.get("machine", {})
-    details = (f"{result['prompts']:g} prompts, T = 0", f"{_dtypes(mc)}, {mc.get('threads', '?')} threads")
+    details = (f"{result['prompts']:g} prompts, T = 0", f"{dtypes_label(mc)}, {mc.get('threads', '?')} threads")
     header = Header(title, details,
                     legend=tuple(t["name"] for t in traces))  # above the plot: the ceiling's bars reach its top
     return figure(data=traces, layout=layout(
@@ -327,7 +255,7 @@ def ceiling_text(found: Measured | None) -> str:
                  "token's logits do not depend on the tree it is verified in.\n\n")
     else:
         text += " Every run's output was plain decoding's, and every perfect guess was accepted.\n\n"
-    text += (f"{mc.get('model', '?')} with head {mc.get('head', '?')}, {_dtypes(mc)} on {mc.get('cpu', '?')}, "
+    text += (f"{mc.get('model', '?')} with head {mc.get('head', '?')}, {dtypes_label(mc)} on {mc.get('cpu', '?')}, "
              f"{mc.get('threads', '?')} threads.")
     if r.get("command"):
         text += f" Command: `{r['command']}`."
