@@ -292,24 +292,25 @@ def tree_attention_triton(q, k, v, prefix_len: int, tree_mask: torch.Tensor | No
 
 
 def tree_attention_static(q, k, v, prefix: torch.Tensor, words: torch.Tensor, sm_scale: float, *,
-                          num_splits: int | None = None,
+                          tree_len: int | None = None, num_splits: int | None = None,
                           config: KernelConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel over a static cache, for a step that a CUDA graph captures once and replays at any length.
 
-    q: (Tq, Hq, D) the step's tokens, whose keys and values are already written at cache slots
-    [P, P + Tq); k, v: (C, Hkv, D) the whole cache, any strides; prefix: (1,) int32 on q's device, P itself
-    (read by the kernel, never by the host); words: (Tq, cdiv(Tq, 32)) int32, the step's tree mask packed
-    once per forward (`pack_mask_bits`). The split-K count is fixed by the longest prefix the cache allows
-    (C - Tq), so one launch shape serves every P; splits past P see no key and drop out of the merge.
-    Returns (out (Tq, Hq, D) in q's dtype, lse (Tq, Hq) fp32)."""
+    q: (Tq, Hq, D) the step's tokens; k, v: (C, Hkv, D) the whole cache, any strides; prefix: (1,) int32 on
+    q's device, P itself (read by the kernel, never by the host); tree_len: Tk (default Tq), the slots
+    [P, P + Tk) that `words` governs, the step's own keys among them (a draft level's: its ancestors' too);
+    words: (Tq, cdiv(Tk, 32)) int32, that mask packed once per forward (`pack_mask_bits`). The split-K count is
+    fixed by the longest prefix the cache allows (C - Tk), so one launch shape serves every P; splits past P
+    see no key and drop out of the merge. Returns (out (Tq, Hq, D) in q's dtype, lse (Tq, Hq) fp32)."""
     tq, n = q.shape[0], k.shape[0]
+    tk = tq if tree_len is None else tree_len
     if prefix.numel() != 1 or prefix.dtype != torch.int32 or prefix.device != q.device:
         raise ValueError(f"prefix must be a (1,) int32 tensor on {q.device}; got {prefix.dtype} "
                          f"{tuple(prefix.shape)} on {prefix.device}")
-    if words.shape != (tq, max(1, -(-tq // 32))):
-        raise ValueError(f"words must be ({tq}, {max(1, -(-tq // 32))}); got {tuple(words.shape)}")
-    _check_shapes(q, k, v, n - tq, None)
-    return _launch(q, k, v, words, n - tq, prefix, tq, sm_scale, None, num_splits, config)
+    if words.shape != (tq, max(1, -(-tk // 32))):
+        raise ValueError(f"words must be ({tq}, {max(1, -(-tk // 32))}); got {tuple(words.shape)}")
+    _check_shapes(q, k, v, n - tk, None)
+    return _launch(q, k, v, words, n - tk, prefix, tk, sm_scale, None, num_splits, config)
 
 
 def _launch(q, k, v, words: torch.Tensor, prefix_len: int, prefix: torch.Tensor | None, tree_len: int,
@@ -377,13 +378,13 @@ def tree_attention_torch(q, k, v, prefix_len: int, tree_mask: torch.Tensor | Non
 
 def static_visibility(prefix: torch.Tensor, tree_mask: torch.Tensor, n: int) -> torch.Tensor:
     """(Tq, n) bool: what each of a step's Tq tokens sees in a static cache of n slots, built on the device
-    from P in device memory (prefix: (1,) int32) and the step's (Tq, Tq) tree mask: every slot below P, and
-    slot P + j where tree_mask[:, j]; nothing from P + Tq on (slots a longer run left behind)."""
-    tq = tree_mask.shape[0]
+    from P in device memory (prefix: (1,) int32) and the (Tq, Tk) tree mask over slots [P, P + Tk): every slot
+    below P, and slot P + j where tree_mask[:, j]; nothing from P + Tk on (slots a longer run left behind)."""
+    tk = tree_mask.shape[1]
     keys = torch.arange(n, device=tree_mask.device)
-    rel = keys - prefix.long()  # a key's place in the step, negative in the prefix
-    in_step = (rel >= 0) & (rel < tq)
-    return (rel < 0)[None, :] | (tree_mask[:, rel.clamp(0, tq - 1)] & in_step[None, :])
+    rel = keys - prefix.long()  # a key's place after the prefix, negative in it
+    in_tree = (rel >= 0) & (rel < tk)
+    return (rel < 0)[None, :] | (tree_mask[:, rel.clamp(0, tk - 1)] & in_tree[None, :])
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
@@ -468,16 +469,16 @@ def tree_attention_masked(q, k, v, prefix_len: int, tree_mask: torch.Tensor | No
 
 
 def attention_static(q, k, v, prefix: torch.Tensor, step_mask: torch.Tensor, *, sm_scale=None,
-                     impl="auto") -> torch.Tensor:
+                     impl="auto", tree_len: int | None = None) -> torch.Tensor:
     """Attention of a step's Tq tokens over a static cache (`tree_attention_static`): q (Tq, Hq, D); k, v
-    (C, Hkv, D) with the step's keys at slots [P, P + Tq); prefix (1,) int32, P in device memory; step_mask:
-    what the step packed once for every layer, (Tq, cdiv(Tq, 32)) int32 words for 'triton' or the (Tq, C)
-    bool `static_visibility` for 'torch'. Returns (Tq, Hq, D) in q's dtype."""
+    (C, Hkv, D) with the tree's keys at slots [P, P + Tk) (Tk = tree_len, default Tq); prefix (1,) int32, P in
+    device memory; step_mask: what the step packed once for every layer, (Tq, cdiv(Tk, 32)) int32 words for
+    'triton' or the (Tq, C) bool `static_visibility` for 'torch'. Returns (Tq, Hq, D) in q's dtype."""
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(q.shape[-1])
     if resolve_impl(impl, q.device) == "torch":
         return sdpa(q, k, v, step_mask, sm_scale)
-    return tree_attention_static(q, k, v, prefix, step_mask, sm_scale)[0]
+    return tree_attention_static(q, k, v, prefix, step_mask, sm_scale, tree_len=tree_len)[0]
 
 
 def tree_attention(q, k, v, prefix_len: int, parents: torch.Tensor, *, sm_scale=None, impl="auto") -> torch.Tensor:

@@ -50,6 +50,14 @@ def test_ab_modes_report_ratios_and_same_tokens(tiny_cli, capsys):
     assert "same tokens: True" in capsys.readouterr().out
 
 
+def test_the_graphs_lever_needs_a_gpu(tiny_cli):
+    prompts = tiny_cli / "prompts.txt"
+    prompts.write_text("abc\n")
+    with pytest.raises(errors.UserFacingError, match="needs --device cuda"):
+        bench.bench_main(["--prompts", str(prompts), "--max-new-tokens", "5", "--ab", "graphs",
+                          "--out", str(tiny_cli / "out")])
+
+
 @pytest.mark.parametrize("lever,changed", [("policy", {"adaptive": (False, True)}),
                                            ("lookup", {"source": ("eagle", "eagle+lookup")})])
 def test_the_policy_and_lookup_levers_write_what_the_docs_quote(tiny_cli, capsys, lever, changed):

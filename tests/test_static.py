@@ -4,9 +4,9 @@ A CPU cannot capture a CUDA graph, so the capture is stood in for by `Recording`
 recording call of `CudaGraphs.capture`, then replay = the same function over the same buffers). What that
 proves here: the step equals the eager forward; the engine's tokens are the eager path's, greedy and sampled;
 a capture mid-run never touches a committed key; after warm-up no step makes a tensor of a new shape (a
-replayed graph cannot); a plain step reads the device once and a greedy EAGLE cycle once per draft level plus
-once for the verdict; the step's operations per layer stay within a budget; a failed capture falls back,
-saying so in the run's notes."""
+replayed graph cannot); a plain step reads the device once and a greedy EAGLE cycle twice (the drafting,
+`tests/test_device_draft.py`, and the verdict); the step's operations per layer stay within a budget; a
+failed capture falls back, saying so in the run's notes."""
 
 from __future__ import annotations
 
@@ -18,34 +18,19 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.decoding.drafting import causal
-from eagleviz.decoding.engine import Engine, decode_path
+from eagleviz.decoding.engine import Engine
+from eagleviz.decoding.steps import decode_path
 from eagleviz.models.draft import random_head
 from eagleviz.models.host import counting_reads
-from eagleviz.models.static import BUCKETS, StaticPool, StaticSteps, Uncaptured, bucket, capacity_bucket
+from eagleviz.models.static import BUCKETS, StaticSteps, bucket, capacity_bucket
 from eagleviz.models.target import TargetModel
 from eagleviz.models import layers
 from kernels import layer_ops
 from kernels import tree_attention as ta
 from kernels.tree_attention import ancestor_mask, interpreting
-from tiny import tiny_target
+from tiny import Recording, tiny_target
 
 PROMPT = "12345 1234 123"
-
-
-class Recording:
-    """`CudaGraphs.capture` on a CPU: the step runs `warmup` times and once more to be 'recorded', then every
-    replay calls it again over the same buffers. `captures` counts the captures made."""
-
-    captured = True
-
-    def __init__(self, warmup: int = 2):
-        self.warmup, self.captures = warmup, 0
-
-    def capture(self, fn):
-        for _ in range(self.warmup + 1):
-            fn()
-        self.captures += 1
-        return fn
 
 
 class Refusing(Recording):
@@ -64,7 +49,7 @@ def engine(target, decode: str, graphs=None, **kwargs) -> Engine:
     e = Engine(target, random_head(target, "eagle1", seed=1, std=0.5), "random", decode=decode,
                compiled_sampling=False, **kwargs)
     if graphs is not None:
-        e._static = StaticPool(lambda: graphs)
+        e.make_graphs = lambda: graphs
     return e
 
 
@@ -255,12 +240,14 @@ def test_fused_layer_kernels_bring_a_plain_step_to_nine_launches_a_layer(fused_t
     assert total <= FUSED_PER_LAYER * layers_n + FIXED, (ops.work.most_common(), launches)
 
 
+@pytest.mark.parametrize("decode", ["static", "eager"])
 @pytest.mark.parametrize("tree", [None, TreeConfig.create(5, 4, 16, adaptive=False), TreeConfig.create()],
                          ids=["plain", "fixed", "default"])
-def test_reads_of_device_values(target, tree):
-    """A plain step reads the device once (the token); a greedy EAGLE cycle once per draft level and once for
-    the verdict; nothing reads past the counted helper."""
-    e = engine(target, "static", Recording())
+def test_reads_of_device_values(target, tree, decode):
+    """A plain step reads the device once (the token). A greedy EAGLE cycle over static steps reads twice: the
+    whole drafting once (`device_draft`) and the verdict once; once when the head rests. The host's drafting
+    (eager, a CPU's path) reads once per level. Nothing reads past the counted helper."""
+    e = engine(target, decode, Recording() if decode == "static" else None)
     sampling = SamplingConfig(max_new_tokens=48)
     ids = e.encode_prompt(PROMPT)
     run = e.new_run(PROMPT, ids, tree, sampling)
@@ -270,8 +257,10 @@ def test_reads_of_device_values(target, tree):
     assert ops.items == 0
     if tree is None:
         assert reads[0] == len(run.output)  # the prefill's, then one a step
+    elif decode == "static":
+        assert reads[0] == 1 + sum(1 + (c.draft_levels > 0) for c in run.cycles)
     else:
-        assert reads[0] == 1 + sum(c.draft_levels + 1 for c in run.cycles)
+        assert reads[0] == 1 + sum(1 + c.draft_levels for c in run.cycles)
 
 
 def test_a_capture_that_fails_falls_back_and_says_so(target):
@@ -289,12 +278,11 @@ def test_runs_lease_states_and_never_share_one(target):
     ids = e.encode_prompt(PROMPT)
     a, b = (e.plain(ids, sampling, e.new_run(PROMPT, ids, None, sampling)) for _ in range(2))
     next(a), next(b)  # two runs at once: two states
-    free = e._static._free
-    assert sum(len(v) for v in free.values()) == 0
+    assert e.pool.free() == 0
     for _ in a:
         pass
     b.close()  # a run stopped early gives its state back too
-    assert sum(len(v) for v in free.values()) == 2
+    assert e.pool.free() == 2
 
 
 def test_the_decode_path_by_device():

@@ -3,6 +3,9 @@ code as `--model random`: eagleviz.models.synthetic)."""
 
 from __future__ import annotations
 
+import os
+from typing import NoReturn
+
 import torch
 
 from eagleviz.decoding.costs import CostModel
@@ -10,6 +13,7 @@ from eagleviz.decoding.engine import Engine
 from eagleviz.models.draft import random_head
 from eagleviz.models.synthetic import CharTokenizer, random_hf_model
 from eagleviz.models.target import TargetModel
+from kernels import capability
 
 
 class TinyTokenizer(CharTokenizer):
@@ -54,11 +58,38 @@ CPU_COSTS = CostModel(verify=((1, 1.0), (2, 1.09), (4, 1.17), (8, 1.38), (16, 1.
                       draft_level=0.07, overhead=0.1)
 
 
-def compiled_or_skip(load, folder):
-    """`load(folder)` of a compiled kernel library, or a skip where this machine cannot build it."""
+def unbuilt(what: str, error: str | None) -> NoReturn:
+    """A compiled kernel is missing: where this machine has a C compiler that is a failure, with the compiler's
+    message (`error`: the library's `last_error`), since a kernel that does not build is a bug that would
+    otherwise pass as skips; without one, a skip that says so."""
     import pytest
 
+    compiler = capability.c_compiler()
+    if compiler is not None:
+        pytest.fail(f"{what} did not build although this machine has a C compiler ({compiler}): "
+                    f"{error or 'no error was recorded'}")
+    pytest.skip(f"{what} needs a C compiler and none is here (CC={os.environ.get('CC', 'cc')!r})")
+
+
+def compiled_or_fail(load, last_error, folder, what: str):
+    """`load(folder)` of a compiled kernel library, or `unbuilt`."""
     built = load(folder)
     if built is None:
-        pytest.skip("no C compiler on this machine")
+        unbuilt(what, last_error(folder))
     return built
+
+
+class Recording:
+    """`CudaGraphs.capture` on a CPU: the step runs `warmup` times and once more to be 'recorded', then every
+    replay calls it again over the same buffers. `captures` counts the captures made."""
+
+    captured = True
+
+    def __init__(self, warmup: int = 2):
+        self.warmup, self.captures = warmup, 0
+
+    def capture(self, fn):
+        for _ in range(self.warmup + 1):
+            fn()
+        self.captures += 1
+        return fn

@@ -9,7 +9,8 @@
     rerank         keep the best nodes by value, closed under ancestors: `draft_tokens - 1` of them in a fixed
                    tree, the number that maximises expected tokens per unit cost in a cost-aware one
 
-The host reads device values once per level (the top-k children, which choose the next frontier).
+The host reads device values once per level (the top-k children, which choose the next frontier), or, where
+the target's steps are static (a GPU), once per drafting (`eagleviz.decoding.device_draft`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 
 from eagleviz.config import TreeConfig
 from eagleviz.decoding.calibration import IDENTITY, Calibration
+from eagleviz.decoding.device_draft import DeviceDrafter, rebuild
 from eagleviz.decoding.lookup import Match
 from eagleviz.decoding.policy import TreePolicy
 from eagleviz.decoding.tree import Candidates, VerifyTree, priority, rerank, select_frontier
@@ -48,7 +50,7 @@ def causal(n: int, device) -> torch.Tensor:
     return torch.ones(n, n, dtype=torch.bool, device=device).tril()
 
 
-def grow(engine, feats: torch.Tensor | None, pend_tokens: list[int], dcache: KVCache | None, cfg: TreeConfig,
+def grow(engine, feats: torch.Tensor | None, pend_tokens: list[int], dcache: KVCache | DeviceDrafter | None, cfg: TreeConfig,
          root: int, draft_tokens: int, policy: TreePolicy | None, match: Match | None, run_head: bool = True) -> Draft:
     """Grow the tree for one cycle and choose its verified nodes (at most `draft_tokens` tokens, root included).
     feats: (n, F) target features of the pending positions, paired with pend_tokens; policy None: SGLang's
@@ -88,6 +90,9 @@ def _head_levels(engine, cands: Candidates, feats, pend_tokens, dcache, cfg: Tre
     and, when the policy stopped early, why."""
     head, target, dev = engine.head, engine.target, engine.target.device
     value = policy.calibration.path_accept if policy is not None else None  # None: EAGLE-2's exp(score)
+    if isinstance(dcache, DeviceDrafter):  # every level in one captured call, read once
+        ids, logprobs, frontiers = dcache.draft(feats, pend_tokens)
+        return rebuild(cands, ids, logprobs, frontiers, cfg.topk, cfg.steps, value, policy, draft_tokens, cfg)
     n, stable = len(pend_tokens), dcache.length
     pos = torch.arange(stable, stable + n, device=dev)
     h = head(feats, target.embed(to_device(pend_tokens, dev)), pos, dcache, causal(n, dev), engine.attn_impl)

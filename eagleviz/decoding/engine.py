@@ -16,9 +16,12 @@ Each cycle:
                target features)
 The accepted path's target features and the bonus token become the next cycle's `pending`.
 
-On a GPU the host waits for the device only where it must decide: once per draft level (the top-k children,
-which choose the next frontier) and once for the verdict (the target's argmax and its probability at every
-slot); inputs go to the device without blocking and phases are timed by CUDA events (`eagleviz.models.host`).
+How the target's steps run is the engine's `decode` path (`decode_path`): on a CPU the forward over a run's
+own cache (eager), the host drafting level by level; on a GPU the target's steps over a static state replayed
+from CUDA graphs (`eagleviz.models.static`), and the head's every level drafted in one captured call
+(`eagleviz.decoding.device_draft`). There the host waits for the device twice a greedy cycle: the drafting's
+tokens and scores, and the verdict (the target's argmax and its probability at every slot); once a plain
+step. Inputs go to the device without blocking and phases are timed by CUDA events (`eagleviz.models.host`).
 """
 
 from __future__ import annotations
@@ -36,11 +39,13 @@ from eagleviz.errors import UserFacingError
 from eagleviz.models.host import PhaseClock, to_device, to_host
 from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.draft import DraftHead
-from eagleviz.models.static import BUCKETS, CudaGraphs, EagerSteps, StaticPool, StaticSteps, StepOutput, Uncaptured
+from eagleviz.models.static import CudaGraphs, EagerSteps, StatePool, StaticSteps, Uncaptured
 from eagleviz.models.target import TargetModel
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
 from eagleviz.decoding.calibration import HeadCalibration, RunAcceptance
 from eagleviz.decoding.costs import CostModel
+from eagleviz.decoding.device_draft import DeviceDrafter
+from eagleviz.decoding.steps import decode_path, draft_state, release, target_steps
 from eagleviz.decoding.drafting import causal, grow
 from eagleviz.decoding.lookup import Foresight, SuffixIndex
 from eagleviz.decoding.policy import HeadRest, TreePolicy
@@ -54,33 +59,6 @@ from kernels.tree_attention import resolve_impl
 
 PHASES = ("draft", "verify", "accept", "rewind")
 ROOT_MASK = torch.ones(1, 1, dtype=torch.bool)  # a tree of the root alone: it sees itself (the forward needs none)
-# How the target's steps run (`eagleviz.models.static`): "graphs" captured in CUDA graphs over a static state,
-# "static" the same steps uncaptured, "eager" the forward over a run's own cache; "auto" picks `decode_path`'s
-DECODE_PATHS = ("auto", "graphs", "static", "eager")
-
-
-def decode_path(path: str, device: torch.device | str) -> tuple[str, list[str]]:
-    """The step path `path` resolves to on `device`, and the notes a run's trace carries about it. 'auto': CUDA
-    graphs on CUDA, except on a ZeroGPU Space (SPACES_ZERO_GPU set), whose GPU is attached per call, so a graph
-    captured in one call cannot be trusted in the next: there the same steps run uncaptured; on a CPU the eager
-    forward (its C layer needs no capture, and keeps its bit-for-bit sums)."""
-    device = torch.device(device)
-    if path not in DECODE_PATHS:
-        raise ValueError(f"the decode path must be one of {DECODE_PATHS}, got {path!r}")
-    if path == "graphs" and device.type != "cuda":
-        raise ValueError("CUDA graphs need a CUDA device: choose the decode path 'static' or 'eager' on a CPU")
-    if path == "auto":
-        if device.type != "cuda":
-            return "eager", []
-        if os.environ.get("SPACES_ZERO_GPU"):
-            return "static", ["On a ZeroGPU Space the GPU is attached per call, so the target's steps run "
-                              "uncaptured over a static cache (no CUDA graphs)."]
-        path = "graphs"
-    if path == "graphs":
-        return path, [f"The target's steps replay CUDA graphs captured at {', '.join(map(str, BUCKETS))} tokens "
-                      "over a static cache."]
-    return path, ([f"The target's steps run uncaptured over a static cache (decode path '{path}')."]
-                  if path == "static" else [])
 
 
 class _TokenText:
@@ -157,8 +135,8 @@ class Engine:
         self.attn_impl, self.notes = self._attention(attn_impl)
         self.decode, decode_notes = decode_path(decode, target.device)
         self.notes = list(self.notes) + decode_notes
-        # static states kept between runs (graphs are captured once per state and bucket)
-        self._static = StaticPool(lambda: CudaGraphs(target.device) if self.decode == "graphs" else Uncaptured())
+        # static states lent to runs and kept between them (graphs are captured once per state and bucket)
+        self.pool = StatePool()
         arch = head.config.arch if head is not None else "eagle1"
         self.feature_layers = target.eagle3_layers if arch == "eagle3" else None
         self.prefix = PrefixCache(chat_prefix(self.encode_prompt) if prefix_cache and self.uses_chat() else ())
@@ -178,6 +156,19 @@ class Engine:
         other.attn_impl, notes = self._attention(attn_impl)
         other.notes = list(notes) + decode_path(self.decode, self.target.device)[1]
         return other
+
+    def with_decode(self, decode: str) -> Engine:
+        """The same target and drafting head (shared) with its steps run another way (`decode_path`), and a
+        pool of its own; a ValueError where that path cannot run on this device."""
+        other = copy.copy(self)
+        other.decode, notes = decode_path(decode, self.target.device)
+        other.notes = [n for n in self.notes if n not in decode_path(self.decode, self.target.device)[1]] + notes
+        other.pool = StatePool()
+        return other
+
+    def make_graphs(self) -> CudaGraphs | Uncaptured:
+        """The capture a new static state uses: CUDA graphs on the 'graphs' path, else none."""
+        return CudaGraphs(self.target.device) if self.decode == "graphs" else Uncaptured()
 
     def with_policy(self, costs: CostModel | None = None, calibration: HeadCalibration | None = None) -> Engine:
         """The same engine pricing and valuing its cost-aware trees with these (None: keep the current)."""
@@ -248,20 +239,6 @@ class Engine:
             raise UserFacingError(f"the prompt has {n_prompt} tokens; the model's context limit is {limit}")
         return min(limit, kv_slots(n_prompt, sampling.max_new_tokens, tree))
 
-    def _target_steps(self, capacity: int, feature_layers: tuple[int, ...] | None) -> EagerSteps | StaticSteps:
-        """The target's steps for one run of `capacity` slots: over the run's own cache (eager), or over a
-        static state leased from the engine's pool (give it back with `_release`)."""
-        if self.decode == "eager":
-            return EagerSteps(self.target, capacity, self.attn_impl, feature_layers)
-        return self._static.lease(self.target, capacity, self.attn_impl, feature_layers)
-
-    def _release(self, steps: EagerSteps | StaticSteps, run: RunTrace) -> None:
-        """A run's end: a static state goes back to the pool; a capture that failed is said in the run's notes."""
-        if isinstance(steps, StaticSteps):
-            if steps.fallback and steps.fallback not in run.notes:
-                run.notes.append(steps.fallback)
-            self._static.give_back(steps)
-
     def _prefill(self, ids: list[int], cache: KVCache, sampling: SamplingConfig, gen: torch.Generator,
                  run: RunTrace, features: bool = False):
         """Target forward over the prompt after the chat prefix (copied from the engine's `PrefixCache`):
@@ -312,15 +289,16 @@ class Engine:
     def plain(self, prompt_ids: list[int], sampling: SamplingConfig, run: RunTrace) -> Iterator[OutputToken]:
         """Target-only decoding with the same forward, dtype and sampling; yields each new token."""
         start = time.perf_counter()
-        steps = self._target_steps(self._capacity(len(prompt_ids), sampling, None), None)
+        capacity = self._capacity(len(prompt_ids), sampling, None)
+        steps = target_steps(self, capacity, None)
         try:
-            yield from self._plain(prompt_ids, sampling, run, steps, start)
+            yield from self._plain(prompt_ids, sampling, run, steps, capacity, start)
         finally:
-            self._release(steps, run)
+            release(self, run, steps)
         run.wall_s = time.perf_counter() - start
 
     def _plain(self, prompt_ids: list[int], sampling: SamplingConfig, run: RunTrace, steps: EagerSteps | StaticSteps,
-               start: float) -> Iterator[OutputToken]:
+               capacity: int, start: float) -> Iterator[OutputToken]:
         gen = torch.Generator(device=self.target.device).manual_seed(sampling.seed)
         cache, text = steps.cache, self._text
         token, _ = self._prefill(prompt_ids, cache, sampling, gen, run)
@@ -328,7 +306,7 @@ class Engine:
         done = self._emit(run, [(token, "prefill")], -1, self.target.eos_token_ids, sampling.max_new_tokens, text)
         yield run.output[-1]
         while not done:
-            if cache.length + 1 >= steps.capacity:
+            if cache.length + 1 >= capacity:
                 run.stop_reason = "context"
                 break
             out = steps.forward([token], [cache.length], None)  # the step's one read: the token chosen
@@ -357,20 +335,22 @@ class Engine:
                                   "the head drafts among (--draft-vocab): lower topk or draft among more tokens")
         start = time.perf_counter()
         capacity = self._capacity(len(prompt_ids), sampling, tree_cfg)
-        steps = self._target_steps(capacity, self.feature_layers if use_head else None)
+        steps = target_steps(self, capacity, self.feature_layers if use_head else None)
+        dcache = draft_state(self, steps.capacity, tree_cfg) if use_head else None
         try:
-            yield from self._speculate(prompt_ids, tree_cfg, sampling, run, record, index_of, steps, start)
+            yield from self._speculate(prompt_ids, tree_cfg, sampling, run, record, index_of, steps, dcache, capacity,
+                                       start)
         finally:
-            self._release(steps, run)
+            release(self, run, steps, dcache)
         run.wall_s = time.perf_counter() - start
 
     def _speculate(self, prompt_ids: list[int], tree_cfg: TreeConfig, sampling: SamplingConfig, run: RunTrace,
-                   record: bool, index_of, steps: EagerSteps | StaticSteps, start: float) -> Iterator[CycleTrace]:
+                   record: bool, index_of, steps: EagerSteps | StaticSteps, dcache: KVCache | DeviceDrafter | None,
+                   capacity: int, start: float) -> Iterator[CycleTrace]:
         use_head = tree_cfg.source != "lookup"
         target, dev = self.target, self.target.device
         gen = torch.Generator(device=dev).manual_seed(sampling.seed)
-        capacity, tcache = steps.capacity, steps.cache
-        dcache = self.head.new_cache(capacity + tree_cfg.draft_expansion, target.kv_dtype, dev) if use_head else None
+        tcache = steps.cache  # `capacity`: the run's slots (a static state may hold more)
         text = self._text if record else (lambda token: "")
         policy = self.policy(tree_cfg, sampling)
         learned = RunAcceptance(policy.calibration) if policy is not None and self.learn else None

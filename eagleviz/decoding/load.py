@@ -11,7 +11,8 @@ from pathlib import Path
 from eagleviz.config import SOURCES, TreeConfig
 from eagleviz.decoding import calibration
 from eagleviz.decoding.costs import load_or_measure
-from eagleviz.decoding.engine import DECODE_PATHS, Engine, decode_path, runnable_impl
+from eagleviz.decoding.engine import Engine, runnable_impl
+from eagleviz.decoding.steps import DECODE_PATHS, decode_path
 from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import load_head, random_head
 from eagleviz.models.hot_vocab import DEFAULT_HOT_SIZE, HOT_TOKENS_FILE, read_ranking, restrict

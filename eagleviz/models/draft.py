@@ -25,8 +25,8 @@ from eagleviz.errors import UserFacingError
 from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.compat import check_fits
 from eagleviz.models.dense import Dense, for_inference
-from eagleviz.models.layers import (AttentionWeights, cached_attention, rms_norm, rope_cos_sin, rope_inv_freq,
-                                    swiglu_mlp)
+from eagleviz.models.layers import (AttentionWeights, StepFrame, cached_attention, rms_norm, rope_cos_sin,
+                                    rope_inv_freq, step_attention, swiglu_mlp)
 from eagleviz.models.layouts import read_checkpoint
 from eagleviz.models.quantized import QuantDense, to_q8_0
 from eagleviz.paths import cache_dir
@@ -258,33 +258,50 @@ class DraftHead(nn.Module):
         token_embeds: (T, H) target embeddings of the paired tokens; positions: (T,) draft positions;
         tree_mask: (T, Tk) over the last Tk cache slots or None. Returns the output feature (T, H) and
         advances cache.length by T."""
-        c = self.config
         cos, sin = rope_cos_sin(positions, self.inv_freq, token_embeds.dtype)
         if (self.ops is not None and features.shape[0] <= cpu_ops.MAX_ROWS and cache.k.dtype == torch.float32
                 and resolve_impl(impl, cache.k.device) == "torch"):
             return self._forward_fused(features, token_embeds, cos, sin, cache, tree_mask)
+        h = self._stack(features, token_embeds, cos, sin,
+                        lambda i, w, x: cached_attention(w, x, cos, sin, cache, i, tree_mask, impl))
+        cache.advance(features.shape[0])
+        return h
+
+    def step(self, features: torch.Tensor, token_embeds: torch.Tensor, positions: torch.Tensor, prefix: torch.Tensor,
+             tree_mask: torch.Tensor, cache: KVCache, impl: str = "torch") -> torch.Tensor:
+        """`forward` as a captured draft level runs it (`eagleviz.decoding.device_draft`): T tokens whose
+        keys go at the last T of the slots [P, P + Tk) that tree_mask (T, Tk) governs, P (prefix: (1,) int64)
+        in device memory, attention over the whole static cache. Touches no Python state (`cache.length` is
+        the caller's). The same operations as `forward`'s PyTorch path."""
+        cos, sin = rope_cos_sin(positions, self.inv_freq, token_embeds.dtype)
+        frame = StepFrame.for_step(prefix, tree_mask, cache.capacity, impl)
+        return self._stack(features, token_embeds, cos, sin,
+                           lambda i, w, x: step_attention(w, x, cos, sin, cache, i, frame, impl))
+
+    def _stack(self, features: torch.Tensor, token_embeds: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               attend) -> torch.Tensor:
+        """The head's layers, attend(layer index, AttentionWeights, x) -> the attention's output."""
+        c = self.config
         if c.arch == "eagle1":
             h = self.fc(torch.cat((token_embeds, features), dim=-1))
             for i, layer in enumerate(self.layers):
                 x = h if i == 0 else rms_norm(h, layer.input_layernorm.weight, c.rms_norm_eps)
-                h = h + cached_attention(self._attn(layer), x, cos, sin, cache, i, tree_mask, impl)
+                h = h + attend(i, self._attn(layer), x)
                 h = h + swiglu_mlp(layer.mlp, rms_norm(h, layer.post_attention_layernorm.weight, c.rms_norm_eps),
                                    getattr(layer.mlp, "gate_up", None))
-        else:
-            layer = self.midlayer
-            g = self.fc(features) if features.shape[-1] != c.hidden_size else features
-            normed = rms_norm(g, layer.hidden_norm.weight, c.rms_norm_eps)
-            a = torch.cat((rms_norm(token_embeds, layer.input_layernorm.weight, c.rms_norm_eps), normed), dim=-1)
-            h = (normed if c.norm_before_residual else g) + cached_attention(self._attn(layer), a, cos, sin, cache, 0,
-                                                                              tree_mask, impl)
-            h = h + swiglu_mlp(layer.mlp, rms_norm(h, layer.post_attention_layernorm.weight, c.rms_norm_eps),
-                               getattr(layer.mlp, "gate_up", None))
-            for i, extra in enumerate(self.blocks[1:], start=1):
-                x = rms_norm(h, extra.input_layernorm.weight, c.rms_norm_eps)
-                h = h + cached_attention(self._attn(extra), x, cos, sin, cache, i, tree_mask, impl)
-                h = h + swiglu_mlp(extra.mlp, rms_norm(h, extra.post_attention_layernorm.weight, c.rms_norm_eps),
-                                   getattr(extra.mlp, "gate_up", None))
-        cache.advance(features.shape[0])
+            return h
+        layer = self.midlayer
+        g = self.fc(features) if features.shape[-1] != c.hidden_size else features
+        normed = rms_norm(g, layer.hidden_norm.weight, c.rms_norm_eps)
+        a = torch.cat((rms_norm(token_embeds, layer.input_layernorm.weight, c.rms_norm_eps), normed), dim=-1)
+        h = (normed if c.norm_before_residual else g) + attend(0, self._attn(layer), a)
+        h = h + swiglu_mlp(layer.mlp, rms_norm(h, layer.post_attention_layernorm.weight, c.rms_norm_eps),
+                           getattr(layer.mlp, "gate_up", None))
+        for i, extra in enumerate(self.blocks[1:], start=1):
+            x = rms_norm(h, extra.input_layernorm.weight, c.rms_norm_eps)
+            h = h + attend(i, self._attn(extra), x)
+            h = h + swiglu_mlp(extra.mlp, rms_norm(h, extra.post_attention_layernorm.weight, c.rms_norm_eps),
+                               getattr(extra.mlp, "gate_up", None))
         return h
 
     def _forward_fused(self, features: torch.Tensor, token_embeds: torch.Tensor, cos: torch.Tensor,

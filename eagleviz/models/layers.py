@@ -133,22 +133,25 @@ def cached_attention(w: AttentionWeights, x: torch.Tensor, cos: torch.Tensor, si
 @dataclass(frozen=True)
 class StepFrame:
     """What every layer of a static step shares, built once on the device per forward (`for_step`):
-    slots (T,) int64 the step's keys and values are written at (P + 0 ... P + T - 1); prefix (1,) int32, P;
-    mask: the step's visibility as the attention implementation takes it (`attention_static`)."""
+    slots (T,) int64 the step's keys and values are written at; prefix (1,) int32, P; mask: the visibility of
+    slots [P, P + Tk) as the attention implementation takes it (`attention_static`); tree_len: Tk."""
 
     slots: torch.Tensor
     prefix: torch.Tensor
     mask: torch.Tensor
+    tree_len: int
 
     @classmethod
     def for_step(cls, prefix: torch.Tensor, tree_mask: torch.Tensor, capacity: int, impl: str) -> StepFrame:
-        """prefix: (1,) int64 P in device memory; tree_mask: (T, T) bool over the step's tokens."""
-        t = tree_mask.shape[0]
-        slots = prefix + torch.arange(t, device=prefix.device)
+        """prefix: (1,) int64 P in device memory; tree_mask: (T, Tk) bool over slots [P, P + Tk), the step's T
+        tokens at the last T of them: P + Tk - T onwards (a target step: Tk = T; a draft level: Tk counts
+        the expansion slots of the levels before it too)."""
+        t, tk = tree_mask.shape
+        slots = prefix + (tk - t) + torch.arange(t, device=prefix.device)
         p32 = prefix.to(torch.int32)
         if resolve_impl(impl, prefix.device) == "triton":
-            return cls(slots, p32, pack_mask_bits(tree_mask))
-        return cls(slots, p32, static_visibility(p32, tree_mask, capacity))
+            return cls(slots, p32, pack_mask_bits(tree_mask), tk)
+        return cls(slots, p32, static_visibility(p32, tree_mask, capacity), tk)
 
 
 def step_attention(w: AttentionWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache,
@@ -164,7 +167,8 @@ def step_attention(w: AttentionWeights, x: torch.Tensor, cos: torch.Tensor, sin:
         cache.k[layer].index_copy_(1, frame.slots, k.transpose(0, 1).to(cache.k.dtype))
         cache.v[layer].index_copy_(1, frame.slots, v.transpose(0, 1).to(cache.v.dtype))
     keys, values = cache.view(layer, cache.capacity)
-    out = attention_static(q.to(keys.dtype), keys, values, frame.prefix, frame.mask, impl=impl)
+    out = attention_static(q.to(keys.dtype), keys, values, frame.prefix, frame.mask, impl=impl,
+                           tree_len=frame.tree_len)
     return w.o_proj(out.to(x.dtype).reshape(t, w.num_heads * w.head_dim))
 
 

@@ -18,9 +18,9 @@ B >= n: the n tokens, then B - n padding tokens that see only themselves; their 
 slots and no real token sees them. The host advances `cache.length` by n after a step, as the eager forward
 does; commits and rewinds (`KVCache.commit_path`) act on the same tensors between steps.
 
-The capture: `CudaGraphs` records on a side stream into one shared memory pool; `Uncaptured` calls the same
-step function each time (the fallback where capture fails or cannot last, and what a CPU runs to test the
-buffers). `EagerSteps` is the same interface over `TargetModel.forward` and a run's own cache: a CPU's path.
+The capture: `CudaGraphs` records on a side stream, each graph in a memory pool of its own; `Uncaptured`
+calls the same step function each time (the fallback where capture fails or cannot last, and what a CPU runs
+to test the buffers). `EagerSteps` is the same interface over `TargetModel.forward` and a run's own cache: a CPU's path.
 """
 
 from __future__ import annotations
@@ -74,14 +74,14 @@ class Uncaptured:
 
 class CudaGraphs:
     """CUDA-graph capture: `capture(fn)` warms fn up on a side stream (Triton compiles, cuBLAS picks its
-    kernels), records one call into a graph sharing one memory pool with the others, and returns a replay that
-    gives the outputs of the recorded call (the same tensors each time, rewritten in place)."""
+    kernels), records one call into a graph with a memory pool of its own, and returns a replay that gives the
+    outputs of the recorded call (the same tensors each time, rewritten in place). Graphs replayed in any
+    order must not share a pool: one graph's temporaries could land on another's outputs."""
 
     captured = True
 
     def __init__(self, device: torch.device, warmup: int = 2):
         self.device, self.warmup = device, warmup
-        self.pool = torch.cuda.graph_pool_handle()
 
     def capture(self, fn: Callable[[], StepOutput]) -> Callable[[], StepOutput]:
         stream = torch.cuda.Stream(self.device)
@@ -91,7 +91,7 @@ class CudaGraphs:
                 fn()
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        with torch.cuda.graph(graph):
             out = fn()
 
         def replay() -> StepOutput:
@@ -222,26 +222,31 @@ class StaticSteps:
         self.cache.length = 0
 
 
-class StaticPool:
-    """Static states kept between runs, by (attention, features, capacity): a run leases one (a new one when
-    all are in use, so runs never share a state) and gives it back when it ends. Captures are per state,
-    made on first use of each bucket."""
+class StatePool:
+    """Static states kept between runs, by key (what they were made for: attention, features, capacity, tree
+    shape): a run leases one (a new one when all of its key are in use, so runs never share a state) and gives
+    it back when it ends; each keeps the captures it made."""
 
-    def __init__(self, make_graphs: Callable[[], CudaGraphs | Uncaptured]):
-        self._make_graphs = make_graphs
-        self._free: dict[tuple, list[StaticSteps]] = {}
+    def __init__(self):
+        self._free: dict[tuple, list] = {}
+        self._keys: dict[int, tuple] = {}  # id of a state made here -> its key
 
-    def lease(self, target, slots: int, impl: str, feature_layers: tuple[int, ...] | None) -> StaticSteps:
-        capacity = capacity_bucket(slots, target.max_positions)
-        free = self._free.setdefault((impl, feature_layers, capacity), [])
+    def lease(self, key: tuple, make: Callable[[], StaticSteps]):
+        free = self._free.setdefault(key, [])
         if free:
             state = free.pop()
             state.reset()
             return state
-        return StaticSteps(target, capacity, impl, feature_layers, self._make_graphs())
+        state = make()
+        self._keys[id(state)] = key
+        return state
 
-    def give_back(self, state: StaticSteps) -> None:
-        self._free.setdefault((state.impl, state.feature_layers, state.capacity), []).append(state)
+    def give_back(self, state) -> None:
+        self._free[self._keys[id(state)]].append(state)
+
+    def free(self) -> int:
+        """How many states wait for a run."""
+        return sum(len(states) for states in self._free.values())
 
 
 class EagerSteps:

@@ -25,7 +25,9 @@ kernels.sample_ops), `--ab stack` (the decoder stack from weight blocks in one C
 `--ab learned` (the calibration corrected by each run's own acceptance, eagleviz.decoding.calibration),
 `--ab rest-price` (the cost-aware tree priced with the measured resting cycle and sampled overhead,
 eagleviz.decoding.costs), `--ab head-layer` (an EAGLE-3 head's layer in one C call, kernels.stack_ops) and
-`--ab lookup` (prompt-lookup candidates merged into the head's tree). Each A/B prints its ratios and writes
+`--ab lookup` (prompt-lookup candidates merged into the head's tree) and `--ab graphs` (on a GPU: the target's
+steps and the head's drafting captured in CUDA graphs over static state, eagleviz.models.static, against the
+eager forward). Each A/B prints its ratios and writes
 them, per arm with the trees each side ran, to --out/ab-LEVER-T{T}.json (`ab_name`): the file a figure quoted
 from it can be checked against.
 """
@@ -57,7 +59,7 @@ from eagleviz.perf import peers as peer_methods
 from eagleviz.prompts import bundle_copies, load_prompts
 from eagleviz.visuals.table import markdown_table
 
-AB_LEVERS = ("trace", "packing", "hot-vocab", "kv-fp32", "fused", "policy", "lookup", "prefix", "sample-ops",
+AB_LEVERS = ("graphs", "trace", "packing", "hot-vocab", "kv-fp32", "fused", "policy", "lookup", "prefix", "sample-ops",
              "stack", "learned", "rest-price", "head-layer")
 METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "lookup", "eagle-chain", "eagle-tree")
 TUNED_METHOD = "eagle-tuned"
@@ -181,7 +183,10 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
     (`CostModel.rest`; without: the root alone costs verify(1) + the greedy overhead), for our plain loop and the
     EAGLE tree;
     head-layer: an EAGLE-3 head's layer as one Python call per C operation vs in one C call
-    (`kernels.stack_ops.Midlayer`; bitwise the same), for our plain loop and the EAGLE tree."""
+    (`kernels.stack_ops.Midlayer`; bitwise the same), for our plain loop and the EAGLE tree;
+    graphs: on a GPU, the eager forward (Python-launched kernels, the host drafting level by level) vs the
+    steps and the drafting replayed from CUDA graphs (eagleviz.models.static), for our plain loop and the
+    EAGLE tree."""
     from eagleviz.decoding.engine import Engine
     from eagleviz.decoding.prefix import PrefixCache
     from eagleviz.models.draft import load_head
@@ -234,6 +239,10 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
         without = copy.copy(engine)
         without.head = copy.copy(engine.head)
         without.head.compiled_layer = None
+    elif lever == "graphs":
+        if t.device.type != "cuda":
+            raise UserFacingError("--ab graphs compares CUDA graphs with the eager forward: it needs --device cuda")
+        without, with_ = engine.with_decode("eager"), engine.with_decode("graphs")
     elif lever == "rest-price":
         without = engine.with_policy(costs=dataclasses.replace(engine.costs, rest=None, sampled_overhead=None,
                                                                sampled_rest=None))
@@ -488,7 +497,7 @@ def setup(args, with_prompts: bool = True):
     if args.threads:
         torch.set_num_threads(args.threads)
     engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl, args.draft_vocab,
-                         args.kv_dtype, weights=args.weights)
+                         args.kv_dtype, weights=args.weights, decode=args.decode)
     return engine, prompts
 
 
@@ -509,7 +518,8 @@ def bench_main(argv: list[str]) -> int:
                         "operations gain (fused), what the cost-aware tree gains over SGLang's fixed tree with the "
                         "same knobs (policy), what prompt-lookup candidates add to the head's (lookup), what "
                         "starting each prefill from the cached chat prefix gains (prefix), what reading the target's "
-                        "distribution in C gains (sample-ops), what the decoder stack in one C call gains (stack)")
+                        "distribution in C gains (sample-ops), what the decoder stack in one C call gains (stack), "
+                        "what CUDA graphs over static state gain over the eager forward on a GPU (graphs)")
     args = p.parse_args(argv)
     sampling, tree = check_knobs(args, tree_args=True)
     if args.methods is None:

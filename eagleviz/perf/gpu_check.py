@@ -10,7 +10,9 @@ It writes one JSON report (docs/gpu-check.md says what to expect in it):
                   extremes (`sampled_cases`), with --full-grid all of it
     lossless      greedy EAGLE against plain greedy decoding, in fp32 (identical outputs expected), fp16 and bf16
                   (every difference must sit at a near-tie)
-    bench         plain decoding and EAGLE, tokens/s and tau, with the Triton kernel and with PyTorch attention
+    bench         plain decoding and EAGLE, tokens/s and tau, with the Triton kernel and with PyTorch attention (on
+                  CUDA also the Triton kernel with the eager forward: what the CUDA graphs gain), the decode path
+                  and the host's reads a token and a cycle
     time          the budget (--budget-s), each section's seconds and the total
     summary, ok   the sections that passed, failed and were skipped (with why); ok when none failed
 
@@ -45,6 +47,7 @@ import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
+from eagleviz.models.host import counting_reads
 from eagleviz.perf.sections import Budget, describe, each_part, skipped, summary
 from kernels import capability
 
@@ -181,20 +184,31 @@ def lossless(engine_for: EngineFor, prompts: list[str], tree: TreeConfig, max_ne
 def bench(engine_for: EngineFor, prompts: list[str], tree: TreeConfig, max_new_tokens: int, dtype: str = "bfloat16",
           impls=("triton", "torch"), unavailable: dict[str, str] | None = None, budget: Budget = Budget()) -> dict:
     """Plain decoding and EAGLE per attention implementation: median tokens/s over the prompts (after one
-    warm-up run of each), mean tau, and EAGLE's speedup over plain decoding with the same attention.
-    `unavailable`: implementations that cannot run here, with why (reported as skipped)."""
+    warm-up run of each), mean tau, EAGLE's speedup over plain decoding with the same attention, the decode
+    path and the host's reads of device values a plain token and a cycle (`counting_reads`). An
+    implementation named 'IMPL-eager' runs IMPL with the eager forward (`--decode eager`), the baseline of
+    the CUDA graphs. `unavailable`: implementations that cannot run here, with why (reported as skipped)."""
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)
 
-    def one(impl: str) -> dict:
+    def one(name: str) -> dict:
+        impl, _, decode = name.partition("-")
         engine = engine_for(dtype, impl)
+        engine = engine.with_decode(decode) if decode else engine
         engine.generate(prompts[0], None, sampling)
         engine.generate(prompts[0], tree, sampling)
-        plain = [engine.generate(p, None, sampling).summary() for p in prompts]
-        spec = [engine.generate(p, tree, sampling).summary() for p in prompts]
-        plain_tps = statistics.median(s["tokens_per_s"] for s in plain)
-        spec_tps = statistics.median(s["tokens_per_s"] for s in spec)
-        return {"plain_tokens_per_s": round(plain_tps, 1), "eagle_tokens_per_s": round(spec_tps, 1),
+        with counting_reads() as plain_reads:
+            plain = [engine.generate(p, None, sampling) for p in prompts]
+        with counting_reads() as spec_reads:
+            spec = [engine.generate(p, tree, sampling) for p in prompts]
+        plain_tps = statistics.median(r.summary()["tokens_per_s"] for r in plain)
+        spec_tps = statistics.median(r.summary()["tokens_per_s"] for r in spec)
+        cycles = sum(len(r.cycles) for r in spec)
+        spec = [r.summary() for r in spec]
+        return {"decode": engine.decode, "plain_tokens_per_s": round(plain_tps, 1),
+                "eagle_tokens_per_s": round(spec_tps, 1),
                 "speedup": round(spec_tps / plain_tps, 3) if plain_tps else None,
+                "reads_per_plain_token": round(plain_reads[0] / sum(len(r.output) for r in plain), 2),
+                "reads_per_cycle": round((spec_reads[0] - len(prompts)) / max(cycles, 1), 2),  # less the prefills'
                 "tau": round(statistics.mean(s["tau"] for s in spec), 3),
                 "mean_phase_ms": {k: round(statistics.mean(s["mean_phase_ms"][k] for s in spec), 3)
                                   for k in spec[0]["mean_phase_ms"]}}
@@ -228,7 +242,8 @@ def run_gpu_check(device: torch.device, engine_for: EngineFor, prompts: list[str
         "lossless": lambda: skipped(no_prompts) if no_prompts else lossless(engine_for, prompts, tree,
                                                                              max_new_tokens, dtypes, budget),
         "bench": lambda: skipped(no_prompts) if no_prompts else bench(
-            engine_for, prompts, tree, max_new_tokens, bench_dtype, ("torch",) if engine_kernel else ("triton", "torch"),
+            engine_for, prompts, tree, max_new_tokens, bench_dtype,
+            ("torch",) if engine_kernel else ("triton", "torch", "triton-eager"),
             {"triton": engine_kernel} if engine_kernel else None, budget),
     }
     report = {"environment": environment(device), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}

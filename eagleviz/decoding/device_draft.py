@@ -1,0 +1,175 @@
+"""Phase 1 on the device: every level of the head's drafting in one step function, captured, read once.
+
+The host path (`eagleviz.decoding.drafting._head_levels`) reads the device once per level: the top-k children
+of the frontier decide the next frontier. On a GPU each read stalls the queue, and each level's ~40 kernels
+are launched from Python. Here the whole phase is one function of static buffers (SGLang's EAGLE worker does
+the same), which a CUDA graph captures per pending-size bucket:
+
+    encode     the pending positions (bucket B, padded: padding rows sit at the last real position, after
+               the real rows, and no real row sees them) into the draft cache at [stable, stable + B)
+    level 0    the last real row's top-k children of the root (draft log-probabilities, target ids)
+    level s    the frontier (the k best nodes of level s - 1 by cumulative score: a stable descending sort
+               of float64 scores, so ties go to the lower id as in `tree.select_frontier`) expands: each
+               node attends to the prefix and its expanded ancestors (a (k, s k) mask grown on the device),
+               writes its keys at the next k expansion slots and proposes its top-k children
+
+Scores are float64 sums of float32 log-probabilities in the host's order, so the frontier is the one the host
+would pick. The host reads every level's tokens, log-probabilities and frontiers in one copy and rebuilds the
+`Candidates` from what the device chose (`rebuild`), applying a cost-aware tree's stopping rule level by level
+as the host path does. Every level is drafted whatever that rule decides (the graph has one shape); the levels
+after its stop are discarded, and the decision says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from eagleviz.config import TreeConfig
+from eagleviz.decoding.policy import TreePolicy
+from eagleviz.decoding.tree import Candidates
+from eagleviz.models.host import to_host
+from eagleviz.models.static import BUCKETS, CudaGraphs, StepInputs, Uncaptured, bucket
+
+
+@dataclass
+class DraftOut:
+    """One drafting's device results, flat: ids (k + (steps - 1) k^2,) target ids and logprobs (same) level
+    by level, node by node; frontiers ((steps - 1) k,) each expansion's rows of the level before."""
+
+    ids: torch.Tensor
+    logprobs: torch.Tensor
+    frontiers: torch.Tensor
+
+
+class DeviceDrafter:
+    """The head's static state for one run of a tree shape (k = topk, `steps`): its KV cache and inputs, and
+    one captured drafting per pending-size bucket. `length`/`rewind` are the draft cache's, as the engine
+    keeps them for a `KVCache`."""
+
+    def __init__(self, engine, capacity: int, tree: TreeConfig, graphs: CudaGraphs | Uncaptured):
+        self.engine, self.k, self.steps, self.graphs = engine, tree.topk, tree.steps, graphs
+        target, c = engine.target, engine.head.config
+        self.capacity = capacity
+        # capture writes at `capacity` and past it: the largest bucket, or one row and every expansion
+        self.cache = engine.head.new_cache(capacity + BUCKETS[-1] + tree.steps * tree.topk + 1, target.kv_dtype,
+                                           target.device)
+        self.inputs = StepInputs(target.device)
+        width = c.feature_size if c.arch == "eagle3" else c.hidden_size
+        self.features = torch.zeros(BUCKETS[-1], width, dtype=target.dtype, device=target.device)
+        self._replays: dict[int, Callable[[], DraftOut]] = {}
+        self.fallback = ""
+
+    def reset(self) -> None:
+        """Ready for another run: nothing committed."""
+        self.cache.length = 0
+
+    @property
+    def length(self) -> int:
+        return self.cache.length
+
+    def rewind(self, length: int) -> None:
+        self.cache.rewind(length)
+
+    def _draft_fn(self, b: int, inputs: StepInputs, features: torch.Tensor) -> Callable[[], DraftOut]:
+        prefix, ids, positions, _ = inputs.views(b)
+        engine, k, steps = self.engine, self.k, self.steps
+        head, target, cache, impl = engine.head, engine.target, self.cache, engine.attn_impl
+        dev = target.device
+        causal = torch.ones(b, b, dtype=torch.bool, device=dev).tril()
+        eye = torch.eye(k, dtype=torch.bool, device=dev)
+
+        def children(hs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            logp = torch.log_softmax(head.logits(hs, target.unembed), dim=-1)
+            values, draft_ids = torch.topk(logp, k, dim=-1)
+            return head.to_target_ids(draft_ids), values
+
+        def draft() -> DraftOut:
+            h = head.step(features[:b], target.embed(ids), positions, prefix, causal, cache, impl)
+            last = positions[-1:] - prefix  # the last real row: padding rows repeat its position
+            start = positions[-1:] + 1  # S: the committed draft length after the encoding
+            tok, lp = children(h.index_select(0, last))
+            all_ids, all_lp, fronts = [tok[0]], [lp[0]], []
+            score, feat = lp[0].double(), h.index_select(0, last).expand(k, -1)
+            anc = eye
+            for s in range(1, steps):
+                order = torch.sort(score, descending=True, stable=True).indices[:k]
+                fronts.append(order)
+                parent = order // k if s > 1 else torch.zeros_like(order)
+                f_tok, f_score = all_ids[-1][order], score[order]
+                if s > 1:
+                    anc = torch.cat([anc[parent], eye], dim=1)
+                hs = head.step(feat[parent] if s > 1 else feat, target.embed(f_tok), (start + s - 1).expand(k),
+                               start, anc, cache, impl)
+                tok, lp = children(hs)
+                all_ids.append(tok.reshape(-1))
+                all_lp.append(lp.reshape(-1))
+                score = (f_score[:, None] + lp.double()).reshape(-1)
+                feat = hs
+            frontiers = torch.cat(fronts) if fronts else torch.zeros(0, dtype=torch.long, device=dev)
+            return DraftOut(torch.cat(all_ids), torch.cat(all_lp), frontiers)
+
+        return draft
+
+    def _replay(self, b: int) -> Callable[[], DraftOut]:
+        if b not in self._replays:
+            # a capture drafts for real: point it at the scratch slots past `capacity`
+            self.inputs.write(self.capacity, [0] * b, [self.capacity] * b, None, b)
+            fn = self._draft_fn(b, self.inputs, self.features)
+            try:
+                self._replays[b] = self.graphs.capture(fn)
+            except Exception as exc:  # as `StaticSteps._replay`: the same function, uncaptured, and say why
+                if not self.graphs.captured:
+                    raise
+                self.fallback = (f"CUDA-graph capture of the draft failed ({exc.__class__.__name__}: "
+                                 f"{str(exc)[:160]}), so this run drafts uncaptured")
+                self.graphs, self._replays = Uncaptured(), {}
+                self._replays[b] = fn
+        return self._replays[b]
+
+    def draft(self, feats: torch.Tensor, pend_tokens: list[int]) -> tuple[list[list[int]], list[list[float]], list[int]]:
+        """Encode the pending positions (feats (n, F), their tokens) and draft every level. Returns, read in one
+        copy, the ids and log-probabilities (flat, level by level) and the frontiers (flat, a level's rows)."""
+        n, stable = len(pend_tokens), self.cache.length
+        positions = list(range(stable, stable + n))
+        if n > BUCKETS[-1]:  # a prompt's first drafting: the same function at its own size, uncaptured
+            inputs = StepInputs(feats.device, largest=n)
+            inputs.write(stable, pend_tokens, positions, None, n)
+            out = self._draft_fn(n, inputs, feats)()
+        else:
+            b = bucket(n)
+            replay = self._replay(b)
+            self.features[:n].copy_(feats)
+            self.inputs.write(stable, pend_tokens, positions, None, b)
+            out = replay()
+        # the cache now holds the encoded positions and every level's expansion slots
+        self.cache.length = stable + n + (self.steps - 1) * self.k
+        return to_host(out.ids, out.logprobs, out.frontiers)
+
+
+def rebuild(cands: Candidates, ids: list[int], logprobs: list[float], frontiers: list[int], k: int, steps: int,
+            value, policy: TreePolicy | None, draft_tokens: int, cfg: TreeConfig) -> tuple[int, str]:
+    """The host's `Candidates` from one device drafting: the root's children, then each expansion as the
+    device made it, as `_head_levels` adds them (same ids, scores, values). A cost-aware policy stops where
+    the host path would (its rule reads only the levels before). Returns the levels kept and the decision."""
+    level = cands.add_children(-1, ids[:k], logprobs[:k], value)
+    levels, at = 1, k
+    for s in range(1, steps):
+        frontier = [level[r] for r in frontiers[(s - 1) * k:s * k]]
+        if policy is not None:
+            values = sorted(cands.values, reverse=True)
+            if not policy.another_level(values, [cands.values[i] for i in frontier], levels, draft_tokens - 1,
+                                        cfg.topk, cfg.steps - levels):
+                return levels, (f"Drafting stopped after {levels} level{'s' if levels > 1 else ''}: another was not "
+                                f"expected to pay for itself (the device drafted all {steps} in one call; the "
+                                "levels after were discarded).")
+        level = []
+        for r, node in enumerate(frontier):
+            cands.expanded[node] = True
+            level.extend(cands.add_children(node, ids[at + r * k:at + (r + 1) * k],
+                                            logprobs[at + r * k:at + (r + 1) * k], value))
+        at += k * k
+        levels += 1
+    return levels, ("" if policy is None else f"All {levels} level{'s' if levels > 1 else ''} drafted.")

@@ -1,0 +1,64 @@
+"""eagleviz/decoding/device_draft.py: every level of the head's drafting in one captured function, read once,
+against the host's level-by-level drafting (`drafting._head_levels`) on a CPU, with `Recording` standing in
+for a CUDA graph's capture (tests/tiny.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.decoding.engine import Engine
+from eagleviz.models.draft import random_head
+from eagleviz.models.static import BUCKETS
+from eagleviz.models.target import TargetModel
+from tiny import CPU_COSTS, Recording, tiny_target
+
+PROMPT = "12345 1234 123"
+
+
+@pytest.fixture(scope="module")
+def target() -> TargetModel:
+    """A tiny model on PyTorch's operations (as a GPU runs them: no C layer)."""
+    t = tiny_target()
+    return TargetModel(t.hf, t.tokenizer, t.name, fused=False)
+
+
+def engine(target, decode: str, arch: str = "eagle1") -> Engine:
+    e = Engine(target, random_head(target, arch, seed=1, std=0.5), "random", decode=decode, compiled_sampling=False,
+               costs=CPU_COSTS)
+    e.make_graphs = Recording
+    return e
+
+
+@pytest.mark.parametrize("arch", ["eagle1", "eagle3"])
+@pytest.mark.parametrize("tree", [TreeConfig.create(1, 3, 4, adaptive=False), TreeConfig.create(4, 2, 8, adaptive=False),
+                                  TreeConfig.create(6, 3, 30, adaptive=False, source="eagle"), TreeConfig.create()],
+                         ids=["one-level", "4/2/8", "6/3/30", "default"])
+def test_drafting_on_the_device_grows_the_hosts_trees(target, arch, tree):
+    """Every cycle's candidates (tokens, parents, which were expanded and verified, scores to rounding), the
+    policy's levels and the output are the host's, for both head architectures, sampled (T = 1: more cycles,
+    more varied trees); where a cost-aware policy stops early the decision says the device drafted on."""
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=40, seed=3)
+    runs = {decode: engine(target, decode, arch).generate(PROMPT, tree, sampling) for decode in ("eager", "static")}
+    host, device = runs["eager"], runs["static"]
+    assert [o.token for o in device.output] == [o.token for o in host.output]
+    assert len(device.cycles) == len(host.cycles) > 10
+    for a, b in zip(host.cycles, device.cycles):
+        assert [(n.token, n.parent, n.expanded, n.kept) for n in a.nodes] == \
+               [(n.token, n.parent, n.expanded, n.kept) for n in b.nodes]
+        assert all(math.isclose(m.score, n.score, rel_tol=2e-3, abs_tol=2e-3) for m, n in zip(a.nodes, b.nodes))
+        assert a.draft_levels == b.draft_levels and a.path == b.path
+        if "stopped" in a.decision:
+            assert "the device drafted all" in b.decision
+
+
+def test_a_prompt_longer_than_every_bucket_is_drafted_uncaptured_at_its_size(target):
+    """The first drafting encodes the whole prompt (here ~120 positions, past the largest bucket of 64)."""
+    prompt = "1234567 " * 15
+    tree = TreeConfig.create(4, 2, 8, adaptive=False)
+    runs = {d: engine(target, d).generate(prompt, tree, SamplingConfig(max_new_tokens=24)) for d in ("eager", "static")}
+    assert runs["static"].prompt_tokens > BUCKETS[-1]
+    assert [o.token for o in runs["static"].output] == [o.token for o in runs["eager"].output]
+    assert [c.path for c in runs["static"].cycles] == [c.path for c in runs["eager"].cycles]
