@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 OVERRIDE = "EAGLEVIZ_CPU"
-EMULATIONS = {  # override value -> the environment that makes torch and oneDNN dispatch as that CPU would
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+EMULATIONS = {  # override value -> the environment that makes torch, oneDNN and MKL dispatch as that CPU would
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
 }
 EMULATED_MARCH = {"avx2": "haswell"}  # -march for the C operations under an emulation
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 /proc/cpuinfo flags
@@ -96,7 +96,7 @@ def detect() -> Capability:
             warnings.warn(f"{OVERRIDE}=avx2 without ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 set before torch "
                           f"started: torch's own kernels still use {isa}", RuntimeWarning, stacklevel=2)
     return Capability(cpu_name=_cpu_name(), vector_isa=isa, bf16_packing=emulating is None and _probe_bf16_packing(),
-                      native_bf16=native, compiler=_compiler(), triton=_has_triton(), emulating=emulating)
+                      native_bf16=native, compiler=c_compiler(), triton=_has_triton(), emulating=emulating)
 
 
 def _cpu_flags() -> frozenset[str]:
@@ -132,7 +132,8 @@ def _probe_bf16_packing() -> bool:
     return True
 
 
-def _compiler() -> str | None:
+def c_compiler() -> str | None:
+    """The C compiler the kernels are built with (CC, default cc), as a path; None where there is none."""
     command = shlex.split(os.environ.get("CC", "cc") or "cc")
     return shutil.which(command[0]) if command else None
 

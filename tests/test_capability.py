@@ -58,9 +58,9 @@ def test_the_c_operations_are_compiled_for_the_emulated_cpu(monkeypatch):
     assert cpu_ops.flag_sets()[0] == ("-O3", "-march=haswell", "-fopenmp-simd")
 
 
-def _emulated(code: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}
-    env.update(capability.emulation_environment("avx2"))
+def _emulated(code: str, *args: str, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    extra, env = env or {}, {k: v for k, v in os.environ.items() if k not in capability.EMULATIONS["avx2"]}
+    env.update(capability.emulation_environment("avx2"), **extra)
     return subprocess.run([sys.executable, *( ["-c", code] if code else []), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -82,6 +82,20 @@ def test_the_avx2_emulation_holds_torch_and_onednn_to_avx2():
     isa, refused, described = done.stdout.splitlines()
     assert isa == "AVX2" and refused == "refused True"
     assert described.endswith("AVX2, no native bf16 (emulating avx2)")
+
+
+@needs_x86
+def test_the_avx2_emulation_holds_mkl_to_avx2():
+    """MKL dispatches on its own (the dense fp32 products): MKL_VERBOSE names the instruction set it chose for
+    an SGEMM, which under the emulation must be AVX2's, whatever this CPU has."""
+    code = "import torch\ntorch.randn(64, 64) @ torch.randn(64, 64)\n"
+    done = _emulated(code, env={"MKL_VERBOSE": "1"})
+    assert done.returncode == 0, done.stderr
+    header = next((ln for ln in done.stdout.splitlines() if ln.startswith("MKL_VERBOSE oneMKL")), None)
+    if header is None:
+        pytest.skip("this torch build does not run MKL (no MKL_VERBOSE header)")
+    assert "(Intel(R) AVX2)" in header and "AVX-512" not in header and "AMX" not in header, header
+    assert "SGEMM" in done.stdout
 
 
 @needs_x86

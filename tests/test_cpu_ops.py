@@ -15,12 +15,12 @@ from kernels import capability, cpu_ops
 from kernels.tree_attention import tree_attention_torch
 from eagleviz.models.layers import apply_rope, rms_norm
 from eagleviz.models.target import TargetModel
-from tiny import compiled_or_skip, tiny_target
+from tiny import compiled_or_fail, tiny_target, unbuilt
 
 
 @pytest.fixture(scope="module")
 def ops(tmp_path_factory):
-    return compiled_or_skip(cpu_ops.load, tmp_path_factory.mktemp("kernels"))
+    return compiled_or_fail(cpu_ops.load, cpu_ops.last_error, tmp_path_factory.mktemp("kernels"), "kernels/cpu_ops.c")
 
 
 def _randn(*shape, dtype=torch.float32, seed=0):
@@ -310,3 +310,19 @@ def test_a_compiler_command_with_arguments_and_a_retry_after_a_failure(ops, tmp_
     assert cpu_ops.load(tmp_path / "k") is None
     monkeypatch.setenv("CC", "env cc")  # a wrapper and its compiler, as CC="ccache gcc" is
     assert cpu_ops.load(tmp_path / "k") is not None and cpu_ops.last_error(tmp_path / "k") is None
+
+
+def test_a_kernel_that_does_not_build_fails_the_suite_with_the_compilers_message(tmp_path):
+    """Where a C compiler exists, a kernel source with an error is a failure naming the compiler's complaint,
+    never a row of skips (every fixture of a compiled library goes through `tiny.unbuilt`)."""
+    if capability.c_compiler() is None:
+        pytest.skip("no C compiler here: nothing to build")
+    broken = tmp_path / "broken_ops.c"
+    broken.write_text("int broken(int x) { return x +; }\n")
+    build = tmp_path / "build"
+    assert cpu_ops.load_library(broken, build, (), lambda lib: lib) is None
+    error = cpu_ops.last_error(build, broken)
+    assert "error" in error.lower()
+    with pytest.raises(pytest.fail.Exception, match="did not build although this machine has a C compiler") as raised:
+        unbuilt("broken_ops.c", error)
+    assert "return x +" in str(raised.value) or "expected expression" in str(raised.value)

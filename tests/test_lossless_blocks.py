@@ -17,7 +17,9 @@ from eagleviz.decoding.load import RANDOM_HEAD, default_head
 from eagleviz.decoding.lookup import Foresight
 from eagleviz.models.draft import load_head, random_head
 from eagleviz.prompts import mtbench_first_turns
-from tiny import CPU_COSTS
+from eagleviz.paths import cache_dir
+from kernels import quant_ops
+from tiny import CPU_COSTS, unbuilt
 
 CONFIGS = {"chain": TreeConfig.create(5, 1, 6, adaptive=False, source="eagle"),
            "tree": TreeConfig.create(5, 4, 16, adaptive=False, source="eagle"),
@@ -34,7 +36,7 @@ def engine():
 
     target = load_target("embedded", weights="blocks")
     if target.weights != "blocks":
-        pytest.skip("the quantized products could not be built here")
+        unbuilt("kernels/quant_ops.c", quant_ops.last_error(cache_dir() / "kernels"))
     path = default_head("embedded")
     head = random_head(target, seed=0) if path == RANDOM_HEAD else load_head(path, target)
     return Engine(target, head, path)

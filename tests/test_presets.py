@@ -5,7 +5,7 @@ prints each preset's tau and text, the figures the notes quote (MEASURED_TAU).
 The quoted tau is held to TIGHT (0.05) wherever the target computes from its weight blocks, as it did when the
 quotes were measured: the blocks' products sum in one fixed order on AVX-512, AVX2 and plain C, so every CPU
 runs the same numbers (`make test` runs this file again held to AVX2). In bf16 or fp32 (a CPU with no C
-compiler) it allows LOOSE (0.5). Each assertion message says which applied."""
+compiler; where one exists and the blocks' products do not build, the suite fails) it allows LOOSE (0.5). Each assertion message says which applied."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ from eagleviz.app import presets
 from eagleviz.decoding.load import RANDOM_HEAD, default_head, load_engine
 from eagleviz.models.loading import cpu_description
 from eagleviz.app.session import EngineHub, Knobs, generate, race_run
+from eagleviz.paths import cache_dir
 from eagleviz.visuals.selection import took_other_branch
+from kernels import capability, quant_ops
+from tiny import unbuilt
 
 TIGHT = 0.05   # from weight blocks, where the quotes were measured: every CPU gives the same run
 LOOSE = 0.5    # in bf16 or fp32: another numerics, so a quoted tau may move a little
@@ -29,7 +32,10 @@ BASE = Knobs(max_new_tokens=presets.PRESET_TOKENS)
 def hub():
     if default_head("embedded") == RANDOM_HEAD:
         pytest.skip("no shipped head: the presets' claims are about the trained head")
-    return EngineHub(load_engine())
+    engine = load_engine()
+    if engine.target.weights != presets.MEASURED_WEIGHTS and capability.c_compiler() is not None:
+        unbuilt("kernels/quant_ops.c (the weight blocks' products)", quant_ops.last_error(cache_dir() / "kernels"))
+    return EngineHub(engine)
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,13 @@ import torch
 
 from eagleviz.models import packed
 from kernels import capability, cpu_ops, quant_ops
+from tiny import compiled_or_fail
 
 
 @pytest.fixture(scope="module")
 def ops(tmp_path_factory):
-    loaded = quant_ops.load(tmp_path_factory.mktemp("quant"))
-    if loaded is None:
-        pytest.skip(f"the quantized product could not be built here: {quant_ops.last_error('')}")
-    return loaded
+    return compiled_or_fail(quant_ops.load, quant_ops.last_error, tmp_path_factory.mktemp("quant"),
+                            "kernels/quant_ops.c")
 
 
 def random_blocks(fmt: str, n: int, k: int, seed: int = 0) -> tuple[quant_ops.QuantWeight, dict]:

@@ -17,7 +17,9 @@ from eagleviz.models.draft import random_head
 from eagleviz.models.quantized import QuantDense, find_blocks
 from kernels.quant_ops import QuantWeight
 from eagleviz.models.target import ACTIVATIONS, TargetModel
-from tiny import tiny_target
+from eagleviz.paths import cache_dir
+from kernels import quant_ops
+from tiny import tiny_target, unbuilt
 
 
 def _quantize(w: torch.Tensor, fmt: str) -> torch.Tensor:
@@ -45,7 +47,7 @@ def pair():
     quant = {act: TargetModel(dense.hf, dense.tokenizer, dense.name, blocks=blocks, activations=act)
              for act in ACTIVATIONS}
     if any(q.weights != "blocks" for q in quant.values()):
-        pytest.skip("the quantized products could not be built here")
+        unbuilt("kernels/quant_ops.c", quant_ops.last_error(cache_dir() / "kernels"))
     return dense, quant, blocks
 
 

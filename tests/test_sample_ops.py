@@ -10,15 +10,17 @@ import torch
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.decoding.engine import Engine
 from eagleviz.decoding.verify import draw, top_tokens
+from eagleviz.paths import cache_dir
 from kernels import sample_ops
-from tiny import compiled_or_skip, tiny_engine
+from tiny import compiled_or_fail, tiny_engine, unbuilt
 
 V = 49152  # SmolLM2's vocabulary: the rows these passes read
 
 
 @pytest.fixture(scope="module")
 def ops(tmp_path_factory):
-    return compiled_or_skip(sample_ops.load, tmp_path_factory.mktemp("kernels"))
+    return compiled_or_fail(sample_ops.load, sample_ops.last_error, tmp_path_factory.mktemp("kernels"),
+                            "kernels/sample_ops.c")
 
 
 def _rows(seed: int, rows: int = 3, n: int = V, scale: float = 3.0) -> torch.Tensor:
@@ -101,7 +103,7 @@ def test_the_engine_writes_the_same_tokens_with_and_without_the_compiled_samplin
     output tokens, accepted paths and root distributions, greedy and sampled."""
     engine = tiny_engine()
     if engine.sample_ops is None:
-        pytest.skip("no C compiler on this machine")
+        unbuilt("kernels/sample_ops.c", sample_ops.last_error(cache_dir() / "kernels"))
     reference = Engine(engine.target, engine.head, engine.head_name, engine.attn_impl, compiled_sampling=False,
                        costs=engine.costs, calibration=engine.calibration)
     assert reference.sample_ops is None

@@ -13,8 +13,10 @@ from eagleviz.decoding.engine import Engine
 from eagleviz.models.draft import random_head
 from eagleviz.models.quantized import find_blocks
 from eagleviz.models.target import ACTIVATIONS, TargetModel
+from eagleviz.paths import cache_dir
+from kernels import cpu_ops, quant_ops, stack_ops
 from kernels.quant_ops import QuantWeight
-from tiny import tiny_target
+from tiny import tiny_target, unbuilt
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +31,13 @@ def models():
     built = {(act, stack): TargetModel(dense.hf, dense.tokenizer, dense.name, blocks=blocks, activations=act,
                                        stack=stack)
              for act in ACTIVATIONS for stack in (None, False)}
-    if any(m.weights != "blocks" or m.ops is None for m in built.values()):
-        pytest.skip("the quantized products or the fused layer could not be built here")
+    folder = cache_dir() / "kernels"
+    if any(m.weights != "blocks" for m in built.values()):
+        unbuilt("kernels/quant_ops.c", quant_ops.last_error(folder))
+    if any(m.ops is None for m in built.values()):
+        unbuilt("kernels/cpu_ops.c", cpu_ops.last_error(folder))
     if built[(ACTIVATIONS[0], None)]._stack is None:
-        pytest.skip("kernels/stack_ops.c could not be built here")
+        unbuilt("kernels/stack_ops.c", stack_ops.last_error(folder))
     return built
 
 
@@ -104,7 +109,7 @@ def test_an_eagle3_heads_layer_in_one_call_is_bitwise_its_python_sequence(models
     fast = random_head(target, arch="eagle3", seed=4, std=0.2).for_drafting(None, target.ops, target.block_ops,
                                                                              act == "int8")
     if fast.compiled_layer is None:
-        pytest.skip("kernels/stack_ops.c could not be built here")
+        unbuilt("kernels/stack_ops.c", stack_ops.last_error(cache_dir() / "kernels"))
     ref = copy.copy(fast)
     ref.compiled_layer = None
     c = fast.config
@@ -131,7 +136,7 @@ def test_the_heads_layer_refuses_what_does_not_fit(models):
     target = models[("int8", None)]
     head = random_head(target, arch="eagle3", seed=4).for_drafting(None, target.ops, target.block_ops)
     if head.compiled_layer is None:
-        pytest.skip("kernels/stack_ops.c could not be built here")
+        unbuilt("kernels/stack_ops.c", stack_ops.last_error(cache_dir() / "kernels"))
     layer, c = head.compiled_layer, head.config
     cache = head.new_cache(8, torch.float32, "cpu")
     features, emb = torch.zeros(2, c.feature_size), torch.zeros(2, c.hidden_size)
