@@ -14,13 +14,25 @@ from eagleviz.perf import bench, tune
 from tiny import CPU_COSTS, tiny_engine
 
 
+def test_a_bench_the_user_did_not_publish_never_replaces_the_pages_figures(tiny_cli, capsys):
+    prompts = tiny_cli / "prompts.txt"
+    prompts.write_text("abc\n")
+    before = measured.latest_bench(0)
+    assert bench.bench_main(["--prompts", str(prompts), "--max-new-tokens", "4", "--repeats", "1", "--methods",
+                             "plain", "--out", str(tiny_cli / "smoke")]) == 0
+    assert (tiny_cli / "smoke" / "bench-T0.json").is_file() and "not published" in capsys.readouterr().out
+    after = measured.latest_bench(0)
+    assert (after is None) == (before is None) and (after is None or after.path == before.path)
+    assert after is None or after.shipped
+
+
 def test_bench_writes_its_files_and_keeps_the_latest_for_the_app(tiny_cli, capsys):
     prompts = tiny_cli / "prompts.txt"
     prompts.write_text("abc\nhello there\n")
     out = tiny_cli / "out"
     assert bench.bench_main(["--prompts", str(prompts), "--max-new-tokens", "6", "--repeats", "1", "--steps", "2",
                              "--topk", "2", "--draft-tokens", "4", "--methods", "hf-generate,plain,eagle-tree",
-                             "--out", str(out)]) == 0
+                             "--publish", "--out", str(out)]) == 0
     result = json.loads((out / "bench-T0.json").read_text())
     assert list(result["rows"]) == ["hf-generate", "plain", "eagle-tree"] and result["prompts"] == 2
     assert (out / "bench-T0.md").read_text().startswith("| method |")
@@ -241,6 +253,47 @@ def test_the_bootstrap_interval_is_seeded_and_brackets_the_median():
     values = [0.9, 1.1, 1.2, 1.25, 1.3, 1.5, 2.0]
     low, high = bench.bootstrap_ci(values)
     assert bench.bootstrap_ci(values) == [low, high] and low <= 1.25 <= high and low < high
+
+
+def test_the_bootstrap_interval_is_the_medians_not_the_samples_range():
+    """80 per-prompt ratios spread evenly over [0.5, 1.5]: the median's 95% interval is a narrow band around
+    1.0 (about +-0.1 for this n), far inside the range of the ratios that an interval of [min, max] would give."""
+    values = [0.5 + i / 79 for i in range(80)]
+    low, high = bench.bootstrap_ci(values)
+    assert 0.85 < low < 1.0 < high < 1.15 and high - low < 0.3
+
+
+def test_resampled_medians_are_the_point_estimates_median():
+    """The same median everywhere: of an even count, the mean of the two middle values (statistics.median),
+    never the lower one (torch's)."""
+    import statistics
+
+    values = [1.0, 2.0, 3.0, 10.0]
+    medians = bench.resampled_medians(values, draws=200, seed=3)
+    gen = torch.Generator().manual_seed(3)
+    picks = torch.randint(0, 4, (200, 4), generator=gen)
+    assert medians.tolist() == [statistics.median(values[j] for j in row) for row in picks.tolist()]
+    assert any(m not in values for m in medians.tolist())  # means of two middles occur
+
+
+def test_ab_rotation_puts_each_arm_first_on_half_the_prompts_with_one_repeat():
+    firsts = []
+
+    def arm(name):
+        def run(ids):
+            if not firsts or firsts[-1][1] == "second":
+                firsts.append((name, "first"))
+            else:
+                firsts.append((name, "second"))
+            return bench.Sample(seconds=1.0, tokens=[1], tau=1.0, prefill_ms=0.0)
+        return run
+
+    class Encoder:
+        def encode_prompt(self, prompt):
+            return [1]
+
+    bench.ab_ratio(Encoder(), ["p1", "p2", "p3", "p4"], arm("a"), arm("b"), repeats=1)
+    assert [name for name, when in firsts if when == "first"] == ["a", "b", "a", "b"]
 
 
 def test_the_llama_cpp_peer_says_what_it_needs_or_decodes_the_embedded_gguf():

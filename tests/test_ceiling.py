@@ -21,8 +21,11 @@ def _prompts(folder):
 
 def test_ceiling_writes_its_table_and_keeps_the_latest_for_the_app(tiny_cli, capsys):
     out = tiny_cli / "out"
-    assert ceiling.ceiling_main(["--prompts", _prompts(tiny_cli), "--max-new-tokens", "9", "--chains", "3", "1",
-                                 "--out", str(out)]) == 0
+    argv = ["--prompts", _prompts(tiny_cli), "--max-new-tokens", "9", "--chains", "3", "1", "--out", str(out)]
+    assert ceiling.ceiling_main(argv) == 0  # not published: the page keeps what it showed
+    assert "not published" in capsys.readouterr().out
+    assert measured.latest_ceiling() is None or measured.latest_ceiling().shipped
+    assert ceiling.ceiling_main(argv + ["--publish"]) == 0
     result = json.loads((out / "ceiling-T0.json").read_text())
     rows = result["rows"]
     assert list(rows) == ["plain", "foresight-1", "foresight-3", "eagle-chain-1", "eagle-chain-3", "eagle"]

@@ -103,6 +103,19 @@ def test_compare_runs_both_settings_on_the_prompt(handlers):
     assert f"| cycles | {sum(hist.data[0].customdata)} | {sum(hist.data[1].customdata)} |" in text
 
 
+def test_compare_takes_turns_at_running_a_first(handlers, monkeypatch):
+    """A first run pays the warm-up: one Compare runs A then B, the next B then A; the table keeps A and B."""
+    import eagleviz.app.handlers as module
+
+    order, real = [], module.generate
+    monkeypatch.setattr(module, "generate", lambda hub, prompt, knobs, *rest: order.append(knobs.topk)
+                        or real(hub, prompt, knobs, *rest))
+    handlers.compares = 0
+    texts = [handlers.compare(StopRequest(), None, "a prompt", *KNOBS, *B_CHAIN)[0] for _ in range(2)]
+    assert order == [4, 1, 1, 4]  # A's topk 4, B's 1
+    assert all(t.index("**A**") < t.index("**B**") for t in texts)
+
+
 def test_compare_is_refused_while_a_run_is_going_and_when_b_is_a(handlers):
     text, hist, pos = handlers.compare(StopRequest(running=True), None, "a prompt", *KNOBS, *B_CHAIN)
     assert "still going" in text and "|" not in text

@@ -98,6 +98,7 @@ class Handlers:
         self.turns = Turns(self.limits.concurrency)   # the one line to the model: runs take it cycle by cycle
         self._lock = threading.Lock()
         self._running = 0
+        self.compares = 0  # Compares made: A and B take turns at going first (a first run pays the warm-up)
         self._pending: dict[int, float] = {}   # tab (id of its StopRequest) -> when its Run click was announced
 
     # ---------------------------------------------------------------- knobs, presets, pairs
@@ -271,7 +272,8 @@ class Handlers:
 
     def compare(self, stop: StopRequest, pair: str | None, prompt: str, *values) -> tuple:
         """Setting A (the page's knobs) and setting B (A with B's tree, draft source and temperature) run on the
-        prompt, one after the other, taking turns at the model like any run, within the server's limits.
+        prompt, one after the other (A first in one Compare, B first in the next), taking turns at the model like
+        any run, within the server's limits.
         values: the ten knobs (`KNOB_COUNT`), then B's steps, topk, draft tokens, temperature, cost-aware tree
         and draft source. Outputs: the table, the acceptance histogram, the acceptance rate per position."""
         skip = gr.skip()
@@ -287,8 +289,12 @@ class Handlers:
                         adaptive=_switch("B cost-aware", adaptive), source=str(source))
             if a == b:
                 return "Setting B is the same as A (the knobs above): change one of B's knobs.", skip, skip
+            with self._lock:
+                b_first, self.compares = self.compares % 2 == 1, self.compares + 1
             with self.pairs.use(pair) as hub:
-                runs = [generate(hub, _prompt(prompt), knobs, self.limits, self.turns) for knobs in (a, b)]
+                done = {id(k): generate(hub, _prompt(prompt), k, self.limits, self.turns)
+                        for k in ((b, a) if b_first else (a, b))}
+            runs = [done[id(a)], done[id(b)]]
         except (UserFacingError, MemoryError) as exc:
             return f"\u26a0 {_message(exc)}", skip, skip
         stats = compare_vis.compare_stats(*runs)

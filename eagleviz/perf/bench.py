@@ -135,15 +135,17 @@ def run_method(engine, method: str, ids: list[int], sampling: SamplingConfig, tr
 
 
 def ab_ratio(engine, prompts: list[str], run_a, run_b, repeats: int) -> dict:
-    """Decode time of variant a over variant b, interleaved (a b, then b a, ...), median of per-prompt ratios.
-    run_a, run_b: ids -> Sample. Also reports whether both produced the same tokens on every run."""
+    """Decode time of variant a over variant b, interleaved, median of per-prompt ratios: which goes first turns
+    with every prompt and every repeat (prompt i, repeat r: a first when i + r is even), so one repeat still
+    puts each variant first on half the prompts. run_a, run_b: ids -> Sample. Also reports whether both
+    produced the same tokens on every run."""
     ratios, same = [], True
-    for prompt in prompts:
+    for i, prompt in enumerate(prompts):
         ids = engine.encode_prompt(prompt)
         times: dict[int, list[float]] = {0: [], 1: []}
         tokens: dict[int, list[int]] = {}
         for r in range(repeats):
-            for which in ((0, 1) if r % 2 == 0 else (1, 0)):
+            for which in ((0, 1) if (i + r) % 2 == 0 else (1, 0)):
                 sample = (run_a, run_b)[which](ids)
                 times[which].append(sample.seconds)
                 tokens[which] = sample.tokens
@@ -412,12 +414,19 @@ def summarize(engine, encoded, samples, sampling: SamplingConfig, methods) -> di
             "sampling": vars(sampling), "machine": machine_info(engine)}
 
 
-def bootstrap_ci(values: list[float], draws: int = 2000, seed: int = 0) -> list[float]:
-    """The 95% bootstrap interval of the median of `values` (prompts resampled with replacement, seeded)."""
+def resampled_medians(values: list[float], draws: int = 2000, seed: int = 0) -> torch.Tensor:
+    """(draws,) medians of `values` resampled with replacement (seeded), each as `statistics.median` takes it
+    (the mean of the two middle values of an even count), the definition every point estimate here uses."""
     gen = torch.Generator().manual_seed(seed)
     x = torch.tensor(values, dtype=torch.float64)
-    picks = torch.randint(0, len(values), (draws, len(values)), generator=gen)
-    medians = x[picks].median(dim=1).values  # the lower median, as statistics.median_low
+    n = len(values)
+    ranked = x[torch.randint(0, n, (draws, n), generator=gen)].sort(dim=1).values
+    return (ranked[:, (n - 1) // 2] + ranked[:, n // 2]) / 2
+
+
+def bootstrap_ci(values: list[float], draws: int = 2000, seed: int = 0) -> list[float]:
+    """The 95% bootstrap interval of the median of `values` (prompts resampled with replacement, seeded)."""
+    medians = resampled_medians(values, draws, seed)
     return [round(float(medians.quantile(0.025)), 4), round(float(medians.quantile(0.975)), 4)]
 
 
@@ -428,7 +437,7 @@ def policy_record(engine) -> dict:
 
 
 def machine_info(engine) -> dict:
-    return {"cpu": cpu_description(), "threads": torch.get_num_threads(),
+    return {"cpu": cpu_description(), "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d"),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
             "torch": torch.__version__, "dtype": str(engine.target.dtype).removeprefix("torch."),
             "kv_dtype": str(engine.target.kv_dtype).removeprefix("torch."), "device": str(engine.target.device),
@@ -466,6 +475,15 @@ def keep_latest(result: dict, path: Path | None = None) -> Path:
     return path
 
 
+def publish(result: dict, wanted: bool, path: Path | None = None) -> str:
+    """The line that says where the page reads its measured speed from: with `wanted` (--publish) the result
+    is copied there (`keep_latest`); without, the page keeps what it showed, so a smoke test or a run on
+    another model never replaces the shipped figures by accident."""
+    if wanted:
+        return f"published: the page shows it from {keep_latest(result, path)}"
+    return "not published: the page keeps its figures (--publish shows these instead)"
+
+
 # ---------------------------------------------------------------------------------------------- CLI
 def common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", default="mtbench",
@@ -474,6 +492,9 @@ def common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--publish", action="store_true",
+                   help="show this result on the page's Measured speed in place of the shipped one (default: "
+                        "written to --out only)")
     add_model_args(p)
 
 
@@ -540,7 +561,7 @@ def bench_main(argv: list[str]) -> int:
     result["command"] = "python -m eagleviz bench " + " ".join(argv)
     written = write_outputs(result, args.out, stem)
     print(markdown_table(result))
-    print(f"wrote {args.out / stem}{'/'.join(written)}; the app shows it from {keep_latest(result)}")
+    print(f"wrote {args.out / stem}{'/'.join(written)}; {publish(result, args.publish)}")
     return 0
 
 

@@ -37,7 +37,7 @@ from eagleviz.config import LIMITS, SamplingConfig, TreeConfig
 from eagleviz.decoding.lookup import Foresight
 from eagleviz.errors import UserFacingError
 from eagleviz.measured import user_ceiling_path
-from eagleviz.perf.bench import bootstrap_ci, check_knobs, common_args, keep_latest, machine_info, run_ours, setup
+from eagleviz.perf.bench import bootstrap_ci, check_knobs, common_args, machine_info, publish, run_ours, setup
 
 CHAINS = (1, 2, 3, 4, 6, 8)
 FORESIGHT, HEAD_CHAIN, DEFAULT = "foresight", "eagle-chain", "eagle"
@@ -152,5 +152,5 @@ def ceiling_main(argv: list[str]) -> int:
     (args.out / "ceiling-T0.md").write_text(table + "\n")
     print(f"\n{len(prompts)} prompts, {args.max_new_tokens} new tokens, T = 0, "
           f"{result['machine']['threads']} threads; plain {result['plain_ms_per_token']:.2f} ms a token\n\n{table}")
-    print(f"wrote {out}; the app shows it from {keep_latest(result, user_ceiling_path())}")
+    print(f"wrote {out}; {publish(result, args.publish, user_ceiling_path())}")
     return 0

@@ -57,7 +57,7 @@ def bench_caption(result: dict, origin: str) -> str:
         what += f", eagle-tuned {tuned['steps']}/{tuned['topk']}/{tuned['draft_tokens']} (found by tune{at})"
     where = (f"{mc.get('model', '?')} with head {mc.get('head', '?')}, {dtypes_label(mc)} on "
              f"{mc.get('cpu', '?')} ({mc.get('device', 'cpu')}), {mc.get('threads', '?')} threads, "
-             f"torch {mc.get('torch', '?')}")
+             f"torch {mc.get('torch', '?')}{', ' + mc['date'] if mc.get('date') else ''}")
     command = f" Command: `{result['command']}`." if result.get("command") else ""
     return f"{what}; {where}.{command} Source: {origin}."
 
