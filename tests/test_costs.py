@@ -77,3 +77,20 @@ def test_a_price_list_is_kept_per_cpu_vector_unit(monkeypatch):
     emulated = dataclasses.replace(capability.detect(), emulating="avx2", vector_isa="AVX2")
     monkeypatch.setattr(capability, "detect", lambda: emulated)
     assert costs.key(engine) != native
+
+
+def test_the_forward_curve_is_measured_through_the_steps_the_runs_take():
+    """Over static steps (a GPU's path, here uncaptured) the curve is timed on the engine's leased state, which
+    goes back to its pool; a price list kept for one decode path is never read for another."""
+    from eagleviz.decoding.engine import Engine
+    from eagleviz.models.target import TargetModel
+    from tiny import tiny_engine
+
+    base = tiny_engine()
+    target = TargetModel(base.target.hf, base.target.tokenizer, base.target.name, fused=False)
+    eager = Engine(target, base.head, "random", decode="eager")
+    static = eager.with_decode("static")
+    curve = costs.forward_ms(static, prefix=16, sizes=(1, 2, 4), repeats=1)
+    assert list(curve) == [1, 2, 4] and all(ms > 0 for ms in curve.values())
+    assert static.pool.free() == 1  # the state it leased, given back
+    assert costs.key(eager) != costs.key(static)

@@ -33,6 +33,7 @@ from functools import cached_property
 import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.decoding.steps import release, target_steps
 from eagleviz.paths import cache_dir
 from kernels import capability
 
@@ -122,28 +123,33 @@ class CostModel:
                    draft_fixed=float(d.get("draft_fixed", 0.0)), **optional)
 
 
-def forward_ms(target, prefix: int = 200, sizes=SIZES, repeats: int = 5) -> dict[int, float]:
-    """Median wall time (ms) of one target forward of n chain tokens after a `prefix`-token context: one
+def forward_ms(engine, prefix: int = 200, sizes=SIZES, repeats: int = 5) -> dict[int, float]:
+    """Median wall time (ms) of one target forward of n chain tokens after a `prefix`-token context, run the way
+    the engine's runs run it (its attention; on a GPU the captured steps, `eagleviz.decoding.steps`): one
     prefill, then for each size forwards whose keys are dropped again (the cache's length is restored)."""
-    dev = target.device
-    cache = target.new_cache(prefix + max(sizes) + 1)
-    ids = torch.arange(prefix, device=dev) % target.vocab_size
-    target.forward(ids, torch.arange(prefix, device=dev), cache,
-                   torch.ones(prefix, prefix, dtype=torch.bool, device=dev).tril(), logit_rows=None)
-    times = {}
-    for n in sizes:
-        pos = torch.arange(n, device=dev)
-        mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril() if n > 1 else None
-        runs = []
-        for _ in range(repeats + 1):  # the first of each size warms its shapes up
-            cache.length = prefix
-            _sync(dev)
-            t = time.perf_counter()
-            target.forward(pos % target.vocab_size, prefix + pos, cache, mask)
-            _sync(dev)
-            runs.append(time.perf_counter() - t)
-        times[n] = statistics.median(runs[1:]) * 1e3
-    cache.length = prefix
+    target, dev = engine.target, engine.target.device
+    steps = target_steps(engine, prefix + max(sizes) + 1, None)
+    cache = steps.cache
+    try:
+        ids = torch.arange(prefix, device=dev) % target.vocab_size
+        target.forward(ids, torch.arange(prefix, device=dev), cache,
+                       torch.ones(prefix, prefix, dtype=torch.bool, device=dev).tril(), logit_rows=None,
+                       impl=engine.attn_impl)
+        times = {}
+        for n in sizes:
+            tokens, positions = [i % target.vocab_size for i in range(n)], list(range(prefix, prefix + n))
+            mask = torch.ones(n, n, dtype=torch.bool).tril() if n > 1 else None
+            runs = []
+            for _ in range(repeats + 1):  # the first of each size warms its shapes up (and captures its graph)
+                cache.length = prefix
+                _sync(dev)
+                t = time.perf_counter()
+                steps.forward(tokens, positions, mask)
+                _sync(dev)
+                runs.append(time.perf_counter() - t)
+            times[n] = statistics.median(runs[1:]) * 1e3
+    finally:
+        release(engine, None, steps)
     return times
 
 
@@ -158,7 +164,7 @@ def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
     4-level cycle's remainder is the overhead) and runs that verify the root alone (the rest); the overhead
     and the rest again at T = 1."""
     sizes = tuple(n for n in PRICE_SIZES if n <= max_size)
-    fwd = forward_ms(engine.target, sizes=sizes)
+    fwd = forward_ms(engine, sizes=sizes)
     sampling = SamplingConfig(max_new_tokens=tokens)
     sampled = SamplingConfig(max_new_tokens=tokens, temperature=1.0)
     # untimed first: a process's first runs pay one-time costs (the head's weights and the sampling and tracing
@@ -224,6 +230,8 @@ def key(engine) -> str:
     t = engine.target
     parts = [t.name, engine.head_name, str(t.dtype), str(t.kv_dtype), str(t.device), str(torch.get_num_threads()),
              "compiled" if t.ops is not None else "torch", engine.attn_impl]
+    if engine.decode != "eager":  # steps replayed from CUDA graphs cost what eager ones do not
+        parts.append(engine.decode)
     if t.weights != "dense":
         parts += [t.weights, t.activations, "head-q8_0"]  # the head's products from Q8_0 blocks too
     if t.device.type == "cuda":

@@ -15,9 +15,9 @@ the same), which a CUDA graph captures per pending-size bucket:
 
 Scores are float64 sums of float32 log-probabilities in the host's order, so the frontier is the one the host
 would pick. The host reads every level's tokens, log-probabilities and frontiers in one copy and rebuilds the
-`Candidates` from what the device chose (`rebuild`), applying a cost-aware tree's stopping rule level by level
-as the host path does. Every level is drafted whatever that rule decides (the graph has one shape); the levels
-after its stop are discarded, and the decision says so.
+`Candidates` from what the device chose (`eagleviz.decoding.drafting.rebuild`), applying a cost-aware tree's
+stopping rule level by level as the host path does. Every level is drafted whatever that rule decides (the
+graph has one shape); the levels after its stop are discarded, and the decision says so.
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ from dataclasses import dataclass
 import torch
 
 from eagleviz.config import TreeConfig
-from eagleviz.decoding.policy import TreePolicy
-from eagleviz.decoding.tree import Candidates
 from eagleviz.models.host import to_host
 from eagleviz.models.static import BUCKETS, CudaGraphs, StepInputs, Uncaptured, bucket
 
@@ -147,29 +145,3 @@ class DeviceDrafter:
         # the cache now holds the encoded positions and every level's expansion slots
         self.cache.length = stable + n + (self.steps - 1) * self.k
         return to_host(out.ids, out.logprobs, out.frontiers)
-
-
-def rebuild(cands: Candidates, ids: list[int], logprobs: list[float], frontiers: list[int], k: int, steps: int,
-            value, policy: TreePolicy | None, draft_tokens: int, cfg: TreeConfig) -> tuple[int, str]:
-    """The host's `Candidates` from one device drafting: the root's children, then each expansion as the
-    device made it, as `_head_levels` adds them (same ids, scores, values). A cost-aware policy stops where
-    the host path would (its rule reads only the levels before). Returns the levels kept and the decision."""
-    level = cands.add_children(-1, ids[:k], logprobs[:k], value)
-    levels, at = 1, k
-    for s in range(1, steps):
-        frontier = [level[r] for r in frontiers[(s - 1) * k:s * k]]
-        if policy is not None:
-            values = sorted(cands.values, reverse=True)
-            if not policy.another_level(values, [cands.values[i] for i in frontier], levels, draft_tokens - 1,
-                                        cfg.topk, cfg.steps - levels):
-                return levels, (f"Drafting stopped after {levels} level{'s' if levels > 1 else ''}: another was not "
-                                f"expected to pay for itself (the device drafted all {steps} in one call; the "
-                                "levels after were discarded).")
-        level = []
-        for r, node in enumerate(frontier):
-            cands.expanded[node] = True
-            level.extend(cands.add_children(node, ids[at + r * k:at + (r + 1) * k],
-                                            logprobs[at + r * k:at + (r + 1) * k], value))
-        at += k * k
-        levels += 1
-    return levels, ("" if policy is None else f"All {levels} level{'s' if levels > 1 else ''} drafted.")

@@ -22,7 +22,7 @@ import torch
 
 from eagleviz.config import TreeConfig
 from eagleviz.decoding.calibration import IDENTITY, Calibration
-from eagleviz.decoding.device_draft import DeviceDrafter, rebuild
+from eagleviz.decoding.device_draft import DeviceDrafter
 from eagleviz.decoding.lookup import Match
 from eagleviz.decoding.policy import TreePolicy
 from eagleviz.decoding.tree import Candidates, VerifyTree, priority, rerank, select_frontier
@@ -140,6 +140,32 @@ def _add_level(engine, cands: Candidates, parents: list[int], hs: torch.Tensor, 
     for parent, toks, lp in zip(parents, mapped, lps):
         new.extend(cands.add_children(parent, toks, lp, value))
     return new
+
+
+def rebuild(cands: Candidates, ids: list[int], logprobs: list[float], frontiers: list[int], k: int, steps: int,
+            value, policy: TreePolicy | None, draft_tokens: int, cfg: TreeConfig) -> tuple[int, str]:
+    """The host's `Candidates` from one device drafting: the root's children, then each expansion as the
+    device made it, as `_head_levels` adds them (same ids, scores, values). A cost-aware policy stops where
+    the host path would (its rule reads only the levels before). Returns the levels kept and the decision."""
+    level = cands.add_children(-1, ids[:k], logprobs[:k], value)
+    levels, at = 1, k
+    for s in range(1, steps):
+        frontier = [level[r] for r in frontiers[(s - 1) * k:s * k]]
+        if policy is not None:
+            values = sorted(cands.values, reverse=True)
+            if not policy.another_level(values, [cands.values[i] for i in frontier], levels, draft_tokens - 1,
+                                        cfg.topk, cfg.steps - levels):
+                return levels, (f"Drafting stopped after {levels} level{'s' if levels > 1 else ''}: another was not "
+                                f"expected to pay for itself (the device drafted all {steps} in one call; the "
+                                "levels after were discarded).")
+        level = []
+        for r, node in enumerate(frontier):
+            cands.expanded[node] = True
+            level.extend(cands.add_children(node, ids[at + r * k:at + (r + 1) * k],
+                                            logprobs[at + r * k:at + (r + 1) * k], value))
+        at += k * k
+        levels += 1
+    return levels, ("" if policy is None else f"All {levels} level{'s' if levels > 1 else ''} drafted.")
 
 
 def _merge_lookup(cands: Candidates, match: Match, calibration: Calibration | None) -> None:

@@ -67,10 +67,10 @@ def draft_state(engine, capacity: int, tree: TreeConfig) -> KVCache | DeviceDraf
                              lambda: DeviceDrafter(engine, capacity, tree, engine.make_graphs()))
 
 
-def release(engine, run: RunTrace, *states) -> None:
+def release(engine, run: RunTrace | None, *states) -> None:
     """A run's end: its static states go back to the pool; a capture that failed is said in the run's notes."""
     for state in states:
         if isinstance(state, (StaticSteps, DeviceDrafter)):
-            if state.fallback and state.fallback not in run.notes:
+            if run is not None and state.fallback and state.fallback not in run.notes:
                 run.notes.append(state.fallback)
             engine.pool.give_back(state)

@@ -28,7 +28,7 @@ def tuned_path(temperature: float = 0.0) -> Path:
 
 def verify_cost_curve(engine, prefix: int = 200, sizes=SIZES, repeats: int = 7) -> dict:
     """Median time of one target forward of n chain tokens after a `prefix`-token prompt, relative to n = 1."""
-    times = forward_ms(engine.target, prefix, sizes, repeats)
+    times = forward_ms(engine, prefix, sizes, repeats)
     return {"prefix": prefix, "ms": times, "relative": {n: t / times[sizes[0]] for n, t in times.items()}}
 
 def write_curve(engine, out: Path, prefix: int = 200, command: str = "") -> dict:
