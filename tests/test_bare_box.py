@@ -179,7 +179,7 @@ def test_bench_runs_on_the_bundle_and_writes_its_results_without_a_figure(bundle
     out = tmp_path / "bench"
     methods = ",".join(bench.METHODS)  # not eagle-tuned, whether `tune` has run here or not
     proc, _ = bare("bench", "--model", str(bundle.root), *SMALLEST, "--repeats", "1", "--methods", methods,
-                   "--out", str(out), interpret=False)
+                   "--publish", "--out", str(out), interpret=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "no figure (bench-T0.html): plotly is not installed" in proc.stdout
     assert sorted(p.name for p in out.iterdir()) == ["bench-T0.json", "bench-T0.md"]
@@ -187,7 +187,7 @@ def test_bench_runs_on_the_bundle_and_writes_its_results_without_a_figure(bundle
     assert list(result["rows"]) == list(bench.METHODS) and result["prompts"] == 1
     assert all(0 < row["tokens"] <= 8 and row["tokens_per_s"] > 0 for row in result["rows"].values())
     assert result["machine"]["model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
-    assert json.loads((own_cache / "bench" / "bench-T0.json").read_text()) == result  # where the page looks
+    assert json.loads((own_cache / "bench" / "bench-T0.json").read_text()) == result  # published: the page's
     assert not list(tmp_path.rglob("*.html"))
 
 
@@ -199,7 +199,8 @@ def test_ceiling_runs_on_the_bundle_and_writes_its_results(bundle, own_cache, tm
     result = json.loads((out / "ceiling-T0.json").read_text())
     assert list(result["rows"]) == ["plain", "foresight-1", "eagle-chain-1", "eagle"] and result["prompts"] == 1
     assert result["batch_invariant"]  # weight blocks on a CPU: every output was plain decoding's (checked)
-    assert (own_cache / "bench" / "ceiling-T0.json").is_file() and not list(tmp_path.rglob("*.html"))
+    assert not (own_cache / "bench" / "ceiling-T0.json").exists()  # not published: the page keeps its figures
+    assert "not published" in proc.stdout and not list(tmp_path.rglob("*.html"))
 
 
 def test_tune_runs_on_the_bundle_and_saves_its_tree(bundle, own_cache, tmp_path):

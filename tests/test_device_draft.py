@@ -62,3 +62,40 @@ def test_a_prompt_longer_than_every_bucket_is_drafted_uncaptured_at_its_size(tar
     assert runs["static"].prompt_tokens > BUCKETS[-1]
     assert [o.token for o in runs["static"].output] == [o.token for o in runs["eager"].output]
     assert [c.path for c in runs["static"].cycles] == [c.path for c in runs["eager"].cycles]
+
+
+def test_the_devices_frontier_and_masks_are_the_hosts_on_a_thousand_random_trees():
+    """Each tree grown level by level with random scores (ties made common by rounding): the device's frontier
+    is `select_frontier`'s, and its ancestor rows are the host's mask over the expanded nodes' slots."""
+    import torch
+
+    from eagleviz.decoding.device_draft import grow_ancestors, pick_frontier
+    from eagleviz.decoding.tree import Candidates, select_frontier
+
+    gen = torch.Generator().manual_seed(0)
+    for case in range(1000):
+        k = int(torch.randint(1, 6, (1,), generator=gen))
+        steps = int(torch.randint(2, 6, (1,), generator=gen))
+        cands, eye = Candidates(), torch.eye(k, dtype=torch.bool)
+        lp = (-torch.rand(k, generator=gen) * 4).round(decimals=1)  # rounded: equal scores happen
+        level = cands.add_children(-1, list(range(k)), lp.tolist())
+        score = lp.double()
+        anc, seen, slots = eye, {}, 0
+        for s in range(1, steps):
+            order = pick_frontier(score, k)
+            frontier = [level[i] for i in order.tolist()]
+            assert frontier == select_frontier(cands, level, k), case
+            parents = order // k if s > 1 else torch.zeros_like(order)
+            if s > 1:
+                anc = grow_ancestors(anc, parents, eye)
+            for node in frontier:  # the host's bookkeeping (`_head_levels`): a slot per expanded node
+                seen[node] = seen.get(cands.parents[node], []) + [slots]
+                slots += 1
+            host = torch.zeros(k, slots, dtype=torch.bool)
+            for r, node in enumerate(frontier):
+                host[r, seen[node]] = True
+            assert torch.equal(anc, host), case
+            lp = (-torch.rand(k, k, generator=gen) * 4).round(decimals=1)
+            level = [i for r, node in enumerate(frontier) for i in cands.add_children(node, list(range(k)),
+                                                                                       lp[r].tolist())]
+            score = (score[order][:, None] + lp.double()).reshape(-1)

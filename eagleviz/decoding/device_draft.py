@@ -42,6 +42,18 @@ class DraftOut:
     frontiers: torch.Tensor
 
 
+def pick_frontier(score: torch.Tensor, k: int) -> torch.Tensor:
+    """The indices of the k best of a level by cumulative score (float64), best first, ties to the lower index:
+    `tree.select_frontier`'s order, on the device."""
+    return torch.sort(score, descending=True, stable=True).indices[:k]
+
+
+def grow_ancestors(anc: torch.Tensor, parents: torch.Tensor, eye: torch.Tensor) -> torch.Tensor:
+    """The next frontier's ancestor-or-self rows over the expansion slots: anc (k, E) the current frontier's,
+    parents (k,) each new node's row in it, eye (k, k) the new nodes' own slots (the next k): (k, E + k)."""
+    return torch.cat([anc[parents], eye], dim=1)
+
+
 class DeviceDrafter:
     """The head's static state for one run of a tree shape (k = topk, `steps`): its KV cache and inputs, and
     one captured drafting per pending-size bucket. `length`/`rewind` are the draft cache's, as the engine
@@ -93,12 +105,12 @@ class DeviceDrafter:
             score, feat = lp[0].double(), h.index_select(0, last).expand(k, -1)
             anc = eye
             for s in range(1, steps):
-                order = torch.sort(score, descending=True, stable=True).indices[:k]
+                order = pick_frontier(score, k)
                 fronts.append(order)
                 parent = order // k if s > 1 else torch.zeros_like(order)
                 f_tok, f_score = all_ids[-1][order], score[order]
                 if s > 1:
-                    anc = torch.cat([anc[parent], eye], dim=1)
+                    anc = grow_ancestors(anc, parent, eye)
                 hs = head.step(feat[parent] if s > 1 else feat, target.embed(f_tok), (start + s - 1).expand(k),
                                start, anc, cache, impl)
                 tok, lp = children(hs)
