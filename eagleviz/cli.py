@@ -100,6 +100,10 @@ def _delegate(name: str, rest: list[str]) -> int:
         from eagleviz.perf import ceiling
 
         entry = ceiling.ceiling_main
+    elif name == "fingerprint":
+        from eagleviz.perf import fingerprint
+
+        entry = fingerprint.main
     else:
         from eagleviz.perf import tune
 
@@ -120,10 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     _delegating_parser(sub, "tune", "sweep the tree knobs and report the fastest configuration")
     _delegating_parser(sub, "gpu-check", "on a CUDA GPU: the kernel, losslessness and speed, in one JSON report")
     _delegating_parser(sub, "export-bundle", "write the model, head and prompts an offline machine needs to one folder")
+    _delegating_parser(sub, "fingerprint", "one hash of the greedy tokens the default path writes (the same on every CPU)")
     return parser
 
 
-DELEGATED = ("train-head", "eval-head", "hot-tokens", "calibrate", "bench", "ceiling", "tune", "gpu-check", "export-bundle")
+DELEGATED = ("train-head", "eval-head", "hot-tokens", "calibrate", "bench", "ceiling", "tune", "gpu-check", "export-bundle",
+             "fingerprint")
 
 
 def _one_line(message, category, filename, lineno, line=None) -> str:

@@ -12,10 +12,11 @@ compiled, which gpu-check parts run, which tests skip).
 
 `EAGLEVIZ_CPU=avx2` makes this machine answer as an AVX2-only x86 CPU would (no bf16 packing, no native bf16,
 AVX2 vectors, C code compiled for Haswell), so the suite can be run as such a CPU runs it on a machine that has
-AVX-512. For the libraries underneath to behave the same, `ATEN_CPU_CAPABILITY=avx2` and
-`ONEDNN_MAX_CPU_ISA=AVX2` must be set before torch starts: `emulation_environment` gives all three (the test
-suite's conftest and `make test-avx2` set them). The override only removes abilities; it never claims one the
-machine lacks.
+AVX-512. For the libraries underneath to behave the same, `ATEN_CPU_CAPABILITY=avx2`,
+`ONEDNN_MAX_CPU_ISA=AVX2` and `MKL_ENABLE_INSTRUCTIONS=AVX2` must be set before torch starts:
+`emulation_environment` gives them all (the test suite's conftest and `make test-avx2` set them).
+`EAGLEVIZ_CPU=x86-64` goes further down: no vector extension past SSE4, C code built for plain x86-64 (its
+portable fallbacks). An override only removes abilities; it never claims one the machine lacks.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ from pathlib import Path
 OVERRIDE = "EAGLEVIZ_CPU"
 EMULATIONS = {  # override value -> the environment that makes torch, oneDNN and MKL dispatch as that CPU would
     "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    # no vector extension past SSE4: the C code's plain-C fallbacks (the blocks' products, the layer, the stack)
+    "x86-64": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"},
 }
-EMULATED_MARCH = {"avx2": "haswell"}  # -march for the C operations under an emulation
+EMULATED_MARCH = {"avx2": "haswell", "x86-64": "x86-64"}  # -march for the C operations under an emulation
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 /proc/cpuinfo flags
 ARM_BF16_FLAG = "bf16"  # aarch64 /proc/cpuinfo Features
 
@@ -90,11 +93,12 @@ def detect() -> Capability:
     import torch  # here, so that a test run can import this module and set its environment before torch starts
 
     isa = torch.backends.cpu.get_cpu_capability()
-    if emulating == "avx2":
+    if emulating is not None:
         native = False
-        if isa not in ("AVX2", "DEFAULT"):
-            warnings.warn(f"{OVERRIDE}=avx2 without ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 set before torch "
-                          f"started: torch's own kernels still use {isa}", RuntimeWarning, stacklevel=2)
+        if isa not in (("AVX2", "DEFAULT") if emulating == "avx2" else ("DEFAULT",)):
+            settings = " ".join(f"{k}={v}" for k, v in EMULATIONS[emulating].items())
+            warnings.warn(f"{OVERRIDE}={emulating} without {settings} set before torch started: torch's own kernels "
+                          f"still use {isa}", RuntimeWarning, stacklevel=2)
     return Capability(cpu_name=_cpu_name(), vector_isa=isa, bf16_packing=emulating is None and _probe_bf16_packing(),
                       native_bf16=native, compiler=c_compiler(), triton=_has_triton(), emulating=emulating)
 
