@@ -296,7 +296,7 @@ def test_the_decode_path_by_device():
         decode_path("fast", "cpu")
 
 
-def test_a_zerogpu_space_runs_the_steps_uncaptured(monkeypatch):
+def test_a_zerogpu_space_decodes_eagerly_and_says_so(monkeypatch):
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     path, notes = decode_path("auto", "cuda")
-    assert path == "static" and "ZeroGPU" in notes[0]
+    assert path == "eager" and "ZeroGPU" in notes[0]

@@ -134,7 +134,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decode", default="auto", choices=DECODE_PATHS,
                    help="how the target's steps run: graphs = CUDA graphs captured over a static cache (GPU), static "
                         "= the same steps uncaptured, eager = the forward over each run's own cache; auto = graphs on "
-                        "a GPU (static on a ZeroGPU Space), eager on a CPU")
+                        "a GPU, eager on a CPU and on a ZeroGPU Space")
     p.add_argument("--draft-vocab", type=int, default=None,
                    help="draft among the N most frequent tokens (the head's hot-tokens.json); 0: the whole draft "
                         f"vocabulary (default: {DEFAULT_HOT_SIZE} when the head ships a ranking)")

@@ -5,7 +5,7 @@ lends each run (`eagleviz.models.static`, `eagleviz.decoding.device_draft`) and 
     static   the target's steps over a static state leased from the engine's pool, the head's levels drafted
              in one call, both uncaptured
     graphs   the same, each captured once per size bucket in a CUDA graph and replayed
-    auto     graphs on CUDA (static on a ZeroGPU Space), eager on a CPU
+    auto     graphs on CUDA, eager on a CPU and on a ZeroGPU Space
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ DECODE_PATHS = ("auto", "graphs", "static", "eager")
 
 def decode_path(path: str, device: torch.device | str) -> tuple[str, list[str]]:
     """The step path `path` resolves to on `device`, and the notes a run's trace carries about it. 'auto': CUDA
-    graphs on CUDA, except on a ZeroGPU Space (SPACES_ZERO_GPU set), whose GPU is attached per call, so a graph
-    captured in one call cannot be trusted in the next: there the same steps run uncaptured; on a CPU the eager
-    forward (its C layer needs no capture, and keeps its bit-for-bit sums)."""
+    graphs on CUDA, except on a ZeroGPU Space (SPACES_ZERO_GPU set), whose GPU is attached per call, so neither a
+    graph captured in one call nor a static state kept on the GPU between calls can be trusted in the next:
+    there each run's own cache, eagerly; on a CPU the eager forward too (its C layer needs no capture, and keeps
+    its bit-for-bit sums)."""
     device = torch.device(device)
     if path not in DECODE_PATHS:
         raise ValueError(f"the decode path must be one of {DECODE_PATHS}, got {path!r}")
@@ -37,8 +38,8 @@ def decode_path(path: str, device: torch.device | str) -> tuple[str, list[str]]:
         if device.type != "cuda":
             return "eager", []
         if os.environ.get("SPACES_ZERO_GPU"):
-            return "static", ["On a ZeroGPU Space the GPU is attached per call, so the target's steps run "
-                              "uncaptured over a static cache (no CUDA graphs)."]
+            return "eager", ["On a ZeroGPU Space the GPU is attached per call, so each run decodes eagerly over its "
+                             "own cache (no CUDA graphs, which could not outlive the call)."]
         path = "graphs"
     if path == "graphs":
         return path, [f"The target's steps replay CUDA graphs captured at {', '.join(map(str, BUCKETS))} tokens "
