@@ -133,6 +133,7 @@ def test_after_warm_up_no_step_makes_a_new_shape(target):
     shapes (the eager forward's attention grows with the cache, so its shapes change every step)."""
     steps = StaticSteps(target, 160, "torch", None, Recording())
     steps.forward([1, 2, 3], [0, 1, 2], causal(3, "cpu"))
+    steps.forward([4], [3], None)  # the warm-up: the plain step's bucket captured
     per_step = []
     for i in range(128):
         with Shapes() as mode:

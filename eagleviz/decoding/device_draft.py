@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import torch
 
 from eagleviz.config import TreeConfig
-from eagleviz.models.host import to_host
-from eagleviz.models.static import BUCKETS, CudaGraphs, StepInputs, Uncaptured, bucket
+from eagleviz.models.host import to_device, to_host
+from eagleviz.models.static import BUCKETS, CudaGraphs, StepInputs, Uncaptured, bucket, capture_or_fall_back
 
 
 @dataclass
@@ -83,8 +83,9 @@ class DeviceDrafter:
     def rewind(self, length: int) -> None:
         self.cache.rewind(length)
 
-    def _draft_fn(self, b: int, inputs: StepInputs, features: torch.Tensor) -> Callable[[], DraftOut]:
-        prefix, ids, positions, _ = inputs.views(b)
+    def _draft_fn(self, b: int, prefix: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor,
+                  features: torch.Tensor) -> Callable[[], DraftOut]:
+        """The drafting of b pending positions read from prefix (1,), ids (b,), positions (b,), features (b, F)."""
         engine, k, steps = self.engine, self.k, self.steps
         head, target, cache, impl = engine.head, engine.target, self.cache, engine.attn_impl
         dev = target.device
@@ -100,9 +101,10 @@ class DeviceDrafter:
             h = head.step(features[:b], target.embed(ids), positions, prefix, causal, cache, impl)
             last = positions[-1:] - prefix  # the last real row: padding rows repeat its position
             start = positions[-1:] + 1  # S: the committed draft length after the encoding
-            tok, lp = children(h.index_select(0, last))
+            h_last = h.index_select(0, last)
+            tok, lp = children(h_last)
             all_ids, all_lp, fronts = [tok[0]], [lp[0]], []
-            score, feat = lp[0].double(), h.index_select(0, last).expand(k, -1)
+            score, feat = lp[0].double(), h_last.expand(k, -1)
             anc = eye
             for s in range(1, steps):
                 order = pick_frontier(score, k)
@@ -127,16 +129,9 @@ class DeviceDrafter:
         if b not in self._replays:
             # a capture drafts for real: point it at the scratch slots past `capacity`
             self.inputs.write(self.capacity, [0] * b, [self.capacity] * b, None, b)
-            fn = self._draft_fn(b, self.inputs, self.features)
-            try:
-                self._replays[b] = self.graphs.capture(fn)
-            except Exception as exc:  # as `StaticSteps._replay`: the same function, uncaptured, and say why
-                if not self.graphs.captured:
-                    raise
-                self.fallback = (f"CUDA-graph capture of the draft failed ({exc.__class__.__name__}: "
-                                 f"{str(exc)[:160]}), so this run drafts uncaptured")
-                self.graphs, self._replays = Uncaptured(), {}
-                self._replays[b] = fn
+            prefix, ids, positions, _ = self.inputs.views(b)
+            fn = self._draft_fn(b, prefix, ids, positions, self.features)
+            self._replays[b] = capture_or_fall_back(self, fn, " of the draft", "this run drafts uncaptured")
         return self._replays[b]
 
     def draft(self, feats: torch.Tensor, pend_tokens: list[int]) -> tuple[list[list[int]], list[list[float]], list[int]]:
@@ -145,9 +140,9 @@ class DeviceDrafter:
         n, stable = len(pend_tokens), self.cache.length
         positions = list(range(stable, stable + n))
         if n > BUCKETS[-1]:  # a prompt's first drafting: the same function at its own size, uncaptured
-            inputs = StepInputs(feats.device, largest=n)
-            inputs.write(stable, pend_tokens, positions, None, n)
-            out = self._draft_fn(n, inputs, feats)()
+            dev = feats.device
+            out = self._draft_fn(n, torch.tensor([stable], device=dev), to_device(pend_tokens, dev),
+                                 to_device(positions, dev), feats)()
         else:
             b = bucket(n)
             replay = self._replay(b)

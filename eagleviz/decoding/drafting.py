@@ -92,7 +92,7 @@ def _head_levels(engine, cands: Candidates, feats, pend_tokens, dcache, cfg: Tre
     value = policy.calibration.path_accept if policy is not None else None  # None: EAGLE-2's exp(score)
     if isinstance(dcache, DeviceDrafter):  # every level in one captured call, read once
         ids, logprobs, frontiers = dcache.draft(feats, pend_tokens)
-        return rebuild(cands, ids, logprobs, frontiers, cfg.topk, cfg.steps, value, policy, draft_tokens, cfg)
+        return rebuild(cands, ids, logprobs, frontiers, cfg, value, policy, draft_tokens)
     n, stable = len(pend_tokens), dcache.length
     pos = torch.arange(stable, stable + n, device=dev)
     h = head(feats, target.embed(to_device(pend_tokens, dev)), pos, dcache, causal(n, dev), engine.attn_impl)
@@ -104,12 +104,8 @@ def _head_levels(engine, cands: Candidates, feats, pend_tokens, dcache, cfg: Tre
     levels = 1
     for step in range(1, cfg.steps):
         frontier = select_frontier(cands, level, cfg.topk)
-        if policy is not None:
-            values = sorted(cands.values, reverse=True)
-            if not policy.another_level(values, [cands.values[i] for i in frontier], levels, draft_tokens - 1,
-                                        cfg.topk, cfg.steps - levels):
-                return levels, (f"Drafting stopped after {levels} level{'s' if levels > 1 else ''}: another was not "
-                                f"expected to pay for itself.")
+        if _stops(policy, cands, frontier, levels, draft_tokens, cfg):
+            return levels, _stopped(levels)
         for node in frontier:  # a frontier node's parent was expanded at the step before (or is the root)
             slot_of[node] = len(slot_of)
             seen[node] = seen.get(cands.parents[node], []) + [slot_of[node]]
@@ -127,7 +123,26 @@ def _head_levels(engine, cands: Candidates, feats, pend_tokens, dcache, cfg: Tre
             out_of[node] = hs[r]
         level = _add_level(engine, cands, frontier, hs, cfg.topk, value)
         levels += 1
-    return levels, ("" if policy is None else f"All {levels} level{'s' if levels > 1 else ''} drafted.")
+    return levels, _drafted(levels, policy)
+
+
+def _stops(policy: TreePolicy | None, cands: Candidates, frontier: list[int], levels: int, draft_tokens: int,
+           cfg: TreeConfig) -> bool:
+    """Whether a cost-aware tree stops before expanding `frontier` (another level not expected to pay)."""
+    if policy is None:
+        return False
+    values = sorted(cands.values, reverse=True)
+    return not policy.another_level(values, [cands.values[i] for i in frontier], levels, draft_tokens - 1, cfg.topk,
+                                    cfg.steps - levels)
+
+
+def _stopped(levels: int, after: str = "") -> str:
+    return (f"Drafting stopped after {levels} level{'s' if levels > 1 else ''}: another was not expected to pay for "
+            f"itself{after}.")
+
+
+def _drafted(levels: int, policy: TreePolicy | None) -> str:
+    return "" if policy is None else f"All {levels} level{'s' if levels > 1 else ''} drafted."
 
 
 def _add_level(engine, cands: Candidates, parents: list[int], hs: torch.Tensor, k: int, value) -> list[int]:
@@ -142,22 +157,19 @@ def _add_level(engine, cands: Candidates, parents: list[int], hs: torch.Tensor, 
     return new
 
 
-def rebuild(cands: Candidates, ids: list[int], logprobs: list[float], frontiers: list[int], k: int, steps: int,
-            value, policy: TreePolicy | None, draft_tokens: int, cfg: TreeConfig) -> tuple[int, str]:
+def rebuild(cands: Candidates, ids: list[int], logprobs: list[float], frontiers: list[int], cfg: TreeConfig,
+            value, policy: TreePolicy | None, draft_tokens: int) -> tuple[int, str]:
     """The host's `Candidates` from one device drafting: the root's children, then each expansion as the
     device made it, as `_head_levels` adds them (same ids, scores, values). A cost-aware policy stops where
     the host path would (its rule reads only the levels before). Returns the levels kept and the decision."""
+    k = cfg.topk
     level = cands.add_children(-1, ids[:k], logprobs[:k], value)
     levels, at = 1, k
-    for s in range(1, steps):
+    for s in range(1, cfg.steps):
         frontier = [level[r] for r in frontiers[(s - 1) * k:s * k]]
-        if policy is not None:
-            values = sorted(cands.values, reverse=True)
-            if not policy.another_level(values, [cands.values[i] for i in frontier], levels, draft_tokens - 1,
-                                        cfg.topk, cfg.steps - levels):
-                return levels, (f"Drafting stopped after {levels} level{'s' if levels > 1 else ''}: another was not "
-                                f"expected to pay for itself (the device drafted all {steps} in one call; the "
-                                "levels after were discarded).")
+        if _stops(policy, cands, frontier, levels, draft_tokens, cfg):
+            return levels, _stopped(levels, f" (the device drafted all {cfg.steps} in one call; the levels after "
+                                            "were discarded)")
         level = []
         for r, node in enumerate(frontier):
             cands.expanded[node] = True
@@ -165,7 +177,7 @@ def rebuild(cands: Candidates, ids: list[int], logprobs: list[float], frontiers:
                                             logprobs[at + r * k:at + (r + 1) * k], value))
         at += k * k
         levels += 1
-    return levels, ("" if policy is None else f"All {levels} level{'s' if levels > 1 else ''} drafted.")
+    return levels, _drafted(levels, policy)
 
 
 def _merge_lookup(cands: Candidates, match: Match, calibration: Calibration | None) -> None:

@@ -101,6 +101,20 @@ class CudaGraphs:
         return replay
 
 
+def capture_or_fall_back(state, fn: Callable, what: str, then: str) -> Callable:
+    """`state.graphs.capture(fn)`; where a CUDA-graph capture fails (any error), `fn` itself from then on: the
+    state's graphs become `Uncaptured`, its captures so far are dropped, and `state.fallback` says why (for the
+    run's notes): "CUDA-graph capture{what} failed (...), so {then}"."""
+    try:
+        return state.graphs.capture(fn)
+    except Exception as exc:
+        if not state.graphs.captured:
+            raise
+        state.fallback = f"CUDA-graph capture{what} failed ({exc.__class__.__name__}: {str(exc)[:160]}), so {then}"
+        state.graphs, state._replays = Uncaptured(), {}
+        return fn
+
+
 class StepInputs:
     """The int64 input buffer of every bucket's step, on the device, and its pinned host staging.
 
@@ -128,17 +142,17 @@ class StepInputs:
         n = len(tokens)
         if self._sent is not None:
             self._sent.synchronize()
-        s = self.staging
-        s[0] = prefix
-        s[1:1 + n] = torch.tensor(tokens)
-        s[1 + n:1 + b] = 0
-        s[1 + b:1 + b + n] = torch.tensor(positions)
-        s[1 + b + n:1 + 2 * b] = positions[-1]
-        block = s[1 + 2 * b:1 + 2 * b + b * b].view(b, b)
-        block.zero_()
-        block.diagonal().fill_(1)
-        if mask is not None:
-            block[:n, :n] = mask
+        s, pad = self.staging, b - n
+        head = [prefix, *tokens, *[0] * pad, *positions, *[positions[-1]] * pad]
+        if b == 1:  # a plain step (the hot path): its 1 x 1 mask goes in the same single write
+            s[:4] = torch.tensor(head + [1])
+        else:
+            s[:1 + 2 * b] = torch.tensor(head)
+            block = s[1 + 2 * b:1 + 2 * b + b * b].view(b, b)
+            block.zero_()
+            block.diagonal().fill_(1)
+            if mask is not None:
+                block[:n, :n] = mask
         if s is not self.buffer:
             used = 1 + 2 * b + b * b
             self.buffer[:used].copy_(s[:used], non_blocking=True)
@@ -179,15 +193,7 @@ class StaticSteps:
             # a capture runs the step (warm-up and recording): point it at the scratch slots past `capacity`,
             # which no run commits, so it never overwrites a committed key
             self.inputs.write(self.capacity, [0] * b, [0] * b, None, b)
-            try:
-                self._replays[b] = self.graphs.capture(self._step_fn(b))
-            except Exception as exc:  # any capture failure: the same step, uncaptured, and say why
-                if not self.graphs.captured:
-                    raise
-                self.fallback = f"CUDA-graph capture failed ({exc.__class__.__name__}: {str(exc)[:160]}), so " \
-                                "this run's steps run uncaptured"
-                self.graphs, self._replays = Uncaptured(), {}
-                self._replays[b] = self.graphs.capture(self._step_fn(b))
+            self._replays[b] = capture_or_fall_back(self, self._step_fn(b), "", "this run's steps run uncaptured")
         return self._replays[b]
 
     def forward(self, tokens: list[int], positions: list[int], mask: torch.Tensor | None) -> StepOutput:

@@ -289,6 +289,7 @@ class TargetModel:
 
     def _outputs(self, normed: torch.Tensor, captured: dict[int, torch.Tensor], logit_rows: slice | None,
                  feature_layers: tuple[int, ...] | None) -> TargetOutput:
+        """The logits of `logit_rows` (None: none) of the final normed states, and the features."""
         logits = None if logit_rows is None else self.unembed(normed[logit_rows]).float()
         features = normed if feature_layers is None else torch.cat([captured[i] for i in feature_layers], dim=-1)
         return TargetOutput(logits=logits, features=features)
@@ -325,9 +326,7 @@ class TargetModel:
                 logit_rows: slice | None, feature_layers: tuple[int, ...] | None) -> TargetOutput:
         """After the layers: the cache advanced, the logits of `logit_rows`, the features."""
         cache.advance(t)
-        logits = None if logit_rows is None else self.unembed(x[logit_rows]).float()
-        features = x if feature_layers is None else torch.cat([captured[i] for i in feature_layers], dim=-1)
-        return TargetOutput(logits=logits, features=features)
+        return self._outputs(x, captured, logit_rows, feature_layers)
 
 
 def _eos_ids(hf_model: nn.Module, tokenizer) -> frozenset[int]:
