@@ -11,6 +11,7 @@ import torch
 
 from eagleviz import errors, measured
 from eagleviz.perf import bench, tune
+from eagleviz.visuals.table import markdown_table
 from tiny import CPU_COSTS, tiny_engine
 
 
@@ -190,9 +191,9 @@ def test_a_journal_from_another_policy_is_not_resumed(tmp_path, monkeypatch):
 
     engine, tree, seen, headers = tiny_engine("llama", vocab=8), TreeConfig.create(2, 2, 4), [], []
     journal = tmp_path / "bench.journal.jsonl"
-    original = bench._read_journal
-    monkeypatch.setattr(bench, "_read_journal", lambda j, header, progress: headers.append(header) or
-                        original(j, header, progress))
+    original = bench.Journal
+    monkeypatch.setattr(bench, "Journal", lambda j, header, name, progress: headers.append(header) or
+                        original(j, header, name, progress))
 
     def resumed(eng, tree_) -> bool:
         """Leave the journal of a bench of these settings interrupted after its first prompt, then run `tree_`."""
@@ -314,3 +315,33 @@ def test_the_llama_cpp_peer_says_what_it_needs_or_decodes_the_embedded_gguf():
     tokens, seconds = made["llama-cpp"].run([1, 504, 3575, 282], SamplingConfig(max_new_tokens=6))
     again, _ = made["llama-cpp"].run([1, 504, 3575, 282], SamplingConfig(max_new_tokens=6))
     assert 1 <= len(tokens) <= 6 and seconds > 0 and again == tokens  # greedy, and no state kept between runs
+
+
+def test_with_a_peer_among_the_methods_ours_prefill_whole_as_the_peer_does(monkeypatch):
+    """The engine's cached chat opening saves ours part of every prefill; a peer has no such cache, so in a bench
+    with one every method prefills the whole prompt (and the result and its table say which)."""
+    from eagleviz.config import SamplingConfig, TreeConfig
+    from eagleviz.decoding.prefix import PrefixCache
+
+    engine = tiny_engine("llama", vocab=8)
+    prompts = ["abcab", "abcba"]
+    shared = engine.encode_prompt(prompts[0])[:3]
+    assert engine.encode_prompt(prompts[1])[:3] == shared
+    engine.prefix = PrefixCache(tuple(shared))  # as a chat template's opening would be
+    reused, original = {}, bench.run_method
+
+    def recording(eng, m, ids, sampling, tree, tuned=None, peers=None):
+        sample = original(eng, m, ids, sampling, tree, tuned, peers)
+        reused.setdefault(m, set()).add(sample.prefill_reused)
+        return sample
+
+    monkeypatch.setattr(bench, "run_method", recording)
+    tree, sampling = TreeConfig.create(2, 2, 4), SamplingConfig(max_new_tokens=4)
+    alone = bench.bench(engine, prompts, sampling, tree, 1, ("plain", "eagle-tree"), progress=lambda _: None)
+    assert alone["prefill"] == "cached opening" and reused == {"plain": {3}, "eagle-tree": {3}}
+    reused.clear()
+    with_peer = bench.bench(engine, prompts, sampling, tree, 1, ("hf-generate", "plain", "eagle-tree"),
+                            progress=lambda _: None)
+    assert with_peer["prefill"] == "whole" and reused["plain"] == reused["eagle-tree"] == {0}
+    assert "prefilled each prompt whole" in markdown_table(with_peer)
+    assert engine.prefix.covers(engine.encode_prompt(prompts[0])) == 3  # the caller's engine is left as it was

@@ -39,7 +39,7 @@ def test_collect_resumes_from_its_journal(tmp_path):
     journal.write_text("\n".join(lines[:3]) + "\n")   # as if interrupted after two prompts
     seen = []
     again = calibrate.collect(engine, PROMPTS[:3], TREE, sampling, journal, progress=seen.append)
-    assert again == first and len(seen) == 1 and "prompt 3/3" in seen[0]
+    assert again == first and len(seen) == 2 and "resuming after prompt 2/3" in seen[0] and "prompt 3/3" in seen[1]
     fresh = calibrate.collect(engine, PROMPTS[:2], TREE, sampling, journal, progress=lambda _: None)
     assert len(fresh) == 2 and json.loads(journal.read_text().splitlines()[0])["prompts"] == PROMPTS[:2]
 

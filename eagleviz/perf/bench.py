@@ -53,6 +53,7 @@ from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.decoding.load import add_model_args, add_tree_args, tree_from_args
 from eagleviz.decoding.lookup import Foresight, SuffixIndex
 from eagleviz.errors import UserFacingError
+from eagleviz.journal import Journal
 from eagleviz.measured import bench_name, tuned_config, tuned_tree, user_bench_path
 from eagleviz.models.loading import cpu_description
 from eagleviz.perf import peers as peer_methods
@@ -63,6 +64,7 @@ AB_LEVERS = ("graphs", "trace", "packing", "hot-vocab", "kv-fp32", "fused", "pol
              "stack", "learned", "rest-price", "head-layer")
 METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "lookup", "eagle-chain", "eagle-tree")
 TUNED_METHOD = "eagle-tuned"
+OURS = ("plain", "lookup", "eagle-chain", "eagle-tree", TUNED_METHOD)  # the others prefill every prompt whole
 GREEDY_REFERENCE = "hf-generate"
 
 
@@ -75,6 +77,7 @@ class Sample:
     prefill_ms: float = 0.0
     cycles: int = 0  # speculation cycles (0 for plain decoding)
     short: int = 0   # cycles before the last that did not accept all their tree's tokens (a chain's: a rejection)
+    prefill_reused: int = 0  # prompt tokens ours took from the engine's cached chat opening (peers: none)
 
     @property
     def tokens_per_s(self) -> float:
@@ -113,7 +116,8 @@ def run_ours(engine, ids: list[int], tree: TreeConfig | None, sampling: Sampling
     s = run.summary()
     return Sample(tokens=run.token_ids, seconds=seconds, tau=s["tau"], phases=s["mean_phase_ms"],
                   prefill_ms=run.prefill_ms, cycles=len(run.cycles),
-                  short=sum(c.accept_length < len(c.tokens) - 1 for c in run.cycles[:-1]))
+                  short=sum(c.accept_length < len(c.tokens) - 1 for c in run.cycles[:-1]),
+                  prefill_reused=run.prefill_reused)
 
 
 def run_method(engine, method: str, ids: list[int], sampling: SamplingConfig, tree: TreeConfig,
@@ -296,7 +300,10 @@ def top2_gap(engine, ids: list[int]) -> float:
 def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig, repeats: int,
           methods=METHODS, progress=print, journal: Path | None = None, peers: dict | None = None) -> dict:
     """Interleaved runs: for each prompt and repeat, every method once, the order rotated from one prompt and
-    repeat to the next. `peers`: the llama.cpp methods' models (`eagleviz.perf.peers.make_peers`).
+    repeat to the next. `peers`: the llama.cpp methods' models (`eagleviz.perf.peers.make_peers`). Every method
+    prefills alike: when a peer (Hugging Face's, llama.cpp's) is among the methods, ours prefill each prompt
+    whole too, as they do, not after the engine's cached chat opening (`result["prefill"]`: "whole" or
+    "cached opening").
 
     `journal`: a JSON-lines file that records each finished prompt; a run with the same settings picks up
     after the last recorded prompt (a long bench survives an interruption), and the file is removed at the
@@ -309,67 +316,38 @@ def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig
         raise UserFacingError(f"{TUNED_METHOD} runs the tree `python -m eagleviz tune` found: run it first")
     samples: dict[str, list[list[Sample]]] = {m: [] for m in methods}
     encoded = [engine.encode_prompt(p) for p in prompts]
-    header = {"prompts": encoded, "methods": list(methods), "repeats": repeats, "sampling": vars(sampling),
+    prefill = "cached opening" if all(m in OURS for m in methods) else "whole"
+    if prefill == "whole":  # as the peers do: ours do not start from the engine's cached chat opening either
+        from eagleviz.decoding.prefix import PrefixCache
+
+        engine = copy.copy(engine)
+        engine.prefix = PrefixCache(())
+    header = {"prefill": prefill, "prompts": encoded, "methods": list(methods), "repeats": repeats,
+              "sampling": vars(sampling),
               "tree": tree_record(tree), "machine": machine_info(engine), "policy": policy_record(engine),
               "tuned": tuned and [tuned.steps, tuned.topk, tuned.draft_tokens]}
-    for per in _read_journal(journal, header, progress):
-        for m in methods:
-            samples[m].append(per[m])
-    first = len(samples[methods[0]])
-    if first:
-        progress(f"[bench] resuming after prompt {first}/{len(encoded)} ({journal})")
-    elif journal is not None:
-        journal.parent.mkdir(parents=True, exist_ok=True)
-        journal.write_text(json.dumps(header) + "\n")
+    log = Journal(journal, header, "bench", progress)
     for m in methods:  # warm-up: first-call allocations and lazy initialisation
         run_method(engine, m, encoded[0], SamplingConfig(max_new_tokens=8), tree, tuned, peers)
-    start = time.perf_counter()
-    for i in range(first, len(encoded)):
+
+    def prompt(i: int) -> dict:
         per = {m: [] for m in methods}
         for r in range(repeats):
             shift = (i + r) % len(methods)  # no method always runs first (or right after another) on every prompt
             for m in methods[shift:] + methods[:shift]:
-                per[m].append(run_method(engine, m, encoded[i], sampling, tree, tuned, peers))
+                per[m].append(asdict(run_method(engine, m, encoded[i], sampling, tree, tuned, peers)))
+        return per
+
+    for per in log.run(len(encoded), prompt):
         for m in methods:
-            samples[m].append(per[m])
-        if journal is not None:
-            with journal.open("a") as f:
-                f.write(json.dumps({m: [asdict(x) for x in per[m]] for m in methods}) + "\n")
-        done = i + 1 - first
-        eta = (time.perf_counter() - start) / done * (len(encoded) - i - 1)
-        progress(f"[bench] prompt {i + 1}/{len(encoded)}  ETA {eta:5.0f} s")
+            samples[m].append([Sample(**x) for x in per[m]])
     result = summarize(engine, encoded, samples, sampling, methods)
+    result["prefill"] = prefill
     if tuned is not None:
         result["tuned_tree"] = {"steps": tuned.steps, "topk": tuned.topk, "draft_tokens": tuned.draft_tokens,
                                 "source": found.path.name}
-    if journal is not None:
-        journal.unlink(missing_ok=True)
+    log.close()
     return result
-
-
-def _read_journal(journal: Path | None, header: dict, progress=print) -> list[dict[str, list[Sample]]]:
-    """The finished prompts of a journal written with exactly `header`'s settings (else none, said)."""
-    if journal is None or not journal.exists():
-        return []
-    try:
-        lines = journal.read_text().splitlines()
-        recorded = json.loads(lines[0])
-    except (ValueError, TypeError, IndexError):  # a torn header or a foreign file: start afresh
-        return []
-    wanted = json.loads(json.dumps(header))
-    if recorded != wanted:  # never mixed into this run: it starts afresh, and says why
-        differ = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
-        progress(f"[bench] {journal} was written with other settings ({', '.join(differ)}): starting afresh")
-        return []
-    done = []
-    for line in lines[1:]:
-        try:
-            done.append({m: [Sample(**x) for x in reps] for m, reps in json.loads(line).items()})
-        except (ValueError, TypeError, AttributeError):  # a line torn by an interruption: the prompts before it stand
-            progress(f"[bench] {journal}: prompt {len(done) + 1}'s line is torn; it runs again")
-            journal.write_text("".join(f"{kept}\n" for kept in lines[:len(done) + 1]))  # appends then start clean
-            break
-    return done
 
 
 def summarize(engine, encoded, samples, sampling: SamplingConfig, methods) -> dict:

@@ -19,12 +19,12 @@ import argparse
 import bisect
 import json
 import statistics
-import time
 from pathlib import Path
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.decoding.calibration import EDGES, Calibration, HeadCalibration, file_for, fit
 from eagleviz.errors import UserFacingError
+from eagleviz.journal import Journal
 from eagleviz.trace import CycleTrace
 
 FIT_SHARE = 0.75
@@ -68,28 +68,9 @@ def collect(engine, prompts: list[str], tree: TreeConfig, sampling: SamplingConf
     """Per prompt, its cycles' observations; resumes from `journal` (its first line records the settings)."""
     header = {"tree": [tree.steps, tree.topk, tree.draft_tokens, tree.source], "sampling": vars(sampling),
               "prompts": prompts, "head": engine.head_name}
-    done: list[list[dict]] = []
-    if journal.exists():
-        lines = journal.read_text().splitlines()
-        if lines and json.loads(lines[0]) == json.loads(json.dumps(header)):
-            for line in lines[1:]:
-                try:
-                    done.append(json.loads(line))
-                except ValueError:  # a torn last line
-                    break
-    if not done:
-        journal.parent.mkdir(parents=True, exist_ok=True)
-        journal.write_text(json.dumps(header) + "\n")
-    start, first = time.perf_counter(), len(done)
-    for i in range(first, len(prompts)):
-        cycles = [observe(c) for c in engine.generate(prompts[i], tree, sampling).cycles]
-        done.append(cycles)
-        with journal.open("a") as f:
-            f.write(json.dumps(cycles) + "\n")
-        per = (time.perf_counter() - start) / (i + 1 - first)
-        progress(f"[calibrate T={sampling.temperature:g}] prompt {i + 1}/{len(prompts)}  "
-                 f"ETA {per * (len(prompts) - i - 1):5.0f} s")
-    return done
+    label = f"calibrate T={sampling.temperature:g}"
+    return Journal(journal, header, label, progress).run(
+        len(prompts), lambda i: [observe(c) for c in engine.generate(prompts[i], tree, sampling).cycles])
 
 
 def _pool(prompts: list[list[dict]], kind: str) -> list[tuple]:

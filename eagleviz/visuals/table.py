@@ -35,9 +35,18 @@ def markdown_table(result: dict, mismatches: str = "list", vs_plain: bool = Fals
         phases = f"{ph['draft']:.1f} / {ph['verify']:.1f}" if row["tau"] and {"draft", "verify"} <= ph.keys() else "-"
         ours = f"| {ratios[m]:.2f}x " if ratios else ""
         lines.append(f"| {m} | {row['tokens_per_s']:.1f} {ours}| {row['speedup']:.2f}x | {tau} | {phases} |")
+    if "prefill" in result:
+        lines += ["", PREFILL_NOTES[result["prefill"]]]
     if result["sampling"]["temperature"] == 0:
         lines += ["", _mismatch_text(result, mismatches)]
     return "\n".join(lines)
+
+
+PREFILL_NOTES = {  # the bench's `prefill` (eagleviz.perf.bench.bench)
+    "whole": "Every method prefilled each prompt whole (ours too: not after the cached chat opening), prefill "
+             "included in the time.",
+    "cached opening": "Every method started each prefill after the engine's cached chat opening, prefill included "
+                      "in the time."}
 
 
 HF_METHODS = {"hf-generate", "hf-prompt-lookup"}   # Hugging Face's own numerics, whatever ours are
