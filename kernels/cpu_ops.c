@@ -12,18 +12,25 @@
  * Batch invariance (`ordered` = 1): a row's results do not depend on the other rows, nor on where its visible
  * keys sit. Every sum runs in one fixed order whatever the CPU's vector width (`FixedSum`; keys scored in
  * zero-padded tiles of 16; the softmax denominator over the row's visible keys only, in order), so a tree
- * node's attention is bitwise the plain decoding step's for the same path, on AVX2, AVX-512 and NEON alike.
+ * node's attention is bitwise the plain decoding step's for the same path, on AVX2, AVX-512 and NEON alike,
+ * and every multiply-add that is fused is written so (`fma1`, `fma16`), so a CPU without FMA (plain x86-64)
+ * computes the same bits, if slowly, and so do compilers without vector shuffles (`sum_lanes16`).
  * With `ordered` = 0 the sums are the compiler's vector reductions and the last keys go one by one: the
  * order the bf16 and fp32 dense path has always used (its recorded runs and quoted figures depend on it).
  * Hidden states are bf16 (`bf` = 1) or fp32 (`bf` = 0). In bf16 every intermediate is rounded where
  * PyTorch's eager code rounds it (round to nearest even), so the results match the eager path's up to the
  * order of a sum and the last bits of exp. Keys, values and queries are fp32.
- * Build: cc -O3 -march=native -fopenmp -shared -fPIC (kernels/cpu_ops.py does it once per machine).
+ * Build: cc -O3 -march=native -fopenmp -ffp-contract=off -shared -fPIC (kernels/cpu_ops.py, once per machine).
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX512F__) || defined(__FMA__)
+#include <immintrin.h>
+#elif defined(__ARM_NEON)
+#include <arm_neon.h>
+#endif
 
 typedef uint16_t bf16_t;
 typedef float v16 __attribute__((vector_size(64))); /* 16 fp32 lanes: AVX-512, 2 x AVX2, 4 x NEON */
@@ -70,21 +77,54 @@ static inline void store_row(void *dst, long offset, int n, int bf, const float 
     }
 }
 
+/* a * b + c rounded once, on every CPU: an FMA instruction where the CPU has one, libm's exact fmaf
+ * elsewhere. The file is compiled with -ffp-contract=off, so these are the only fused operations: a CPU
+ * without FMA then computes the same bits as one with it (slowly), and no compiler fuses by its own choice. */
+static inline float fma1(float a, float b, float c) { return fmaf(a, b, c); }
+
+static inline v16 fma16(v16 a, v16 b, v16 c) { /* 16 lanes of fma1, in the CPU's own vector instructions */
+#if defined(__AVX512F__)
+    return (v16)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif defined(__FMA__)
+    v16 r;
+    for (int h = 0; h < 2; h++) {
+        __m256 x, y, z;
+        memcpy(&x, (float *)&a + 8 * h, 32);
+        memcpy(&y, (float *)&b + 8 * h, 32);
+        memcpy(&z, (float *)&c + 8 * h, 32);
+        z = _mm256_fmadd_ps(x, y, z);
+        memcpy((float *)&r + 8 * h, &z, 32);
+    }
+    return r;
+#elif defined(__ARM_NEON) && defined(__ARM_FEATURE_FMA)
+    v16 r;
+    for (int h = 0; h < 4; h++) {
+        float32x4_t x = vld1q_f32((float *)&a + 4 * h), y = vld1q_f32((float *)&b + 4 * h);
+        vst1q_f32((float *)&r + 4 * h, vfmaq_f32(vld1q_f32((float *)&c + 4 * h), x, y));
+    }
+    return r;
+#else
+    v16 r;
+    for (int i = 0; i < 16; i++) r[i] = fmaf(a[i], b[i], c[i]);
+    return r;
+#endif
+}
+
 /* e^x for x <= 0 in fp32 (Cephes' expf: range reduction by ln 2, a degree-6 polynomial), branch-free so
  * that loops over it vectorize; 0 below -87. */
 static inline float exp_neg(float x) {
     const float lo = -87.0f;
     float xc = x < lo ? lo : x;
-    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest: 1.5 * 2^23 */
-    float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+    float n = fma1(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f; /* round to nearest: 1.5 * 2^23 */
+    float r = fma1(n, 2.12194440e-4f, fma1(-n, 0.693359375f, xc));
     float z = r * r;
     float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * z + r + 1.0f;
+    p = fma1(p, r, 1.3981999507e-3f);
+    p = fma1(p, r, 8.3334519073e-3f);
+    p = fma1(p, r, 4.1665795894e-2f);
+    p = fma1(p, r, 1.6666665459e-1f);
+    p = fma1(p, r, 5.0000001201e-1f);
+    p = fma1(p, z, r) + 1.0f;
     int32_t e = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &e, 4);
@@ -110,13 +150,15 @@ static inline void fixed_add_run(FixedSum *acc, const float *x, int n) { /* n co
     for (; i < n; i++) acc->lanes[acc->count++ & 15] += x[i];
 }
 
-static inline float fixed_total(const FixedSum *acc) {
+static inline float halves_total(v16 lanes) { /* lanes 0-7 plus 8-15, then 0-3 plus 4-7, 0-1 plus 2-3, 0 plus 1 */
     float t[16];
-    memcpy(t, &acc->lanes, sizeof t);
+    memcpy(t, &lanes, sizeof t);
     for (int w = 8; w > 0; w >>= 1)
         for (int i = 0; i < w; i++) t[i] += t[i + w];
     return t[0];
 }
+
+static inline float fixed_total(const FixedSum *acc) { return halves_total(acc->lanes); }
 
 /* out = w * round(x * rsqrt(mean(x^2) + eps)) per row of `dim`; with delta, first h = round(h + delta)
  * (h updated in place). In bf16 the product with w is rounded too, as `weight * x.to(bf16)` is. */
@@ -141,7 +183,7 @@ int rms_norm(void *h, const void *delta, const void *w, void *out, int rows, int
             ss = fixed_total(&sq);
         } else {
 #pragma omp simd reduction(+ : ss)
-            for (int i = 0; i < dim; i++) ss += x[i] * x[i];
+            for (int i = 0; i < dim; i++) ss = fma1(x[i], x[i], ss);
         }
         float r = 1.0f / sqrtf(ss / (float)dim + eps);
         for (int i = 0; i < dim; i++) x[i] = bf ? round_bf16(wf[i] * round_bf16(x[i] * r)) : wf[i] * (x[i] * r);
@@ -169,10 +211,10 @@ int rope_to_cache(const void *qkv, const void *cos_, const void *sin_, float *q_
             const float *xh = x + head * d;
             for (int i = 0; i < half; i++) /* rotate-half: [x1, x2] -> [-x2, x1] */
                 y[i] = bf ? round_bf16(round_bf16(xh[i] * c[i]) + round_bf16(-xh[i + half] * s[i]))
-                          : xh[i] * c[i] - xh[i + half] * s[i];
+                          : fma1(xh[i], c[i], -(xh[i + half] * s[i]));
             for (int i = half; i < d; i++)
                 y[i] = bf ? round_bf16(round_bf16(xh[i] * c[i]) + round_bf16(xh[i - half] * s[i]))
-                          : xh[i] * c[i] + xh[i - half] * s[i];
+                          : fma1(xh[i], c[i], xh[i - half] * s[i]);
             float *dst = head < hq ? q_out + ((long)t * hq + head) * d
                                    : kc + ((long)(head - hq) * cap + start + t) * d;
             memcpy(dst, y, sizeof(float) * (size_t)d);
@@ -184,10 +226,11 @@ int rope_to_cache(const void *qkv, const void *cos_, const void *sin_, float *q_
     return 0;
 }
 
-#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#if !defined(CPU_OPS_NO_SHUFFLE) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12))
 #define SHUFFLE __builtin_shufflevector
-/* Lane l of the result = the sum of p[l]'s 16 lanes: four rounds that each add the halves of pairs of
- * vectors (16 -> 8 -> 4 -> 2 -> 1 vectors), leaving the sums in bit-reversed lane order, then one shuffle. */
+/* Lane l of the result = the sum of p[l]'s 16 lanes in `halves_total`'s order: four rounds that each add the
+ * halves of pairs of vectors (16 -> 8 -> 4 -> 2 -> 1 vectors), leaving the sums in bit-reversed lane order,
+ * then one shuffle. */
 static inline v16 sum_lanes16(const v16 *p) {
     v16 a[8], b[4], c[2];
     for (int i = 0; i < 8; i++)
@@ -203,14 +246,10 @@ static inline v16 sum_lanes16(const v16 *p) {
             SHUFFLE(c[0], c[1], 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
     return SHUFFLE(d, d, 0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
 }
-#else
+#else /* compilers without __builtin_shufflevector (GCC < 12), or CPU_OPS_NO_SHUFFLE: the same sums in the same order */
 static inline v16 sum_lanes16(const v16 *p) {
     v16 out;
-    for (int l = 0; l < 16; l++) {
-        float t = 0.0f;
-        for (int m = 0; m < 16; m++) t += p[l][m];
-        out[l] = t;
-    }
+    for (int l = 0; l < 16; l++) out[l] = halves_total(p[l]);
     return out;
 }
 #endif
@@ -234,8 +273,8 @@ static inline __attribute__((always_inline)) void score_tiles(const float *q, co
                 v16 a = {0}, b = {0}, kc;
                 for (int c = 0; c < chunks; c++) {
                     memcpy(&kc, kj + 16 * c, sizeof(v16));
-                    a += qa[c] * kc;
-                    b += qb[c] * kc;
+                    a = fma16(qa[c], kc, a);
+                    b = fma16(qb[c], kc, b);
                 }
                 pa[l] = a;
                 pb[l] = b;
@@ -315,10 +354,12 @@ static inline __attribute__((always_inline)) int kv_head_rows(
         int nr = r_count - r0 < 4 ? r_count - r0 : 4;
         v16 a[4][MAX_CHUNKS] = {{{0}}};
         for (int j = 0; j < n_keys; j++) {
+            v16 w[4]; /* each row's weight of value j, in every lane */
+            for (int e = 0; e < nr; e++) w[e] = (v16){0} + s[(long)(r0 + e) * n_keys + j];
             for (int c = 0; c < chunks; c++) {
                 v16 vj;
                 memcpy(&vj, v + (long)j * d + 16 * c, sizeof(v16));
-                for (int e = 0; e < nr; e++) a[e][c] += s[(long)(r0 + e) * n_keys + j] * vj;
+                for (int e = 0; e < nr; e++) a[e][c] = fma16(w[e], vj, a[e][c]);
             }
         }
         for (int e = 0; e < nr; e++) memcpy(acc + (long)(r0 + e) * d, a[e], sizeof(float) * (size_t)d);

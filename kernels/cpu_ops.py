@@ -39,7 +39,7 @@ DTYPES = (torch.bfloat16, torch.float32)
 MAX_ROWS = 32
 
 MAX_HEAD_DIM = 256  # the C attention's register tiles (MAX_CHUNKS vectors of 16 floats)
-FLAGS = ("-fopenmp",)  # attention shares its KV heads' query rows among threads
+FLAGS = ("-fopenmp", "-ffp-contract=off")  # threads for attention; no fused multiply-add the source does not write
 _ERRORS = {-1: (MemoryError, "out of memory"), -2: (ValueError, "shapes the C code refuses")}
 
 _loaded: dict[tuple[str, str], object] = {}

@@ -24,6 +24,7 @@ from kernels import cpu_ops
 from kernels.quant_ops import FORMATS, QuantOps, QuantWeight
 
 SOURCE = Path(__file__).with_suffix(".c")
+FLAGS: tuple[str, ...] = ()  # no arithmetic of its own: the default -O3 and this CPU's -march
 _P = ctypes.c_void_p
 
 
@@ -241,7 +242,7 @@ class Stack:
 
 def load(build_dir: str | Path) -> StackOps | None:
     """The compiled entry, built into `build_dir` on first use; None when it cannot be built (`last_error`)."""
-    return cpu_ops.load_library(SOURCE, build_dir, (), StackOps)
+    return cpu_ops.load_library(SOURCE, build_dir, FLAGS, StackOps)
 
 
 def last_error(build_dir: str | Path) -> str | None:

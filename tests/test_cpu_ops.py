@@ -125,21 +125,33 @@ def test_attention_gives_the_same_bits_on_any_number_of_threads(ops, ordered):
                                              threads=threads), one), (rows, threads)
 
 
-def test_the_avx2_build_gives_the_same_bits(ops, tmp_path, monkeypatch):
-    """With `ordered`, the sums go in one order whatever the vector width (`FixedSum`, the 16-key tiles), so the
-    library built for an AVX2-only CPU computes norms, attention and SiLU bit for bit as this CPU's own build."""
-    emulated = dataclasses.replace(capability.detect(), emulating="avx2")
-    monkeypatch.setattr(capability, "detect", lambda: emulated)
-    haswell = cpu_ops.CpuOps(ctypes.CDLL(str(cpu_ops.build_library(cpu_ops.SOURCE, tmp_path, cpu_ops.FLAGS))))
-    h, w = _randn(5, 576, seed=1), _randn(576, seed=2)
-    assert torch.equal(haswell.rms_norm(h.clone(), w, 1e-5, ordered=True), ops.rms_norm(h.clone(), w, 1e-5, ordered=True))
-    gate_up = _randn(5, 2 * 1536, seed=3)
-    assert torch.equal(haswell.silu_mul(gate_up), ops.silu_mul(gate_up))
+@pytest.mark.parametrize("march, defines", [("haswell", ()), ("x86-64", ()), (None, ("-DCPU_OPS_NO_SHUFFLE",))],
+                         ids=["avx2", "x86-64 without fma", "lane sums without shuffles"])
+def test_other_builds_give_the_same_bits(ops, tmp_path, monkeypatch, march, defines):
+    """With `ordered`, the sums go in one order whatever the vector width (`FixedSum`, the 16-key tiles) and every
+    fused multiply-add is written out (`fma1`, `fma16`; the file is built with -ffp-contract=off), so the library
+    built for an AVX2-only CPU, for plain x86-64 (no FMA: libm's exact fmaf) and with the lane sums of compilers
+    without vector shuffles (GCC < 12) computes norms, RoPE, attention and SiLU bit for bit as this CPU's own."""
+    if march is not None:
+        monkeypatch.setitem(capability.EMULATED_MARCH, "avx2", march)
+        emulated = dataclasses.replace(capability.detect(), emulating="avx2")
+        monkeypatch.setattr(capability, "detect", lambda: emulated)
+    other = cpu_ops.CpuOps(ctypes.CDLL(str(cpu_ops.build_library(cpu_ops.SOURCE, tmp_path, cpu_ops.FLAGS + defines))))
+    h, w, delta = _randn(5, 576, seed=1), _randn(576, seed=2), _randn(5, 576, seed=8)
+    assert torch.equal(other.rms_norm(h.clone(), w, 1e-5, delta=delta, ordered=True),
+                       ops.rms_norm(h.clone(), w, 1e-5, delta=delta, ordered=True))
+    gate_up = _randn(5, 2 * 1536, seed=3) * 3
+    for dtype in (torch.float32, torch.bfloat16):
+        assert torch.equal(other.silu_mul(gate_up.to(dtype)), ops.silu_mul(gate_up.to(dtype))), dtype
+    qkv, cos, sin = _randn(5, 12 * 64, seed=9), _randn(5, 64, seed=10), _randn(5, 64, seed=11)
+    caches = [(torch.zeros(2, 2, 64, 64), torch.zeros(2, 2, 64, 64)) for _ in range(2)]
+    rotated = [lib.rope_to_cache(qkv, cos, sin, kc, vc, 1, 32, 8, 2) for lib, (kc, vc) in zip((other, ops), caches)]
+    assert torch.equal(*rotated) and torch.equal(caches[0][0], caches[1][0])
     q, k, v = _randn(5, 8, 64, seed=4), _randn(2, 2, 64, 64, seed=5), _randn(2, 2, 64, 64, seed=6)
     mask = torch.rand(5, 5, generator=torch.Generator().manual_seed(7)) < 0.6
-    for tree in (None, mask):
-        assert torch.equal(haswell.attention(q, k, v, 1, 37, tree, torch.float32, 0.125, ordered=True),
-                           ops.attention(q, k, v, 1, 37, tree, torch.float32, 0.125, ordered=True))
+    for n_keys, tree in ((37, None), (37, mask), (64, mask)):
+        assert torch.equal(other.attention(q, k, v, 1, n_keys, tree, torch.float32, 0.125, ordered=True),
+                           ops.attention(q, k, v, 1, n_keys, tree, torch.float32, 0.125, ordered=True)), n_keys
 
 
 def test_a_library_per_cpu_and_a_reason_without_a_compiler(ops, tmp_path, monkeypatch):  # ops: skip without cc

