@@ -1,6 +1,6 @@
-"""Two settings compared (eagleviz/visuals/compare.py): SGLang's accept length, vLLM's acceptance histogram and
-acceptance rate per position, counted from hand-made traces and checked against numbers worked out by hand;
-then the page's Compare handler (eagleviz/app/handlers.py) on a tiny random engine."""
+"""Two settings compared (eagleviz/visuals/compare.py): tokens per cycle (SGLang's accept len), vLLM's acceptance
+histogram and acceptance rate per position, counted from hand-made traces and checked against numbers worked out
+by hand; then the page's Compare handler (eagleviz/app/handlers.py) on a tiny random engine."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def test_stats_count_what_each_cycle_accepted():
     s = compare.setting_stats(run_of([0, 2, 1, 2, 3], wall_s=0.4), "A")
     assert s.cycles == 5
     assert s.histogram == [1, 1, 2, 1]                   # cycles committing 1, 2, 3, 4 tokens
-    assert s.mean_accept_length == pytest.approx(13 / 5)  # (1 + 3 + 2 + 3 + 4) / 5 = tau
-    assert s.mean_accept_length == pytest.approx(s_tau(run_of([0, 2, 1, 2, 3])))
+    assert s.tau == pytest.approx(13 / 5)  # (1 + 3 + 2 + 3 + 4) / 5 = tau
+    assert s.tau == pytest.approx(s_tau(run_of([0, 2, 1, 2, 3])))
     # position k accepted in the cycles with accept length >= k: 4, 3 and 1 of 5
     assert s.per_position == pytest.approx([4 / 5, 3 / 5, 1 / 5])
     assert s.tokens == 1 + 13                            # the prefill's token, then each cycle's commits
@@ -45,13 +45,13 @@ def test_positions_reach_the_deepest_verified_draft_token_even_where_none_was_ac
     # trees 2 levels deep (draft_tokens 6), no cycle accepts anything: both positions at 0
     s = compare.setting_stats(run_of([0, 0], draft_tokens=6), "B")
     assert s.histogram == [2] and s.per_position == [0.0, 0.0]
-    assert s.mean_accept_length == 1.0
+    assert s.tau == 1.0
 
 
 def test_an_empty_run_draws_placeholders_not_errors():
     empty = synthetic_run([])
     s = compare.setting_stats(empty, "A")
-    assert s.cycles == 0 and s.histogram == [0] and s.per_position == [] and s.mean_accept_length == 0.0
+    assert s.cycles == 0 and s.histogram == [0] and s.per_position == [] and s.tau == 0.0
     assert compare.histogram_figure([s, s]).data == ()
     assert compare.positions_figure([s, s]).data == ()
 
@@ -76,11 +76,28 @@ def test_the_table_gives_speed_and_counts_and_the_words():
     text = compare.compare_table(compare.compare_stats(a, b))
     assert "| | A | B |" in text
     assert "| tokens/s | 35.0 | 3.5 |" in text           # 14 tokens / 0.4 s; 7 tokens / 2 s
-    assert "| mean accept length | 2.60 | 1.50 |" in text  # 13 / 5 per cycle; (2 + 2 + 1 + 1) / 4
+    assert "| \u03c4, tokens per cycle | 2.60 | 1.50 |" in text  # 13 / 5 per cycle; (2 + 2 + 1 + 1) / 4
     assert "| cycles | 5 | 4 |" in text and "| tokens | 14 | 7 |" in text
     assert "B decodes at 0.10x A's speed" in text
-    for words in ("Accept length", "SGLang", "Acceptance histogram", "Acceptance rate per position", "vLLM"):
+    for words in ("Tokens per cycle", "SGLang", "Acceptance histogram", "Acceptance rate per position", "vLLM"):
         assert words in text
+
+
+def test_accept_length_means_the_draft_tokens_accepted_everywhere_and_tokens_per_cycle_counts_the_bonus():
+    """One meaning of accept length on the page: the draft tokens a cycle accepted (the per-cycle chart, the
+    glossary). What a cycle commits with its bonus token, the histogram's and the table's count, is called
+    tokens per cycle (its mean is tau)."""
+    from eagleviz.app import glossary
+
+    stats = compare.compare_stats(run_of([0, 2, 1]), run_of([1, 1]))
+    axis = compare.histogram_figure(stats).layout.xaxis.title.text
+    assert "tokens per cycle" in axis and "accept length" not in axis.lower()
+    rows = [line for line in compare.compare_table(stats).splitlines() if line.startswith("| ")]
+    assert not any("accept length" in row.lower() for row in rows) and any("tokens per cycle" in r for r in rows)
+    assert "accept length plus the bonus" not in compare.WORDS and "its accept length (draft tokens accepted)" \
+        in compare.WORDS
+    tau = next(t for t in glossary.TERMS if t.anchor == "g-tau").meaning
+    assert "how many drafted tokens the target kept in one cycle" in tau and "never accept length" in tau
 
 
 # ------------------------------------------------------------------ the page's handler

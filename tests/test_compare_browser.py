@@ -32,8 +32,8 @@ DATA_JS = """(id) => {
           traces: gd.data.map(t => ({name: t.name || '', x: Array.from(t.x || []), y: Array.from(t.y || []),
                                      counts: Array.from(t.customdata || [])}))};
 }"""
-ROW = re.compile(r"^\s*(tokens/s|mean accept length|cycles|tokens)\s+([\d.]+)\s+([\d.]+)\s*$", re.MULTILINE)
-KEYS = {"tokens/s": "tokens_per_s", "mean accept length": "accept_length", "cycles": "cycles", "tokens": "tokens"}
+ROW = re.compile(r"^\s*(tokens/s|\u03c4, tokens per cycle|cycles|tokens)\s+([\d.]+)\s+([\d.]+)\s*$", re.MULTILINE)
+KEYS = {"tokens/s": "tokens_per_s", "\u03c4, tokens per cycle": "accept_length", "cycles": "cycles", "tokens": "tokens"}
 
 
 def figure_data(page, elem_id: str) -> dict:
@@ -77,7 +77,7 @@ def test_compare_two_trees_side_by_side(page, tmp_path):
     text = prose(page, "compare-result")
     assert "\u26a0" not in text, text
     assert f"A: {a_tree}" in text and "B: tree 3 / 1 / 4 (steps / topk / draft tokens), fixed, EAGLE head" in text, text
-    for words in ("Accept length", "Acceptance histogram", "Acceptance rate per position"):
+    for words in ("Tokens per cycle", "Acceptance histogram", "Acceptance rate per position"):
         assert words in text
     rows = table(text)
     assert all(len(rows[name]) == 4 for name in "AB"), text

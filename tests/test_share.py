@@ -218,3 +218,13 @@ def test_a_picture_without_a_recorded_run_is_noted_and_ignored():
     assert shared.picture is None and shared.knobs.steps == 6
     assert shared.notes == ("Link parameter cycle and token: a picture needs a recorded run to show (gallery=...); "
                             "ignored.",)
+
+
+@pytest.mark.parametrize("name,value,used", [("topk", "16", 8), ("steps", "12", 8), ("temperature", "2", 1.5),
+                                             ("temperature", "1.7", 1.5)])
+def test_a_value_past_the_pages_slider_is_held_to_the_sliders_end_with_a_note(name, value, used):
+    """The engine takes topk 16 and T = 2, the page's sliders stop at 8 and 1.5: a link gets the slider's end,
+    so the page shows the knob that will run, and says so in one line."""
+    shared = read([("prompt", "hello"), (name, value)])
+    assert getattr(shared.knobs, name) == used and shared.prompt == "hello"
+    assert len(shared.notes) == 1 and "page's range" in shared.notes[0] and f"{used:g} is used" in shared.notes[0]

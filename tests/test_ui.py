@@ -493,3 +493,49 @@ def test_the_race_times_the_fastest_tree_and_plain_decoding_and_compares_this_ru
     default = generate(hub, "a prompt", Knobs(max_new_tokens=10))  # the cost-aware default: not run twice
     text = h.race(default, "auto")
     assert "EAGLE, cost-aware (the default)" not in text and "(the cost-aware default)" in text
+
+
+def test_a_typed_knob_value_is_taken_into_the_sliders_range_and_an_empty_box_never_raises():
+    """Gradio's slider refuses 10000 typed into steps ("Value 10000 is greater than maximum value 8.") and an
+    empty box with a server TypeError; the page's knobs take the nearest end, or their value when built."""
+    from eagleviz.app.typed import Knob, WholeNumber
+
+    steps, temperature, seed = Knob(1, 8, 4, step=1), Knob(0.0, 1.5, 0.8, step=0.05), WholeNumber(7, minimum=0,
+                                                                                                   precision=0)
+    assert [steps.preprocess(v) for v in (10000, -3, 5, None, float("nan"))] == [8, 1, 5, 4, 4]
+    assert temperature.preprocess(99.0) == 1.5 and temperature.preprocess(None) == 0.8
+    assert seed.preprocess(-5) == 0 and seed.preprocess(None) == 7 and seed.preprocess(12) == 12
+    assert steps.get_block_name() == "slider" and seed.get_block_name() == "number"   # drawn as Gradio's own
+
+
+def test_a_control_token_is_labelled_in_words_in_every_view():
+    """The quoting preset's recorded run ends on `<|im_end|>`: its tree node, mask row and KV cell read
+    "[end]", never the marker cut to a few characters."""
+    from eagleviz.app import gallery
+    from eagleviz.visuals.style import token_label
+
+    assert (token_label("<|im_end|>"), token_label("</s>"), token_label("<div>")) == ("[end]", "[end]", "<div>")
+    run = gallery.load("quoting")
+    i = next(k for k, c in enumerate(run.cycles) if "<|im_end|>" in c.texts)
+    view = nav.view_values(run, i)
+    tree, mask = view[6], view[7]
+    labels = [t for trace in tree.data for t in (trace.text or ()) if isinstance(t, str)]
+    assert "[end]" in labels and not any("im_e" in t for t in labels)
+    ticks = [*(mask.layout.yaxis.ticktext or ()), *(mask.layout.xaxis.ticktext or ())]
+    assert not any("im_e" in str(t) for t in ticks)
+
+
+def test_the_tour_goes_on_into_the_next_cycle_and_back(finished):
+    """Past its last stop (rewind) the tour opens the next cycle at its first stop (draft), the whole view
+    redrawn; back from the first stop it returns to the previous cycle's rewind."""
+    _, run = finished
+    assert len(run.cycles) >= 2
+    out = nav.tour(run, 0, 3, +1)
+    step, text, slider, _, *view = out
+    assert step == 0 and "Draft" in text and "(cycle 1)" in text and slider.value == 1
+    assert view[1].startswith("**Cycle 1**") and view[3].value == nav.tour_frame(run.cycles[1], 0)
+    back = nav.tour(run, 1, 0, -1)
+    assert back[0] == 3 and "Rewind" in back[1] and "(cycle 0)" in back[1] and back[2].value == 0
+    last = len(run.cycles) - 1
+    assert nav.tour(run, last, 3, +1)[2] == gr.skip()        # the run's last cycle: round the same cycle
+    assert len(out) == 4 + VIEW_SIZE

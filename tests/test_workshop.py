@@ -71,9 +71,32 @@ def test_bad_parameters_give_defaults_and_a_visible_note_never_an_error(handlers
     assert "/etc/passwd" not in notes
 
 
-def test_a_plain_visit_changes_nothing(handlers):
-    out = workshop.open_link(handlers, DEFAULTS, request(""))
-    assert all(v == gr.skip() for v in out[:RUN + SETTINGS]) and tail(out)[2] == ""
+@pytest.mark.parametrize("query", ["", "projector=1", "__theme=dark"])
+def test_a_plain_visit_opens_on_the_first_presets_recorded_run_and_keeps_the_preset(handlers, query, monkeypatch):
+    """No settings in the link (a plain visit, a projector link): the page opens on the first preset's recorded
+    run at its opening cycle, with no model work, the preset and its lesson note selected, and one line
+    inviting Run."""
+    import eagleviz.decoding.load as loading
+    from eagleviz.app import navigation, presets
+
+    monkeypatch.setattr(loading, "load_target", lambda *a, **k: pytest.fail("a model was loaded"))
+    entry = workshop.arrival_entry()
+    assert gallery.entry(entry).preset == presets.PRESETS[0].name
+    out = workshop.open_link(handlers, DEFAULTS, request(query))
+    run = out[0]
+    assert run.token_ids == gallery.load(entry).token_ids
+    assert out[8 + 1].startswith(f"**Cycle {navigation.instructive_cycle(run)}** of")   # the caption: its telling cycle
+    assert "Press **\u25b6 Run**" in out[2] and "no model work" in out[2] and "\n" not in out[2]
+    prompt, preset, note, *knobs = settings(out)
+    first = presets.PRESETS[0]
+    assert (prompt, preset, note) == (first.prompt, first.name, presets.note(first))
+    assert tail(out) == (gr.skip(), query == "projector=1", "", entry)
+
+
+def test_without_a_gallery_a_plain_visit_changes_nothing(handlers, monkeypatch):
+    monkeypatch.setattr(workshop, "arrival_entry", lambda: None)
+    out = workshop.open_link(handlers, DEFAULTS, request("projector=1"))
+    assert all(v == gr.skip() for v in out[:RUN + SETTINGS]) and tail(out) == (gr.skip(), True, "", gr.skip())
 
 
 def test_a_link_to_a_recorded_run_replays_it_with_its_prompt_and_knobs_and_no_model(handlers, monkeypatch):

@@ -31,8 +31,9 @@ TERMS = (
     Term("g-tau", "tau (\u03c4) and accept length", ("accept length", "tau", "\u03c4"),
          "**Accept length**: how many drafted tokens the target kept in one cycle. **Tau**: the tokens a cycle "
          "commits on average, the bonus token included (mean accept length + 1). Tau 3 means three tokens for each "
-         "forward of the big model instead of one. Engines count differently: SGLang's *accept len*, and the "
-         "Compare section's accept length, include the bonus token (they are tau)."),
+         "forward of the big model instead of one. Engines count differently: SGLang's *accept len* includes the "
+         "bonus token (it is tau); this page calls the tokens one cycle commits, bonus included, *tokens per "
+         "cycle* (the Compare section's histogram), never accept length."),
     Term("g-alpha", "alpha (\u03b1) and acceptance rate", ("acceptance rate", "alpha", "0-\u03b1", "\u03b1"),
          "The share of drafted tokens at one depth of the tree that the target accepts, counting only those whose "
          "parent was accepted. Deeper guesses are accepted less often."),

@@ -220,15 +220,28 @@ def tour_frame(cycle: CycleTrace, step_: int) -> int:
 
 
 def tour(run: RunTrace | None, index: float, step_: int, delta: int, slot: int | None = None) -> tuple:
-    """The tour's next (delta +1) or previous (-1) stop on the cycle shown, with the four figures at the phase it
-    talks about. Outputs: tour step, tour text, phase slider, *figures."""
+    """The tour's next (delta +1) or previous (-1) stop, with the four figures at the phase it talks about. Past
+    the last stop (rewind) the tour goes on into the next cycle, at its first stop (draft); before the first, back
+    to the previous cycle's last; at the run's ends it wraps round the cycle shown.
+    Outputs: tour step, tour text, slider, summary plot, *view (only the phase and figures where the cycle
+    stays)."""
+    skip = gr.skip()
     if run is None or not run.cycles:
-        return (step_, "Run a prompt first: the tour walks through one recorded cycle.", *[gr.skip()] * 7)
-    step_ = (step_ + delta) % len(TOUR)
-    i = _clamp(run, index)
-    frame = tour_frame(run.cycles[i], step_)
-    return (step_, tour_text(run, i, step_), gr.Slider(value=frame),
-            *figure_values(run, i, frame, slot))
+        return (step_, "Run a prompt first: the tour walks through one recorded cycle.", *[skip] * (2 + VIEW_SIZE))
+    i, moved = _clamp(run, index), step_ + delta
+    cycle_delta = -1 if moved < 0 else 1 if moved >= len(TOUR) else 0
+    nxt = _clamp(run, i + cycle_delta)
+    step_ = moved % len(TOUR)
+    frame = tour_frame(run.cycles[nxt], step_)
+    if nxt == i:   # the same cycle: the phase and the figures only, the picked token kept
+        view = [skip] * VIEW_SIZE
+        view[3] = gr.Slider(value=frame)
+        view[4:10] = figure_values(run, i, frame, slot)
+        return (step_, tour_text(run, i, step_), skip, skip, *view)
+    view = list(view_values(run, nxt))
+    view[3] = phase_slider(len(frames(run.cycles[nxt])), frame)
+    view[4:10] = figure_values(run, nxt, frame, None)
+    return (step_, tour_text(run, nxt, step_), gr.Slider(value=nxt), summary_figure(run, nxt), *view)
 
 
 def tour_shown(run: RunTrace | None, index: float, step_: int):

@@ -11,6 +11,8 @@
 A link is typed by anyone, so it is validated like any other input: each parameter on its own (a number
 where a number belongs, finite, in the knob's range and within the server's limits, a known attention
 implementation, draft source, preset or gallery entry, a 0/1 switch, given once), then the knobs together (`Knobs.configs`).
+A value the engine takes but the page's slider does not reach (topk 16, T = 2) is held to the slider's end, with a
+note: the page shows what will run.
 The picture's parameters are checked here for their form (whole numbers, a phase's name) and against the
 recorded run where it is opened (`eagleviz.app.navigation.picture`): a cycle, phase or token the run lacks. A bad
 parameter falls back to its default and adds a one-line note; the rest of the link still applies. Reading
@@ -31,6 +33,7 @@ from eagleviz.config import LIMITS, SOURCES
 from eagleviz.errors import UserFacingError
 from eagleviz.app.limits import Limits
 from eagleviz.app.session import Knobs
+from eagleviz.app.typed import RANGES
 from eagleviz.visuals.phases import PHASES
 from kernels.tree_attention import IMPLS
 
@@ -238,7 +241,8 @@ def _int_range(name: str, limits: Limits) -> tuple[int, int, str]:
 
 
 def _parse(name: str, text: str, limits: Limits) -> tuple[int | float | str | None, str]:
-    """(the knob's value, "") or (None, why it cannot be used)."""
+    """(the knob's value, ""), (None, why it cannot be used), or (the end of the page's range, why that is used
+    instead: a value the engine takes, above where the page's slider stops)."""
     text = text.strip()
     if name == "attn_impl":
         return (text, "") if text in IMPLS else (None, f"must be one of {', '.join(IMPLS)}")
@@ -256,6 +260,9 @@ def _parse(name: str, text: str, limits: Limits) -> tuple[int | float | str | No
         return None, "must be a finite number"
     if value < 0:
         return None, "must not be negative"
+    if name in RANGES and RANGES[name][1] < value <= (LIMITS.get(name) or _FLOAT_FIELDS[name])[1]:
+        top = RANGES[name][1]     # the engine would take it, the page's slider stops short of it
+        return top, f"is above the page's range, which ends at {top:g}: {top:g} is used"
     if integer:
         lo, hi, why = _int_range(name, limits)
         return (value, "") if lo <= value <= hi else (None, f"must be in [{lo}, {hi}]{why}")
@@ -271,10 +278,11 @@ def _knobs(given: dict[str, str], base: Knobs, limits: Limits, notes: list[str])
         if f.name not in given:
             continue
         value, why = _parse(f.name, given[f.name], limits)
-        if why:
+        if value is None:
             notes.append(f"Link parameter {f.name}={_show(given[f.name])} {why}; "
                          f"the default {getattr(base, f.name)} is used.")
         else:
+            notes += [f"Link parameter {f.name}={_show(given[f.name])} {why}."] if why else []
             changes[f.name] = value
     knobs = replace(base, **changes)
     try:

@@ -7,7 +7,9 @@ The page reads top to bottom: the prompt and knobs (the run's status, the race's
 the buttons), then one cycle on one screen (the cycle and phase controls, the cycle's tokens to pick from, the
 four linked views with one-line titles, the guided tour; their long explanations one click away), then the
 run's summary and the deeper sections. What a click changes comes into sight: a finished run and a click in
-the output scroll the cycle's views into the window.
+the output scroll the cycle's views into the window. The page opens on the first preset's recorded run
+(`workshop.open_link`): every view has its picture before anyone presses Run. The open tour stays on screen beside
+(or below) the view it talks about. Typed knob values are taken into the knobs' ranges (`typed.Knob`).
 
 A shared server (a public Space, a workshop) is protected by `Limits` (eagleviz.app.limits, read from EAGLEVIZ_*
 variables): stated on the page, enforced in the handlers (the API bypasses the page's sliders), and setting
@@ -25,6 +27,7 @@ from eagleviz.app import glossary
 from eagleviz.app import navigation as nav
 from eagleviz.app import presets
 from eagleviz.app import workshop
+from eagleviz.app.typed import RANGES, Knob, WholeNumber
 from eagleviz.decoding.engine import Engine
 from eagleviz.app.handlers import Handlers, StopRequest
 from eagleviz.app.limits import Limits
@@ -46,11 +49,14 @@ OUTPUT_CSS = ("#output-text .textfield {font-family: var(--font-mono); font-size
               "#output-text .token.highlighted {margin: 0 1px 0 0; padding: 0 1px} "
               "#output-text .text {white-space: pre-wrap}")
 CSS = (OUTPUT_CSS + " #output-text {min-height: 4em} .ev-explain {font-size: 15px} .ev-limits {font-size: 12px; opacity: 0.8} "
-       ".ev-bench th, .ev-bench td {white-space: nowrap; padding: 4px 12px} .ev-line p {margin: 0; font-size: 14px} "
+       ".ev-bench th, .ev-bench td {white-space: nowrap; padding: 4px 12px} "
+       # never "token s", "speedu p", "3.0 / 0": only the row names wrap
+       "#race-result th, #compare-result th, #race-result td:not(:first-child) {white-space: nowrap} "
+       ".ev-line p {margin: 0; font-size: 14px} "
        # On a phone, Run follows the prompt on the first screen: the presets and their note move below the output.
        "@media (max-width: 640px) {.column:has(> #preset-note) > .form:has(#preset), "
        ".column:has(> #preset-note) > #preset-note {order: 1}} "
-       + workshop.PROJECTOR_CSS + " " + workshop.SLIDES_CSS + " " + glossary.CSS)
+       + workshop.PROJECTOR_CSS + " " + workshop.SLIDES_CSS + " " + workshop.TOUR_CSS + " " + glossary.CSS)
 VIEW_CONCURRENCY = 4      # light events (stepping, knobs, import) of different users served side by side
 CACHE_TTL_S = 3600        # Gradio deletes its cached files (uploads, downloads) after this long
 KNOB_DEFAULTS = Knobs(max_new_tokens=presets.PRESET_TOKENS)
@@ -113,6 +119,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
     with gr.Blocks(title="eagleviz: EAGLE speculative decoding", delete_cache=(CACHE_TTL_S, CACHE_TTL_S)) as demo:
         run_state, tour_state, stop = gr.State(None), gr.State(0), gr.State(StopRequest())
         playing, phase_playing, focus = gr.State(False), gr.State(False), gr.State(None)
+        b_own = gr.State(False)   # B's knobs moved by hand: B no longer follows A
         gr.Markdown(glossary.link_terms(INTRO) + (f"\n\n{note}" if note else ""), elem_id="intro")
         link_note = gr.Markdown(elem_id="link-note")  # what a shared link could not restore, at the top
         with gr.Row(visible=len(pairs.names) > 1):
@@ -138,11 +145,12 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                                             color_map=OUTPUT_COLOURS, show_legend=True, combine_adjacent=False,
                                             elem_id="output-text", interactive=False)
             with gr.Column(scale=2):
-                steps = gr.Slider(1, 8, d.steps, step=1, label="steps \u00b7 speculative_num_steps", elem_id="steps")
-                topk = gr.Slider(1, 8, d.topk, step=1, label="topk \u00b7 speculative_eagle_topk", elem_id="topk")
-                draft_tokens = gr.Slider(2, limits.max_draft_tokens, min(d.draft_tokens, limits.max_draft_tokens),
-                                         step=1, elem_id="draft-tokens",
-                                         label="draft tokens \u00b7 speculative_num_draft_tokens")
+                steps = Knob(*RANGES["steps"], d.steps, step=1, label="steps \u00b7 speculative_num_steps",
+                             elem_id="steps")
+                topk = Knob(*RANGES["topk"], d.topk, step=1, label="topk \u00b7 speculative_eagle_topk", elem_id="topk")
+                draft_tokens = Knob(2, limits.max_draft_tokens, min(d.draft_tokens, limits.max_draft_tokens),
+                                    step=1, elem_id="draft-tokens",
+                                    label="draft tokens \u00b7 speculative_num_draft_tokens")
                 with gr.Row():
                     textbook = gr.Button(f"Textbook tree {' / '.join(map(str, TEXTBOOK))}", size="sm",
                                          elem_id="textbook-tree")
@@ -157,13 +165,13 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                                       scale=2)
                 validity = gr.Markdown(d.validity(), elem_id="validity", elem_classes="ev-limits")
                 with gr.Row():
-                    temperature = gr.Slider(0, 1.5, d.temperature, step=0.05, label="temperature",
-                                            elem_id="temperature")
-                    top_p = gr.Slider(0.05, 1, d.top_p, step=0.05, label="top-p", elem_id="top-p")
+                    temperature = Knob(*RANGES["temperature"], d.temperature, step=0.05, label="temperature",
+                                       elem_id="temperature")
+                    top_p = Knob(*RANGES["top_p"], d.top_p, step=0.05, label="top-p", elem_id="top-p")
                 with gr.Row():
-                    max_new = gr.Slider(1, limits.max_new_tokens, min(d.max_new_tokens, limits.max_new_tokens),
-                                        step=1, label="max new tokens", elem_id="max-new-tokens")
-                    seed = gr.Number(d.seed, precision=0, minimum=0, label="seed", elem_id="seed")
+                    max_new = Knob(1, limits.max_new_tokens, min(d.max_new_tokens, limits.max_new_tokens),
+                                   step=1, label="max new tokens", elem_id="max-new-tokens")
+                    seed = WholeNumber(d.seed, precision=0, minimum=0, label="seed", elem_id="seed")
                 attn = gr.Dropdown(list(attention_choices()), value=d.attn_impl, label="attention implementation",
                                    elem_id="attn-impl")
         with gr.Accordion("Workshop: recorded runs, a link to these settings, projector", open=False,
@@ -177,21 +185,25 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                                      elem_id="link")
                 link_md = gr.Markdown(elem_id="link-text")
             gr.Markdown(limits.describe(), elem_id="limits", elem_classes="ev-limits")
-        with gr.Accordion("Compare two settings on this prompt: accept length, acceptance per position, speed",
+        with gr.Accordion("Compare two settings on this prompt: tokens per cycle, acceptance per position, speed",
                           open=False, elem_id="compare-section"):
-            gr.Markdown("**A** is the knobs above; **B** is A with these. Compare runs both on the prompt, one after "
-                        "the other, and counts what each cycle accepted.", elem_classes="ev-line")
+            gr.Markdown("**A** is the knobs above; **B** starts as A and follows it until one of B's knobs is moved "
+                        "(**B = A** copies A again). Compare runs both on the prompt, one after the other, and "
+                        "counts what each cycle accepted.", elem_classes="ev-line")
             with gr.Row():
-                b_steps = gr.Slider(1, 8, 4, step=1, label="B steps", elem_id="b-steps", min_width=160)
-                b_topk = gr.Slider(1, 8, 1, step=1, label="B topk", elem_id="b-topk", min_width=160)
-                b_draft = gr.Slider(2, limits.max_draft_tokens, min(5, limits.max_draft_tokens), step=1,
-                                    label="B draft tokens", elem_id="b-draft-tokens", min_width=160)
-                b_temperature = gr.Slider(0, 1.5, d.temperature, step=0.05, label="B temperature",
-                                          elem_id="b-temperature", min_width=160)
+                b_steps = Knob(*RANGES["steps"], d.steps, step=1, label="B steps", elem_id="b-steps", min_width=160)
+                b_topk = Knob(*RANGES["topk"], d.topk, step=1, label="B topk", elem_id="b-topk", min_width=160)
+                b_draft = Knob(2, limits.max_draft_tokens, min(d.draft_tokens, limits.max_draft_tokens), step=1,
+                               label="B draft tokens", elem_id="b-draft-tokens", min_width=160)
+                b_temperature = Knob(*RANGES["temperature"], d.temperature, step=0.05, label="B temperature",
+                                     elem_id="b-temperature", min_width=160)
             with gr.Row():
-                b_adaptive = gr.Checkbox(False, label="B cost-aware tree", elem_id="b-adaptive", scale=1)
-                b_source = gr.Radio(SOURCE_CHOICES, value="eagle", label="B draft source", elem_id="b-source", scale=2)
-                compare_btn = gr.Button("Compare A and B", elem_id="compare", scale=1)
+                b_adaptive = gr.Checkbox(d.adaptive, label="B cost-aware tree", elem_id="b-adaptive", scale=1)
+                b_source = gr.Radio(SOURCE_CHOICES, value=d.source, label="B draft source", elem_id="b-source",
+                                    scale=2)
+                with gr.Column(scale=1, min_width=160):
+                    compare_btn = gr.Button("Compare A and B", elem_id="compare")
+                    b_from_a = gr.Button("B = A", elem_id="b-from-a", size="sm")
             compare_md = gr.Markdown(elem_id="compare-result")
             with gr.Row():
                 compare_hist = gr.Plot(label="Acceptance histogram", elem_id="compare-histogram", show_label=False,
@@ -201,8 +213,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
 
         # ------------------------------------------------------------ one cycle, one screen
         with gr.Row(equal_height=True, elem_id="cycle-view"):
-            slider = gr.Slider(0, 1, 0, step=1, label="cycle", elem_id="cycle-slider", interactive=False, scale=4)
-            phase = gr.Slider(0, 1, 1, step=1, label="phase", elem_id="phase-slider", interactive=False, scale=4)
+            slider = Knob(0, 1, 0, step=1, label="cycle", elem_id="cycle-slider", interactive=False, scale=4)
+            phase = Knob(0, 1, 1, step=1, label="phase", elem_id="phase-slider", interactive=False, scale=4)
             with gr.Column(scale=3, min_width=260):
                 with gr.Row():
                     first_btn = gr.Button("\u21e4 cycle 0", elem_id="first-cycle", size="sm", min_width=40)
@@ -228,12 +240,12 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                                 min_width=VIEW_MIN_WIDTH)
             kv_plot = gr.Plot(label="KV rewind", elem_id="kv-rewind", show_label=False, min_width=VIEW_MIN_WIDTH)
         with gr.Accordion("Guided tour: one cycle in four steps (the \u2190 \u2192 keys step it)", open=False,
-                          elem_id="tour-section"):
+                          elem_id="tour-section") as tour_section:
             tour_md = gr.Markdown("Run a prompt, then step through draft, verify, accept and rewind.", elem_id="tour")
             with gr.Row():
-                tour_prev = gr.Button("\u25c0 Tour back", elem_id="tour-prev")
-                tour_next = gr.Button("Tour next \u25b6", elem_id="tour-next")
-                slides = gr.Checkbox(False, label="Slides: the tour's view alone, full width", elem_id="slides")
+                tour_prev = gr.Button("\u25c0 Tour back", elem_id="tour-prev", size="sm", min_width=120)
+                tour_next = gr.Button("Tour next \u25b6", elem_id="tour-next", size="sm", min_width=120)
+                slides = gr.Checkbox(False, label="Slides: one view, full width", elem_id="slides", min_width=160)
         with gr.Accordion("Explain these four views, with this cycle's numbers", open=False, elem_id="explain"):
             with gr.Row():
                 tree_md = gr.Markdown(elem_classes="ev-explain")
@@ -297,10 +309,19 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             return workshop.open_link(h, d, request)
 
         settings = [prompt, preset, preset_note, *knobs]
-        demo.load(opened, None, [*run_outputs, *settings, pair, projector, link_note, recorded])
-        projector.change(None, projector, None, js=workshop.PROJECTOR_JS)
+        # A link to a recorded run's picture (a room's link) opens with that picture in sight, not the knobs.
+        demo.load(opened, None, [*run_outputs, *settings, pair, projector, link_note, recorded]).then(
+            None, status, None, js=f"(s) => new URLSearchParams(location.search).has('gallery') ? ({SHOW_VIEWS_JS})(s) "
+                                   ": []")
+        projector.change(None, projector, None, js=workshop.PROJECTOR_JS).then(None, None, None,
+                                                                              js=workshop.PLACE_TOUR_JS)
         run_btn.click(h.announce, stop, queue_note, queue=False, **quiet)
         run_btn.click(lambda: "", None, race_md, queue=False, **quiet)   # a race result is about the previous run
+        # A preset, a recorded run or an import replaces what an old race or a refused request spoke of.
+        gr.on([preset.input, recorded.input, import_file.upload], workshop.notices_cleared, status, [race_md, status],
+              queue=False, **quiet)
+        preset.input(lambda name: limits.prompt_note(presets.by_name()[name].prompt) if name in presets.by_name()
+                     else gr.skip(), preset, prompt_note, queue=False, **quiet)   # a preset's prompt, said now
         run_btn.click(run_fn, [stop, pair, prompt, *knobs], run_outputs, show_progress="minimal", api_name="run",
                       **model).then(lambda: "", None, queue_note, queue=False, **quiet).then(  # no queue now
             None, status, None, js=SHOW_VIEWS_JS)                                  # done: the views, in sight
@@ -322,13 +343,15 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                         [phase_playing, phase_timer, phase_btn, phase], **quiet)
         phase_timer.tick(nav.phase_tick, [run_state, slider, phase, focus],
                          [phase, *figures, phase_playing, phase_timer, phase_btn], **quiet)
-        tour_outputs = [tour_state, tour_md, phase, *figures]
+        tour_outputs = [tour_state, tour_md, slider, summary_plot, *view]   # past rewind: on into the next cycle
         # Each step brings the view it talks about into sight (in slides mode, the one view shown).
         tour_prev.click(lambda r, i, s, f: nav.tour(r, i, s, -1, f), [run_state, slider, tour_state, focus],
                         tour_outputs, **quiet).then(None, tour_md, None, js=workshop.TOUR_VIEW_JS)
         tour_next.click(lambda r, i, s, f: nav.tour(r, i, s, +1, f), [run_state, slider, tour_state, focus],
                         tour_outputs, **quiet).then(None, tour_md, None, js=workshop.TOUR_VIEW_JS)
         slides.change(None, slides, None, js=workshop.SLIDES_JS)
+        tour_section.expand(None, tour_md, None, js=workshop.TOUR_VIEW_JS)   # opened: its stop's view in sight
+        tour_section.collapse(None, None, None, js=workshop.TOUR_CLOSED_JS)   # closed: the page's full width again
         demo.load(None, None, None, js=workshop.TOUR_KEYS_JS)
         demo.load(None, None, None, js=glossary.LINKS_JS)
         # The tour's text names the cycle shown: a run (an import, a recorded run) opens on the tour's first step,
@@ -349,6 +372,12 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                                                             focus, *knobs], link_md, queue=False)
         # Said at once; the two runs wait for their turns at the model like any run.
         b_knobs = [b_steps, b_topk, b_draft, b_temperature, b_adaptive, b_source]
+        # B follows A's tree and temperature until one of B's own knobs is moved; B = A makes it follow again.
+        a_knobs = [steps, topk, draft_tokens, temperature, adaptive, source]
+        gr.on([b.input for b in b_knobs], lambda: True, None, b_own, queue=False, **quiet)
+        gr.on([a.change for a in a_knobs], lambda own, *a: (gr.skip(),) * len(a) if own else a, [b_own, *a_knobs],
+              b_knobs, queue=False, trigger_mode="always_last", **quiet)   # a preset moves six knobs: one copy
+        b_from_a.click(lambda *a: (False, *a), a_knobs, [b_own, *b_knobs], queue=False, **quiet)
         compare_btn.click(lambda: "Comparing: setting A, then setting B, on this prompt\u2026", None, compare_md,
                           queue=False, **quiet).then(gpu(h.compare), [stop, pair, prompt, *knobs, *b_knobs],
                                                      [compare_md, compare_hist, compare_pos], **model)

@@ -1,9 +1,12 @@
-"""Workshop mode on the page: a link that reproduces a run, recorded runs that replay with no model work,
-the projector layout, and the tour's slides (one view at a time, stepped with the arrow keys).
+"""Workshop mode on the page: a link that reproduces a run, recorded runs that replay with no model work (the page
+opens on one), the projector layout, and the tour beside its pictures (its panel, and slides: one view at a time,
+stepped with the arrow keys).
 
     trace_imported an uploaded trace, shown with the prompt and knobs it was made with
     open_link      on page load: the link's prompt, knobs, preset, model, layout and gallery entry, validated
-                   (`eagleviz.app.share`); a bad parameter gives its default and a visible note, never an error page
+                   (`eagleviz.app.share`); a bad parameter gives its default and a visible note, never an error page;
+                   a link with no settings (a plain visit, `?projector=1`) opens on the first preset's recorded run
+    notices_cleared what a preset, a recorded run or an import makes stale: an old race, a refused request's warning
     gallery_opened a recorded run from assets/gallery (`eagleviz.app.gallery`), shown like an imported trace
     link_for       the relative link ("?prompt=...") to the page's current prompt and knobs
     picture_link   the relative link ("?gallery=...&cycle=...") to the picture shown of a recorded run
@@ -46,16 +49,47 @@ TOUR_VIEWS = ("draft-tree", "attention-mask", "accepted-path", "kv-rewind")
 SLIDES_CLASS = "ev-slides"
 _TOUR_STOP = ("(text) => { const m = /Tour (\\d)/.exec(String(text || '')); "
               f"return {list(TOUR_VIEWS)}[m ? Number(m[1]) - 1 : 0]; }}")
-# After a step (`tour`: the tour's text): the view it talks about, in sight; in slides mode, the only one.
+# The open tour stays in view beside or below its picture, so a stop's words and the view they describe share the
+# screen. On a wide window (not projecting: TOUR_BESIDE_PX and up) it is a column at the right, the page narrowed
+# beside it: the views then go one per row, each whole on the screen. Elsewhere (a projector's zoom, a phone) it
+# sticks to the window's bottom while the views above it are looked at, its text scrolling within a fifth of
+# the window. The class is set in the browser (Gradio scopes a stylesheet's @media rules inside its container).
+_OPEN_TOUR = "#tour-section:has(> .label-wrap.open)"
+TOUR_BESIDE_CLASS = "ev-tour-beside"
+TOUR_BESIDE_PX = 1000
+TOUR_PANEL_PX = 340
+TOUR_CSS = (".gradio-container {overflow: clip !important} "   # hidden would make it the panel's scroll box
+            f"{_OPEN_TOUR} {{position: sticky; bottom: 0; z-index: 30; box-shadow: 0 -6px 16px rgba(0, 0, 0, 0.18)}} "
+            f"{_OPEN_TOUR} #tour {{max-height: 22vh; overflow-y: auto}} "
+            "#tour-section #tour h3 {margin: 0 0 4px 0} #tour-section #tour {font-size: 14px} "
+            f"body.{TOUR_BESIDE_CLASS} .gradio-container {{padding-right: {TOUR_PANEL_PX + 16}px !important}} "
+            # !important: Gradio adds a copy of each rule scoped inside its container, which outranks body's class
+            f"body.{TOUR_BESIDE_CLASS} {_OPEN_TOUR} {{position: fixed !important; top: 8px !important; "
+            f"right: 8px !important; bottom: auto !important; width: {TOUR_PANEL_PX}px !important; "
+            "max-height: calc(100vh - 16px) !important; overflow-y: auto !important; "
+            "box-shadow: -6px 0 16px rgba(0, 0, 0, 0.18) !important} "
+            f"body.{TOUR_BESIDE_CLASS} {_OPEN_TOUR} #tour {{max-height: none !important}}")
+# Where the open tour goes (see TOUR_CSS); a closed one goes nowhere.
+_PLACE_TOUR = (f"document.body.classList.toggle('{TOUR_BESIDE_CLASS}', "
+               "!!document.querySelector('#tour-section > .label-wrap.open') && "
+               f"window.innerWidth >= {TOUR_BESIDE_PX} && !document.body.classList.contains('{PROJECTOR_CLASS}'));")
+PLACE_TOUR_JS = ("() => { " + _PLACE_TOUR +
+                 " requestAnimationFrame(() => window.dispatchEvent(new Event('resize'))); return []; }")
+TOUR_CLOSED_JS = (f"() => {{ document.body.classList.remove('{TOUR_BESIDE_CLASS}'); "
+                  "requestAnimationFrame(() => window.dispatchEvent(new Event('resize'))); return []; }")
+# After a step (`tour`: the tour's text): the view it talks about, in sight above the tour; in slides mode, the
+# only one.
 TOUR_VIEW_JS = f"""(tour) => {{
   const id = ({_TOUR_STOP})(tour), view = document.getElementById(id);
   document.body.dataset.evSlide = id;
+  {_PLACE_TOUR}
   if (document.body.classList.contains('{SLIDES_CLASS}')) {{
     requestAnimationFrame(() => {{ window.dispatchEvent(new Event('resize'));
                                    if (view) view.scrollIntoView({{block: 'start'}}); }});
-  }} else if (view) {{   // its top first where it is taller than the window (a deep tree, a phone)
-    const tall = view.getBoundingClientRect().height > window.innerHeight;
-    view.scrollIntoView({{behavior: 'smooth', block: tall ? 'start' : 'nearest'}});
+  }} else if (view) {{   // its top at the window's top: the tour's panel is beside it or below it
+    view.scrollIntoView({{block: 'start'}});
+    requestAnimationFrame(() => {{ window.dispatchEvent(new Event('resize'));
+                                   requestAnimationFrame(() => view.scrollIntoView({{block: 'start'}})); }});
   }}
   return [];
 }}"""
@@ -86,6 +120,13 @@ TOUR_KEYS_JS = """() => {
   });
   return [];
 }"""
+
+
+def notices_cleared(status: str | None) -> tuple:
+    """After a preset, a recorded run or an import replaced the prompt or the run: no race result (it was about
+    the run before) and no warning of a request refused before (a run's own status stays). Outputs: race result,
+    status."""
+    return "", "" if str(status or "").startswith("\u26a0") else gr.skip()
 
 
 def gallery_choices() -> list[tuple[str, str]]:
@@ -143,10 +184,30 @@ def trace_imported(h: Handlers, path: str | None, attn_impl: str) -> tuple:
     return (*out, *_settings(run.prompt, found.name if found else None, knobs))
 
 
+SETTING_PARAMS = {"prompt", "preset", "gallery", *share.PICTURE_PARAMS, *(f.name for f in fields(Knobs))}
+
+
+def arrival_entry() -> str | None:
+    """The recorded run a page opens on when its link asks for no settings: the first preset's first in the
+    gallery (the same picture for every visitor, no model work); None when the gallery has none."""
+    try:
+        return next((e.id for e in gallery.entries() if e.preset == presets.PRESETS[0].name), None)
+    except gallery.GalleryError:
+        return None
+
+
+def arrival_line(entry_id: str) -> str:
+    """The status line of the page as it opens: where the picture is, what it is, and the invitation to Run."""
+    return (f"\u25bc [The picture below](#cycle-view) is the preset's recorded run "
+            f"({gallery.entry(entry_id).description.split(':')[0]}), replayed: no model work. Press **\u25b6 Run** "
+            "to decode it live on this server.")
+
+
 def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple:
-    """Outputs: the run outputs (a gallery entry named by the link, at the link's picture, else all skipped),
-    prompt, preset, preset note, the knobs, then model, projector, the link's notes and the gallery entry
-    shown. A gallery entry brings its own prompt and knobs."""
+    """Outputs: the run outputs (a gallery entry named by the link, at the link's picture; with no prompt, preset,
+    knob or gallery entry in the link, the first preset's recorded run, `arrival_entry`), prompt, preset, preset
+    note, the knobs, then model, projector, the link's notes and the gallery entry shown. A gallery entry brings
+    its own prompt and knobs."""
     params = dict(request.query_params) if request is not None else {}
     shared = share.from_query(list(request.query_params.multi_items()) if request is not None else [], defaults,
                               h.limits, passthrough=LAYOUT_PARAMS)
@@ -169,10 +230,14 @@ def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple
     if shared.gallery:
         shown, missing = _recorded(h, shared.gallery, shared.picture)
         return shown + _tail(model, projector, notes + missing, shared.gallery)
+    if not set(params) & SETTING_PARAMS:   # arrival, or a layout only: the first preset's recorded run
+        entry = arrival_entry()
+        if entry is not None:
+            shown, _ = _recorded(h, entry, None)
+            return (*shown[:2], arrival_line(entry), *shown[3:]) + _tail(model, projector, notes, entry)
+        return (gr.skip(),) * (RUN_SIZE + SETTINGS_SIZE) + _tail(model, projector, notes, gr.skip())
     tail = _tail(model, projector, notes, gr.skip())
     run = (gr.skip(),) * RUN_SIZE
-    if not params:
-        return run + (gr.skip(),) * SETTINGS_SIZE + tail
     settings = list(_settings(gr.skip() if shared.prompt is None else shared.prompt, shared.preset, knobs))
     return run + tuple(settings) + tail
 

@@ -1,10 +1,10 @@
 """Two settings on the same prompt, side by side: the statistics serving engines log, drawn from two RunTraces.
 
-    accept length                 tokens one cycle commits: the accepted draft tokens plus the bonus token.
-                                  SGLang logs its mean as "accept len" (the page's tau; the draft tokens alone
-                                  are one less, the glossary's accept length)
-    acceptance histogram          how many cycles committed 1, 2, 3, ... tokens (vLLM's histogram of accepted
-                                  tokens per draft)
+    tokens per cycle              tokens one cycle commits: its accept length (the draft tokens accepted, as the
+                                  per-cycle chart and the glossary count it) plus the bonus token. SGLang logs
+                                  its mean as "accept len"; the page calls that mean tau and never accept length
+    acceptance histogram          how many cycles committed 1, 2, 3, ... tokens per cycle (vLLM's histogram of
+                                  accepted tokens per draft)
     acceptance rate per position  vLLM's: of all cycles, the share whose k-th draft token was accepted, i.e.
                                   whose accepted path reached depth k (unconditional, unlike the paper's n-alpha,
                                   which divides by the cycles that reached depth n)
@@ -28,9 +28,9 @@ SETTING_DASHES = ("solid", "dash")
 FIGURE_PX = 340
 TITLE_PX, LEGEND_PX, PLOT_PX = 34, 60, 92   # from the top: the title (below the toolbar), the legend, the plot
 SOURCES = {"eagle": "EAGLE head", "lookup": "prompt lookup", "eagle+lookup": "head + lookup"}
-WORDS = ("**Accept length** (SGLang's word): the tokens one cycle commits, accepted draft tokens plus the bonus "
-         "token; SGLang logs its mean as *accept len* (the page's \u03c4).\n\n"
-         "**Acceptance histogram**: how many cycles committed 1, 2, 3, \u2026 tokens.\n\n"
+WORDS = ("**Tokens per cycle**: the tokens one cycle commits, its accept length (draft tokens accepted) plus the "
+         "bonus token; their mean is the page's \u03c4, which SGLang logs as *accept len*.\n\n"
+         "**Acceptance histogram**: how many cycles committed 1, 2, 3, \u2026 tokens per cycle.\n\n"
          "**Acceptance rate per position** (vLLM's): of all cycles, the share whose k-th draft token was "
          "accepted.")
 
@@ -50,8 +50,8 @@ class SettingStats:
     per_position: list[float]
 
     @property
-    def mean_accept_length(self) -> float:
-        """SGLang's accept length: tokens committed per cycle, bonus included (tau)."""
+    def tau(self) -> float:
+        """Mean tokens committed per cycle, the bonus included (SGLang's "accept len")."""
         return sum((i + 1) * n for i, n in enumerate(self.histogram)) / self.cycles if self.cycles else 0.0
 
     @property
@@ -113,7 +113,7 @@ def histogram_figure(stats: list[SettingStats]) -> go.Figure:
                                  "<extra></extra>")
               for k, s in enumerate(stats)]
     return figure(traces, _layout("Acceptance histogram", barmode="group",
-                                  xaxis=dict(title=dict(text="accept length, tokens/cycle"), dtick=1),
+                                  xaxis=dict(title=dict(text="tokens per cycle (accepted + bonus)"), dtick=1),
                                   yaxis=dict(title=dict(text="share of cycles"), tickformat=".0%", rangemode="tozero")))
 
 
@@ -137,7 +137,7 @@ def compare_table(stats: list[SettingStats]) -> str:
     settings = "\n".join(f"- **{s.name}**: {s.setting}" for s in stats)
     # One column per setting: narrow enough for a phone
     cells = {"tokens/s": [f"{s.tokens_per_s:.1f}" for s in stats],
-             "mean accept length": [f"{s.mean_accept_length:.2f}" for s in stats],
+             "\u03c4, tokens per cycle": [f"{s.tau:.2f}" for s in stats],
              "cycles": [str(s.cycles) for s in stats], "tokens": [str(s.tokens) for s in stats]}
     head = f"| | {' | '.join(s.name for s in stats)} |\n|---|{'---:|' * len(stats)}"
     rows = "\n".join(f"| {name} | {' | '.join(values)} |" for name, values in cells.items())

@@ -7,6 +7,7 @@ Status is never encoded by colour alone: shapes, line styles and text repeat it.
 from __future__ import annotations
 
 import html
+import re
 
 import plotly.graph_objects as go
 from plotly.colors import get_colorscale
@@ -39,8 +40,19 @@ TEMPLATE = go.layout.Template(layout=dict(
     colorway=[ACCEPTED, BONUS, "#009E73", "#CC79A7", VISIBLE, REJECTED, NEUTRAL, INK]))
 
 
+# A tokenizer's control marker (`<|im_end|>`, `</s>`, `<eos>`) is a token of its own: shown in words, in brackets
+# (cut to a label's few characters, `<|im_e` said nothing). The end-of-text markers all read "[end]".
+_MARKER = re.compile(r"<\|([A-Za-z_]+)\|>|</?(s|eos|bos|pad|unk)>")
+END_MARKERS = {"im_end", "endoftext", "end_of_text", "eos", "eot_id", "s"}
+
+
 def token_label(text: str, limit: int = 12) -> str:
-    """A token as plain display text: spaces, newlines and tabs made visible, long tokens cut."""
+    """A token as plain display text: spaces, newlines and tabs made visible, a control marker in words, long
+    tokens cut."""
+    marker = _MARKER.fullmatch(text)
+    if marker:
+        name = marker.group(1) or marker.group(2)
+        return "[end]" if name.lower() in END_MARKERS and text != "<s>" else f"[{name[: max(limit - 2, 1)]}]"
     shown = text.replace(" ", "\u2423").replace("\n", "\u21b5").replace("\t", "\u21e5").replace("\r", "")
     if not shown:
         shown = "\u2205"

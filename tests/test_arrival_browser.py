@@ -1,0 +1,192 @@
+"""The page as a workshop meets it, in headless Chromium: a picture on arrival (the first preset's recorded run at
+its telling cycle, one line inviting Run), the tour's words on screen beside or below the view they describe at
+1280 x 800 and 1024 x 768 (and going on into the next cycle), a room's link opening on its picture, typed knob
+values that never give a raw error, Compare's B starting from A, notices that go with what they spoke of, a
+projector link that keeps the preset, and race tables whose headers do not wrap.
+
+Uses the server and the browser of tests/test_app_browser.py (same requirements: Debian's chromium and the
+Python `playwright` package). Screenshots go to artifacts/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from test_app_browser import (CHROMIUM, PROSE_JS, RUN_TIMEOUT_MS, app_url, browser, figure,  # noqa: F401
+                              open_accordion, open_page, page, prose, set_number, shot)
+from test_compare_browser import SECTION as COMPARE
+from test_room_browser import a_picture
+from test_workshop_browser import SCROLLED_JS, shown_cycle, wait_for_cycle
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing: apt-get install -y chromium "
+                                                           "fonts-dejavu-core"),
+]
+TOUR = "Guided tour: one cycle in four steps"
+VIEWS = ("draft-tree", "attention-mask", "accepted-path", "kv-rewind")
+ERRORS_JS = "() => [...document.querySelectorAll('.toast-body')].map(t => t.innerText)"
+# Where an element is on the screen: its rectangle, and whether it is wholly inside the window.
+RECT_JS = """(id) => { const b = document.getElementById(id).getBoundingClientRect();
+  return {top: b.top, bottom: b.bottom, left: b.left, right: b.right,
+          inside: b.height > 0 && b.top >= -1 && b.bottom <= window.innerHeight + 1 && b.left >= -1 &&
+                  b.right <= window.innerWidth + 1}; }"""
+TOUR_TEXT_JS = "() => { const b = document.getElementById('tour').getBoundingClientRect(); return [b.top, b.bottom]; }"
+
+
+def arrived(page) -> None:
+    page.wait_for_function(f"() => ({PROSE_JS})('status').includes('Press')", timeout=60_000)
+
+
+def test_the_page_opens_on_a_picture_the_first_presets_recorded_run_with_one_line_inviting_run(page):
+    from eagleviz.app import gallery, navigation, presets, workshop
+
+    arrived(page)
+    entry = workshop.arrival_entry()
+    run = gallery.load(entry)
+    assert shown_cycle(page) == navigation.instructive_cycle(run) > 0      # its telling cycle, not cycle 0
+    status = prose(page, "status")
+    assert "recorded run" in status and "no model work" in status and "\u25b6 Run" in status and "\n" not in status
+    for view in VIEWS:                                                      # four pictures, no empty frame
+        assert figure(page, view)["traces"], view
+    assert page.locator("#preset input:checked").get_attribute("value") == presets.PRESETS[0].name
+    assert prose(page, "preset-note").startswith("Tree 5 / 4 / 16")
+    shot(page, "a01_arrival_1280.png")
+    page.click("#status a")                                                 # "the picture below"
+    page.evaluate(SCROLLED_JS)
+    assert abs(page.evaluate(RECT_JS, "cycle-view")["top"]) < 20 and page.evaluate(RECT_JS, "draft-tree")["top"] < 400
+    shot(page, "a01_arrival_picture_1280.png")
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (1024, 768)])
+def test_the_tours_words_are_on_screen_with_the_view_they_describe(browser, app_url, width, height):
+    """Each stop: the view it talks about wholly in the window, the tour's text in the window too and not over
+    the view; past the last stop the tour goes on into the next cycle."""
+    tab = open_page(browser, app_url, width, height)
+    try:
+        arrived(tab)
+        k = shown_cycle(tab)
+        open_accordion(tab, TOUR)
+        tab.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Draft (cycle {k})')", timeout=10_000)
+        for stop, view in enumerate(VIEWS):
+            if stop:
+                tab.click("#tour-next")
+            name = ("Draft", "Verify", "Accept", "Rewind")[stop]
+            tab.wait_for_function(f"() => ({PROSE_JS})('tour').includes('{name} (cycle {k})')", timeout=10_000)
+            tab.evaluate(SCROLLED_JS)
+            tab.wait_for_timeout(300)
+            where = tab.evaluate(RECT_JS, view)
+            top, bottom = tab.evaluate(TOUR_TEXT_JS)
+            panel = tab.evaluate(RECT_JS, "tour-section")
+            assert where["inside"], (stop, where)
+            assert 0 <= top and bottom <= height + 1, (stop, top, bottom)
+            apart = panel["left"] >= where["right"] - 1 or panel["top"] >= where["bottom"] - 1
+            assert apart, (stop, panel, where)                              # beside or below, never over
+            shot(tab, f"a02_tour_{stop + 1}_{width}.png")
+        tab.click("#tour-next")                                             # on into the next cycle
+        wait_for_cycle(tab, k + 1)
+        tab.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Draft (cycle {k + 1})')", timeout=10_000)
+        assert tab.evaluate(RECT_JS, "draft-tree")["inside"]
+    finally:
+        tab.close()
+
+
+def test_a_rooms_link_opens_with_its_picture_in_sight(browser, app_url):
+    k = a_picture()
+    tab = open_page(browser, app_url + f"?gallery=story&cycle={k}&phase=verify", 1280, 800)
+    try:
+        wait_for_cycle(tab, k)
+        tab.wait_for_function("() => { const b = document.getElementById('draft-tree').getBoundingClientRect(); "
+                              "return b.top >= -1 && b.top < window.innerHeight / 2; }", timeout=10_000)
+        shot(tab, "a03_room_link_1280.png")
+    finally:
+        tab.close()
+
+
+def test_typed_knob_values_are_taken_into_range_and_an_empty_box_raises_nothing(page):
+    arrived(page)
+    set_number(page, "steps", 10000)
+    page.wait_for_function("() => document.querySelector('#steps input[type=number]').value === '8'", timeout=5_000)
+    set_number(page, "temperature", 7)
+    page.wait_for_function("() => document.querySelector('#temperature input[type=number]').value === '1.5'",
+                           timeout=5_000)
+    for knob in ("topk", "max-new-tokens", "seed"):
+        set_number(page, knob, "")
+    page.wait_for_timeout(1500)
+    assert page.evaluate(ERRORS_JS) == []                      # no "Value 10000 is greater than maximum value 8."
+    assert not prose(page, "validity").startswith("**Invalid")
+    shot(page, "a04_typed_knobs.png")
+
+
+def test_compare_b_starts_from_a_and_follows_it_until_moved(page):
+    arrived(page)
+    open_accordion(page, COMPARE)
+
+    def b_knobs():
+        return [page.locator(f"#{k} input[type=number]").first.input_value()
+                for k in ("b-steps", "b-topk", "b-draft-tokens", "b-temperature")]
+
+    assert b_knobs() == ["5", "4", "16", "0"]                  # the first preset's tree, as A
+    page.get_by_role("radio", name="Story, sampled at T = 0.8").click()
+    page.wait_for_function("() => document.querySelector('#b-temperature input[type=number]').value === '0.8'",
+                           timeout=10_000)
+    page.wait_for_timeout(1000)                                # the preset's six knobs, copied
+    assert b_knobs() == ["4", "4", "12", "0.8"]
+    set_number(page, "b-steps", 2)                             # B moved by hand: it keeps its own
+    page.wait_for_timeout(500)
+    set_number(page, "steps", 6)
+    page.wait_for_timeout(1000)
+    assert b_knobs()[0] == "2"
+    page.click("#b-from-a")
+    page.wait_for_function("() => document.querySelector('#b-steps input[type=number]').value === '6'",
+                           timeout=10_000)
+    shot(page, "a05_compare_b_from_a.png")
+
+
+def test_a_preset_clears_the_notices_of_what_it_replaced(page):
+    arrived(page)
+    page.fill("#prompt textarea", "x" * 20_000)
+    page.wait_for_function(f"() => ({PROSE_JS})('prompt-note').includes('20,000')", timeout=10_000)
+    page.click("#run")
+    page.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('\\u26a0')", timeout=60_000)
+    page.get_by_role("radio", name="Code").click()
+    page.wait_for_function("() => document.querySelector('#prompt textarea').value.startsWith('Write a Python')",
+                           timeout=10_000)
+    page.wait_for_function(f"() => ({PROSE_JS})('prompt-note') === '' && "
+                           f"!({PROSE_JS})('status').startsWith('\\u26a0')", timeout=10_000)
+
+
+def test_an_old_race_goes_under_a_new_preset_and_its_headers_do_not_wrap(page):
+    arrived(page)
+    page.click("#race")                                        # the recorded run against plain decoding
+    page.wait_for_function("() => document.querySelectorAll('#race-result th').length > 0",
+                           timeout=RUN_TIMEOUT_MS)
+    heights = page.evaluate("() => [...document.querySelectorAll('#race-result th')].map(t => "
+                            "[t.innerText, t.getBoundingClientRect().height])")
+    one_line = min(h for _, h in heights)
+    assert all(h < 1.5 * one_line for _, h in heights), heights   # "tokens", "speedup" on one line each
+    # each number and tree on one line ("3.00", "\u2264 5 / 4 / 16"): one text line is as tall as the cell's text
+    lines = page.evaluate("() => [...document.querySelectorAll('#race-result td:not(:first-child)')].map(t => { "
+                          "const r = document.createRange(); r.selectNodeContents(t); "
+                          "return [t.innerText, new Set([...r.getClientRects()].map(q => Math.round(q.top))).size]; })")
+    assert all(n <= 1 for _, n in lines), lines
+    page.locator("#race-result").scroll_into_view_if_needed()
+    shot(page, "a06_race_headers.png")
+    page.get_by_role("radio", name="Code").click()
+    page.wait_for_function(f"() => ({PROSE_JS})('race-result') === ''", timeout=10_000)
+
+
+def test_a_projector_link_keeps_the_preset_and_its_lesson(browser, app_url):
+    from eagleviz.app import presets
+
+    tab = open_page(browser, app_url + "?projector=1", 1024, 768)
+    try:
+        arrived(tab)
+        tab.wait_for_function("() => document.body.classList.contains('ev-projector')", timeout=10_000)
+        assert tab.locator("#preset input:checked").get_attribute("value") == presets.PRESETS[0].name
+        assert prose(tab, "preset-note").startswith("Tree 5 / 4 / 16")
+        shot(tab, "a07_projector_link_1024.png")
+    finally:
+        tab.close()
