@@ -64,6 +64,8 @@ def open_page(browser, url: str, width: int = 1280, height: int = 800):
     tab.goto(url)
     tab.wait_for_selector("#run", timeout=60_000)
     tab.wait_for_function("() => document.querySelector('#prompt textarea').value !== ''", timeout=60_000)
+    if "?" not in url:   # a plain visit opens on a recorded run: its outputs are there before the test acts
+        tab.wait_for_function(f"() => ({PROSE_JS})('status').includes('Press')", timeout=60_000)
     return tab
 
 

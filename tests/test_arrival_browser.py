@@ -190,3 +190,51 @@ def test_a_projector_link_keeps_the_preset_and_its_lesson(browser, app_url):
         shot(tab, "a07_projector_link_1024.png")
     finally:
         tab.close()
+
+
+# Per chip of a figure's chip traces: its label's width against its rectangle's (both in the drawing's pixels).
+CHIP_FIT_JS = """(id) => [...document.querySelectorAll('#' + id + ' g.point')].map(g => {
+  const bar = g.querySelector('path'), text = g.querySelector('text.bartext');
+  if (!bar || !text || !text.textContent) return null;
+  const b = bar.getBoundingClientRect(), t = text.getBoundingClientRect();
+  return [text.textContent, t.width, b.width];
+}).filter(x => x)"""
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (1024, 768), (390, 844)])
+def test_word_tokens_keep_their_labels_in_the_mask_the_kv_cache_and_the_path(browser, app_url, width, height):
+    """Every row of a 16 x 16 mask is named (the accepted rows in bold among them); on a wide enough panel the
+    KV cells of word tokens and of the root show their first letters; no path chip's label spills out of it."""
+    from eagleviz.app import gallery, navigation
+
+    counting, story = gallery.load("counting"), gallery.load("story")
+    tab = open_page(browser, app_url + "?gallery=counting", width, height)
+    try:
+        tab.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Recorded run')", timeout=60_000)
+        figure(tab, "attention-mask")
+        tab.locator("#attention-mask").scroll_into_view_if_needed()
+        shot(tab, f"a08_mask_{width}.png")
+        rows = counting.cycles[navigation.instructive_cycle(counting)].num_tree_tokens
+        assert tab.evaluate("() => document.querySelectorAll('#attention-mask .ytick text').length") == rows == 16
+    finally:
+        tab.close()
+    tab = open_page(browser, app_url + "?gallery=story", width, height)
+    try:
+        tab.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Recorded run')", timeout=60_000)
+        figure(tab, "accepted-path")
+        tab.locator("#accepted-path").scroll_into_view_if_needed()
+        spills = [c for c in tab.evaluate(CHIP_FIT_JS, "accepted-path") if c[1] > c[2] + 1]
+        assert not spills, spills                                    # "\u2713 \u2423upon", "none left" on a phone
+        shot(tab, f"a08_path_{width}.png")
+        if width < 1000:
+            return    # a phone's KV cells are a few pixels wide: their hover names the token
+        figure(tab, "kv-rewind")
+        tab.locator("#kv-rewind").scroll_into_view_if_needed()
+        labels = tab.evaluate("() => [...document.querySelectorAll('#kv-rewind text.bartext')].filter(t => "
+                              "t.getBoundingClientRect().width > 0 && !t.textContent.startsWith('prefix'))"
+                              ".map(t => t.textContent)")
+        shown = story.cycles[navigation.instructive_cycle(story)]
+        assert len(labels) >= 2 * shown.num_tree_tokens, labels      # verify and drafting rows, root and words
+        shot(tab, f"a08_kv_{width}.png")
+    finally:
+        tab.close()

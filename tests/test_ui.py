@@ -539,3 +539,15 @@ def test_the_tour_goes_on_into_the_next_cycle_and_back(finished):
     last = len(run.cycles) - 1
     assert nav.tour(run, last, 3, +1)[2] == gr.skip()        # the run's last cycle: round the same cycle
     assert len(out) == 4 + VIEW_SIZE
+
+
+def test_the_mask_names_every_row():
+    """Plotly's automatic ticks may drop every second row's name on a short panel, the accepted rows among them:
+    the mask gives every row as a tick."""
+    from eagleviz.app import gallery
+
+    run = gallery.load("counting")
+    cycle = nav.instructive_cycle(run)
+    mask = nav.view_values(run, cycle)[7]
+    assert len(mask.layout.yaxis.tickvals) == run.cycles[cycle].num_tree_tokens == 16
+    assert sum("<b>" in t for t in mask.layout.yaxis.ticktext) == len(run.cycles[cycle].path)

@@ -154,9 +154,6 @@ def test_results_appear_where_the_visitor_looks(page):
     """At 1280 x 800 the four views start a screen and a half below Run, and the output a screen above them:
     a finished run and a click in the output bring the views into sight; the race answers beside its button,
     at once and when done; the tour's text names the cycle shown and sets the phase it talks about."""
-    page.click("#race")
-    page.wait_for_function(f"() => ({PROSE_JS})('race-result').startsWith('Run a prompt first')", timeout=30_000)
-    race_beside_its_button(page)
     set_number(page, "max-new-tokens", 24)
     run_and_wait(page)
     wait_in_sight(page, "cycle-slider", "cycle-caption")

@@ -206,8 +206,8 @@ def arrival_line(entry_id: str) -> str:
 def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple:
     """Outputs: the run outputs (a gallery entry named by the link, at the link's picture; with no prompt, preset,
     knob or gallery entry in the link, the first preset's recorded run, `arrival_entry`), prompt, preset, preset
-    note, the knobs, then model, projector, the link's notes and the gallery entry shown. A gallery entry brings
-    its own prompt and knobs."""
+    note, the knobs, then model, projector, the link's notes and the gallery entry shown. A gallery entry named
+    by the link brings its own prompt and knobs; the arrival's leaves the page's (the same preset's) as they are."""
     params = dict(request.query_params) if request is not None else {}
     shared = share.from_query(list(request.query_params.multi_items()) if request is not None else [], defaults,
                               h.limits, passthrough=LAYOUT_PARAMS)
@@ -231,11 +231,12 @@ def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple
         shown, missing = _recorded(h, shared.gallery, shared.picture)
         return shown + _tail(model, projector, notes + missing, shared.gallery)
     if not set(params) & SETTING_PARAMS:   # arrival, or a layout only: the first preset's recorded run
-        entry = arrival_entry()
+        entry = arrival_entry()           # the page's settings are that preset's already: they are left as they
+        run = (gr.skip(),) * RUN_SIZE     # are, never overwritten under a visitor who has started typing
         if entry is not None:
-            shown, _ = _recorded(h, entry, None)
-            return (*shown[:2], arrival_line(entry), *shown[3:]) + _tail(model, projector, notes, entry)
-        return (gr.skip(),) * (RUN_SIZE + SETTINGS_SIZE) + _tail(model, projector, notes, gr.skip())
+            shown = _recorded(h, entry, None)[0][:RUN_SIZE]
+            run = (*shown[:2], arrival_line(entry), *shown[3:])
+        return run + (gr.skip(),) * SETTINGS_SIZE + _tail(model, projector, notes, entry or gr.skip())
     tail = _tail(model, projector, notes, gr.skip())
     run = (gr.skip(),) * RUN_SIZE
     settings = list(_settings(gr.skip() if shared.prompt is None else shared.prompt, shared.preset, knobs))

@@ -98,7 +98,7 @@ def _grid_cells(cycle: CycleTrace) -> list[dict]:
             detail = f"p(x) = {c.p:.3f}, {q_text(c, source)}"
             if c.uniform is not None:
                 detail += f", u = {c.uniform:.3f} {'<' if c.accepted else GE} p(x)"
-            label = f"{CHECK if c.accepted else CROSS} {token_html(c.text, 9)}"
+            label = f"{CHECK if c.accepted else CROSS}{token_html(c.text, 5)}"   # fits a phone's chip (51 px)
             if sampling:
                 label += f"<br><span style='font-size:11px'>p={c.p:.2f}</span>"
             cells.append(dict(x=d, y=2 + k, fill=ACCEPTED if c.accepted else REJECTED, text=label, font="white",
@@ -106,7 +106,7 @@ def _grid_cells(cycle: CycleTrace) -> list[dict]:
                                     f"<b>{token_html(c.text, 24)}</b> (slot {c.slot}) "
                                     f"{'accepted' if c.accepted else 'rejected'}<br>{detail}"))
         if not by_depth.get(d):
-            cells.append(dict(x=d, y=2, fill=PRUNED, text="none left", font=INK,
+            cells.append(dict(x=d, y=2, fill=PRUNED, text="none", font=INK,   # short: a phone's chip is narrow
                               hover=f"depth {d}: the last accepted node is a leaf of the verified tree: "
                                     "nothing left to try"))
     return cells
@@ -122,7 +122,7 @@ def _grid(cycle: CycleTrace) -> tuple[list[dict], dict, dict, int]:
                  range=[0.5, max(n, 4) + 0.5], showline=False, ticks="", title=dict(text="depth", standoff=4))
     yaxis = dict(tickvals=list(range(rows)), ticktext=names, range=[rows - 0.5, -0.5], showline=False, ticks="",
                  tickfont=dict(size=13))
-    return chips(cells, text_size=13), xaxis, yaxis, rows
+    return chips(cells, text_size=12), xaxis, yaxis, rows
 
 
 def _bars(cycle: CycleTrace) -> list[dict]:

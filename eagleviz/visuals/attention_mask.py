@@ -77,9 +77,9 @@ def attention_mask_figure(cycle: CycleTrace, height: int | None = None, frame: F
     prefix = cycle.kv_target.before
     labels = slot_labels(cycle, 10 if T <= 24 else 5)
     on_path = set(cycle.path) if frame.reached("accept") else set()
+    rows = [f"<b>{lab}</b>" if s in on_path else lab for s, lab in enumerate(labels)]
     heat = dict(
-        type="heatmap", z=mask_cells(cycle), x=[f"prefix ({prefix})"] + labels,
-        y=[f"<b>{lab}</b>" if s in on_path else lab for s, lab in enumerate(labels)], zmin=0,
+        type="heatmap", z=mask_cells(cycle), x=[f"prefix ({prefix})"] + labels, y=rows, zmin=0,
         zmax=len(_COLOURS) - 1, colorscale=_discrete_scale(_COLOURS), showscale=False, xgap=1, ygap=1,
         customdata=[[_why(cycle, i, j - 1, labels, prefix) for j in range(T + 1)] for i in range(T)],
         hovertemplate="%{customdata}<extra></extra>", texttemplate="%{text}", textfont=dict(color=INK, size=12),
@@ -104,8 +104,9 @@ def attention_mask_figure(cycle: CycleTrace, height: int | None = None, frame: F
         header, height, shapes=shapes,
         xaxis=dict(title=dict(text="key (slot:token)"), tickangle=-60, tickfont=dict(size=tick),
                    type="category"),
+        # every row named (Plotly's automatic ticks drop every second one on a short panel, accepted rows too)
         yaxis=dict(title=dict(text="query (slot:token)", standoff=12), autorange="reversed", tickfont=dict(size=tick),
-                   type="category")))
+                   type="category", tickmode="array", tickvals=rows, ticktext=rows)))
 
 
 def _legend() -> list[dict]:

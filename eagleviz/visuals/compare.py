@@ -113,7 +113,7 @@ def histogram_figure(stats: list[SettingStats]) -> go.Figure:
                                  "<extra></extra>")
               for k, s in enumerate(stats)]
     return figure(traces, _layout("Acceptance histogram", barmode="group",
-                                  xaxis=dict(title=dict(text="tokens per cycle (accepted + bonus)"), dtick=1),
+                                  xaxis=dict(title=dict(text="tokens per cycle"), dtick=1),
                                   yaxis=dict(title=dict(text="share of cycles"), tickformat=".0%", rangemode="tozero")))
 
 

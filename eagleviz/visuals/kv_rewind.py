@@ -41,7 +41,10 @@ def expansion_labels(cycle: CycleTrace) -> list[str]:
 
 
 def _label(text: str, show: bool) -> str:
-    return token_html(text, 6) if show else ""
+    """A cell's label: the token's first characters, its leading space dropped (a word then shows its letters,
+    not the space mark), cut to three so that it fits a cell at Plotly's smallest size instead of being hidden;
+    the hover has the whole token."""
+    return token_html(text.strip() or text, 3) if show else ""
 
 
 def _target_cells(cycle: CycleTrace, show: bool, frame: Frame = FINAL) -> list[dict]:
