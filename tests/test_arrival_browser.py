@@ -238,3 +238,42 @@ def test_word_tokens_keep_their_labels_in_the_mask_the_kv_cache_and_the_path(bro
         shot(tab, f"a08_kv_{width}.png")
     finally:
         tab.close()
+
+
+# Where node k of a tree trace is on the screen, and its item in the cycle's token list.
+POINT_JS = """([name, k]) => { const gd = document.querySelector('#draft-tree .js-plotly-plot');
+  const t = gd.data.find(d => d.name === name), xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  const r = gd.getBoundingClientRect();
+  return [r.left + xa._offset + xa.l2p(t.x[k]), r.top + ya._offset + ya.l2p(t.y[k]), t.customdata[k]]; }"""
+MASK_FOCUS_JS = ("() => (document.querySelector('#attention-mask .js-plotly-plot').layout.shapes || [])"
+                 ".filter(s => s.line && s.line.dash === 'dot').length")
+
+
+def point_at(page, name: str, k: int) -> int:
+    """Moves the pointer onto node k of the tree's trace `name`; its item of the token list."""
+    page.locator("#draft-tree").scroll_into_view_if_needed()
+    x, y, item = page.evaluate(POINT_JS, [name, k])
+    page.mouse.move(x - 30, y - 30)
+    page.mouse.move(x, y, steps=4)
+    return item
+
+
+def test_pointing_at_a_tree_node_picks_it_in_every_view(browser, app_url):
+    """Hover links between the views: a node pointed at is picked as a click in the token list picks it (its
+    mask row and column outlined, its path chips and KV slot), and again after a step to another cycle."""
+    tab = open_page(browser, app_url + "?gallery=counting", 1280, 800)
+    try:
+        tab.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Recorded run')", timeout=60_000)
+        k = shown_cycle(tab)
+        for name in ("rejected", "accepted"):
+            item = point_at(tab, name, 0)
+            tab.wait_for_function(f"() => ({PROSE_JS})('focus-text').startsWith('Selected slot {item}')",
+                                  timeout=10_000)
+            tab.wait_for_function(f"() => ({MASK_FOCUS_JS})() === 2", timeout=10_000)
+        shot(tab, "a09_hover_picks_1280.png")
+        tab.click("#next")
+        wait_for_cycle(tab, k + 1)
+        item = point_at(tab, "verified, not reached", 0)
+        tab.wait_for_function(f"() => ({PROSE_JS})('focus-text').startsWith('Selected slot {item}')", timeout=10_000)
+    finally:
+        tab.close()

@@ -75,6 +75,35 @@ SHOW_VIEWS_JS = """(status) => {
   return [];
 }"""
 
+# Pointing at a node of the draft tree picks its token, as a click in the cycle's token list does: its mask row,
+# path chips and KV slot are outlined (Plotly's hover event; each node carries its item of the list). A pause of
+# HOVER_PICK_MS first, so that a pointer crossing the tree does not pick every node it passes; the same node of
+# the same cycle is picked once. Attached again whenever Gradio draws a new plot element.
+HOVER_PICK_MS = 250
+HOVER_PICKS_JS = """() => {
+  let picked = null, timer = null;
+  const attach = () => {
+    const gd = document.querySelector('#draft-tree .js-plotly-plot');
+    // a redraw that purges Plotly's listeners (newPlot) leaves the element: ask its emitter, not a flag
+    if (!gd || !gd.on || (gd._ev && gd._ev.listeners && gd._ev.listeners('plotly_hover').length)) return;
+    gd.on('plotly_hover', (ev) => {
+      const item = ev.points && ev.points.length ? ev.points[0].customdata : null;
+      const caption = document.getElementById('cycle-caption'), key = (caption ? caption.innerText.slice(0, 24) : '')
+        + ':' + item;
+      clearTimeout(timer);
+      if (item === null || item === undefined || key === picked) return;
+      timer = setTimeout(() => {
+        const token = document.querySelectorAll('#cycle-tokens .token')[item];
+        if (token) { picked = key; token.click(); }
+      }, %d);
+    });
+    gd.on('plotly_unhover', () => clearTimeout(timer));
+  };
+  new MutationObserver(attach).observe(document.body, {childList: true, subtree: true});
+  attach();
+  return [];
+}""" % HOVER_PICK_MS
+
 
 def measured_speed() -> SpeedView:
     """The measured-speed section: the latest bench at T = 0 and T = 1, the verification cost curve and the
@@ -354,6 +383,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         tour_section.collapse(None, None, None, js=workshop.TOUR_CLOSED_JS)   # closed: the page's full width again
         demo.load(None, None, None, js=workshop.TOUR_KEYS_JS)
         demo.load(None, None, None, js=glossary.LINKS_JS)
+        demo.load(None, None, None, js=HOVER_PICKS_JS)   # a tree node pointed at is picked, as a click would
         # The tour's text names the cycle shown: a run (an import, a recorded run) opens on the tour's first step,
         # and a cycle moved to keeps the tour's step. Read from the slider once its own value has changed.
         gr.on([run_btn.click, import_file.upload, recorded.input], lambda: 0, None, tour_state, queue=False, **quiet)

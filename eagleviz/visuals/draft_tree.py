@@ -350,7 +350,16 @@ def _status_trace(cycle: CycleTrace, g: nx.DiGraph, pos: dict, members: list, st
                 mode="markers" if status == "pruned" else "markers+text", marker=marker,
                 text=[token_html(g.nodes[v]["text"], LABEL_CHARS) if label_side.get(v) else "" for v in members],
                 textposition=[label_side.get(v) or "bottom center" for v in members],
-                textfont=dict(size=LABEL_SIZE), hovertext=[_hover(cycle, g, v) for v in members], hoverinfo="text")
+                textfont=dict(size=LABEL_SIZE), hovertext=[_hover(cycle, g, v) for v in members], hoverinfo="text",
+                customdata=[_item(cycle, g.nodes[v]) for v in members])
+
+
+def _item(cycle: CycleTrace, node: dict) -> int | None:
+    """The node's item in the cycle's token list (its verification slot; the bonus last), or None for a node
+    the target never saw: what the page picks when the node is pointed at."""
+    if node["status"] == "bonus":
+        return cycle.num_tree_tokens
+    return node["slot"] if node["slot"] >= 0 else None
 
 
 def node_label(cycle: CycleTrace, slot: int) -> str:
