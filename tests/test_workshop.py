@@ -217,3 +217,29 @@ def test_each_tour_stop_has_its_view_and_slides_show_it_alone():
         rule = next(r for r in workshop.SLIDES_CSS.split("} ") if f"'{shown}'" in r)
         hidden = {v for v in workshop.TOUR_VIEWS if f"#{v}" in rule}
         assert hidden == set(workshop.TOUR_VIEWS) - {shown}
+
+
+# ------------------------------------------------------------------ a room that follows the instructor
+
+def test_a_room_gives_each_follower_the_instructors_picture_once_per_move_and_ends_by_itself(handlers):
+    from eagleviz.app.rooms import CODE_CHARS, Rooms
+
+    now = [0.0]
+    rooms = Rooms(ttl_s=60, clock=lambda: now[0])
+    run = gallery.load("story")
+    code, line = workshop.room_opened(rooms, run, 2, None, None)
+    assert len(code) == CODE_CHARS and f"?room={code}" in line
+    first = workshop.room_followed(rooms, code.lower(), True, None)     # typed in lower case: the same room
+    assert len(first) == workshop.FOLLOW_SIZE and first[1] is run and first[5 + 1].startswith("**Cycle 2**")
+    version = first[0]
+    assert all(v == gr.skip() for v in workshop.room_followed(rooms, code, True, version))   # nothing moved
+    assert workshop.room_shown(rooms, code, run, 3, 1, 2) == gr.skip()                   # cycle 3, phase 1, slot 2
+    moved = workshop.room_followed(rooms, code, True, version)
+    assert moved[0] == version + 1 and moved[5 + 1].startswith("**Cycle 3**") and moved[5 + 3].value == 1
+    again = workshop.room_followed(rooms, code, True, version)
+    assert again[5 + 6] is moved[5 + 6]                  # drawn once, by the first follower, for all of them
+    assert all(v == gr.skip() for v in workshop.room_followed(rooms, code, False, version))  # stepped away
+    now[0] = 61.0                                        # the instructor gone for longer than the room lives
+    ended = workshop.room_followed(rooms, code, True, moved[0])
+    assert ended[0] is None and "not open" in ended[-2] and ended[-1].active is False
+    assert workshop.room_shown(rooms, code, run, 0, None, None).startswith("\u26a0") and len(rooms) == 0

@@ -73,7 +73,7 @@ def knobs_from(steps, topk, draft_tokens, temperature, top_p, max_new_tokens, se
                  str(source))
 
 
-def _slider(run: RunTrace | None, value: int | None = 0):
+def cycle_slider(run: RunTrace | None, value: int | None = 0):
     """The cycle slider over the run's cycles at `value` (None: the range grows, the visitor's position stays:
     while a run streams, the cycles recorded so far can be browsed)."""
     n = len(run.cycles) if run is not None else 0
@@ -194,14 +194,14 @@ class Handlers:
                 stream = stream_run(hub, _prompt(prompt), knobs, self.limits, turns=self.turns)
                 for run, cycle in stream:
                     if cycle is None:
-                        yield (run, [], "Running\u2026 (prefill)", _slider(None), "", skip, skip, skip, skip,
+                        yield (run, [], "Running\u2026 (prefill)", cycle_slider(None), "", skip, skip, skip, skip,
                                "Waiting for the first cycle\u2026", *[skip] * (VIEW_SIZE - 2))
                     elif cycle.index == 0:
-                        yield (run, output_tokens(run), self._progress(run), _slider(run), skip, skip, skip, skip,
+                        yield (run, output_tokens(run), self._progress(run), cycle_slider(run), skip, skip, skip, skip,
                                *view_values(run, 0))
                         last = time.perf_counter()
                     elif time.perf_counter() - last >= STREAM_EVERY_S * max(self._running, 1):
-                        yield (run, output_tokens(run), self._progress(run), _slider(run, None),
+                        yield (run, output_tokens(run), self._progress(run), cycle_slider(run, None),
                                *[skip] * (4 + VIEW_SIZE))
                         last = time.perf_counter()
                     if stop.requested:
@@ -236,14 +236,14 @@ class Handlers:
         instructive cycle (`navigation.instructive_cycle`), or `shown`: a cycle and its view values (a link's
         picture, `navigation.picture`)."""
         if run is None:
-            return (None, [], "", _slider(None), "", None, None, "", *view_values(None, 0))
+            return (None, [], "", cycle_slider(None), "", None, None, "", *view_values(None, 0))
         note = f" {RANDOM_HEAD_NOTE}" if run.head.startswith("random") else ""
         notes = "".join(f"\n\n{_mark(n)} {n}" for n in getattr(run, "notes", []))
         status = f"Done: {stop_text(run)}.{note}{notes}"
         i, view = shown or opening(run)
         tour = tour_text(run, i, 0) if run.cycles else ""
-        return (run, output_tokens(run), status, _slider(run, i), link_terms(summary_text(run)), summary_figure(run, i),
-                write_trace(run), tour, *view)
+        return (run, output_tokens(run), status, cycle_slider(run, i), link_terms(summary_text(run)),
+                summary_figure(run, i), write_trace(run), tour, *view)
 
     # ---------------------------------------------------------------- race, import, API
     def race(self, run: RunTrace | None, attn_impl: str, pair: str | None = None,

@@ -118,11 +118,19 @@ def picture(run: RunTrace, cycle: int | None, phase: str | int | None, token: in
     if isinstance(phase, int) and frame is None:
         notes.append(f"Link parameter phase={phase}: cycle {i} has phases 0 .. {len(frames(c)) - 1}; "
                      "the end state is shown.")
-    view = list(opening(run)[1] if cycle is None and slot is None else view_values(run, i, slot))
-    if frame is not None:
-        view[3] = phase_slider(len(frames(c)), frame)
-        view[4:10] = figure_values(run, i, frame, slot)
-    return i, tuple(view), notes
+    if cycle is None and slot is None and frame is None:
+        return i, opening(run)[1], notes
+    return i, view_at(run, i, frame, slot), notes
+
+
+def view_at(run: RunTrace, index: int, frame: int | None, slot: int | None) -> tuple:
+    """A cycle's view values at phase frame `frame` (None: the end state) with slot `slot` picked: what a link's
+    picture or a room's shows."""
+    view = list(view_values(run, index, slot))
+    if frame is not None and run.cycles:
+        view[3] = phase_slider(len(frames(run.cycles[index])), frame)
+        view[4:10] = figure_values(run, index, frame, slot)
+    return tuple(view)
 
 
 def figure_values(run: RunTrace | None, index: float, frame: float | None, slot: int | None) -> tuple:

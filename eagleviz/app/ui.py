@@ -9,7 +9,8 @@ four linked views with one-line titles, the guided tour; their long explanations
 run's summary and the deeper sections. What a click changes comes into sight: a finished run and a click in
 the output scroll the cycle's views into the window. The page opens on the first preset's recorded run
 (`workshop.open_link`): every view has its picture before anyone presses Run. The open tour stays on screen beside
-(or below) the view it talks about. Typed knob values are taken into the knobs' ranges (`typed.Knob`).
+(or below) the view it talks about. Typed knob values are taken into the knobs' ranges (`typed.Knob`). A room
+(`rooms.Rooms`, one per app) lets a class follow the instructor's page live.
 
 A shared server (a public Space, a workshop) is protected by `Limits` (eagleviz.app.limits, read from EAGLEVIZ_*
 variables): stated on the page, enforced in the handlers (the API bypasses the page's sliders), and setting
@@ -28,6 +29,7 @@ from eagleviz.app import navigation as nav
 from eagleviz.app import presets
 from eagleviz.app import workshop
 from eagleviz.app.typed import RANGES, Knob, WholeNumber
+from eagleviz.app.rooms import Rooms
 from eagleviz.decoding.engine import Engine
 from eagleviz.app.handlers import Handlers, StopRequest
 from eagleviz.app.limits import Limits
@@ -141,6 +143,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
     limits = limits or Limits.from_env()
     pairs = as_pairs(engine, model_id, head_path)
     h = Handlers(pairs, limits)
+    rooms = Rooms()   # the rooms a class follows on this server (`eagleviz.app.rooms`)
     run_fn, race_fn, api_fn = gpu(h.run), gpu(h.race), gpu(h.api_generate)
     first = presets.PRESETS[0]
     d = presets.knobs(first, KNOB_DEFAULTS)   # the page opens on the first preset, with its branching tree
@@ -149,6 +152,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         run_state, tour_state, stop = gr.State(None), gr.State(0), gr.State(StopRequest())
         playing, phase_playing, focus = gr.State(False), gr.State(False), gr.State(None)
         b_own = gr.State(False)   # B's knobs moved by hand: B no longer follows A
+        room_code, joined, room_seen = gr.State(None), gr.State(None), gr.State(None)   # opened, joined, version
         gr.Markdown(glossary.link_terms(INTRO) + (f"\n\n{note}" if note else ""), elem_id="intro")
         link_note = gr.Markdown(elem_id="link-note")  # what a shared link could not restore, at the top
         with gr.Row(visible=len(pairs.names) > 1):
@@ -213,6 +217,9 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                 link_btn = gr.Button("Link to what is shown: these settings, a recorded run's picture", size="sm",
                                      elem_id="link")
                 link_md = gr.Markdown(elem_id="link-text")
+            with gr.Row():
+                room_btn = gr.Button("Open a room: the class follows this page live", size="sm", elem_id="open-room")
+                room_md = gr.Markdown(elem_id="room-text")
             gr.Markdown(limits.describe(), elem_id="limits", elem_classes="ev-limits")
         with gr.Accordion("Compare two settings on this prompt: tokens per cycle, acceptance per position, speed",
                           open=False, elem_id="compare-section"):
@@ -241,6 +248,9 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                                       show_label=False, min_width=340)
 
         # ------------------------------------------------------------ one cycle, one screen
+        with gr.Row(visible=False, elem_id="follow-row") as follow_row:   # on a page that joined a room
+            follow = gr.Checkbox(True, label="Follow the instructor", elem_id="follow", scale=1, min_width=200)
+            follow_md = gr.Markdown(elem_id="follow-text", elem_classes="ev-line")
         with gr.Row(equal_height=True, elem_id="cycle-view"):
             slider = Knob(0, 1, 0, step=1, label="cycle", elem_id="cycle-slider", interactive=False, scale=4)
             phase = Knob(0, 1, 1, step=1, label="phase", elem_id="phase-slider", interactive=False, scale=4)
@@ -307,6 +317,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         with gr.Accordion("Glossary: the words this page uses", open=False, elem_id="glossary"):
             gr.Markdown(glossary.markdown(), elem_id="glossary-text")
         timer = gr.Timer(AUTOPLAY_EVERY_S, active=False)
+        room_timer = gr.Timer(workshop.FOLLOW_EVERY_S, active=False)
         phase_timer = gr.Timer(PHASE_EVERY_S, active=False)
 
         # ------------------------------------------------------------ events
@@ -340,8 +351,22 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         settings = [prompt, preset, preset_note, *knobs]
         # A link to a recorded run's picture (a room's link) opens with that picture in sight, not the knobs.
         demo.load(opened, None, [*run_outputs, *settings, pair, projector, link_note, recorded]).then(
-            None, status, None, js=f"(s) => new URLSearchParams(location.search).has('gallery') ? ({SHOW_VIEWS_JS})(s) "
-                                   ": []")
+            None, status, None, js="(s) => ['gallery', 'room'].some(k => new URLSearchParams(location.search).has(k)) "
+                                   f"? ({SHOW_VIEWS_JS})(s) : []")
+        # A room: the instructor's page shows, every page that joined it follows (no model work on theirs).
+        room_btn.click(lambda r, i, f, s: workshop.room_opened(rooms, r, i, f, s), [run_state, slider, phase, focus],
+                       [room_code, room_md], queue=False)
+        gr.on([slider.change, phase.change, focus.change, status.change],
+              lambda c, r, i, f, s: workshop.room_shown(rooms, c, r, i, f, s), [room_code, run_state, slider, phase,
+                                                                                 focus], room_md, queue=False, **quiet)
+        def room_joined(request: gr.Request):   # by this annotation, as `opened`
+            return workshop.room_joined(request)
+
+        demo.load(room_joined, None, [joined, room_timer, follow_row])
+        room_timer.tick(lambda c, f, v: workshop.room_followed(rooms, c, f, v), [joined, follow, room_seen],
+                        [room_seen, run_state, output, slider, summary_plot, *view, follow_md, room_timer],
+                        queue=False, **quiet)
+        follow.input(lambda: None, None, room_seen, queue=False, **quiet)   # back on: the room's picture again
         projector.change(None, projector, None, js=workshop.PROJECTOR_JS).then(None, None, None,
                                                                               js=workshop.PLACE_TOUR_JS)
         run_btn.click(h.announce, stop, queue_note, queue=False, **quiet)

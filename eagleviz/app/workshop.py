@@ -20,14 +20,17 @@ from urllib.parse import quote
 import gradio as gr
 
 from eagleviz.app import gallery, presets, share
+from eagleviz.app.rooms import Rooms
 from eagleviz.errors import UserFacingError
-from eagleviz.app.handlers import Handlers, knobs_from
+from eagleviz.app.handlers import Handlers, cycle_slider, knobs_from
 from eagleviz.app import navigation as nav
 from eagleviz.app.navigation import VIEW_SIZE
 from eagleviz.app.session import Knobs, attention_choices, knobs_of
 from eagleviz.trace import RunTrace
+from eagleviz.visuals import summary_figure
+from eagleviz.visuals.output_text import output_tokens
 
-LAYOUT_PARAMS = ("projector", "model")
+LAYOUT_PARAMS = ("projector", "model", "room")   # read here (room: `room_joined`), not by `share`
 PROJECTOR_CLASS = "ev-projector"
 # Applied in the browser: Gradio has no server-side switch for the page's CSS classes. Gradio's figures follow
 # their container's width on a window resize only; the zoom changes that width with no resize, so one is
@@ -278,3 +281,61 @@ def picture_link(entry: str | None, run: RunTrace | None, index: float, frame: f
     shown += [] if token is None else [f"token {token} picked"]
     return (f"[Link to this picture]({share.picture_query(entry, i, phase, token)}) of the recorded run: "
             f"{', '.join(shown)}. Everyone who opens it sees this picture, with no model work.\n\n")
+
+
+# ---------------------------------------------------------------- a room that follows the instructor, live
+
+FOLLOW_EVERY_S = 0.5   # how often a follower's page asks for the room's picture (a version number when unchanged)
+
+
+def room_opened(rooms: Rooms, run: RunTrace | None, cycle: float, frame: float | None, slot: int | None) -> tuple:
+    """The instructor opens a room: its code, and the line that gives it to the class (a relative link).
+    Outputs: the room's code (the instructor's page's state), the line."""
+    code = rooms.open()
+    rooms.show(code, run, cycle, frame, slot)
+    return code, (f"Room **{code}**: students open [this link](?room={code}) (or add `?room={code}` to the page's "
+                  "address) and follow this page's run, cycle, phase and picked token, recorded or live. It ends two "
+                  "hours after this page last moves.")
+
+
+def room_shown(rooms: Rooms, code: str | None, run: RunTrace | None, cycle: float, frame: float | None,
+               slot: int | None):
+    """The instructor's page moved (a cycle, a phase, a token, a run): the room's next picture. Output: the room's
+    line, said again only when the room has ended."""
+    if not code or rooms.show(code, run, cycle, frame, slot):
+        return gr.skip()
+    return "\u26a0 This room has ended (no move for two hours); open a new one."
+
+
+def room_joined(request: gr.Request | None) -> tuple:
+    """On page load: the room a link names (`?room=CODE`), joined, with following on. Outputs: the room joined,
+    the follower's timer, the follow row."""
+    code = (dict(request.query_params).get("room", "") if request is not None else "").strip().upper()
+    if not code:
+        return None, gr.Timer(active=False), gr.Row(visible=False)
+    return code, gr.Timer(active=True), gr.Row(visible=True)
+
+
+FOLLOW_SIZE = 5 + VIEW_SIZE + 2
+
+
+def room_followed(rooms: Rooms, code: str | None, follow: bool, seen: int | None) -> tuple:
+    """A follower's page asks for the room's picture: redrawn when the room moved since `seen` and following is
+    on. Outputs: the version seen, run state, output, slider, summary plot, *view, the follow line, the timer."""
+    skip = gr.skip()
+    room = rooms.seen(code)
+    if room is None:
+        return ((None, *[skip] * (FOLLOW_SIZE - 3),
+                 f"\u26a0 Room {str(code)[:8]} is not open (ended, or mistyped): this page no longer follows.",
+                 gr.Timer(active=False)))
+    version, run = room.version, room.run
+    if not follow or version == seen or run is None or not run.cycles:
+        return (skip,) * FOLLOW_SIZE
+    drawn = room.drawn
+    if drawn is None:   # the first follower of this version draws it; the others reuse it
+        i = max(0, min(room.cycle, len(run.cycles) - 1))
+        drawn = (output_tokens(run), cycle_slider(run, i), summary_figure(run, i),
+                 *nav.view_at(run, i, room.frame, room.slot))
+        rooms.keep_drawn(room, version, drawn)
+    return (version, run, *drawn, f"Following room **{str(code)[:8]}**: this page shows what the instructor's "
+            "page shows. Untick to explore on your own; tick to come back.", skip)

@@ -1,0 +1,107 @@
+"""A room that follows the instructor, live: the instructor opens a room and gets a short code; every page that
+joins it (`?room=CODE`) shows the instructor's run at the instructor's cycle, phase and picked token, and can
+step away and come back (its "follow" switch).
+
+    Rooms()                      the server's rooms, one object per app (no module-level state)
+    Rooms.open()                 a new room's code: five letters without look-alikes (no 0/O, 1/I/L)
+    Rooms.show(code, run, ...)   the instructor's page shows this picture now: the room's next version
+    Rooms.seen(code)             the room's picture (a `Shown`), or None for a room that is not (or no longer) there
+
+A follower's page asks `seen` a few times a second and redraws only when the version moved; the figures come
+from the instructor's RunTrace, shared read-only, so a follower does no model work, recorded run or live run
+alike (a live run's trace grows while it is shown: a cycle once recorded never changes). The view values of a
+version are drawn once, by the first follower that asks, and handed to the others (`Shown.drawn`). A room its
+instructor has left (no picture shown for `ttl_s`) ends by itself: its followers are told, once.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from eagleviz.trace import RunTrace
+
+CODE_LETTERS = "ABCDEFGHJKMNPQRSTUVWXYZ"   # no I, L, O: read aloud and typed from a projector
+CODE_CHARS = 5
+ROOM_TTL_S = 2 * 3600                      # a room untouched this long (its instructor gone) ends
+MAX_ROOMS = 256                            # a public server is not a room directory: the oldest go first
+
+
+@dataclass
+class Shown:
+    """What a room shows: the instructor's run, cycle, phase frame (None: the end state) and picked slot, at
+    `version` (one more at each change). `drawn`: the view values of this version, once a follower drew them."""
+
+    run: RunTrace | None = None
+    cycle: int = 0
+    frame: int | None = None
+    slot: int | None = None
+    version: int = 0
+    touched: float = 0.0
+    drawn: tuple | None = field(default=None, repr=False)
+
+
+class Rooms:
+    """The open rooms, by code. Thread-safe: the instructor's and the followers' events arrive side by side."""
+
+    def __init__(self, ttl_s: float = ROOM_TTL_S, clock: Callable[[], float] = time.monotonic,
+                 max_rooms: int = MAX_ROOMS):
+        self.ttl_s, self._clock, self.max_rooms = ttl_s, clock, max_rooms
+        self._lock = threading.Lock()
+        self._rooms: dict[str, Shown] = {}
+
+    def open(self) -> str:
+        """A new room (nothing shown yet): its code."""
+        with self._lock:
+            self._sweep()
+            while len(self._rooms) >= self.max_rooms:
+                del self._rooms[min(self._rooms, key=lambda c: self._rooms[c].touched)]
+            code = self._new_code()
+            self._rooms[code] = Shown(touched=self._clock())
+            return code
+
+    def _new_code(self) -> str:
+        while True:
+            code = "".join(secrets.choice(CODE_LETTERS) for _ in range(CODE_CHARS))
+            if code not in self._rooms:
+                return code
+
+    def show(self, code: str | None, run: RunTrace | None, cycle: float | None, frame: float | None,
+             slot: int | None) -> bool:
+        """The instructor's page shows this picture: followers see it next. False when the room has ended."""
+        with self._lock:
+            self._sweep()
+            room = self._rooms.get(str(code or "").upper())
+            if room is None:
+                return False
+            picture = (run, int(cycle or 0), None if frame is None else int(frame), slot)
+            if (room.run, room.cycle, room.frame, room.slot) != picture:
+                room.run, room.cycle, room.frame, room.slot = picture
+                room.version, room.drawn = room.version + 1, None
+            room.touched = self._clock()
+            return True
+
+    def seen(self, code: str | None) -> Shown | None:
+        """The room's picture now (the object itself: read it, do not change it), or None."""
+        with self._lock:
+            self._sweep()
+            return self._rooms.get(str(code or "").upper())
+
+    def keep_drawn(self, room: Shown, version: int, drawn: tuple) -> None:
+        """A follower drew version `version`: the next followers reuse it (unless the room moved on since)."""
+        with self._lock:
+            if room.version == version:
+                room.drawn = drawn
+
+    def _sweep(self) -> None:
+        """With the lock held: rooms untouched for `ttl_s` end."""
+        now = self._clock()
+        for code in [c for c, r in self._rooms.items() if now - r.touched > self.ttl_s]:
+            del self._rooms[code]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._rooms)
