@@ -243,3 +243,19 @@ def test_a_room_gives_each_follower_the_instructors_picture_once_per_move_and_en
     ended = workshop.room_followed(rooms, code, True, moved[0])
     assert ended[0] is None and "not open" in ended[-2] and ended[-1].active is False
     assert workshop.room_shown(rooms, code, run, 0, None, None).startswith("\u26a0") and len(rooms) == 0
+
+
+def test_a_room_follows_a_live_run_as_its_cycles_arrive(handlers):
+    """The instructor's run still streaming: each new cycle (the status line changes) is a new picture for the
+    room, so the followers' text and cycle slider grow with it."""
+    from eagleviz.app.rooms import Rooms
+
+    rooms = Rooms()
+    run = gallery.load("counting")
+    recorded, run.cycles = run.cycles, run.cycles[:3]
+    code, _ = workshop.room_opened(rooms, run, 0, None, None)
+    seen = workshop.room_followed(rooms, code, True, None)[0]
+    run.cycles = recorded[:5]                          # two more cycles, the same trace object, cycle 0 still shown
+    workshop.room_shown(rooms, code, run, 0, None, None)
+    grown = workshop.room_followed(rooms, code, True, seen)
+    assert grown[0] == seen + 1 and grown[3].maximum == 4

@@ -39,6 +39,7 @@ class Shown:
     cycle: int = 0
     frame: int | None = None
     slot: int | None = None
+    cycles: int = 0          # the run's cycles when shown: a live run's growth is a change too
     version: int = 0
     touched: float = 0.0
     drawn: tuple | None = field(default=None, repr=False)
@@ -77,9 +78,11 @@ class Rooms:
             room = self._rooms.get(str(code or "").upper())
             if room is None:
                 return False
-            picture = (run, int(cycle or 0), None if frame is None else int(frame), slot)
-            if (room.run, room.cycle, room.frame, room.slot) != picture:
-                room.run, room.cycle, room.frame, room.slot = picture
+            grown = len(run.cycles) if run is not None else 0   # a live run's new cycles: its text and slider grow
+            picture = (int(cycle or 0), None if frame is None else int(frame), slot, grown)
+            if room.run is not run or (room.cycle, room.frame, room.slot, room.cycles) != picture:
+                room.run = run   # compared by identity: a trace is the instructor's own object, never copied
+                room.cycle, room.frame, room.slot, room.cycles = picture
                 room.version, room.drawn = room.version + 1, None
             room.touched = self._clock()
             return True

@@ -250,7 +250,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         # ------------------------------------------------------------ one cycle, one screen
         with gr.Row(visible=False, elem_id="follow-row") as follow_row:   # on a page that joined a room
             follow = gr.Checkbox(True, label="Follow the instructor", elem_id="follow", scale=1, min_width=200)
-            follow_md = gr.Markdown(elem_id="follow-text", elem_classes="ev-line")
+            follow_md = gr.Markdown(elem_id="follow-text", elem_classes="ev-line", min_width=300)   # below on a phone
         with gr.Row(equal_height=True, elem_id="cycle-view"):
             slider = Knob(0, 1, 0, step=1, label="cycle", elem_id="cycle-slider", interactive=False, scale=4)
             phase = Knob(0, 1, 1, step=1, label="phase", elem_id="phase-slider", interactive=False, scale=4)

@@ -337,5 +337,5 @@ def room_followed(rooms: Rooms, code: str | None, follow: bool, seen: int | None
         drawn = (output_tokens(run), cycle_slider(run, i), summary_figure(run, i),
                  *nav.view_at(run, i, room.frame, room.slot))
         rooms.keep_drawn(room, version, drawn)
-    return (version, run, *drawn, f"Following room **{str(code)[:8]}**: this page shows what the instructor's "
-            "page shows. Untick to explore on your own; tick to come back.", skip)
+    return (version, run, *drawn, f"Following room **{str(code)[:8]}**: this page shows the instructor's picture. "
+            "Untick to explore on your own.", skip)
