@@ -158,7 +158,7 @@ def test_a_preset_clears_the_notices_of_what_it_replaced(page):
                            f"!({PROSE_JS})('status').startsWith('\\u26a0')", timeout=10_000)
 
 
-def test_an_old_race_goes_under_a_new_preset_and_its_headers_do_not_wrap(page):
+def test_an_old_race_goes_under_a_new_preset_its_verdict_in_sight_and_its_headers_unwrapped(page):
     arrived(page)
     page.click("#race")                                        # the recorded run against plain decoding
     page.wait_for_function("() => document.querySelectorAll('#race-result th').length > 0",
@@ -172,6 +172,13 @@ def test_an_old_race_goes_under_a_new_preset_and_its_headers_do_not_wrap(page):
                           "const r = document.createRange(); r.selectNodeContents(t); "
                           "return [t.innerText, new Set([...r.getClientRects()].map(q => Math.round(q.top))).size]; })")
     assert all(n <= 1 for _, n in lines), lines
+    # under the button, on the first screen: the verdict, then the table's plain decoding row
+    plain_bottom = page.evaluate("() => [...document.querySelectorAll('#race-result tr')].find(r => "
+                                 "r.innerText.startsWith('plain decoding')).getBoundingClientRect().bottom")
+    verdict_top = page.evaluate("() => [...document.querySelectorAll('#race-result p')].find(p => "
+                                "p.innerText.startsWith('This run against')).getBoundingClientRect().top")
+    assert 0 <= verdict_top < plain_bottom <= 800, (verdict_top, plain_bottom)
+    shot(page, "a06_race_first_screen.png")
     page.locator("#race-result").scroll_into_view_if_needed()
     shot(page, "a06_race_headers.png")
     page.get_by_role("radio", name="Code").click()

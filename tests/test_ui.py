@@ -479,12 +479,13 @@ def test_the_race_times_the_fastest_tree_and_plain_decoding_and_compares_this_ru
     run = generate(hub, "a prompt", Knobs(3, 2, 6, max_new_tokens=10, adaptive=False))
     text = h.race(run, "auto")
     rows = [line for line in text.splitlines() if line.startswith("| EAGLE") or line.startswith("| plain")]
-    assert [r.split("|")[1].strip() for r in rows] == ["EAGLE, cost-aware (the default)",
+    assert [r.split("|")[1].strip() for r in rows] == ["plain decoding", "EAGLE, cost-aware (the default)",
                                                        "EAGLE, this CPU's fastest tree",
-                                                       "EAGLE, this run's tree (as it ran)", "plain decoding"]
-    assert "| \u2264 5 / 4 / 16 |" in rows[0] and "| 4 / 1 / 5 |" in rows[1] and "| 3 / 2 / 6 |" in rows[2]
+                                                       "EAGLE, this run's tree (as it ran)"]
+    assert "| \u2264 5 / 4 / 16 |" in rows[1] and "| 4 / 1 / 5 |" in rows[2] and "| 3 / 2 / 6 |" in rows[3]
     assert "timed alone" in text and all(_row(text, r.split("|")[1].strip())[-1].endswith("x") for r in rows)
-    assert "This run against plain decoding" in text and "Identical outputs" in text
+    # the verdict, then the table with its baseline first: what sits under the Race button, in sight
+    assert text.startswith("**This run against plain decoding.**") and "Identical outputs" in text.split("|")[0]
     from eagleviz.app.session import fastest_tree
 
     again = generate(hub, "a prompt", Knobs(4, 1, 5, max_new_tokens=10, adaptive=False,

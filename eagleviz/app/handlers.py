@@ -332,9 +332,9 @@ class Handlers:
 
 def race_text(result: race_mod.RaceResult, fastest_run: RunTrace | None, fastest: FastestTree | None,
               policy_run: RunTrace | None = None) -> str:
-    """The race as Markdown: the speeds of the cost-aware tree, the fastest fixed tree, the page's run and plain
-    decoding, why a CPU prefers small trees, then whether the page's run and plain decoding agree
-    (`race.describe`'s verdict). A row the page's run already is, is not run twice: its label says so."""
+    """The race as Markdown: whether the page's run and plain decoding agree (`race.describe`'s verdict), then the
+    speeds of plain decoding, the cost-aware tree, the fastest fixed tree and the page's run, then why a CPU
+    prefers small trees (the verdict and the baseline first: they are what sits under the Race button in sight). A row the page's run already is, is not run twice: its label says so."""
     run, plain = result.speculative, result.plain
     p = plain.summary()["tokens_per_s"]
     rows = [(COST_AWARE_ROW, policy_run)] if policy_run is not None else []
@@ -345,7 +345,7 @@ def race_text(result: race_mod.RaceResult, fastest_run: RunTrace | None, fastest
                                       and mine == fastest.tree else
                                       " (the cost-aware default)" if mine == COST_AWARE else
                                       " (as it ran)" if rows else "")
-    rows += [(own, run), ("plain decoding", plain)]
+    rows = [("plain decoding", plain), *rows, (own, run)]   # the baseline first: in sight under the button
     lines = ["| | tree | tokens | time (s) | tokens/s | \u03c4 | speedup |", "|---|---|---:|---:|---:|---:|---:|"]
     for name, r in rows:
         s, tree = r.summary(), tree_of(r)
@@ -363,8 +363,9 @@ def race_text(result: race_mod.RaceResult, fastest_run: RunTrace | None, fastest
     if not result.timed_here:
         where += f"**No speedup measured**: {race_mod.elsewhere(result)} Press Run to make one here. "
     verdict = race_mod.describe(result).split("\n\n", 2)[2:]  # after describe's table and speedup: the texts
-    return "\n".join(lines) + "\n\n" + where + why_small_trees() + "\n\n**This run against plain decoding.** " + \
-        "".join(verdict)
+    # The verdict first, then the table: both under the Race button, in sight; the reasons after them.
+    return ("**This run against plain decoding.** " + "".join(verdict) + "\n\n" + "\n".join(lines) + "\n\n" + where
+            + why_small_trees())
 
 
 def _mark(note: str) -> str:
