@@ -1,5 +1,6 @@
-"""The whole workshop in one sitting, in headless Chromium at 1280 x 800, as an instructor runs a class: a preset,
-Run, the cycle slider to cycle k, a phase, a picked token, Race, Compare, the tour; then the room: a recorded
+"""The whole workshop in one sitting, in headless Chromium at 1280 x 800, as an instructor runs a class: the
+arrival's picture, a preset, Run, the cycle slider to cycle k, a phase, a picked token, Race, Compare, the tour;
+a live room that three followers join (they show the instructor's live run and follow a step); then a recorded
 run stepped to cycle k, the page's link to that picture opened in a second tab, which shows cycle k at the
 same phase with the same token picked. Each step's result is read from the page, as the class sees it.
 
@@ -37,6 +38,11 @@ def picked(page, slot: int) -> None:
 
 
 def test_a_class_from_preset_to_a_shared_picture(page, browser, app_url):
+    # arrival: a picture before any Run (the first preset's recorded run), and one line inviting Run
+    assert "Press \u25b6 Run" in prose(page, "status") and "no model work" in prose(page, "status")
+    page.wait_for_function("() => (document.querySelector('#draft-tree .js-plotly-plot')?.data || []).length > 0",
+                           timeout=30_000)
+    shot(page, "flow00_arrival.png")
     # a preset, then Run
     page.get_by_role("radio", name="Counting (high acceptance)").click()
     page.wait_for_function("() => document.querySelector('#prompt textarea').value.startsWith('List the numbers')",
@@ -82,6 +88,24 @@ def test_a_class_from_preset_to_a_shared_picture(page, browser, app_url):
     page.click("#link")
     page.wait_for_function(f"() => ({PROSE_JS})('link-text') !== ''", timeout=30_000)
     assert "Link to this picture" not in prose(page, "link-text")
+    # a live room: three followers show the instructor's live run at the instructor's cycle, and follow a step
+    page.click("#open-room")
+    page.wait_for_function(f"() => ({PROSE_JS})('room-text').startsWith('Room')", timeout=10_000)
+    room = page.locator("#room-text a").first.get_attribute("href")
+    followers = [open_page(browser, app_url + room, *size) for size in ((1280, 800), (1024, 768), (390, 844))]
+    try:
+        for tab in followers:
+            wait_for_cycle(tab, k)
+            phase_is(tab, "Accept")
+        page.locator("#prev").click()
+        for tab in followers:
+            wait_for_cycle(tab, k - 1)
+        shot(followers[1], "flow01_room_follower_1024.png")
+    finally:
+        for tab in followers:
+            tab.close()
+    page.locator("#next").click()
+    wait_for_cycle(page, k)
 
     # the room: a recorded run at cycle k, verify, slot 1; its link opens the same picture in another tab
     first = open_picture(browser, app_url, "?gallery=story")
