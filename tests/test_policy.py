@@ -5,13 +5,14 @@ and a lost head falls back to verifying the root alone (a plain step)."""
 from __future__ import annotations
 
 import itertools
+import math
 import random
 
 import pytest
 
 from eagleviz.decoding.calibration import Calibration
 from eagleviz.decoding.costs import CostModel
-from eagleviz.decoding.policy import HeadRest, TreePolicy
+from eagleviz.decoding.policy import HeadRest, Ledger, TreePolicy
 from tiny import CPU_COSTS
 
 GPU = CostModel(verify=((1, 1.0), (64, 1.05)), draft_level=0.05, overhead=0.05)
@@ -101,3 +102,50 @@ def test_a_tree_must_beat_the_resting_cycles_price():
     assert sampled.budget([0.45], 0, 15).size == 0  # the same node does not pay for a rejection's residual
     old = dataclasses.replace(costs, rest=None)  # a list without the price: verify(1) + overhead, as before
     assert policy(old).cycle_cost(0, 1) == pytest.approx(1.2)
+
+
+def test_the_ledger_judges_drafted_cycles_together_by_the_clock_against_a_resting_cycle():
+    ledger = Ledger()
+    assert not ledger.wants_reference()  # the run's first cycle drafts
+    assert ledger.observe(9.0, 1, drafted=True, alone=False)  # no reference yet: no verdict
+    assert ledger.wants_reference()
+    assert ledger.observe(4.0, 1, drafted=False, alone=True) and ledger.rest_ms() == 4.0
+    assert not ledger.wants_reference()
+    assert ledger.observe(12.0, 1, drafted=True, alone=False)  # lost 2 resting cycles, but one cycle is no verdict
+    assert ledger.observe(6.0, 3, drafted=True, alone=False)
+    assert ledger.observe(8.4, 2, drafted=True, alone=False)   # 0.1 of a resting cycle lost
+    assert not ledger.observe(9.0, 2, drafted=True, alone=False)  # 4 cycles: 8 tokens in 35.4 ms > 8 * 4.0
+    assert ledger.losing() and ledger.losses == pytest.approx([2.0, 0.1, 0.25])
+    assert ledger.span() == math.ceil((2.0 + 0.1 + 0.25) / 3 / Ledger.PROBE_SHARE)
+    assert ledger.observe(4.1, 1, drafted=False, alone=True)
+    assert ledger.observe(7.0, 2, drafted=True, alone=False)  # a probe that pays: judged afresh
+    assert ledger.drafted == [(7.0, 2)] and not ledger.losing()
+    assert ledger.observe(30.0, 1, drafted=False, alone=False)  # lookup candidates alone: no reference
+    assert ledger.rests == [4.0, 4.1]
+    for _ in range(Ledger.REFERENCE_EVERY - 2):
+        ledger.observe(5.0, 3, drafted=True, alone=False)
+    assert ledger.wants_reference()  # 64 cycles without a resting one: time a plain step again
+
+
+def test_a_probe_every_span_cycles_costs_under_one_percent():
+    """A head that never pays: after EVIDENCE unpaid cycles (rests of 1, 2, 4 between them) it rests `span` cycles,
+    drafts once, rests again; the unpaid probes' extra time is then under 1% of the run's (capped at 256 cycles of
+    rest: a probe losing more than 2.56 resting cycles is rarer). The first probes find it out: they cost more
+    in the first 200 cycles."""
+    ledger, rest = Ledger(), HeadRest()
+    spent, extra = [], []
+    ledger.observe(4.0, 1, drafted=False, alone=True)
+    for _ in range(5000):
+        if rest.head_runs():
+            ms = 7.0  # one token: 0.75 of a resting cycle lost per probe
+            winning = ledger.observe(ms, 1, drafted=True, alone=False)
+            rest.most = ledger.span()
+            rest.record(winning, losing=not winning)
+        else:
+            ms = 4.0
+            ledger.observe(ms, 1, drafted=False, alone=True)
+        spent.append(ms)
+        extra.append(ms - 4.0)
+    assert rest.most == 75 and ledger.losing()
+    assert sum(extra[200:]) / sum(spent[200:]) < 0.01
+    assert sum(extra[:200]) / sum(spent[:200]) < 0.03

@@ -48,7 +48,7 @@ from eagleviz.decoding.device_draft import DeviceDrafter
 from eagleviz.decoding.steps import decode_path, draft_state, release, target_steps
 from eagleviz.decoding.drafting import causal, grow
 from eagleviz.decoding.lookup import Foresight, SuffixIndex
-from eagleviz.decoding.policy import HeadRest, TreePolicy
+from eagleviz.decoding.policy import HeadRest, Ledger, TreePolicy
 from eagleviz.decoding.prefix import Prefix, PrefixCache, chat_prefix
 from eagleviz.decoding.tree import Candidates, VerifyTree
 from eagleviz.decoding.verify import VerifyResult, draw, greedy_verify, sample_verify, sampling_probs, top_tokens
@@ -58,6 +58,8 @@ from kernels.self_check import KernelCheck, choose_attention
 from kernels.tree_attention import resolve_impl
 
 PHASES = ("draft", "verify", "accept", "rewind")
+REFERENCE_NOTE = ("The head rests this cycle to time a plain step here: the head's cycles are judged against it "
+                  "(tokens per millisecond).")
 ROOT_MASK = torch.ones(1, 1, dtype=torch.bool)  # a tree of the root alone: it sees itself (the forward needs none)
 
 
@@ -109,7 +111,9 @@ class Engine:
     cost here, `eagleviz.decoding.costs`; default: a flat, GPU-like list) and values its nodes with
     `calibration` (the head's, `eagleviz.decoding.calibration`; default: EAGLE-2's assumption), which each run
     corrects by the acceptance it observes as it goes (`RunAcceptance`; `learn` False keeps the table as it is,
-    the reference of an A/B run).
+    the reference of an A/B run), and whose drafted cycles the run's own clock judges against a resting one
+    (`Ledger`: a head whose cycles take longer than their tokens are worth rests; `ledger` False judges by the
+    forecast alone, the reference of an A/B run).
     `eagleviz.decoding.load.load_engine` gives both: this machine's measured costs and the head's file.
 
     Every prefill starts from the chat template's opening encoded once (`eagleviz.decoding.prefix`;
@@ -124,9 +128,9 @@ class Engine:
                  kernel_check: Callable[[torch.device, torch.dtype], KernelCheck] | None = None,
                  costs: CostModel | None = None, calibration: HeadCalibration | None = None,
                  prefix_cache: bool = True, compiled_sampling: bool = True, learn: bool = True,
-                 decode: str = "auto"):
+                 decode: str = "auto", ledger: bool = True):
         self.target, self.head_name = target, head_name
-        self.learn = learn
+        self.learn, self.ledger = learn, ledger
         self.head = None if head is None else head.for_drafting(pack, target.ops, target.block_ops,
                                                                  target.activations == "int8")
         self.costs = costs or CostModel.flat()
@@ -355,13 +359,15 @@ class Engine:
         policy = self.policy(tree_cfg, sampling)
         learned = RunAcceptance(policy.calibration) if policy is not None and self.learn else None
 
-        root, feats = self._prefill(prompt_ids, tcache, sampling, gen, run, use_head)
+        root, prompt_feats = self._prefill(prompt_ids, tcache, sampling, gen, run, use_head)
+        feats = [prompt_feats]  # the features of the positions the head has not encoded yet, in pieces
         run.prefill_ms = (time.perf_counter() - start) * 1e3
         pend_tokens = list(prompt_ids[1:]) + [root]
         index = index_of(list(prompt_ids) + [root]) if tree_cfg.source != "eagle" else None
         done = self._emit(run, [(root, "prefill")], -1, target.eos_token_ids, sampling.max_new_tokens, text)
         cycle = 0
         rest = HeadRest()  # a cost-aware tree rests a head whose drafting keeps not paying for itself
+        ledger = Ledger() if use_head and policy is not None and self.ledger else None  # ... as its clock sees it
         while not done:
             S = tcache.length
             room = capacity - 1 - S  # the slots plain decoding would still fill: it stops at the same length
@@ -371,16 +377,24 @@ class Engine:
             clock = PhaseClock(dev)  # on CUDA: events, read once at the end of the cycle
             # 1) draft (near the context limit, a tree cut to the room left)
             budget = min(tree_cfg.draft_tokens, room)
-            match = index.match(min(tree_cfg.steps, budget - 1)) if index is not None and budget > 1 else None
-            run_head = use_head and (policy is None or rest.head_runs())
-            draft = grow(self, feats, pend_tokens, dcache, tree_cfg, root, budget, policy, match, run_head)
+            reference = ledger is not None and ledger.wants_reference()  # a plain step, timed
+            match = (index.match(min(tree_cfg.steps, budget - 1)) if index is not None and budget > 1
+                     and not reference else None)
+            run_head = use_head and (policy is None or (not reference and rest.head_runs()))
+            if run_head and len(feats) > 1:  # the positions a resting head skipped, joined once
+                feats = [torch.cat(feats)]
+            draft = grow(self, feats[0], pend_tokens, dcache, tree_cfg, root, budget, policy, match, run_head)
             tree = draft.tree
+            forecast_paid = True
             if use_head and policy is not None:
                 if run_head:
                     # sampled, a head rests when its drafting is not expected to pay; greedy, only when none of its
-                    # nodes was worth verifying (the stricter rule lost there: docs/performance.md entry 27)
-                    rest.record(draft.head_paid if not sampling.greedy else
-                                any(draft.cands.sources[n] != "lookup" for n in tree.node_ids[1:]))
+                    # nodes was worth verifying (the stricter rule lost there: docs/performance.md entry 27); at
+                    # either, also when the cycle took longer than its tokens are worth here (`Ledger`, below)
+                    forecast_paid = (draft.head_paid if not sampling.greedy else
+                                     any(draft.cands.sources[n] != "lookup" for n in tree.node_ids[1:]))
+                elif reference:
+                    draft.decision = REFERENCE_NOTE
                 else:
                     draft.decision = f"{rest.note()} {draft.decision}".strip()
             clock.lap()
@@ -420,9 +434,9 @@ class Engine:
                 else:  # a view of the row; a static step's outputs are rewritten by the next step of its size
                     path_feats = out.features[:1].clone() if steps.reuses_outputs else out.features[:1]
             if run_head or not use_head:
-                feats, pend_tokens = path_feats, committed
+                feats, pend_tokens = [path_feats], committed
             else:  # the head rested: its cache still waits for these positions, encoded when it next runs
-                feats, pend_tokens = torch.cat([feats, path_feats]), pend_tokens + committed
+                feats, pend_tokens = feats + [path_feats], pend_tokens + committed
             root = result.bonus_token
             if index is not None:
                 index.extend(committed)
@@ -441,6 +455,11 @@ class Engine:
                 root_top=root_top, expected_accept=draft.expected - 1.0, draft_levels=draft.levels,
                 decision=draft.decision, lookup_ngram=draft.lookup_ngram)
             run.cycles.append(trace)
+            if ledger is not None:
+                winning = ledger.observe(sum(trace.timings_ms.values()), len(committed), run_head, alone)
+                if run_head:
+                    rest.most = ledger.span()
+                    rest.record(forecast_paid and winning, losing=not winning)
             done = self._emit(run, [(t, "draft") for t in accepted] + [(root, "bonus")], cycle,
                               target.eos_token_ids, sampling.max_new_tokens, text)
             run.wall_s = time.perf_counter() - start
@@ -479,14 +498,19 @@ class Engine:
         same generator) without what only a drafted tree needs: the token is plain decoding's choice, the
         target's argmax and its probability are read once, the distribution is not kept for a replay."""
         ops = self.sample_ops if logits.is_cpu else None
-        top = ops.argmax(logits)[0][0] if ops is not None else int(logits.argmax())
         temp = 1.0 if sampling.greedy else sampling.temperature
         probs = torch.softmax(logits if temp == 1.0 else logits / temp, dim=-1)
+        if ops is not None:
+            top = ops.argmax(logits)[0][0]
+            top_prob = float(probs[top])
+        else:  # the argmax and its probability in the cycle's one read of the verdict
+            index = logits.argmax()
+            top, top_prob = to_host(index, probs[index])
         if sampling.greedy:
             bonus = top
         else:  # nucleus truncation draws from its own distribution; the argmax's probability is reported untruncated
             bonus = draw(probs if sampling.top_p >= 1.0 else sampling_probs(logits, temp, sampling.top_p), gen, ops)
-        return VerifyResult(path=[0], bonus_token=bonus, bonus_source="target", checks=[]), [top], [float(probs[top])]
+        return VerifyResult(path=[0], bonus_token=bonus, bonus_source="target", checks=[]), [top], [top_prob]
 
     def _root_top(self, probs: torch.Tensor, text) -> list[tuple[int, str, float]]:
         """The target's sampling distribution at the root, truncated to its ROOT_TOP most likely tokens."""

@@ -14,7 +14,10 @@ At T > 0 the overhead and the rest are the sampled ones (rejections rebuild the 
              only if, with those children (or theirs, one level further), the best rate rises
     rest     sampled (T > 0): after drafting, compare the best rate with the rate of the same cycle without
              the head (its lookup candidates alone, nothing drafted); greedy: whether any of its nodes was
-             verified. A head that did not pay rests for a few cycles (`HeadRest`)
+             verified; a head that did not pay rests 1, 2, 4 ... cycles (`HeadRest`). And at any temperature,
+             after the cycle: whether its recent drafted cycles committed more tokens per millisecond than this
+             run's resting cycles take for theirs (`Ledger`: the clock, not the forecast); a head losing so
+             rests as long as keeps its probes under 1% of the run
 
 SGLang's knobs stay upper bounds: at most `steps` levels, `topk` children per node, `draft_tokens` verified.
 Fed a GPU's nearly flat verify(n) the same rule grows big trees; fed this CPU's curve it keeps them small.
@@ -22,7 +25,9 @@ Fed a GPU's nearly flat verify(n) the same rule grows big trees; fed this CPU's 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import statistics
+from dataclasses import dataclass, field
 
 from eagleviz.decoding.calibration import Calibration
 from eagleviz.decoding.costs import CostModel
@@ -98,13 +103,94 @@ class HeadRest:
             return False
         return True
 
-    def record(self, paid: bool) -> None:
-        """After a cycle the head drafted: whether it paid."""
+    def record(self, paid: bool, losing: bool = False) -> None:
+        """After a cycle the head drafted: whether it paid. `losing`: its recent cycles together did not pay
+        either (`Ledger.losing`), so it rests the longest at once rather than 1, 2, 4 ... cycles."""
         self.streak = 0 if paid else self.streak + 1
-        self.left = min(2 ** (self.streak - 1), self.most) if self.streak else 0
+        self.left = (0 if paid else self.most if losing else min(2 ** (self.streak - 1), self.most))
 
     def note(self) -> str:
         """One sentence for a resting cycle's trace."""
         times = f"{self.streak} time{'s' if self.streak > 1 else ''}"
         span = "this cycle" if not self.left else f"this cycle and {self.left} more"
         return f"The head rests (its guesses did not pay for themselves {times} in a row): {span} without it."
+
+
+@dataclass
+class Ledger:
+    """One run's clock on its own cycles: what a resting cycle (the root alone, the head not run: a plain step)
+    takes here and now, and whether the head's drafted cycles pay for themselves, judged by what they took, not
+    by the price list's forecast. The price list was measured once, maybe on a busier or idler machine, and the
+    calibration forecasts acceptance on average; the ledger sees this run on this CPU.
+
+    A drafted cycle pays when it commits at least as many tokens per millisecond as a resting cycle does its
+    one: tokens * rest_ms >= its ms (rest_ms: the median of the last RECENT resting cycles). One cycle is no
+    verdict (a head accepted twice on average has many cycles that keep nothing): the head is `losing` when its
+    last RECENT drafted cycles (at least EVIDENCE) together committed fewer tokens per millisecond than resting
+    cycles do. A losing head rests `span` cycles, then drafts one probe; a probe that pays starts the count
+    afresh (the text may have turned predictable), one that does not rests it again. `span`: what an unpaid
+    cycle cost beyond its tokens, in resting cycles, over PROBE_SHARE, so that probing costs under PROBE_SHARE
+    of the run. Without a resting cycle observed there is no reference and no verdict: `wants_reference` asks
+    for one resting cycle (the run's second, then whenever REFERENCE_EVERY cycles passed without one), which
+    costs a plain step, what plain decoding pays for its token."""
+
+    RECENT = 8
+    EVIDENCE = 4  # drafted cycles before they are judged together
+    REFERENCE_EVERY = 64
+    PROBE_SHARE = 0.01
+    SPAN = (16, 256)  # the shortest and longest rest `span` gives
+
+    rests: list[float] = field(default_factory=list)   # resting cycles' ms, the last RECENT
+    drafted: list[tuple[float, int]] = field(default_factory=list)  # drafted cycles' (ms, tokens), since a probe paid
+    losses: list[float] = field(default_factory=list)  # unpaid cycles' cost beyond their tokens, in resting cycles
+    since_rest: int = 0   # cycles since the last resting cycle (or the run's start)
+    cycles: int = 0
+    rested: bool = False  # whether the last cycle ran without the head
+
+    def wants_reference(self) -> bool:
+        """Whether this cycle should rest to time a plain step (the run's second cycle, then every
+        REFERENCE_EVERY cycles without a resting one)."""
+        return self.cycles >= 1 and (not self.rests or self.since_rest >= self.REFERENCE_EVERY)
+
+    def rest_ms(self) -> float | None:
+        return statistics.median(self.rests) if self.rests else None
+
+    def observe(self, ms: float, tokens: int, drafted: bool, alone: bool) -> bool:
+        """After a cycle: `ms` it took, `tokens` it committed, whether the head drafted and whether it verified
+        the root alone. Returns False when the head is losing (after a drafted cycle), else True."""
+        self.cycles += 1
+        if not drafted:
+            if alone:
+                self.rests = (self.rests + [ms])[-self.RECENT:]
+                self.since_rest = 0
+            else:  # lookup candidates alone: neither a plain step nor the head's
+                self.since_rest += 1
+            self.rested = True
+            return True
+        probe, self.rested = self.rested, False
+        self.since_rest += 1
+        reference = self.rest_ms()
+        if reference is None or reference <= 0:
+            return True
+        paid = tokens * reference >= ms
+        if not paid:
+            self.losses = (self.losses + [ms / reference - tokens])[-self.RECENT:]
+        if probe and paid:
+            self.drafted = []
+        self.drafted = (self.drafted + [(ms, tokens)])[-self.RECENT:]
+        return not self.losing()
+
+    def losing(self) -> bool:
+        """Whether the last RECENT drafted cycles (at least EVIDENCE of them), together, committed fewer tokens per
+        millisecond than resting cycles do."""
+        reference = self.rest_ms()
+        if reference is None or len(self.drafted) < self.EVIDENCE:
+            return False
+        return sum(t for _, t in self.drafted) * reference < sum(ms for ms, _ in self.drafted)
+
+    def span(self) -> int:
+        """The longest rest that keeps probing under PROBE_SHARE: one unpaid probe costs their mean loss."""
+        if not self.losses:
+            return self.SPAN[0]
+        lo, hi = self.SPAN
+        return max(lo, min(hi, math.ceil(statistics.mean(self.losses) / self.PROBE_SHARE)))

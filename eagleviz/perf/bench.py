@@ -14,7 +14,7 @@ speedup over hf-generate, tau and the mean time per phase, checks that the greed
 hf-generate, or from weight blocks with our plain loop; explaining a difference by the target's top-2 gap
 where they diverge), and writes JSON, a Markdown table and (where Plotly is installed) a
 Plotly HTML figure to --out; the JSON is also copied to <cache>/bench/, where the app's measured-speed
-section looks first (eagleviz.measured). Thirteen A/B modes measure one engineering lever each, interleaved in one
+section looks first (eagleviz.measured). Fifteen A/B modes measure one engineering lever each, interleaved in one
 process: `--ab trace` (recording the full trace), `--ab packing` (oneDNN-packed linears,
 eagleviz.models.dense), `--ab hot-vocab` (the hot draft vocabulary, eagleviz.models.hot_vocab),
 `--ab kv-fp32` (keys, values and attention in fp32 for a bf16 model, eagleviz.models.layers.attention_dtype),
@@ -24,7 +24,8 @@ chat prefix, eagleviz.decoding.prefix), `--ab sample-ops` (reading the target's 
 kernels.sample_ops), `--ab stack` (the decoder stack from weight blocks in one C call, kernels.stack_ops),
 `--ab learned` (the calibration corrected by each run's own acceptance, eagleviz.decoding.calibration),
 `--ab rest-price` (the cost-aware tree priced with the measured resting cycle and sampled overhead,
-eagleviz.decoding.costs), `--ab head-layer` (an EAGLE-3 head's layer in one C call, kernels.stack_ops) and
+eagleviz.decoding.costs), `--ab ledger` (drafted cycles judged by the run's clock against a resting one,
+eagleviz.decoding.policy.Ledger), `--ab head-layer` (an EAGLE-3 head's layer in one C call, kernels.stack_ops) and
 `--ab lookup` (prompt-lookup candidates merged into the head's tree) and `--ab graphs` (on a GPU: the target's
 steps and the head's drafting captured in CUDA graphs over static state, eagleviz.models.static, against the
 eager forward). Each A/B prints its ratios and writes
@@ -61,7 +62,7 @@ from eagleviz.prompts import bundle_copies, load_prompts
 from eagleviz.visuals.table import markdown_table
 
 AB_LEVERS = ("graphs", "trace", "packing", "hot-vocab", "kv-fp32", "fused", "policy", "lookup", "prefix", "sample-ops",
-             "stack", "learned", "rest-price", "head-layer")
+             "stack", "learned", "rest-price", "head-layer", "ledger")
 METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "lookup", "eagle-chain", "eagle-tree")
 TUNED_METHOD = "eagle-tuned"
 OURS = ("plain", "lookup", "eagle-chain", "eagle-tree", TUNED_METHOD)  # the others prefill every prompt whole
@@ -190,6 +191,8 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
     EAGLE tree;
     head-layer: an EAGLE-3 head's layer as one Python call per C operation vs in one C call
     (`kernels.stack_ops.Midlayer`; bitwise the same), for our plain loop and the EAGLE tree;
+    ledger: a cost-aware tree's drafted cycles judged by the forecast alone vs by the run's clock too
+    (`eagleviz.decoding.policy.Ledger`), for our plain loop and the EAGLE tree;
     graphs: on a GPU, the eager forward (Python-launched kernels, the host drafting level by level) vs the
     steps and the drafting replayed from CUDA graphs (eagleviz.models.static), for our plain loop and the
     EAGLE tree."""
@@ -238,6 +241,9 @@ def lever_ab(engine, lever: str, prompts: list[str], sampling: SamplingConfig, t
     elif lever == "learned":
         without = copy.copy(engine)
         without.learn = False
+    elif lever == "ledger":
+        without = copy.copy(engine)
+        without.ledger = False
     elif lever == "head-layer":
         if engine.head is None or engine.head.compiled_layer is None:
             raise UserFacingError("--ab head-layer needs a one-layer EAGLE-3 head beside a target from weight blocks, "
@@ -518,7 +524,8 @@ def bench_main(argv: list[str]) -> int:
                         "same knobs (policy), what prompt-lookup candidates add to the head's (lookup), what "
                         "starting each prefill from the cached chat prefix gains (prefix), what reading the target's "
                         "distribution in C gains (sample-ops), what the decoder stack in one C call gains (stack), "
-                        "what CUDA graphs over static state gain over the eager forward on a GPU (graphs)")
+                        "what CUDA graphs over static state gain over the eager forward on a GPU (graphs), what judging "
+                        "drafted cycles by the run's clock gains (ledger)")
     args = p.parse_args(argv)
     sampling, tree = check_knobs(args, tree_args=True)
     if args.methods is None:
