@@ -104,6 +104,14 @@ def _delegate(name: str, rest: list[str]) -> int:
         from eagleviz.perf import fingerprint
 
         entry = fingerprint.main
+    elif name == "lossless":
+        from eagleviz.perf import lossless
+
+        entry = lossless.main
+    elif name == "int8-accuracy":
+        from eagleviz.perf import int8_accuracy
+
+        entry = int8_accuracy.main
     else:
         from eagleviz.perf import tune
 
@@ -125,11 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
     _delegating_parser(sub, "gpu-check", "on a CUDA GPU: the kernel, losslessness and speed, in one JSON report")
     _delegating_parser(sub, "export-bundle", "write the model, head and prompts an offline machine needs to one folder")
     _delegating_parser(sub, "fingerprint", "one hash of the greedy tokens the default path writes (the same on every CPU)")
+    _delegating_parser(sub, "lossless", "greedy EAGLE equals plain decoding bit for bit on MT-bench, every tree (JSON)")
+    _delegating_parser(sub, "int8-accuracy", "how far the weight blocks move the logits from fp32 on MT-bench (JSON)")
     return parser
 
 
 DELEGATED = ("train-head", "eval-head", "hot-tokens", "calibrate", "bench", "ceiling", "tune", "gpu-check", "export-bundle",
-             "fingerprint")
+             "fingerprint", "lossless", "int8-accuracy")
 
 
 def _one_line(message, category, filename, lineno, line=None) -> str:

@@ -2,30 +2,26 @@
 product, norm and attention sums in an order that does not depend on the batch, so greedy EAGLE equals plain
 greedy decoding bit for bit, with no tie to excuse: a chain, SGLang's default tree, a large budget, and the
 cost-aware tree drafted by the head alone and with prompt-lookup candidates, on MT-bench first turns
-(EAGLEVIZ_LOSSLESS_PROMPTS of them, 20 by default, all 80 with 80; EAGLEVIZ_LOSSLESS_TOKENS new tokens, 32).
-And the converse: a chain of the tokens plain decoding chose (`Foresight`) is accepted whole, every cycle, so
-no token's logits move when it is verified among others."""
+(EAGLEVIZ_LOSSLESS_PROMPTS of them, 20 by default; EAGLEVIZ_LOSSLESS_TOKENS new tokens, 32). And the converse:
+a chain of the tokens plain decoding chose (`Foresight`) is accepted whole, every cycle, so no token's logits
+move when it is verified among others. The trees and chains are eagleviz/perf/lossless.py's, whose command runs
+them on all 80 prompts into the committed assets/bench/lossless.json (tests/test_numerics.py)."""
 
 import os
 
 import pytest
 
-from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.config import SamplingConfig
 from eagleviz.decoding import calibration
 from eagleviz.decoding.engine import Engine
 from eagleviz.decoding.load import RANDOM_HEAD, default_head
-from eagleviz.decoding.lookup import Foresight
 from eagleviz.models.draft import load_head, random_head
+from eagleviz.perf.lossless import CHAINS, CONFIGS, short_cycles
 from eagleviz.prompts import mtbench_first_turns
 from eagleviz.paths import cache_dir
 from kernels import quant_ops
 from tiny import CPU_COSTS, unbuilt
 
-CONFIGS = {"chain": TreeConfig.create(5, 1, 6, adaptive=False, source="eagle"),
-           "tree": TreeConfig.create(5, 4, 16, adaptive=False, source="eagle"),
-           "large": TreeConfig.create(7, 8, 64, adaptive=False, source="eagle"),
-           "cost-aware": TreeConfig.create(5, 4, 16, source="eagle"),
-           "cost-aware+lookup": TreeConfig.create(5, 4, 16, source="eagle+lookup")}
 PROMPTS = int(os.environ.get("EAGLEVIZ_LOSSLESS_PROMPTS", "20"))
 NEW_TOKENS = int(os.environ.get("EAGLEVIZ_LOSSLESS_TOKENS", "32"))
 
@@ -60,15 +56,7 @@ def test_greedy_eagle_is_plain_greedy_decoding_bit_for_bit(engine, plain_outputs
     assert differ == [], f"{name}: prompts {differ} differ from plain decoding"
 
 
-@pytest.mark.parametrize("k", [3, 7])
+@pytest.mark.parametrize("k", CHAINS)
 def test_a_chain_of_plain_decodings_own_tokens_is_accepted_whole(engine, plain_outputs, k):
-    tree = TreeConfig.create(k, 1, k + 1, adaptive=False, source="lookup")
-    sampling = SamplingConfig(max_new_tokens=NEW_TOKENS)
     for prompt, plain in plain_outputs[:5]:
-        ids = engine.encode_prompt(prompt)
-        run = engine.new_run(prompt, ids, tree, sampling)
-        for _ in engine.speculate(ids, tree, sampling, run, index_of=lambda ctx: Foresight(plain, len(ids), ctx)):
-            pass
-        assert run.token_ids == plain
-        short = [c.index for c in run.cycles[:-1] if c.accept_length != k]  # the last cycle may run out of tokens
-        assert short == [], f"cycles {short} rejected a token plain decoding chose"
+        assert short_cycles(engine, prompt, plain, k) == [], "a cycle rejected a token plain decoding chose"
