@@ -232,7 +232,9 @@ def test_run_step_rerun_and_import(page, tmp_path):
 
 def test_stop_ends_a_long_run_cleanly(page):
     """A run long enough to be stopped mid-way however fast the machine decodes: SGLang's fixed tree at its
-    widest (each cycle verifies 64 tokens) for up to 512 tokens."""
+    widest (each cycle verifies 64 tokens) for up to 512 tokens of an essay (the counting preset's answer ends
+    after about 50 tokens, before a Stop could reach it)."""
+    page.fill("#prompt textarea", "Write a 2000-word essay about the history of Rome, with many sections.")
     set_number(page, "max-new-tokens", 512)
     for knob, value in (("steps", 8), ("topk", 8), ("draft-tokens", 64)):
         set_knob(page, knob, value)

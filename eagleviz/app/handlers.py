@@ -194,8 +194,11 @@ class Handlers:
                 stream = stream_run(hub, _prompt(prompt), knobs, self.limits, turns=self.turns)
                 for run, cycle in stream:
                     if cycle is None:
+                        # the four views of what was shown before (the opening's recorded run) go: the first
+                        # cycle's figures, drawn into empty frames, reached the browser sooner
                         yield (run, [], "Running\u2026 (prefill)", cycle_slider(None), "", skip, skip, skip, skip,
-                               "Waiting for the first cycle\u2026", *[skip] * (VIEW_SIZE - 2))
+                               "Waiting for the first cycle\u2026", *[skip] * 4, None, None, None, None,
+                               *[skip] * (VIEW_SIZE - 10))
                     elif cycle.index == 0:
                         yield (run, output_tokens(run), self._progress(run), cycle_slider(run), skip, skip, skip, skip,
                                *view_values(run, 0))
