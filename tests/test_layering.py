@@ -8,7 +8,7 @@ included): the data flows one way (decoding -> trace -> visuals -> app), and the
     visuals   never torch, never decoding, models, app or perf (everything is drawn from a trace)
     train     never app or perf
     kernels   never eagleviz
-    root      config, trace, errors, prompts, measured, paths: the shared vocabulary, importing no wing
+    root      config, trace, errors, prompts, measured, paths, journal: the shared vocabulary, importing no wing
               (cli is the command line's entry point and dispatches to the wings)
 No import circle between modules. In fresh interpreters: the engine never loads gradio or plotly, the trace,
 the visuals and the finder of measured results never load torch, the bench's table never loads plotly."""
@@ -24,7 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 WINGS = ("app", "perf", "decoding", "models", "visuals", "train")
-VOCABULARY = ("config", "trace", "errors", "prompts", "measured", "paths")
+VOCABULARY = ("config", "trace", "errors", "prompts", "measured", "paths", "journal")
 
 FORBIDDEN = {  # importer's layer -> layers (or top-level packages) it must never import
     "app": set(),
