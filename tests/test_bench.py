@@ -345,3 +345,14 @@ def test_with_a_peer_among_the_methods_ours_prefill_whole_as_the_peer_does(monke
     assert with_peer["prefill"] == "whole" and reused["plain"] == reused["eagle-tree"] == {0}
     assert "prefilled each prompt whole" in markdown_table(with_peer)
     assert engine.prefix.covers(engine.encode_prompt(prompts[0])) == 3  # the caller's engine is left as it was
+
+
+def test_the_ledger_lever_compares_the_forecast_alone_with_the_clock_too(monkeypatch):
+    from eagleviz.config import SamplingConfig, TreeConfig
+
+    engine, seen = tiny_engine("llama", vocab=8).with_policy(CPU_COSTS), []
+    original = bench.run_ours
+    monkeypatch.setattr(bench, "run_ours", lambda eng, *a, **k: seen.append(eng.ledger) or original(eng, *a, **k))
+    res = bench.lever_ab(engine, "ledger", ["abc", "abd"], SamplingConfig(max_new_tokens=6), TreeConfig.create(2, 2, 4), 1)
+    assert {False, True} <= set(seen) and engine.ledger is True
+    assert res["eagle-tree"]["same_tokens"] and len(res["eagle-tree"]["per_prompt"]) == 2
