@@ -50,6 +50,9 @@ def causal(n: int, device) -> torch.Tensor:
     return torch.ones(n, n, dtype=torch.bool, device=device).tril()
 
 
+ROOT_ALONE = "No tree was expected to beat a plain step: the root alone was verified."
+
+
 def grow(engine, feats: torch.Tensor | None, pend_tokens: list[int], dcache: KVCache | DeviceDrafter | None, cfg: TreeConfig,
          root: int, draft_tokens: int, policy: TreePolicy | None, match: Match | None, run_head: bool = True) -> Draft:
     """Grow the tree for one cycle and choose its verified nodes (at most `draft_tokens` tokens, root included).
@@ -57,6 +60,8 @@ def grow(engine, feats: torch.Tensor | None, pend_tokens: list[int], dcache: KVC
     fixed tree; match: a lookup continuation to merge (None: none). The head runs unless run_head is False
     (a cost-aware tree resting it) or the run is lookup-only (cfg.source == "lookup": feats/dcache are None)."""
     cands = Candidates()
+    if not run_head and match is None:  # nothing to verify but the root: the cycle is a plain step
+        return Draft(cands, VerifyTree.build(cands, [], root), 0, 1.0, ROOT_ALONE if policy is not None else "")
     calibration = policy.calibration if policy is not None else None
     levels, decision = 0, ""
     if run_head and cfg.source != "lookup":
@@ -74,7 +79,7 @@ def grow(engine, feats: torch.Tensor | None, pend_tokens: list[int], dcache: KVC
         if levels:  # the same cycle without the head: its lookup chain alone, nothing drafted
             alone = _lookup_values(match, calibration) if match is not None else []
             head_paid = choice.rate > policy.budget(alone, 0, draft_tokens - 1).rate
-        verdict = ("No tree was expected to beat a plain step: the root alone was verified." if size == 0 else
+        verdict = (ROOT_ALONE if size == 0 else
                    f"{size} of {len(cands)} candidates verified: there the expected tokens per plain step peak "
                    f"({choice.rate:.2f}).")
         decision = f"{decision} {verdict}".strip()

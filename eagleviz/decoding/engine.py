@@ -443,7 +443,8 @@ class Engine:
             trace = CycleTrace(
                 index=cycle, nodes=self._nodes(draft.cands, tree, text) if record else [],
                 verify_nodes=tree.node_ids, tokens=tree.tokens, texts=[text(t) for t in tree.tokens],
-                parents=tree.parents, positions=positions, mask=mask.int().tolist() if record else [],
+                parents=tree.parents, positions=positions,
+                mask=([[1]] if alone else mask.int().tolist()) if record else [],
                 target_tokens=argmax,
                 target_texts=[text(t) for t in argmax], target_probs=tprobs, checks=result.checks,
                 path=result.path, bonus_token=result.bonus_token, bonus_text=text(result.bonus_token),
