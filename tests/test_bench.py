@@ -5,6 +5,7 @@ ratios, taus and trees to JSON."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -356,3 +357,20 @@ def test_the_ledger_lever_compares_the_forecast_alone_with_the_clock_too(monkeyp
     res = bench.lever_ab(engine, "ledger", ["abc", "abd"], SamplingConfig(max_new_tokens=6), TreeConfig.create(2, 2, 4), 1)
     assert {False, True} <= set(seen) and engine.ledger is True
     assert res["eagle-tree"]["same_tokens"] and len(res["eagle-tree"]["per_prompt"]) == 2
+
+
+def test_the_readmes_gpu_figures_are_the_committed_h100_reports():
+    """README quotes the H100 run (docs/performance.md entry 34): plain tokens/s, the default tree's ratio and tau at
+    T = 0 and its ratio at T = 1, each as the bench wrote it in assets/bench/gpu/; a rerun that changes a report
+    without the README (or the reverse) fails here."""
+    root = Path(__file__).resolve().parents[1]
+    readme = " ".join((root / "README.md").read_text().split())
+    t0, t1 = (json.loads((root / "assets/bench/gpu" / f"bench-h100-T{t}.json").read_text()) for t in (0, 1))
+    assert "NVIDIA H100" in json.dumps(json.loads((root / "assets/bench/gpu/gpu-check-bundle-h100.json")
+                                                  .read_text())["environment"])
+    assert t0["machine"]["device"].startswith("cuda") and t0["prompts"] == t1["prompts"] == 20
+    quoted = [f"plain decoding runs at {t0['rows']['plain']['tokens_per_s']:.0f} tokens/s",
+              f"{t0['rows']['eagle-tree']['vs_plain']:.2f}x plain at T = 0",
+              f"(tau {t0['rows']['eagle-tree']['tau']:.2f})",
+              f"{t1['rows']['eagle-tree']['vs_plain']:.2f}x at T = 1"]
+    assert [q for q in quoted if q not in readme] == []
