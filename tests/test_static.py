@@ -10,6 +10,7 @@ failed capture falls back, saying so in the run's notes."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
@@ -19,6 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.decoding.drafting import causal
 from eagleviz.decoding.engine import Engine
+from eagleviz.decoding.policy import HeadRest, Ledger
 from eagleviz.decoding.steps import decode_path
 from eagleviz.models.draft import random_head
 from eagleviz.models.host import counting_reads
@@ -95,8 +97,10 @@ def test_a_static_step_is_the_eager_forward_over_a_used_cache(target):
 @pytest.mark.parametrize("tree", [None, TreeConfig.create(4, 2, 8, adaptive=False), TreeConfig.create(),
                                   TreeConfig.create(3, 8, 70, adaptive=False)], ids=["plain", "fixed", "default", "70"])
 def test_the_static_path_decodes_the_eager_paths_tokens(target, tree, temperature):
+    """The same tokens and accepted paths; the run's clock (`Ledger`) is left out, since the two paths take
+    different times and it rests the head by time."""
     sampling = SamplingConfig(temperature=temperature, max_new_tokens=40, seed=3)
-    runs = {d: engine(target, d, Recording() if d == "static" else None).generate(PROMPT, tree, sampling)
+    runs = {d: engine(target, d, Recording() if d == "static" else None, ledger=False).generate(PROMPT, tree, sampling)
             for d in ("eager", "static")}
     assert [o.token for o in runs["static"].output] == [o.token for o in runs["eager"].output]
     if tree is not None:
@@ -301,3 +305,61 @@ def test_a_zerogpu_space_decodes_eagerly_and_says_so(monkeypatch):
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     path, notes = decode_path("auto", "cuda")
     assert path == "eager" and "ZeroGPU" in notes[0]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_resting_cycle_is_a_plain_step_read_once(target, temperature, monkeypatch):
+    """Outside the step's replay (what a GPU's host does), a cycle whose head rests does what a plain step does:
+    one read of the device, greedy and sampled (the draw, the argmax and its probability together), no hidden
+    read (`probs[index]` with an index tensor would read it), and at most three more operations (the argmax's
+    probability for the trace, and keeping the root's features for the head)."""
+    replay = StaticSteps._replay
+
+    def uncounted(self, b):
+        step = replay(self, b)
+
+        def run():
+            with _disable_current_modes():
+                return step()
+        return run
+
+    monkeypatch.setattr(StaticSteps, "_replay", uncounted)
+    e = engine(target, "static", Recording())
+    sampling = SamplingConfig(max_new_tokens=24, temperature=temperature)
+    ids = e.encode_prompt(PROMPT)
+    seen = {}
+    for kind, tree in (("plain", None), ("rest", TreeConfig.create(source="eagle"))):
+        if tree is not None:
+            monkeypatch.setattr(HeadRest, "head_runs", lambda self: False)
+        run = e.new_run(PROMPT, ids, tree, sampling)
+        steps = e.plain(ids, sampling, run) if tree is None else e.speculate(ids, tree, sampling, run)
+        next(steps), next(steps)  # the prefill, and a first step (a resting cycle: the head never runs)
+        with Ops() as ops, counting_reads() as reads:
+            n = sum(1 for _ in steps)
+        work = {k: v for k, v in ops.work.items() if not k.startswith("resolve_")}  # a CPU's `tolist`
+        seen[kind] = (sum(work.values()) / n, reads[0] / n, ops.items, work)
+    assert all(c.draft_levels == 0 and len(c.tokens) == 1 for c in run.cycles)
+    (plain_ops, plain_reads, _, _), (rest_ops, rest_reads, items, work) = seen["plain"], seen["rest"]
+    assert plain_reads == rest_reads == 1 and items == 0 and "item.default" not in work
+    assert rest_ops <= plain_ops + 3, (seen["plain"][3], work)
+
+
+class Slow(Recording):
+    """A capture that takes 0.2 s, as a first use of a CUDA graph's size takes tens of milliseconds on a GPU."""
+
+    def capture(self, fn):
+        time.sleep(0.2)
+        return super().capture(fn)
+
+
+def test_the_runs_clock_never_counts_a_captures_time(target, monkeypatch):
+    """The `Ledger` judges the head by what its cycles take; a cycle that captured a graph (the target's step at
+    a new size, or the head's drafting at a new pending size) took its capture's time once, so it is left out:
+    otherwise a first resting cycle timed during a capture would make every drafted cycle look cheap."""
+    seen = []
+    observe = Ledger.observe
+    monkeypatch.setattr(Ledger, "observe", lambda self, ms, *args: seen.append(ms) or observe(self, ms, *args))
+    graphs = Slow(warmup=0)
+    run = engine(target, "static", graphs).generate(PROMPT, TreeConfig.create(), SamplingConfig(max_new_tokens=40))
+    assert graphs.captures >= 2 and 10 <= len(seen) < len(run.cycles)
+    assert max(seen) < 200  # no capture's 0.2 s

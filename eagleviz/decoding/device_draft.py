@@ -83,6 +83,11 @@ class DeviceDrafter:
     def rewind(self, length: int) -> None:
         self.cache.rewind(length)
 
+    @property
+    def prepared(self) -> int:
+        """The pending-size buckets made ready so far (each captured at its first use, in that drafting's time)."""
+        return len(self._replays)
+
     def _draft_fn(self, b: int, prefix: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor,
                   features: torch.Tensor) -> Callable[[], DraftOut]:
         """The drafting of b pending positions read from prefix (1,), ids (b,), positions (b,), features (b, F)."""

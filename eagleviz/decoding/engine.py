@@ -45,13 +45,14 @@ from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, T
 from eagleviz.decoding.calibration import HeadCalibration, RunAcceptance
 from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding.device_draft import DeviceDrafter
-from eagleviz.decoding.steps import decode_path, draft_state, release, target_steps
+from eagleviz.decoding.steps import decode_path, draft_state, prepared, release, target_steps
 from eagleviz.decoding.drafting import causal, grow
 from eagleviz.decoding.lookup import Foresight, SuffixIndex
 from eagleviz.decoding.policy import HeadRest, Ledger, TreePolicy
 from eagleviz.decoding.prefix import Prefix, PrefixCache, chat_prefix
 from eagleviz.decoding.tree import Candidates, VerifyTree
-from eagleviz.decoding.verify import VerifyResult, draw, greedy_verify, sample_verify, sampling_probs, top_tokens
+from eagleviz.decoding.verify import (VerifyResult, draw, draw_index, drawn, greedy_verify, sample_verify,
+                                      sampling_probs, top_tokens)
 from eagleviz.paths import cache_dir
 from kernels import capability, sample_ops
 from kernels.self_check import KernelCheck, choose_attention
@@ -270,9 +271,34 @@ class Engine:
     def _choose(self, logits: torch.Tensor, sampling: SamplingConfig, gen: torch.Generator,
                 argmax: torch.Tensor | None = None) -> int:
         """The next token from one row of logits (V,); greedy, the argmax a captured step computed, if any."""
-        if sampling.greedy:
-            return to_host(logits.argmax() if argmax is None else argmax)[0]
-        return draw(sampling_probs(logits, sampling.temperature, sampling.top_p), gen, self.sample_ops)
+        return self._read_out(logits, sampling, gen, argmax, top=False)[0]
+
+    def _read_out(self, logits: torch.Tensor, sampling: SamplingConfig, gen: torch.Generator,
+                  argmax: torch.Tensor | None = None, top: bool = True) -> tuple[int, int, float]:
+        """A plain step's read-out, shared by plain decoding and a cycle that verified the root alone: the token
+        (greedy, the argmax; sampled, a draw from `gen` of the sampling distribution) and, given `top`, the
+        target's argmax and its probability at the temperature (untruncated), which that cycle's trace shows
+        (else -1, nan). On a device all of it is read in one copy."""
+        temp = 1.0 if sampling.greedy else sampling.temperature
+        probs = None if sampling.greedy else sampling_probs(logits, temp, sampling.top_p)
+        ops = self.sample_ops if logits.is_cpu else None
+        if ops is not None:  # C passes over host memory: nothing to batch
+            best = ops.argmax(logits)[0][0]
+            token = best if probs is None else draw(probs, gen, ops)
+            if not top:
+                return token, -1, math.nan
+            untruncated = probs if probs is not None and sampling.top_p >= 1.0 else torch.softmax(
+                logits if temp == 1.0 else logits / temp, dim=-1)
+            return token, best, float(untruncated[best])
+        index = (logits.argmax() if argmax is None else argmax).reshape(1)
+        reads = [index] if probs is None else [draw_index(probs, gen)]
+        if top:
+            untruncated = probs if probs is not None and sampling.top_p >= 1.0 else torch.softmax(
+                logits if temp == 1.0 else logits / temp, dim=-1)
+            reads += [index, untruncated.gather(0, index)]  # an index tensor: `probs[index]` would read it
+        values = to_host(*reads)
+        token = values[0][0] if probs is None else drawn(values[0][0], probs)
+        return (token, values[1][0], values[2][0]) if top else (token, -1, math.nan)
 
     @staticmethod
     def _emit(run: RunTrace, tokens: list[tuple[int, str]], cycle: int, eos: frozenset[int], limit: int,
@@ -375,6 +401,7 @@ class Engine:
                 run.stop_reason = "context"
                 break
             clock = PhaseClock(dev)  # on CUDA: events, read once at the end of the cycle
+            began, ready = time.perf_counter(), prepared(steps, dcache)  # the ledger's clock: the whole cycle
             # 1) draft (near the context limit, a tree cut to the room left)
             budget = min(tree_cfg.draft_tokens, room)
             reference = ledger is not None and ledger.wants_reference()  # a plain step, timed
@@ -406,7 +433,8 @@ class Engine:
             clock.lap()
             # 3) accept (the one read of the target's verdict the host needs)
             if alone:  # nothing to accept, no distribution to keep for a replay
-                result, argmax, tprobs = self._accept_root(out.logits[0], sampling, gen)
+                result, argmax, tprobs = self._accept_root(out.logits[0], sampling, gen,
+                                                           None if out.argmax is None else out.argmax[0])
                 root_top = []
             else:
                 result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, gen, text)
@@ -456,8 +484,10 @@ class Engine:
                 root_top=root_top, expected_accept=draft.expected - 1.0, draft_levels=draft.levels,
                 decision=draft.decision, lookup_ngram=draft.lookup_ngram)
             run.cycles.append(trace)
-            if ledger is not None:
-                winning = ledger.observe(sum(trace.timings_ms.values()), len(committed), run_head, alone)
+            if ledger is not None:  # by the wall clock: on a GPU the phases' events leave out the host's work;
+                # a cycle that captured a graph is no evidence (its capture is paid once)
+                winning = (ledger.observe((time.perf_counter() - began) * 1e3, len(committed), run_head, alone)
+                           if prepared(steps, dcache) == ready else True)
                 if run_head:
                     rest.most = ledger.span()
                     rest.record(forecast_paid and winning, losing=not winning)
@@ -493,24 +523,12 @@ class Engine:
 
         return sample_verify(tree, probs_at, qs, argmax, gen, text, ops), argmax, tprobs, probs_at(0)
 
-    def _accept_root(self, logits: torch.Tensor, sampling: SamplingConfig,
-                     gen: torch.Generator) -> tuple[VerifyResult, list[int], list[float]]:
-        """Phase 3 of a cycle that verified the root alone, as `_accept` would decide it (the same draw from the
-        same generator) without what only a drafted tree needs: the token is plain decoding's choice, the
-        target's argmax and its probability are read once, the distribution is not kept for a replay."""
-        ops = self.sample_ops if logits.is_cpu else None
-        temp = 1.0 if sampling.greedy else sampling.temperature
-        probs = torch.softmax(logits if temp == 1.0 else logits / temp, dim=-1)
-        if ops is not None:
-            top = ops.argmax(logits)[0][0]
-            top_prob = float(probs[top])
-        else:  # the argmax and its probability in the cycle's one read of the verdict
-            index = logits.argmax()
-            top, top_prob = to_host(index, probs[index])
-        if sampling.greedy:
-            bonus = top
-        else:  # nucleus truncation draws from its own distribution; the argmax's probability is reported untruncated
-            bonus = draw(probs if sampling.top_p >= 1.0 else sampling_probs(logits, temp, sampling.top_p), gen, ops)
+    def _accept_root(self, logits: torch.Tensor, sampling: SamplingConfig, gen: torch.Generator,
+                     argmax: torch.Tensor | None = None) -> tuple[VerifyResult, list[int], list[float]]:
+        """Phase 3 of a cycle that verified the root alone: plain decoding's read-out (`_read_out`, the same
+        draw from the same generator), with the target's argmax and its probability for the trace, read once;
+        the distribution is not kept for a replay."""
+        bonus, top, top_prob = self._read_out(logits, sampling, gen, argmax)
         return VerifyResult(path=[0], bonus_token=bonus, bonus_source="target", checks=[]), [top], [top_prob]
 
     def _root_top(self, probs: torch.Tensor, text) -> list[tuple[int, str, float]]:

@@ -124,7 +124,9 @@ class Ledger:
     calibration forecasts acceptance on average; the ledger sees this run on this CPU.
 
     A drafted cycle pays when it commits at least as many tokens per millisecond as a resting cycle does its
-    one: tokens * rest_ms >= its ms (rest_ms: the median of the last RECENT resting cycles). One cycle is no
+    one: tokens * rest_ms >= its ms (rest_ms: the median of the last RECENT resting cycles). The engine times a
+    cycle by the wall clock, from its start to its trace (what tokens per second pay for; on a GPU the phases'
+    events would leave out the host's work between them), and leaves out a cycle that captured a CUDA graph. One cycle is no
     verdict (a head accepted twice on average has many cycles that keep nothing): the head is `losing` when its
     last RECENT drafted cycles (at least EVIDENCE) together committed fewer tokens per millisecond than resting
     cycles do. A losing head rests `span` cycles, then drafts one probe; a probe that pays starts the count

@@ -75,3 +75,10 @@ def release(engine, run: RunTrace | None, *states) -> None:
             if run is not None and state.fallback and state.fallback not in run.notes:
                 run.notes.append(state.fallback)
             engine.pool.give_back(state)
+
+
+def prepared(*states) -> int:
+    """How many step sizes a run's static states have made ready: a cycle in which this grew captured a CUDA
+    graph, which took longer than any later cycle of that size will (the `Ledger` leaves such a cycle out)."""
+    return sum(state.prepared for state in states if isinstance(state, (StaticSteps, DeviceDrafter)))
+

@@ -50,12 +50,24 @@ def draw(weights: torch.Tensor, generator: torch.Generator, ops: SampleOps | Non
     Inverse CDF in fp64 (a cumulative sum and a binary search): `torch.multinomial` does the same job 20 times
     slower on a CPU (0.9 ms for one draw over a 49k vocabulary: docs/performance.md entry 15). Zero weights
     are never drawn. `ops` (CPU weights) does it in one C call, bitwise the same index for the same draw."""
-    u = torch.rand(1, generator=generator, dtype=torch.float64, device=weights.device)
     if ops is not None and weights.is_cpu:
+        u = torch.rand(1, generator=generator, dtype=torch.float64, device=weights.device)
         return ops.draw(weights, float(u))
+    (i,), = to_host(draw_index(weights, generator))
+    return drawn(i, weights)
+
+
+def draw_index(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """`draw` left on the device, unread: a (1,) index (the caller reads it with whatever else it reads, then
+    passes it through `drawn`). The same random number from the generator, so the same token."""
+    u = torch.rand(1, generator=generator, dtype=torch.float64, device=weights.device)
     cdf = torch.cumsum(weights, 0, dtype=torch.float64)
-    (i,), = to_host(torch.searchsorted(cdf, u * cdf[-1], right=True))
-    if i >= weights.numel():  # u rounded up to the total: the last token with weight
+    return torch.searchsorted(cdf, u * cdf[-1], right=True)
+
+
+def drawn(i: int, weights: torch.Tensor) -> int:
+    """A `draw_index` read: where u rounded up to the total (i past the end), the last token with weight."""
+    if i >= weights.numel():
         (i,), = to_host(torch.nonzero(weights)[-1])
     return i
 

@@ -227,6 +227,11 @@ class StaticSteps:
         """Ready for another run: nothing committed (the slots are overwritten as the run writes them)."""
         self.cache.length = 0
 
+    @property
+    def prepared(self) -> int:
+        """The step sizes made ready so far (a CUDA graph is captured at a size's first use, in that step's time)."""
+        return len(self._replays)
+
 
 class StatePool:
     """Static states kept between runs, by key (what they were made for: attention, features, capacity, tree
@@ -260,6 +265,7 @@ class EagerSteps:
     run's capacity (dynamic shapes: on a CPU the C layer and its batch-invariant sums need no capture)."""
 
     reuses_outputs = False  # each step's outputs are new tensors
+    prepared = 0  # nothing is captured: no step pays for a capture
 
     def __init__(self, target, capacity: int, impl: str, feature_layers: tuple[int, ...] | None):
         self.target, self.impl, self.feature_layers = target, impl, feature_layers
