@@ -98,12 +98,14 @@ class Visitor:
         self.http = httpx.Client(base_url=url + "gradio_api/", timeout=httpx.Timeout(60.0, read=None))
         self.session, self.events = uuid.uuid4().hex, events
 
-    def call(self, api_name: str, data: list, track: tuple[int, ...]) -> Iterator[dict[int, object]]:
-        """The event's updates as they arrive: the tracked outputs' values after each one."""
+    def call(self, api_name: str, data: list, track: tuple[int, ...],
+             query: dict[str, str] | None = None) -> Iterator[dict[int, object]]:
+        """The event's updates as they arrive: the tracked outputs' values after each one. `query`: the page's own
+        query (`?room=CODE`), which the page's requests carry as theirs."""
         from gradio_client.utils import apply_diff
 
         body = {"data": data, "fn_index": self.events[api_name], "session_hash": self.session, "event_data": None}
-        response = self.http.post("queue/join", json=body)
+        response = self.http.post("queue/join", params=query, json=body)
         response.raise_for_status()
         event = response.json()["event_id"]
         values: dict[int, object] | None = None

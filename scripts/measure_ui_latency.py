@@ -4,6 +4,7 @@ of server time).
 
     python scripts/measure_ui_latency.py                 # server side only
     python scripts/measure_ui_latency.py --browser       # also click Run in headless Chromium
+    python scripts/measure_ui_latency.py --room 30       # a room: the instructor's click to 30 followers' pictures
 
 Server side, "first figures" is the time from calling the Run handler to the yield that carries cycle 0's
 figures, plus serialising those figures to JSON (what Gradio sends). "Step" is one Next-button handler
@@ -12,14 +13,43 @@ outlined), "phase" every frame of every cycle (as Play phases draws them), "tour
 cycle, with the same serialisation. The browser measurement is wall time from the
 click on Run until cycle 0's caption and figures are in the page and painted (network, queue, rendering
 included).
+
+`--room N` measures only a room (target: under 1 s from the instructor's click to each follower's picture, median
+and max). The app runs in this process; the instructor is a headless Chromium page on a recorded run
+(`?gallery=story`) that opens a room and clicks Next `--clicks` times. N followers are HTTP clients in a child
+process (so that their work does not hold this process's interpreter), each speaking the follower page's own
+protocol: it joins with the page's load event (`queue/join?room=CODE`, its session holding the room), then calls
+the room timer's tick event (`run/predict`, as the page does for an event outside the queue) every FOLLOW_EVERY_S
+from a random phase, dropping the ticks that fall while one is pending (Gradio's `trigger_mode="once"`); they do
+not send the two small events the page sends after a picture (the room line and the tour line). `--pages` more
+followers are real Chromium pages (`?room=CODE`). Per click and follower:
+  server+network  (HTTP followers) the click's time until the tick that carries the new cycle's picture (caption
+                  and figures) is read and parsed: the instructor's own events (Next, then the room told), the
+                  wait for the follower's next tick (uniform over FOLLOW_EVERY_S), the server's answer and its
+                  transfer. "tick" is that last request alone.
+  browser paint   (pages) from that tick's response in the page (Resource Timing's responseEnd) to the first
+                  animation frame after the caption and the draft tree show the new cycle: Gradio applying the
+                  update, Plotly drawing the four views and the summary, the paint.
+  end to end      (pages) the click until that frame: what a student sees.
+Everything shares this machine: the server, the instructor's and the followers' Chromium pages and the HTTP
+clients, so the figures are an upper bound for a class whose laptops draw their own pictures.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import queue
+import random
 import socket
 import statistics
+import subprocess
+import sys
+import threading
 import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import plotly.graph_objects as go
 import torch
@@ -29,6 +59,7 @@ from eagleviz.decoding.load import load_engine
 from eagleviz.app import navigation as nav
 from eagleviz.app.handlers import Handlers, StopRequest
 from eagleviz.app.session import EngineHub
+from eagleviz.app import workshop
 from eagleviz.app.ui import CSS, as_pairs, build_app
 from eagleviz.visuals.phases import frames
 
@@ -100,20 +131,29 @@ def describe(name: str, times: list[float]) -> str:
             f"ms, max {times[-1]:.0f} ms over {len(times)}")
 
 
-def browser_first_figures_s(h_engine, knobs: tuple, repeats: int) -> list[float]:
-    from playwright.sync_api import sync_playwright
-
-    demo = build_app(h_engine)
+@contextmanager
+def serving(engine) -> Iterator[str]:
+    """The app on a free localhost port, in this process: its URL, closed afterwards."""
+    demo = build_app(engine)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
-    times = []
     try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
+def browser_first_figures_s(h_engine, knobs: tuple, repeats: int) -> list[float]:
+    from playwright.sync_api import sync_playwright
+
+    times = []
+    with serving(h_engine) as url:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.goto(f"http://127.0.0.1:{port}/")
+            page.goto(url)
             page.wait_for_selector("#run")
             box = page.locator("#max-new-tokens input[type=number]").first
             box.fill(str(knobs[5]))
@@ -130,9 +170,159 @@ def browser_first_figures_s(h_engine, knobs: tuple, repeats: int) -> list[float]
                 page.wait_for_function("() => document.querySelector('#status').innerText.startsWith('Done')",
                                        timeout=300_000)
             browser.close()
-    finally:
-        demo.close()
     return times
+
+
+# ---------------------------------------------------------------- a room: the instructor's click to the followers
+
+# In a follower page: at the first animation frame whose caption and draft tree show cycle `k`, wait one frame more
+# (the paint) and keep that time, with the end of the tick response that brought the picture (epoch ms).
+WATCH_JS = """(k) => {
+  performance.clearResourceTimings(); performance.setResourceTimingBufferSize(100000); window.__painted = null;
+  const now = () => performance.timeOrigin + performance.now();
+  const shown = () => {
+    const g = document.querySelector('#draft-tree .js-plotly-plot'), c = document.querySelector('#cycle-caption .prose');
+    const title = (g && g.layout && g.layout.title && g.layout.title.text) || '';
+    return title.includes(`Cycle ${k} `) && c !== null && c.innerText.includes(`Cycle ${k} of`); };
+  const loop = () => {
+    if (!shown()) { requestAnimationFrame(loop); return; }
+    requestAnimationFrame(() => {
+      const picture = performance.getEntriesByType('resource').filter(
+        e => e.name.includes('/run/predict') && e.encodedBodySize > 10000);
+      window.__painted = {painted: now(), arrived: picture.length ? performance.timeOrigin + picture[0].responseEnd
+                                                                     : null}; }); };
+  requestAnimationFrame(loop); }"""
+PROSE_JS = "(id) => { const e = document.querySelector('#' + id + ' .prose'); return e ? e.innerText.trim() : ''; }"
+
+
+def room_events(url: str) -> dict:
+    """The follower's two events, found in the page's config as its browser code finds them: the load event that
+    joins the room (its outputs include the follow row) and the room timer's tick (they include the follow line),
+    with the timer's id and the tick's output that carries the cycle's caption."""
+    with urllib.request.urlopen(url + "config", timeout=60) as r:
+        config = json.load(r)
+    elem = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
+
+    def event(trigger: str, output: str) -> dict:
+        return next(d for d in config["dependencies"] if any(t[1] == trigger for t in d["targets"])
+                    and output in [elem.get(o) for o in d["outputs"]])
+
+    join, tick = event("load", "follow-row"), event("tick", "follow-text")
+    return {"join": join["id"], "tick": tick["id"], "timer": tick["targets"][0][0],
+            "caption": [elem.get(o) for o in tick["outputs"]].index("cycle-caption")}
+
+
+def follow_over_http(spec: dict) -> None:
+    """The HTTP followers (run in a child process): one line of JSON on stdout per follower once it has joined, and
+    one per picture it receives (`at`: epoch seconds once read and parsed, `sent`: when its tick left), until stdin
+    closes."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+    from measure_concurrency import Visitor
+
+    stop, lock = threading.Event(), threading.Lock()
+
+    def say(row: dict) -> None:
+        with lock:
+            print(json.dumps(row), flush=True)
+
+    def follower(i: int) -> None:
+        visitor, query = Visitor(spec["url"], {"join": spec["join"]}), {"room": spec["code"]}
+        for _ in visitor.call("join", [], (), query=query):
+            pass
+        say({"joined": i})
+        body = {"data": [None, True, None], "fn_index": spec["tick"], "trigger_id": spec["timer"],
+                "session_hash": visitor.session}
+        period = spec["period"]
+        due = time.monotonic() + random.uniform(0, period)
+        while not stop.is_set():
+            time.sleep(max(0.0, due - time.monotonic()))
+            sent = time.time()
+            response = visitor.http.post("run/predict", params=query, json=body)
+            response.raise_for_status()
+            data = response.json()["data"]
+            if not isinstance(data[0], dict):   # a picture: an unmoved room answers with skips only
+                say({"follower": i, "at": time.time(), "sent": sent, "caption": str(data[spec["caption"]]),
+                     "bytes": len(response.content)})
+            due += period * (1 + max(0.0, time.monotonic() - due) // period)   # ticks due while it waited: dropped
+
+    threads = [threading.Thread(target=follower, args=(i,), daemon=True) for i in range(spec["followers"])]
+    for t in threads:
+        t.start()
+    sys.stdin.read()
+    stop.set()
+
+
+def cycle_shown(page) -> tuple[int, int]:
+    """The cycle a page shows and its run's cycles, from its caption ("Cycle k of n")."""
+    words = page.evaluate(PROSE_JS, "cycle-caption").split()
+    return int(words[1]), int(words[3])
+
+
+def room_latency(engine, followers: int, pages: int, clicks: int) -> dict[str, list[float]]:
+    """Seconds per click and follower: 'server+network' and 'tick' (HTTP followers), 'browser paint' and 'end to
+    end' (pages)."""
+    from playwright.sync_api import sync_playwright
+
+    out: dict[str, list[float]] = {"server+network": [], "tick": [], "browser paint": [], "end to end": []}
+    with serving(engine) as url, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        teacher = browser.new_page(viewport={"width": 1280, "height": 800})
+        teacher.goto(url + "?gallery=story")
+        teacher.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Recorded run')", timeout=60_000)
+        teacher.get_by_text("Workshop: recorded runs").first.click()
+        teacher.click("#open-room")
+        teacher.wait_for_function(f"() => ({PROSE_JS})('room-text').startsWith('Room')")
+        code = teacher.locator("#room-text a").first.get_attribute("href").removeprefix("?room=")
+        spec = {"url": url, "code": code, "followers": followers, "period": workshop.FOLLOW_EVERY_S,
+                **room_events(url)}
+        child = subprocess.Popen([sys.executable, __file__, "--follow-spec", json.dumps(spec)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+        rows: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: [rows.put(json.loads(line)) for line in child.stdout], daemon=True).start()
+        try:
+            tabs = [browser.new_page(viewport={"width": 1280, "height": 800}) for _ in range(pages)]
+            for tab in tabs:
+                tab.goto(url + f"?room={code}")
+                tab.wait_for_function(f"() => ({PROSE_JS})('follow-text').startsWith('Following room')",
+                                      timeout=60_000)
+            pictured: set[int] = set()
+            while len(pictured) < followers:   # every HTTP follower has joined and drawn the room's first picture
+                row = rows.get(timeout=120)
+                pictured |= {row["follower"]} if "follower" in row else set()
+            for _ in range(clicks):
+                k, n = cycle_shown(teacher)
+                button, k = ("#next", k + 1) if k + 1 < n else ("#prev", k - 1)
+                for tab in tabs:
+                    tab.evaluate(WATCH_JS, k)
+                start = time.time()
+                teacher.click(button)
+                seen: dict[int, dict] = {}
+                while len(seen) < followers:
+                    row = rows.get(timeout=60)
+                    if "follower" in row and row["at"] > start and f"**Cycle {k}**" in row["caption"]:
+                        seen.setdefault(row["follower"], row)
+                out["server+network"] += [r["at"] - start for r in seen.values()]
+                out["tick"] += [r["at"] - r["sent"] for r in seen.values()]
+                for tab in tabs:
+                    tab.wait_for_function("() => window.__painted", timeout=60_000)
+                    shown = tab.evaluate("() => window.__painted")
+                    out["end to end"].append(shown["painted"] / 1e3 - start)
+                    if shown["arrived"] is not None:
+                        out["browser paint"].append((shown["painted"] - shown["arrived"]) / 1e3)
+                time.sleep(0.5 + random.uniform(0, workshop.FOLLOW_EVERY_S))
+        finally:
+            child.stdin.close()
+            child.wait(timeout=60)
+            browser.close()
+    return out
+
+
+def describe_room(name: str, times: list[float]) -> str:
+    if not times:
+        return f"room: {name}: nothing measured"
+    times = sorted(times)
+    return (f"room: {name}: median {statistics.median(times):.2f} s, p90 {times[int(0.9 * (len(times) - 1))]:.2f} s, "
+            f"max {times[-1]:.2f} s over {len(times)}")
 
 
 def main() -> None:
@@ -143,9 +333,24 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0,
                    help="torch CPU threads (0 = torch's default); on a core shared with another busy process, "
                         "1 avoids threads waiting on a descheduled peer")
+    p.add_argument("--room", type=int, default=0, metavar="N",
+                   help="measure only a room with N followers over HTTP (and --pages followers in Chromium)")
+    p.add_argument("--pages", type=int, default=2, help="with --room: followers that are Chromium pages")
+    p.add_argument("--clicks", type=int, default=5, help="with --room: the instructor's clicks on Next")
+    p.add_argument("--follow-spec", help=argparse.SUPPRESS)   # the HTTP followers' child process
     args = p.parse_args()
+    if args.follow_spec:
+        follow_over_http(json.loads(args.follow_spec))
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.room:
+        times = room_latency(load_engine, args.room, args.pages, args.clicks)   # a factory: no model work here
+        print(f"room: {args.room} followers over HTTP, {args.pages} in Chromium, {args.clicks} clicks, a tick every "
+              f"{workshop.FOLLOW_EVERY_S} s")
+        for name, values in times.items():
+            print(describe_room(name, values))
+        return
     engine = load_engine()
     engine.generate("Hello", TreeConfig.create(), SamplingConfig(max_new_tokens=4))  # as app.py does at start-up
     hub = EngineHub(engine)

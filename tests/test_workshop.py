@@ -245,6 +245,29 @@ def test_a_room_gives_each_follower_the_instructors_picture_once_per_move_and_en
     assert workshop.room_shown(rooms, code, run, 0, None, None).startswith("\u26a0") and len(rooms) == 0
 
 
+def test_a_step_is_told_to_the_room_as_it_is_answered_and_the_pages_own_change_adds_no_version(handlers):
+    """Next on the instructor's page moves the room in the same server call (followers do not wait for the
+    instructor's browser to draw it); the `.change` events the page then sends carry the same picture."""
+    from eagleviz.app import navigation as nav
+    from eagleviz.app.rooms import Rooms
+    from eagleviz.visuals.phases import frames
+
+    rooms = Rooms()
+    run = gallery.load("story")
+    code, _ = workshop.room_opened(rooms, run, 2, None, None)
+    version = rooms.seen(code).version
+    stepped = workshop.room_stepped(rooms, code, run, 2, +1)
+    assert stepped[1:3] == nav.step(run, 2, +1)[1:3]   # the step's own outputs: the summary and the focus
+    room = rooms.seen(code)
+    last = len(frames(run.cycles[3])) - 1                # a step shows the cycle's end state: its last phase frame
+    assert (room.version, room.cycle, room.frame, room.slot) == (version + 1, 3, last, None)
+    assert workshop.room_shown(rooms, code, run, 3, last, None) == gr.skip() and room.version == version + 1
+    workshop.room_stepped(rooms, code, run, len(run.cycles) - 1, +1)   # past the last cycle: it stays there
+    assert rooms.seen(code).cycle == len(run.cycles) - 1
+    workshop.room_stepped(rooms, None, run, 0, +1)       # a page with no room of its own tells none
+    assert rooms.seen(code).cycle == len(run.cycles) - 1
+
+
 def test_a_room_follows_a_live_run_as_its_cycles_arrive(handlers):
     """The instructor's run still streaming: each new cycle (the status line changes) is a new picture for the
     room, so the followers' text and cycle slider grow with it."""

@@ -384,9 +384,13 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         # The slider moved by hand (typed, clicked, dragged): the views follow; the slider itself is not an output.
         gr.on([slider.input, slider.release], nav.show, [run_state, slider], [summary_plot, *view],
               trigger_mode="always_last", **quiet)
-        first_btn.click(lambda r: nav.step(r, 0, 0), run_state, cycle_outputs, **quiet)
-        prev_btn.click(lambda r, i: nav.step(r, i, -1), [run_state, slider], cycle_outputs, **quiet)
-        next_btn.click(lambda r, i: nav.step(r, i, +1), [run_state, slider], cycle_outputs, **quiet)
+        # A step is told to the instructor's room as it is answered (`workshop.room_stepped`), not once it is drawn.
+        first_btn.click(lambda r, c: workshop.room_stepped(rooms, c, r, 0, 0), [run_state, room_code], cycle_outputs,
+                        **quiet)
+        prev_btn.click(lambda r, i, c: workshop.room_stepped(rooms, c, r, i, -1), [run_state, slider, room_code],
+                       cycle_outputs, **quiet)
+        next_btn.click(lambda r, i, c: workshop.room_stepped(rooms, c, r, i, +1), [run_state, slider, room_code],
+                       cycle_outputs, **quiet)
         play_btn.click(nav.play, [run_state, playing], [playing, timer, play_btn])
         timer.tick(nav.tick, [run_state, slider], [*cycle_outputs, playing, timer, play_btn], **quiet)
         output.select(nav.output_selected, run_state, cycle_outputs, **quiet)

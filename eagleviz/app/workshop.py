@@ -18,6 +18,8 @@ from dataclasses import fields, replace
 from urllib.parse import quote
 
 import gradio as gr
+import plotly.graph_objects as go
+from gradio.components.plot import PlotData
 
 from eagleviz.app import gallery, presets, share
 from eagleviz.app.rooms import Rooms
@@ -29,6 +31,7 @@ from eagleviz.app.session import Knobs, attention_choices, knobs_of
 from eagleviz.trace import RunTrace
 from eagleviz.visuals import summary_figure
 from eagleviz.visuals.output_text import output_tokens
+from eagleviz.visuals.phases import frames
 
 LAYOUT_PARAMS = ("projector", "model", "room")   # read here (room: `room_joined`), not by `share`
 PROJECTOR_CLASS = "ev-projector"
@@ -307,6 +310,18 @@ def room_shown(rooms: Rooms, code: str | None, run: RunTrace | None, cycle: floa
     return "\u26a0 This room has ended (no move for two hours); open a new one."
 
 
+def room_stepped(rooms: Rooms, code: str | None, run: RunTrace | None, index: float, delta: int) -> tuple:
+    """The instructor's step between cycles (`nav.step`), told to the room by the server as it is answered: the
+    followers need not wait for the instructor's browser to draw the step before its `.change` events tell the
+    room (about a second on a busy 2-core machine). The room is told what the page will show, the cycle's end state
+    (the phase slider at its last frame, no slot), so those events then find the same picture: no second version.
+    Outputs: nav.step's (slider, summary plot, *view)."""
+    if code and run is not None and run.cycles:
+        i = max(0, min(int(index or 0) + delta, len(run.cycles) - 1))
+        rooms.show(code, run, i, len(frames(run.cycles[i])) - 1, None)
+    return nav.step(run, index, delta)
+
+
 def room_joined(request: gr.Request | None) -> tuple:
     """On page load: the room a link names (`?room=CODE`), joined, with following on. Outputs: the room joined,
     the follower's timer, the follow row."""
@@ -317,6 +332,12 @@ def room_joined(request: gr.Request | None) -> tuple:
 
 
 FOLLOW_SIZE = 5 + VIEW_SIZE + 2
+
+
+def sent_once(value):
+    """A figure as `gr.Plot` sends it (its JSON, `PlotData`), made once for a room's followers: each follower's answer
+    would otherwise serialise the same figures again, thirty followers thirty times over."""
+    return PlotData(type="plotly", plot=value.to_json()) if isinstance(value, go.Figure) else value
 
 
 def room_followed(rooms: Rooms, code: str | None, follow: bool, seen: int | None) -> tuple:
@@ -334,8 +355,8 @@ def room_followed(rooms: Rooms, code: str | None, follow: bool, seen: int | None
     drawn = room.drawn
     if drawn is None:   # the first follower of this version draws it; the others reuse it
         i = max(0, min(room.cycle, len(run.cycles) - 1))
-        drawn = (output_tokens(run), cycle_slider(run, i), summary_figure(run, i),
-                 *nav.view_at(run, i, room.frame, room.slot))
+        drawn = tuple(map(sent_once, (output_tokens(run), cycle_slider(run, i), summary_figure(run, i),
+                                      *nav.view_at(run, i, room.frame, room.slot))))
         rooms.keep_drawn(room, version, drawn)
     return (version, run, *drawn, f"Following room **{str(code)[:8]}**: this page shows the instructor's picture. "
             "Untick to explore on your own.", skip)
