@@ -4,9 +4,12 @@ import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from eagleviz.decoding.tree import VerifyTree
 from eagleviz.decoding.verify import draw, greedy_verify, sample_verify, sampling_probs
+from eagleviz.paths import cache_dir
+from kernels import sample_ops
 
 V = 6
 # root(slot 0) -> slots 1, 2, 3 ; slot 1 -> 4, 5 ; slot 2 -> 6
@@ -113,3 +116,38 @@ def test_a_rejection_that_leaves_no_residual_mass_draws_from_the_target():
     res = sample_verify(TREE, lambda s: probs[s], [0.3] * 7, [1] * 7, torch.Generator().manual_seed(seed), text)
     assert res.path == [0] and res.bonus_token == 1 and res.bonus_source == "target"
     assert not res.checks[0].accepted and res.checks[0].residual_top == []
+
+
+class Items(TorchDispatchMode):
+    """Counts the reads that bypass `to_host` (`float(tensor)`, `.item()`: each a wait on a GPU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.items = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.items += str(func).startswith(("aten._local_scalar_dense", "aten.item"))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_walk_reads_once_a_node_and_draws_as_the_sequential_walk_does(seed):
+    """Without C reads (a GPU's distributions) each node's rejections are computed ahead and read in one copy:
+    one counted read a node with children on the walk, one more for a leaf's bonus, none past the counter; the
+    checks, the path, the bonus and the generator's state after it are the C walk's (which reads as it goes)."""
+    from eagleviz.models.host import counting_reads
+
+    ops = sample_ops.load(cache_dir() / "kernels")
+    if ops is None:
+        pytest.skip("kernels/sample_ops.c did not build here: " + str(sample_ops.last_error(cache_dir() / "kernels")))
+    probs = sampling_probs(torch.randn(7, V, generator=torch.Generator().manual_seed(seed)) * 2, 1.0, 1.0)
+    a, b = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+    with Items() as items, counting_reads() as reads:
+        ahead = sample_verify(TREE, lambda s: probs[s], [0.5] * 7, [0] * 7, a, text)
+    walked = sample_verify(TREE, lambda s: probs[s], [0.5] * 7, [0] * 7, b, text, ops)
+    kids = TREE.children()
+    assert items.items == 0
+    assert reads[0] == sum(1 for s in ahead.path if kids[s]) + (not kids[ahead.path[-1]])
+    assert (ahead.path, ahead.bonus_token, ahead.bonus_source) == (walked.path, walked.bonus_token, walked.bonus_source)
+    assert ahead.checks == walked.checks
+    assert torch.equal(a.get_state(), b.get_state())

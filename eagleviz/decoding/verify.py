@@ -24,7 +24,7 @@ import torch
 
 from eagleviz.trace import NodeCheck
 from eagleviz.decoding.tree import VerifyTree
-from eagleviz.models.host import to_host
+from eagleviz.models.host import to_device, to_host
 from kernels.sample_ops import SampleOps
 
 RESIDUAL_TOP = 5
@@ -78,7 +78,7 @@ def top_tokens(probs: torch.Tensor, k: int, ops: SampleOps | None = None) -> tup
     if ops is not None and probs.is_cpu:
         return ops.top_k(probs, k)
     values, indices = torch.topk(probs, min(k, probs.numel()))
-    return indices.tolist(), values.tolist()
+    return to_host(indices, values)  # one read of both
 
 
 @dataclass
@@ -121,11 +121,18 @@ def sample_verify(tree: VerifyTree, probs_at: Callable[[int], torch.Tensor], dra
                   ops: SampleOps | None = None) -> VerifyResult:
     """probs_at(s): the target's sampling distribution (V,) at slot s (computed lazily: only the nodes on the
     walk need it). Draws come from `generator`, so a seed reproduces the run; `ops` reads the rows in C (the
-    same draws)."""
+    same draws). Without `ops` each node's rejections are computed ahead (`_node_ahead`) and read in one copy,
+    the same values and draws as the walk below."""
     kids = tree.children()
     path, checks = [0], []
     while True:
         cur = path[-1]
+        if ops is None and kids[cur]:
+            nxt, bonus = _node_ahead(tree, kids[cur], probs_at, draft_probs, target_argmax, generator, text, checks)
+            if nxt is not None:
+                path.append(nxt)
+                continue
+            return VerifyResult(path=path, bonus_token=bonus[0], bonus_source=bonus[1], checks=checks)
         p = probs_at(cur)
         if kids[cur]:
             p = p.clone()  # rejections zero tokens of this copy
@@ -165,3 +172,55 @@ def sample_verify(tree: VerifyTree, probs_at: Callable[[int], torch.Tensor], dra
         bonus = draw(p, generator, ops)
         return VerifyResult(path=path, bonus_token=bonus, bonus_source="residual" if rejected else "target",
                             checks=checks)
+
+
+def _node_ahead(tree: VerifyTree, kids: list[int], probs_at, draft_probs: list[float], target_argmax: list[int],
+                generator: torch.Generator, text: TextFn, checks: list[NodeCheck]) -> tuple[int | None, tuple]:
+    """One node of `sample_verify`'s walk with its rejections computed before they are known, as if every child
+    were rejected: each child's probability under the residual its elder siblings leave, the residuals' sums and
+    most likely tokens, a uniform per child and the draw from the residual all of them leave, all on the device
+    and read in one copy (the walk itself read three values a rejected child, each a wait on a GPU). The host
+    then walks them as `sample_verify` does, and sets the generator to where that walk would have left it, so
+    the values, the draws and the generator's state are the walk's. Appends the checks; returns the accepted
+    child's slot (or None) and, when none was accepted, the bonus token and its source."""
+    cur = tree.parents[kids[0]]
+    target = probs_at(cur)
+    dev, k = target.device, len(kids)
+    xs = [tree.tokens[s] for s in kids]
+    index = to_device(xs, dev)
+    p = target.clone()
+    px, totals, shown, states, uniforms = [], [], [], [], []
+    top = None
+    for j in range(k):
+        uniforms.append(torch.rand((), generator=generator, device=dev))
+        states.append(generator.get_state())  # where the walk would be after this child's uniform
+        x = index[j:j + 1]
+        px.append(p.gather(0, x))
+        p.index_fill_(0, x, 0.0)
+        total = p.sum()
+        totals.append(total.reshape(1))
+        p = p / total
+        if top is None:
+            top = torch.topk(p, min(RESIDUAL_TOP + k, p.numel())).indices
+        shown.append(p.gather(0, top))
+    residual_draw = draw_index(p, generator)
+    px_v, u_v, totals_v, top_v, shown_v, (drawn_i,) = to_host(torch.cat(px), torch.stack(uniforms), torch.cat(totals),
+                                                             top, torch.stack(shown), residual_draw)
+    zeroed: set[int] = set()
+    for j, s in enumerate(kids):
+        x, ok = xs[j], u_v[j] < px_v[j]
+        check = NodeCheck(slot=s, depth=tree.depths[s], token=x, text=text(x), p=px_v[j], q=draft_probs[s],
+                          accept_prob=px_v[j], uniform=u_v[j], accepted=ok, target_token=target_argmax[cur],
+                          target_text=text(target_argmax[cur]))
+        checks.append(check)
+        if ok:
+            generator.set_state(states[j])
+            return s, ()
+        zeroed.add(x)
+        if totals_v[j] <= 0.0:  # no residual mass left: the bonus comes from the target's own distribution
+            check.residual_top = []
+            generator.set_state(states[j])
+            return None, (draw(target, generator), "target")
+        kept = [(r, i) for r, i in enumerate(top_v) if i not in zeroed][:RESIDUAL_TOP]
+        check.residual_top = [(i, text(i), shown_v[j][r]) for r, i in kept]
+    return None, (drawn(drawn_i, p), "residual")
