@@ -1,6 +1,7 @@
 """Where a speculative run's time goes outside the target's forward: cProfile over the default tree.
 
     python scripts/cycle_profile.py --prompts 6 --temperature 1 --tokens 128 --threads 2
+    python scripts/cycle_profile.py --decode static --no-ledger --temperature 0   # the CUDA path's host work
 
 Runs the first --prompts MT-bench first turns through the default (cost-aware) EAGLE tree after two untimed
 runs, and prints the engine's functions by cumulative time, with the number of cycles and how many drafted.
@@ -26,9 +27,13 @@ def main() -> None:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--decode", choices=("eager", "static"), default="eager",
+                   help="static: the CUDA path's steps and drafting, uncaptured (what a GPU's host runs)")
+    p.add_argument("--no-ledger", action="store_true", help="judge the head by the forecast alone (no clock)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    engine = load_engine()
+    engine = load_engine().with_decode(args.decode) if args.decode != "eager" else load_engine()
+    engine.ledger = not args.no_ledger
     sampling = SamplingConfig(max_new_tokens=args.tokens, temperature=args.temperature)
     prompts, tree = mtbench_first_turns(args.prompts), TreeConfig.create()
     for prompt in prompts[:2]:  # untimed: first-call costs

@@ -95,6 +95,14 @@ class CostModel:
         table = self._table
         return table[n] if 0 <= n < len(table) else self._interpolate(n)
 
+    def verify_costs(self, upto: int) -> tuple[float, ...]:
+        """verify_cost(n) for n = 0 .. upto, as one tuple (a cost-aware tree prices every size up to its budget a
+        few dozen times a cycle)."""
+        table = self._table
+        if upto < len(table):
+            return table
+        return table + tuple(self._interpolate(n) for n in range(len(table), upto + 1))
+
     @cached_property
     def _table(self) -> tuple[float, ...]:
         """verify_cost(n) for n up to the last measured size: a cost-aware tree asks for it a few dozen times

@@ -59,14 +59,17 @@ class TreePolicy:
     def budget(self, values: list[float], levels: int, max_size: int) -> Budget:
         """The best number of nodes to verify. values: the candidates' values in verification priority
         (descending, ancestors first); at most max_size of them are taken."""
-        best = Budget(0, 1.0, 1.0 / self.cycle_cost(levels, 1))
+        size, tokens, best = 0, 1.0, 1.0 / self.cycle_cost(levels, 1)
+        values = values[:max_size]
+        draft, overhead = self.costs.draft_cost(levels), self.costs.overhead
+        verify = self.costs.verify_costs(len(values) + 1)
         gained = 0.0
-        for m, v in enumerate(values[:max_size], start=1):
+        for m, v in enumerate(values, start=1):  # a few dozen calls a cycle: `cycle_cost` inlined
             gained += v
-            rate = (1.0 + gained) / self.cycle_cost(levels, m + 1)
-            if rate > best.rate:
-                best = Budget(m, 1.0 + gained, rate)
-        return best
+            rate = (1.0 + gained) / (draft + verify[m + 1] + overhead)
+            if rate > best:
+                size, tokens, best = m, 1.0 + gained, rate
+        return Budget(size, tokens, best)
 
     def another_level(self, values: list[float], frontier: list[float], levels: int, max_size: int,
                       topk: int, levels_left: int) -> bool:
