@@ -2,6 +2,7 @@
 
 import random
 
+import pytest
 import torch
 
 from eagleviz.decoding.tree import Candidates, VerifyTree, rerank, select_frontier
@@ -85,3 +86,17 @@ def test_chain_when_topk_is_one():
     tree = VerifyTree.build(cands, rerank(cands, 6), root_token=1)
     assert tree.parents == [-1, 0, 1, 2, 3, 4, 5]
     assert torch.equal(tree.mask(), torch.ones(7, 7, dtype=torch.bool).tril())
+
+
+def test_the_mask_equals_the_kernels_ancestor_mask_at_every_size():
+    """`VerifyTree.mask` builds rows from bits up to 62 slots and defers to `ancestor_mask` beyond: both agree on
+    random trees of 1 to 100 slots, and a parent after its child is refused."""
+    from kernels.tree_attention import ancestor_mask
+
+    rng = random.Random(4)
+    for size in list(range(1, 70)) + [100]:
+        parents = [-1] + [rng.randrange(s) for s in range(1, size)]
+        tree = VerifyTree(node_ids=list(range(size)), tokens=[0] * size, parents=parents, depths=[0] * size)
+        assert torch.equal(tree.mask(), ancestor_mask(torch.tensor(parents))), size
+    with pytest.raises(ValueError, match="topological"):
+        VerifyTree(node_ids=[0, 1, 2], tokens=[0] * 3, parents=[-1, 2, 0], depths=[0] * 3).mask()

@@ -109,8 +109,17 @@ class VerifyTree:
                    parents=parents, depths=[0] + [cands.depths[n] for n in kept])
 
     def mask(self) -> torch.Tensor:
-        """(T, T) bool: slot i may attend to slot j iff j is an ancestor of i or i itself."""
-        return ancestor_mask(torch.tensor(self.parents))
+        """(T, T) bool: slot i may attend to slot j iff j is an ancestor of i or i itself. Each row's bits are its
+        parent's plus its own, unpacked in one pass (a drafted cycle builds one; `ancestor_mask` past 62 slots)."""
+        t = len(self.parents)
+        if t > 62:
+            return ancestor_mask(torch.tensor(self.parents))
+        rows: list[int] = []
+        for s, p in enumerate(self.parents):
+            if not (p == -1 if s == 0 else 0 <= p < s):
+                raise ValueError(f"parents must be topological from a root at slot 0; parents[{s}] = {p}")
+            rows.append((rows[p] if p >= 0 else 0) | 1 << s)
+        return ((torch.tensor(rows)[:, None] >> torch.arange(t)) & 1) != 0
 
     def children(self) -> list[list[int]]:
         """children[s]: the slots whose parent is s, in slot order (best draft score first)."""
