@@ -20,14 +20,15 @@ and max). The app runs in this process; the instructor is a headless Chromium pa
 process (so that their work does not hold this process's interpreter), each speaking the follower page's own
 protocol: it joins with the page's load event (`queue/join?room=CODE`, its session holding the room), then calls
 the room timer's tick event (`run/predict`, as the page does for an event outside the queue) every FOLLOW_EVERY_S
-from a random phase, dropping the ticks that fall while one is pending (Gradio's `trigger_mode="once"`); they do
-not send the two small events the page sends after a picture (the room line and the tour line). `--pages` more
-followers are real Chromium pages (`?room=CODE`). Per click and follower:
-  server+network  (HTTP followers) the click's time until the tick that carries the new cycle's picture (caption
-                  and figures) is read and parsed: the instructor's own events (Next, then the room told), the
-                  wait for the follower's next tick (uniform over FOLLOW_EVERY_S), the server's answer and its
-                  transfer. "tick" is that last request alone.
-  browser paint   (pages) from that tick's response in the page (Resource Timing's responseEnd) to the first
+from a random phase, dropping the ticks that fall while one is pending (Gradio's `trigger_mode="once"`); a tick
+answers the room's version, and when it moved the follower calls the event the page's version number fires on a
+change, which answers the picture. They do not send the two small events the page sends after a picture (the room
+line and the tour line). `--pages` more followers are real Chromium pages (`?room=CODE`). Per click and follower:
+  server+network  (HTTP followers) the click's time until the new cycle's picture (caption and figures) is read
+                  and parsed: the instructor's own events (Next, then the room told), the wait for the follower's
+                  next tick (uniform over FOLLOW_EVERY_S), the tick, the picture's request, the server's answers
+                  and their transfer. "tick" is the last two alone (from the tick's sending to the picture read).
+  browser paint   (pages) from the picture's response in the page (Resource Timing's responseEnd) to the first
                   animation frame after the caption and the draft tree show the new cycle: Gradio applying the
                   update, Plotly drawing the four views and the summary, the paint.
   end to end      (pages) the click until that frame: what a student sees.
@@ -196,9 +197,10 @@ PROSE_JS = "(id) => { const e = document.querySelector('#' + id + ' .prose'); re
 
 
 def room_events(url: str) -> dict:
-    """The follower's two events, found in the page's config as its browser code finds them: the load event that
-    joins the room (its outputs include the follow row) and the room timer's tick (they include the follow line),
-    with the timer's id and the tick's output that carries the cycle's caption."""
+    """The follower's three events, found in the page's config as its browser code finds them: the load event that
+    joins the room (its outputs include the follow row), the room timer's tick (its output: the room's version) and
+    the version's change (its outputs include the follow line), with the timer's and the version's ids and the
+    output of the change that carries the cycle's caption."""
     with urllib.request.urlopen(url + "config", timeout=60) as r:
         config = json.load(r)
     elem = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
@@ -207,15 +209,16 @@ def room_events(url: str) -> dict:
         return next(d for d in config["dependencies"] if any(t[1] == trigger for t in d["targets"])
                     and output in [elem.get(o) for o in d["outputs"]])
 
-    join, tick = event("load", "follow-row"), event("tick", "follow-text")
-    return {"join": join["id"], "tick": tick["id"], "timer": tick["targets"][0][0],
-            "caption": [elem.get(o) for o in tick["outputs"]].index("cycle-caption")}
+    join, tick, picture = event("load", "follow-row"), event("tick", "room-version"), event("change", "follow-text")
+    return {"join": join["id"], "tick": tick["id"], "timer": tick["targets"][0][0], "picture": picture["id"],
+            "version": picture["targets"][0][0],
+            "caption": [elem.get(o) for o in picture["outputs"]].index("cycle-caption")}
 
 
 def follow_over_http(spec: dict) -> None:
     """The HTTP followers (run in a child process): one line of JSON on stdout per follower once it has joined, and
-    one per picture it receives (`at`: epoch seconds once read and parsed, `sent`: when its tick left), until stdin
-    closes."""
+    one per picture it receives (`at`: epoch seconds once read and parsed, `sent`: when the tick that told of it
+    left), until stdin closes."""
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
     from measure_concurrency import Visitor
 
@@ -230,19 +233,25 @@ def follow_over_http(spec: dict) -> None:
         for _ in visitor.call("join", [], (), query=query):
             pass
         say({"joined": i})
-        body = {"data": [None, True, None], "fn_index": spec["tick"], "trigger_id": spec["timer"],
-                "session_hash": visitor.session}
-        period = spec["period"]
+        def post(fn: str, trigger: str, data: list):
+            response = visitor.http.post("run/predict", params=query, json={
+                "data": data, "fn_index": spec[fn], "trigger_id": spec[trigger], "session_hash": visitor.session})
+            response.raise_for_status()
+            return response
+
+        told, period = None, spec["period"]
         due = time.monotonic() + random.uniform(0, period)
         while not stop.is_set():
             time.sleep(max(0.0, due - time.monotonic()))
             sent = time.time()
-            response = visitor.http.post("run/predict", params=query, json=body)
-            response.raise_for_status()
-            data = response.json()["data"]
-            if not isinstance(data[0], dict):   # a picture: an unmoved room answers with skips only
-                say({"follower": i, "at": time.time(), "sent": sent, "caption": str(data[spec["caption"]]),
-                     "bytes": len(response.content)})
+            version = post("tick", "timer", [None, True, told]).json()["data"][0]
+            if version != told:   # the page's version number changed: its change event fetches the picture
+                told = version
+                response = post("picture", "version", [None, True, None])
+                caption = response.json()["data"][spec["caption"]]
+                if isinstance(caption, str):   # a picture (a version already drawn answers with skips)
+                    say({"follower": i, "at": time.time(), "sent": sent, "caption": caption,
+                         "bytes": len(response.content)})
             due += period * (1 + max(0.0, time.monotonic() - due) // period)   # ticks due while it waited: dropped
 
     threads = [threading.Thread(target=follower, args=(i,), daemon=True) for i in range(spec["followers"])]

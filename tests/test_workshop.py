@@ -3,6 +3,7 @@ recorded runs replay with no model work, and the queue says when runs are ahead.
 
 from __future__ import annotations
 
+import asyncio
 import types
 from urllib.parse import unquote
 
@@ -243,6 +244,67 @@ def test_a_room_gives_each_follower_the_instructors_picture_once_per_move_and_en
     ended = workshop.room_followed(rooms, code, True, moved[0])
     assert ended[0] is None and "not open" in ended[-2] and ended[-1].active is False
     assert workshop.room_shown(rooms, code, run, 0, None, None).startswith("\u26a0") and len(rooms) == 0
+
+
+def test_a_followers_tick_answers_one_number_and_the_picture_is_fetched_only_when_it_moved(handlers, monkeypatch):
+    """The follower's timer asks for the room's version alone: one output, a value even when nothing moved (Gradio
+    rebuilds each component a handler skips, ~2 ms of server time each; twenty skipped outputs, twice a second,
+    thirty followers, were more than two cores). The picture is the version's change event's."""
+    from gradio.state_holder import SessionState
+
+    from eagleviz.app import ui
+    from eagleviz.app.rooms import Rooms
+
+    now, made = [0.0], []
+    monkeypatch.setattr(ui, "Rooms", lambda: made.append(Rooms(ttl_s=60, clock=lambda: now[0])) or made[-1])
+    demo = ui.build_app(lambda: None)   # a factory never called: no model
+    rooms = made[0]
+    elem = {b._id: getattr(b, "elem_id", None) for b in demo.blocks.values()}
+    tick = next(f for f in demo.fns.values() if any(e == "tick" for _, e in f.targets)
+                and "follow" in [elem[i._id] for i in f.inputs])
+    assert [elem[o._id] for o in tick.outputs] == ["room-version"]
+    picture = next(f for f in demo.fns.values() if (tick.outputs[0]._id, "change") in f.targets)
+    assert "follow-text" in [elem[o._id] for o in picture.outputs]
+
+    run = gallery.load("story")
+    code, _ = workshop.room_opened(rooms, run, 2, None, None)
+    state = SessionState(demo)
+    state[tick.inputs[0]._id] = code                                  # the page joined the room
+
+    def polled(follow: bool, told) -> list:
+        return asyncio.run(demo.process_api(tick, [None, follow, told], state=state))["data"]
+
+    version = rooms.seen(code).version
+    assert polled(True, None) == [version]                           # the room's number: the page fetches
+    assert polled(True, version) == [version]                        # nothing moved: the same number, no skips
+    workshop.room_shown(rooms, code, run, 3, None, None)
+    assert polled(False, version) == [version]                       # stepped away: the page's own number
+    assert polled(True, version) == [version + 1]
+    now[0] = 61.0                                                    # the instructor gone: the room ends
+    assert polled(True, version + 1) == [workshop.ROOM_GONE]
+
+
+def test_followers_asking_at_once_draw_a_rooms_picture_once():
+    """Thirty followers hear of a move within the same half second: the first draws the picture, the others wait
+    for it, none draws it beside it."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from eagleviz.app.rooms import Rooms
+
+    rooms = Rooms()
+    code = rooms.open()
+    rooms.show(code, gallery.load("story"), 1, None, None)
+    room, drawings = rooms.seen(code), []
+
+    def draw(shown) -> tuple:
+        drawings.append(shown.version)
+        time.sleep(0.05)
+        return (shown.cycle,)
+
+    with ThreadPoolExecutor(8) as pool:
+        shown = list(pool.map(lambda _: rooms.drawn(room, draw), range(8)))
+    assert drawings == [room.version] and all(s.drawn == (1,) and s.version == room.version for s in shown)
 
 
 def test_a_step_is_told_to_the_room_as_it_is_answered_and_the_pages_own_change_adds_no_version(handlers):

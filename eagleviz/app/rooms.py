@@ -6,12 +6,15 @@ step away and come back (its "follow" switch).
     Rooms.open()                 a new room's code: five letters without look-alikes (no 0/O, 1/I/L)
     Rooms.show(code, run, ...)   the instructor's page shows this picture now: the room's next version
     Rooms.seen(code)             the room's picture (a `Shown`), or None for a room that is not (or no longer) there
+    Rooms.drawn(room, draw)      the room's picture drawn once per version, for every follower
 
-A follower's page asks `seen` a few times a second and redraws only when the version moved; the figures come
-from the instructor's RunTrace, shared read-only, so a follower does no model work, recorded run or live run
-alike (a live run's trace grows while it is shown: a cycle once recorded never changes). The view values of a
-version are drawn once, by the first follower that asks, and handed to the others (`Shown.drawn`). A room its
-instructor has left (no picture shown for `ttl_s`) ends by itself: its followers are told, once.
+A follower's page asks the room's version (one number) a few times a second and fetches the picture only when
+the version moved; the figures come from the instructor's RunTrace, shared read-only, so a follower does no model
+work, recorded run or live run alike (a live run's trace grows while it is shown: a cycle once recorded never
+changes). The view values of a version are drawn once, by the first follower that asks, and handed to the others
+(`Shown.drawn`); the followers asking while it draws wait for it (thirty asking at once would otherwise draw it
+side by side). A room its instructor has left (no picture shown for `ttl_s`) ends by itself: its followers are
+told, once.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from eagleviz.trace import RunTrace
 
@@ -33,7 +36,8 @@ MAX_ROOMS = 256                            # a public server is not a room direc
 @dataclass
 class Shown:
     """What a room shows: the instructor's run, cycle, phase frame (None: the end state) and picked slot, at
-    `version` (one more at each change). `drawn`: the view values of this version, once a follower drew them."""
+    `version` (one more at each change). `drawn`: the view values of this version, once a follower drew them;
+    `drawing`: held while a follower draws them."""
 
     run: RunTrace | None = None
     cycle: int = 0
@@ -43,6 +47,7 @@ class Shown:
     version: int = 0
     touched: float = 0.0
     drawn: tuple | None = field(default=None, repr=False)
+    drawing: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
 
 class Rooms:
@@ -93,11 +98,18 @@ class Rooms:
             self._sweep()
             return self._rooms.get(str(code or "").upper())
 
-    def keep_drawn(self, room: Shown, version: int, drawn: tuple) -> None:
-        """A follower drew version `version`: the next followers reuse it (unless the room moved on since)."""
-        with self._lock:
-            if room.version == version:
-                room.drawn = drawn
+    def drawn(self, room: Shown, draw: Callable[[Shown], tuple]) -> Shown:
+        """The room's picture as it is now (a copy of `room`) with its view values, `draw(copy)`, drawn once per
+        version: the first follower to ask draws them, those asking meanwhile wait and reuse them."""
+        with room.drawing:
+            with self._lock:
+                shown = replace(room)
+            if shown.drawn is None:
+                shown.drawn = draw(shown)
+                with self._lock:
+                    if room.version == shown.version:   # else the room moved on while it was drawn
+                        room.drawn = shown.drawn
+            return shown
 
     def _sweep(self) -> None:
         """With the lock held: rooms untouched for `ttl_s` end."""

@@ -251,6 +251,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         with gr.Row(visible=False, elem_id="follow-row") as follow_row:   # on a page that joined a room
             follow = gr.Checkbox(True, label="Follow the instructor", elem_id="follow", scale=1, min_width=200)
             follow_md = gr.Markdown(elem_id="follow-text", elem_classes="ev-line", min_width=300)   # below on a phone
+            # The room's version as the follower's timer last heard it (`workshop.room_polled`): in the page, unseen
+            room_told = gr.Number(None, precision=0, visible="hidden", elem_id="room-version")
         with gr.Row(equal_height=True, elem_id="cycle-view"):
             slider = Knob(0, 1, 0, step=1, label="cycle", elem_id="cycle-slider", interactive=False, scale=4)
             phase = Knob(0, 1, 1, step=1, label="phase", elem_id="phase-slider", interactive=False, scale=4)
@@ -363,10 +365,16 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             return workshop.room_joined(request)
 
         demo.load(room_joined, None, [joined, room_timer, follow_row])
-        room_timer.tick(lambda c, f, v: workshop.room_followed(rooms, c, f, v), [joined, follow, room_seen],
-                        [room_seen, run_state, output, slider, summary_plot, *view, follow_md, room_timer],
+        # A tick asks for one number, the room's version; the picture is fetched only when that number changed.
+        room_timer.tick(lambda c, f, v: workshop.room_polled(rooms, c, f, v), [joined, follow, room_told], room_told,
                         queue=False, **quiet)
-        follow.input(lambda: None, None, room_seen, queue=False, **quiet)   # back on: the room's picture again
+        # The picture is made as Gradio sends it once per room move, for every follower (`workshop.sent_once`).
+        pictured = [output, slider, summary_plot, *view]
+        followed = [room_seen, run_state, *pictured, follow_md, room_timer]
+        room_told.change(lambda c, f, v: workshop.room_followed(rooms, c, f, v, pictured), [joined, follow, room_seen],
+                         followed, queue=False, postprocess=False, **quiet)
+        follow.input(lambda c, f: workshop.room_followed(rooms, c, f, None, pictured), [joined, follow], followed,
+                     queue=False, postprocess=False, **quiet)   # back on: the room's picture again, at once
         projector.change(None, projector, None, js=workshop.PROJECTOR_JS).then(None, None, None,
                                                                               js=workshop.PLACE_TOUR_JS)
         run_btn.click(h.announce, stop, queue_note, queue=False, **quiet)

@@ -14,12 +14,14 @@ stepped with the arrow keys).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import fields, replace
 from urllib.parse import quote
 
 import gradio as gr
 import plotly.graph_objects as go
 from gradio.components.plot import PlotData
+from gradio.data_classes import GradioModel, GradioRootModel
 
 from eagleviz.app import gallery, presets, share
 from eagleviz.app.rooms import Rooms
@@ -288,7 +290,8 @@ def picture_link(entry: str | None, run: RunTrace | None, index: float, frame: f
 
 # ---------------------------------------------------------------- a room that follows the instructor, live
 
-FOLLOW_EVERY_S = 0.5   # how often a follower's page asks for the room's picture (a version number when unchanged)
+FOLLOW_EVERY_S = 0.5   # how often a follower's page asks for the room's version (`room_polled`)
+ROOM_GONE = -1         # the version a follower's page is told for a room that has ended
 
 
 def room_opened(rooms: Rooms, run: RunTrace | None, cycle: float, frame: float | None, slot: int | None) -> tuple:
@@ -334,29 +337,57 @@ def room_joined(request: gr.Request | None) -> tuple:
 FOLLOW_SIZE = 5 + VIEW_SIZE + 2
 
 
-def sent_once(value):
-    """A figure as `gr.Plot` sends it (its JSON, `PlotData`), made once for a room's followers: each follower's answer
-    would otherwise serialise the same figures again, thirty followers thirty times over."""
-    return PlotData(type="plotly", plot=value.to_json()) if isinstance(value, go.Figure) else value
+def sent_once(values: tuple, components: Sequence[gr.components.Component] | None = None) -> tuple:
+    """A picture's values as Gradio sends them, made once for a room's followers: each follower's answer would
+    otherwise serialise the same figures again, thirty followers thirty times over. With the output components:
+    each value as its component's postprocess makes it (the picture's event then runs with `postprocess=False`:
+    nothing of it is processed again per follower, no thread hop per output); without: the figures' JSON
+    (`PlotData`). Updates (a component) and states go as they are: Gradio applies those itself."""
+    if components is None:
+        return tuple(PlotData(type="plotly", plot=v.to_json()) if isinstance(v, go.Figure) else v for v in values)
+    return tuple(v if isinstance(v, (gr.blocks.Block, dict)) or c.stateful else _dumped(c.postprocess(v))
+                 for c, v in zip(components, values, strict=True))
 
 
-def room_followed(rooms: Rooms, code: str | None, follow: bool, seen: int | None) -> tuple:
-    """A follower's page asks for the room's picture: redrawn when the room moved since `seen` and following is
-    on. Outputs: the version seen, run state, output, slider, summary plot, *view, the follow line, the timer."""
+def _dumped(value):
+    return value.model_dump() if isinstance(value, (GradioModel, GradioRootModel)) else value
+
+
+def room_polled(rooms: Rooms, code: str | None, follow: bool, told: int | None) -> int | None:
+    """A follower's timer tick: the room's version, one number, `told` (the page's last) when it need not move:
+    following is off, or the room shows no run yet; ROOM_GONE once the room has ended. The page's change event
+    for a new number fetches the picture (`room_followed`). The tick has this one output, and it is a value even
+    when unchanged: Gradio rebuilds the component of each output a handler skips (`gr.skip()`), about 2 ms of
+    server time each, so a tick that skipped the picture's twenty outputs cost ~60 ms for nothing, thirty followers
+    twice a second more than two cores have. Output: the room's version (a hidden number on the page)."""
+    room = rooms.seen(code)
+    if room is None:
+        return ROOM_GONE
+    if not follow or room.run is None or not room.run.cycles:
+        return told
+    return room.version
+
+
+def room_followed(rooms: Rooms, code: str | None, follow: bool, seen: int | None,
+                  components: Sequence[gr.components.Component] | None = None) -> tuple:
+    """A follower's page fetches the room's picture (its version number moved, or following was switched on):
+    drawn when the room moved since `seen` and following is on, made as Gradio sends it for `components` (the
+    output, slider, summary plot and view outputs: `sent_once`). Outputs: the version seen, run state, output,
+    slider, summary plot, *view, the follow line, the timer."""
     skip = gr.skip()
     room = rooms.seen(code)
     if room is None:
         return ((None, *[skip] * (FOLLOW_SIZE - 3),
                  f"\u26a0 Room {str(code)[:8]} is not open (ended, or mistyped): this page no longer follows.",
                  gr.Timer(active=False)))
-    version, run = room.version, room.run
-    if not follow or version == seen or run is None or not run.cycles:
+    if not follow or room.version == seen or room.run is None or not room.run.cycles:
         return (skip,) * FOLLOW_SIZE
-    drawn = room.drawn
-    if drawn is None:   # the first follower of this version draws it; the others reuse it
-        i = max(0, min(room.cycle, len(run.cycles) - 1))
-        drawn = tuple(map(sent_once, (output_tokens(run), cycle_slider(run, i), summary_figure(run, i),
-                                      *nav.view_at(run, i, room.frame, room.slot))))
-        rooms.keep_drawn(room, version, drawn)
-    return (version, run, *drawn, f"Following room **{str(code)[:8]}**: this page shows the instructor's picture. "
-            "Untick to explore on your own.", skip)
+
+    def draw(shown) -> tuple:   # by the first follower of this version; the others reuse it
+        run, i = shown.run, max(0, min(shown.cycle, len(shown.run.cycles) - 1))
+        return sent_once((output_tokens(run), cycle_slider(run, i), summary_figure(run, i),
+                          *nav.view_at(run, i, shown.frame, shown.slot)), components)
+
+    shown = rooms.drawn(room, draw)
+    return (shown.version, shown.run, *shown.drawn, f"Following room **{str(code)[:8]}**: this page shows the "
+            "instructor's picture. Untick to explore on your own.", skip)
