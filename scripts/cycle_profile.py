@@ -30,6 +30,7 @@ def main() -> None:
     p.add_argument("--decode", choices=("eager", "static"), default="eager",
                    help="static: the CUDA path's steps and drafting, uncaptured (what a GPU's host runs)")
     p.add_argument("--no-ledger", action="store_true", help="judge the head by the forecast alone (no clock)")
+    p.add_argument("--top", type=int, default=40, help="how many functions to print")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     engine = load_engine().with_decode(args.decode) if args.decode != "eager" else load_engine()
@@ -49,7 +50,7 @@ def main() -> None:
         cycles += len(run.cycles)
         drafted += sum(c.draft_levels > 0 for c in run.cycles)
     print(f"{cycles} cycles, {drafted} drafted ({drafted / max(cycles, 1):.1%})")
-    pstats.Stats(profile).sort_stats("cumtime").print_stats("eagleviz|kernels", 40)
+    pstats.Stats(profile).sort_stats("cumtime").print_stats("eagleviz|kernels", args.top)
 
 
 if __name__ == "__main__":
