@@ -282,20 +282,23 @@ class Engine:
         temp = 1.0 if sampling.greedy else sampling.temperature
         probs = None if sampling.greedy else sampling_probs(logits, temp, sampling.top_p)
         ops = self.sample_ops if logits.is_cpu else None
+
+        def untruncated() -> torch.Tensor:  # the distribution at the temperature, before nucleus truncation
+            if probs is not None and sampling.top_p >= 1.0:
+                return probs
+            return torch.softmax(logits if temp == 1.0 else logits / temp, dim=-1)
+
         if ops is not None:  # C passes over host memory: nothing to batch
+            if not top:  # plain decoding's step; greedy, its token read through the counted helper, as on a device
+                if probs is not None:
+                    return draw(probs, gen, ops), -1, math.nan
+                return to_host(logits.argmax() if argmax is None else argmax)[0], -1, math.nan
             best = ops.argmax(logits)[0][0]
-            token = best if probs is None else draw(probs, gen, ops)
-            if not top:
-                return token, -1, math.nan
-            untruncated = probs if probs is not None and sampling.top_p >= 1.0 else torch.softmax(
-                logits if temp == 1.0 else logits / temp, dim=-1)
-            return token, best, float(untruncated[best])
+            return (best if probs is None else draw(probs, gen, ops)), best, float(untruncated()[best])
         index = (logits.argmax() if argmax is None else argmax).reshape(1)
         reads = [index] if probs is None else [draw_index(probs, gen)]
-        if top:
-            untruncated = probs if probs is not None and sampling.top_p >= 1.0 else torch.softmax(
-                logits if temp == 1.0 else logits / temp, dim=-1)
-            reads += [index, untruncated.gather(0, index)]  # an index tensor: `probs[index]` would read it
+        if top:  # an index tensor: `probs[index]` would read it
+            reads += [index, untruncated().gather(0, index)]
         values = to_host(*reads)
         token = values[0][0] if probs is None else drawn(values[0][0], probs)
         return (token, values[1][0], values[2][0]) if top else (token, -1, math.nan)
