@@ -10,6 +10,7 @@ from eagleviz.decoding.tree import VerifyTree
 from eagleviz.decoding.verify import draw, greedy_verify, sample_verify, sampling_probs
 from eagleviz.paths import cache_dir
 from kernels import sample_ops
+from tiny import unbuilt
 
 V = 6
 # root(slot 0) -> slots 1, 2, 3 ; slot 1 -> 4, 5 ; slot 2 -> 6
@@ -139,7 +140,7 @@ def test_the_walk_reads_once_a_node_and_draws_as_the_sequential_walk_does(seed):
 
     ops = sample_ops.load(cache_dir() / "kernels")
     if ops is None:
-        pytest.skip("kernels/sample_ops.c did not build here: " + str(sample_ops.last_error(cache_dir() / "kernels")))
+        unbuilt("kernels/sample_ops.c", sample_ops.last_error(cache_dir() / "kernels"))
     probs = sampling_probs(torch.randn(7, V, generator=torch.Generator().manual_seed(seed)) * 2, 1.0, 1.0)
     a, b = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
     with Items() as items, counting_reads() as reads:
