@@ -7,6 +7,8 @@
  *   draw_index    inverse-CDF sampling: the first i whose cumulative sum exceeds u01 * total, the sums in
  *                 double and in index order, so the index is bitwise the one torch.cumsum(w, dtype=float64)
  *                 and torch.searchsorted(cdf, u01 * cdf[-1], right=True) give
+ *   prob_at       one probability of softmax(x / T), from one vectorised pass of exponentials (a root-alone
+ *                 cycle's trace shows its argmax's probability; a softmax would write the whole row)
  *
  * Build: cc -O3 -march=native -shared -fPIC (kernels/sample_ops.py does it once per machine).
  */
@@ -127,4 +129,61 @@ long draw_index(const float *w, int n, double u01, double *cdf) {
     for (long i = n - 1; i >= 0; i--) /* u rounded up to the total: the last index with weight */
         if (w[i] != 0.0f) return i;
     return -1;
+}
+
+/* exp(y) for y <= 0 in 16 lanes (Cephes' expf: y = m ln 2 + r, |r| <= ln 2 / 2, a degree-7 polynomial in r,
+ * times 2^m from the exponent bits; relative error about 1e-7); y below -87 gives 0. The scalar exp_one is
+ * the same arithmetic for one value. */
+#define EXP_LOW -87.0f
+#define EXP_POLY(r, z) \
+    ((((((1.9875691500e-4f * (r) + 1.3981999507e-3f) * (r) + 8.3334519073e-3f) * (r) + 4.1665795894e-2f) * (r) \
+       + 1.6666665459e-1f) * (r) + 5.0000001201e-1f) * (z) + (r) + 1.0f)
+
+static inline v16 exp16(v16 y) {
+    v16 low = {0}, half = {0};
+    low += EXP_LOW;
+    half += 0.5f;
+    i16 under = y < low;
+    y = (v16)(((i16)low & under) | ((i16)y & ~under));
+    v16 f = y * 1.44269504088896341f + half;
+    i16 m = __builtin_convertvector(f, i16);
+    m += (i16)(__builtin_convertvector(m, v16) > f); /* truncation towards zero, then floor: -1 where above */
+    v16 mf = __builtin_convertvector(m, v16);
+    v16 r = y - mf * 0.693359375f + mf * 2.12194440e-4f;
+    v16 z = r * r;
+    v16 p = EXP_POLY(r, z);
+    i16 scale = (m + 127) << 23;
+    v16 out = p * (v16)scale;
+    return (v16)((i16)out & ~under);
+}
+
+static inline float exp_one(float y) {
+    if (y < EXP_LOW) return 0.0f;
+    float f = y * 1.44269504088896341f + 0.5f;
+    int32_t m = (int32_t)f;
+    if ((float)m > f) m -= 1;
+    float r = y - (float)m * 0.693359375f + (float)m * 2.12194440e-4f;
+    float z = r * r;
+    int32_t bits = (m + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return EXP_POLY(r, z) * scale;
+}
+
+/* softmax(x * inv_t)[index] for one row of n values whose largest is top (argmax_rows' value): one pass of
+ * exponentials, summed in float lanes over blocks of 256 values and the blocks in double (relative error
+ * under 1e-6). Returns -1 for a bad shape. */
+double prob_at(const float *x, int n, long index, float top, float inv_t) {
+    if (n <= 0 || index < 0 || index >= n) return -1.0;
+    v16 t16 = {0};
+    t16 += top;
+    double total = 0.0;
+    int i = 0;
+    while (i + 16 <= n) { /* blocks of up to 256 values summed in float lanes, the blocks in double */
+        v16 sum = {0};
+        for (int b = 0; b < 16 && i + 16 <= n; b++, i += 16) sum += exp16((load16(x + i) - t16) * inv_t);
+        for (int j = 0; j < 16; j++) total += (double)sum[j];
+    }
+    for (; i < n; i++) total += (double)exp_one((x[i] - top) * inv_t);
+    return (double)exp_one((x[index] - top) * inv_t) / total;
 }

@@ -36,6 +36,8 @@ class SampleOps:
         lib.argmax_rows.argtypes, lib.argmax_rows.restype = [p, i, i, p, p], i
         lib.top_k.argtypes, lib.top_k.restype = [p, i, i, p, p], i
         lib.draw_index.argtypes, lib.draw_index.restype = [p, i, ctypes.c_double, p], ctypes.c_long
+        lib.prob_at.argtypes = [p, i, ctypes.c_long, ctypes.c_float, ctypes.c_float]
+        lib.prob_at.restype = ctypes.c_double
         self._lib = lib
 
     def __deepcopy__(self, memo: dict) -> SampleOps:
@@ -64,6 +66,17 @@ class SampleOps:
             raise ValueError(f"sample_ops.top_k: refused (code {code})")
         pairs = [(i, v) for i, v in zip(index.tolist(), value.tolist()) if i >= 0]
         return [i for i, _ in pairs], [v for _, v in pairs]
+
+    def prob_at(self, x: torch.Tensor, index: int, top: float, temperature: float = 1.0) -> float:
+        """softmax(x / temperature)[index] of one row whose largest value is `top` (`argmax`'s value), in one
+        pass and no row written (relative error about 1e-7)."""
+        x = _row(x, "x")
+        if x.dim() != 1:
+            raise ValueError(f"sample_ops.prob_at takes one row, got {tuple(x.shape)}")
+        p = self._lib.prob_at(x.data_ptr(), x.shape[0], int(index), float(top), 1.0 / float(temperature))
+        if p < 0:
+            raise ValueError(f"sample_ops.prob_at: index {index} outside a row of {x.shape[0]}")
+        return p
 
     def draw(self, weights: torch.Tensor, u01: float) -> int:
         """The index whose cumulative weight (fp64, in index order) first exceeds u01 * the total; with u01

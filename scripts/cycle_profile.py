@@ -31,6 +31,8 @@ def main() -> None:
                    help="static: the CUDA path's steps and drafting, uncaptured (what a GPU's host runs)")
     p.add_argument("--no-ledger", action="store_true", help="judge the head by the forecast alone (no clock)")
     p.add_argument("--top", type=int, default=40, help="how many functions to print")
+    p.add_argument("--sort", choices=("cumtime", "tottime"), default="cumtime",
+                   help="tottime: by each function's own time (what a cycle's Python spends where)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     engine = load_engine().with_decode(args.decode) if args.decode != "eager" else load_engine()
@@ -50,7 +52,7 @@ def main() -> None:
         cycles += len(run.cycles)
         drafted += sum(c.draft_levels > 0 for c in run.cycles)
     print(f"{cycles} cycles, {drafted} drafted ({drafted / max(cycles, 1):.1%})")
-    pstats.Stats(profile).sort_stats("cumtime").print_stats("eagleviz|kernels", args.top)
+    pstats.Stats(profile).sort_stats(args.sort).print_stats(args.top)
 
 
 if __name__ == "__main__":

@@ -149,3 +149,20 @@ def test_a_probe_every_span_cycles_costs_under_one_percent():
     assert rest.most == 75 and ledger.losing()
     assert sum(extra[200:]) / sum(spent[200:]) < 0.01
     assert sum(extra[:200]) / sum(spent[:200]) < 0.03
+
+
+def test_a_sampled_run_starts_in_doubt_and_drafts_on_only_once_a_probe_pays():
+    """Sampled, the head starts a run judged losing: it rests `span` cycles, an unpaid probe keeps it resting,
+    and a probe that pays clears the doubt, after which the head is judged by its drafted cycles as a greedy
+    run's is. Greedy, the head drafts from the start."""
+    assert not Ledger.for_run(greedy=True).losing()
+    ledger = Ledger.for_run(greedy=False)
+    assert ledger.losing() and ledger.span() == Ledger.SPAN[0]
+    assert ledger.observe(4.0, 1, drafted=False, alone=True)   # a resting cycle: the reference
+    assert not ledger.observe(6.0, 1, drafted=True, alone=False)  # an unpaid probe: still losing
+    assert ledger.doubt and ledger.losses == [0.5] and ledger.span() == 50
+    assert ledger.observe(4.0, 1, drafted=False, alone=True)
+    assert ledger.observe(6.0, 2, drafted=True, alone=False)   # a probe that pays
+    assert not ledger.doubt and ledger.drafted == [(6.0, 2)]
+    assert ledger.observe(9.0, 1, drafted=True, alone=False)   # one unpaid cycle after it is no verdict
+    assert "a run starts without it" in HeadRest(left=3).note()

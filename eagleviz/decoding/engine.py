@@ -36,7 +36,7 @@ import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig, kv_slots
 from eagleviz.errors import UserFacingError
-from eagleviz.models.host import PhaseClock, to_device, to_host
+from eagleviz.models.host import PhaseClock, count_read, to_device, to_host
 from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.draft import DraftHead
 from eagleviz.models.static import CudaGraphs, EagerSteps, StatePool, StaticSteps, Uncaptured
@@ -288,13 +288,18 @@ class Engine:
                 return probs
             return torch.softmax(logits if temp == 1.0 else logits / temp, dim=-1)
 
-        if ops is not None:  # C passes over host memory: nothing to batch
-            if not top:  # plain decoding's step; greedy, its token read through the counted helper, as on a device
-                if probs is not None:
-                    return draw(probs, gen, ops), -1, math.nan
-                return to_host(logits.argmax() if argmax is None else argmax)[0], -1, math.nan
-            best = ops.argmax(logits)[0][0]
-            return (best if probs is None else draw(probs, gen, ops)), best, float(untruncated()[best])
+        if ops is not None:  # C passes over host memory, nothing to batch: counted as the one read a device makes
+            count_read()
+            if probs is not None and not top:
+                return draw(probs, gen, ops), -1, math.nan
+            at = ops.argmax(logits) if argmax is None else ([int(argmax)], [float(logits[int(argmax)])])
+            (best,), (value,) = at
+            if not top:
+                return best, -1, math.nan
+            token = best if probs is None else draw(probs, gen, ops)
+            prob = (float(probs[best]) if probs is not None and sampling.top_p >= 1.0 else
+                    ops.prob_at(logits, best, value, temp))  # one pass: no distribution written
+            return token, best, prob
         index = (logits.argmax() if argmax is None else argmax).reshape(1)
         reads = [index] if probs is None else [draw_index(probs, gen)]
         if top:  # an index tensor: `probs[index]` would read it
@@ -396,7 +401,10 @@ class Engine:
         done = self._emit(run, [(root, "prefill")], -1, target.eos_token_ids, sampling.max_new_tokens, text)
         cycle = 0
         rest = HeadRest()  # a cost-aware tree rests a head whose drafting keeps not paying for itself
-        ledger = Ledger() if use_head and policy is not None and self.ledger else None  # ... as its clock sees it
+        ledger = (Ledger.for_run(sampling.greedy) if use_head and policy is not None and self.ledger
+                  else None)  # ... as its clock sees it
+        if ledger is not None and ledger.losing():  # in doubt: the run starts resting
+            rest.left = rest.most = ledger.span()
         while not done:
             S = tcache.length
             room = capacity - 1 - S  # the slots plain decoding would still fill: it stops at the same length

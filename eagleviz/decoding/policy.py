@@ -114,8 +114,11 @@ class HeadRest:
 
     def note(self) -> str:
         """One sentence for a resting cycle's trace."""
-        times = f"{self.streak} time{'s' if self.streak > 1 else ''}"
         span = "this cycle" if not self.left else f"this cycle and {self.left} more"
+        if not self.streak:  # a sampled run's start (`Ledger.doubt`)
+            return (f"The head rests (at T > 0 a run starts without it and drafts on once a probe pays): {span} "
+                    "without it.")
+        times = f"{self.streak} time{'s' if self.streak > 1 else ''}"
         return f"The head rests (its guesses did not pay for themselves {times} in a row): {span} without it."
 
 
@@ -137,7 +140,12 @@ class Ledger:
     cycle cost beyond its tokens, in resting cycles, over PROBE_SHARE, so that probing costs under PROBE_SHARE
     of the run. Without a resting cycle observed there is no reference and no verdict: `wants_reference` asks
     for one resting cycle (the run's second, then whenever REFERENCE_EVERY cycles passed without one), which
-    costs a plain step, what plain decoding pays for its token."""
+    costs a plain step, what plain decoding pays for its token.
+
+    `doubt` (a sampled run: `Ledger.for_run`): the head starts the run judged losing. At T > 0 a head is
+    accepted far less often and most of a run's cycles rest anyway, so the drafted cycles a fresh verdict needs
+    (the first of them encoding the whole prompt) were most of what speculation lost there: the head rests
+    `span` cycles first, probes, and drafts on only once a probe has paid."""
 
     RECENT = 8
     EVIDENCE = 4  # drafted cycles before they are judged together
@@ -151,6 +159,12 @@ class Ledger:
     since_rest: int = 0   # cycles since the last resting cycle (or the run's start)
     cycles: int = 0
     rested: bool = False  # whether the last cycle ran without the head
+    doubt: bool = False   # judged losing until a probe pays
+
+    @classmethod
+    def for_run(cls, greedy: bool) -> Ledger:
+        """A run's ledger: greedy, the head drafts from the start; sampled, it is in doubt."""
+        return cls(doubt=not greedy)
 
     def wants_reference(self) -> bool:
         """Whether this cycle should rest to time a plain step (the run's second cycle, then every
@@ -181,13 +195,15 @@ class Ledger:
         if not paid:
             self.losses = (self.losses + [ms / reference - tokens])[-self.RECENT:]
         if probe and paid:
-            self.drafted = []
+            self.drafted, self.doubt = [], False
         self.drafted = (self.drafted + [(ms, tokens)])[-self.RECENT:]
         return not self.losing()
 
     def losing(self) -> bool:
         """Whether the last RECENT drafted cycles (at least EVIDENCE of them), together, committed fewer tokens per
-        millisecond than resting cycles do."""
+        millisecond than resting cycles do; in doubt, until a probe pays."""
+        if self.doubt:
+            return True
         reference = self.rest_ms()
         if reference is None or len(self.drafted) < self.EVIDENCE:
             return False
