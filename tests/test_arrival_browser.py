@@ -319,7 +319,7 @@ def test_a_room_follows_the_instructor_live(browser, app_url):
             wait_for_cycle(tab, k + 1)
             delays.append(time.monotonic() - start)
         print(f"room: the instructor's page after {own:.2f} s, the followers' after {[round(d, 2) for d in delays]} s")
-        # a poll (FOLLOW_EVERY_S) and the followers' own drawing, three pages sharing the CPU with the instructor's
+        # the picture pushed and the followers' own drawing, three pages sharing the CPU with the instructor's
         # (a loose bound: the browser's drawing dominates, and this machine's 2 cores may be busy with other work)
         assert max(delays) - own < 10.0, (own, delays)
         # a picked token and a phase follow too

@@ -222,73 +222,126 @@ def test_each_tour_stop_has_its_view_and_slides_show_it_alone():
 
 # ------------------------------------------------------------------ a room that follows the instructor
 
-def test_a_room_gives_each_follower_the_instructors_picture_once_per_move_and_ends_by_itself(handlers):
-    from eagleviz.app.rooms import CODE_CHARS, Rooms
-
-    now = [0.0]
-    rooms = Rooms(ttl_s=60, clock=lambda: now[0])
-    run = gallery.load("story")
-    code, line = workshop.room_opened(rooms, run, 2, None, None)
-    assert len(code) == CODE_CHARS and f"?room={code}" in line
-    first = workshop.room_followed(rooms, code.lower(), True, None)     # typed in lower case: the same room
-    assert len(first) == workshop.FOLLOW_SIZE and first[1] is run and first[5 + 1].startswith("**Cycle 2**")
-    version = first[0]
-    assert all(v == gr.skip() for v in workshop.room_followed(rooms, code, True, version))   # nothing moved
-    assert workshop.room_shown(rooms, code, run, 3, 1, 2) == gr.skip()                   # cycle 3, phase 1, slot 2
-    moved = workshop.room_followed(rooms, code, True, version)
-    assert moved[0] == version + 1 and moved[5 + 1].startswith("**Cycle 3**") and moved[5 + 3].value == 1
-    again = workshop.room_followed(rooms, code, True, version)
-    assert again[5 + 6] is moved[5 + 6]                  # drawn once, by the first follower, for all of them
-    assert all(v == gr.skip() for v in workshop.room_followed(rooms, code, False, version))  # stepped away
-    now[0] = 61.0                                        # the instructor gone for longer than the room lives
-    ended = workshop.room_followed(rooms, code, True, moved[0])
-    assert ended[0] is None and "not open" in ended[-2] and ended[-1].active is False
-    assert workshop.room_shown(rooms, code, run, 0, None, None).startswith("\u26a0") and len(rooms) == 0
-
-
-def test_a_followers_tick_answers_one_number_and_the_picture_is_fetched_only_when_it_moved(handlers, monkeypatch):
-    """The follower's timer asks for the room's version alone: one output, a value even when nothing moved (Gradio
-    rebuilds each component a handler skips, ~2 ms of server time each; twenty skipped outputs, twice a second,
-    thirty followers, were more than two cores). The picture is the version's change event's."""
-    from gradio.state_holder import SessionState
-
-    from eagleviz.app import ui
+def _room(**kw):
     from eagleviz.app.rooms import Rooms
 
-    now, made = [0.0], []
-    monkeypatch.setattr(ui, "Rooms", lambda: made.append(Rooms(ttl_s=60, clock=lambda: now[0])) or made[-1])
-    demo = ui.build_app(lambda: None)   # a factory never called: no model
-    rooms = made[0]
-    elem = {b._id: getattr(b, "elem_id", None) for b in demo.blocks.values()}
-    tick = next(f for f in demo.fns.values() if any(e == "tick" for _, e in f.targets)
-                and "follow" in [elem[i._id] for i in f.inputs])
-    assert [elem[o._id] for o in tick.outputs] == ["room-version"]
-    picture = next(f for f in demo.fns.values() if (tick.outputs[0]._id, "change") in f.targets)
-    assert "follow-text" in [elem[o._id] for o in picture.outputs]
-
+    rooms = Rooms(**kw)
     run = gallery.load("story")
-    code, _ = workshop.room_opened(rooms, run, 2, None, None)
-    state = SessionState(demo)
-    state[tick.inputs[0]._id] = code                                  # the page joined the room
-
-    def polled(follow: bool, told) -> list:
-        return asyncio.run(demo.process_api(tick, [None, follow, told], state=state))["data"]
-
-    version = rooms.seen(code).version
-    assert polled(True, None) == [version]                           # the room's number: the page fetches
-    assert polled(True, version) == [version]                        # nothing moved: the same number, no skips
-    workshop.room_shown(rooms, code, run, 3, None, None)
-    assert polled(False, version) == [version]                       # stepped away: the page's own number
-    assert polled(True, version) == [version + 1]
-    now[0] = 61.0                                                    # the instructor gone: the room ends
-    assert polled(True, version + 1) == [workshop.ROOM_GONE]
+    code, line = workshop.room_opened(rooms, run, 2, None, None)
+    return rooms, run, code, line
 
 
-def test_followers_asking_at_once_draw_a_rooms_picture_once():
-    """Thirty followers hear of a move within the same half second: the first draws the picture, the others wait
-    for it, none draws it beside it."""
+async def _next(stream, within_s: float = 5.0):
+    return await asyncio.wait_for(stream.__anext__(), within_s)
+
+
+def test_a_room_gives_each_follower_the_instructors_picture_once_per_move_and_ends_by_itself(handlers):
+    from eagleviz.app.rooms import CODE_CHARS
+
+    now = [0.0]
+    rooms, run, code, line = _room(ttl_s=60, clock=lambda: now[0])
+    assert len(code) == CODE_CHARS and f"?room={code}" in line
+
+    async def follow():
+        a = workshop.room_followed(rooms, code.lower(), True, "a")   # typed in lower case: the same room
+        b = workshop.room_followed(rooms, code, True, "b")
+        first = await _next(a)
+        assert len(first) == workshop.FOLLOW_SIZE and first[0] is run and first[5].startswith("**Cycle 2**")
+        assert (await _next(b))[5] == first[5]
+        assert workshop.room_shown(rooms, code, run, 3, 1, 2) == gr.skip()                # cycle 3, phase 1, slot 2
+        moved = await _next(a)
+        assert moved[5].startswith("**Cycle 3**") and moved[7].value == 1
+        again = await _next(b)
+        assert again[4 + 6] is moved[4 + 6]               # drawn once, by the first follower, for all of them
+        now[0] = 61.0                                     # the instructor gone for longer than the room lives
+        assert workshop.room_shown(rooms, code, run, 0, None, None).startswith("\u26a0") and len(rooms) == 0
+        ended = await _next(a)
+        assert "not open" in ended[-1] and all(v == gr.skip() for v in ended[:-1])
+        with pytest.raises(StopAsyncIteration):          # and the stream ends
+            await _next(a)
+        await b.aclose()
+
+    asyncio.run(follow())
+
+
+def test_a_followers_stream_is_pushed_each_move_at_once_with_no_poll(handlers):
+    """The follower's page hears of the instructor's step the moment the server answers it: no poll interval to wait
+    for (a poll every half second made the median follower wait a quarter of a second for nothing). The step is
+    told from one of Gradio's worker threads, the stream waits in its event loop."""
+    import threading
     import time
-    from concurrent.futures import ThreadPoolExecutor
+
+    rooms, run, code, _ = _room()
+
+    async def follow() -> list[float]:
+        stream, delays = workshop.room_followed(rooms, code, True, "page"), []
+        await _next(stream)
+        for k in (3, 4, 5):
+            await asyncio.sleep(0.05)
+            start = time.perf_counter()
+            threading.Thread(target=workshop.room_stepped, args=(rooms, code, run, k - 1, +1)).start()
+            shown = await _next(stream)
+            delays.append(time.perf_counter() - start)
+            assert shown[5].startswith(f"**Cycle {k}**")
+        await stream.aclose()
+        return delays
+
+    delays = asyncio.run(follow())
+    assert max(delays) < 0.45, delays   # the picture drawn (~0.1 s here), no poll's wait on top
+
+
+def test_a_followers_stream_ends_when_it_unticks_follow_and_a_page_that_follows_again_takes_over(handlers):
+    rooms, run, code, _ = _room()
+
+    async def follow():
+        stream = workshop.room_followed(rooms, code, True, "page")
+        await _next(stream)
+        waiting = asyncio.ensure_future(_next(stream))
+        await asyncio.sleep(0.05)
+        stopped = [out async for out in workshop.room_followed(rooms, code, False, "page")]   # unticked
+        assert len(stopped) == 1 and all(v == gr.skip() for v in stopped[0])
+        with pytest.raises(StopAsyncIteration):          # the page's stream ended, with no move of the room
+            await asyncio.wait_for(waiting, 1.0)
+        again = workshop.room_followed(rooms, code, True, "page")          # ticked again: the picture at once
+        assert (await _next(again))[5].startswith("**Cycle 2**")
+        newer = workshop.room_followed(rooms, code, True, "page")          # the page follows anew (a second load)
+        await _next(newer)
+        with pytest.raises(StopAsyncIteration):          # its older stream gives way
+            await _next(again, 1.0)
+        other = workshop.room_followed(rooms, code, True, "other")
+        await _next(other)
+        workshop.room_stepped(rooms, code, run, 2, +1)
+        assert (await _next(newer))[5].startswith("**Cycle 3**") and (await _next(other))[5].startswith("**Cycle 3**")
+        for s in (newer, other):
+            await s.aclose()
+        assert not rooms._streams and not rooms._asleep   # nothing left behind by the streams that ended
+
+    asyncio.run(follow())
+
+
+def test_a_stream_with_nothing_new_says_the_same_picture_again_so_gradio_can_drop_a_page_that_left():
+    """Gradio ends a stream whose reader has gone only at the stream's next update: with the room still, a stream
+    gives the same picture again every `alive_s`, the same objects (Gradio's diff against the last update is
+    empty: nothing is sent again but the update's envelope)."""
+    from eagleviz.app.rooms import Rooms
+
+    rooms = Rooms()
+    code = rooms.open()
+    rooms.show(code, gallery.load("story"), 1, None, None)
+
+    async def follow():
+        stream = rooms.followed(code, "page", alive_s=0.05)
+        first = await _next(stream)
+        assert (await _next(stream, 1.0)) is first and first.version == rooms.seen(code).version
+        await stream.aclose()
+
+    asyncio.run(follow())
+
+
+def test_followers_woken_at_once_draw_a_rooms_picture_once():
+    """Thirty followers are woken by the same move: the first starts drawing the picture (in a worker thread), the
+    others await that drawing, none draws it beside it."""
+    import time
 
     from eagleviz.app.rooms import Rooms
 
@@ -302,21 +355,57 @@ def test_followers_asking_at_once_draw_a_rooms_picture_once():
         time.sleep(0.05)
         return (shown.cycle,)
 
-    with ThreadPoolExecutor(8) as pool:
-        shown = list(pool.map(lambda _: rooms.drawn(room, draw), range(8)))
+    async def followers():
+        return await asyncio.gather(*[rooms.drawn(room, draw) for _ in range(30)])
+
+    shown = asyncio.run(followers())
     assert drawings == [room.version] and all(s.drawn == (1,) and s.version == room.version for s in shown)
+
+
+def test_the_follower_page_streams_the_room_with_no_timer_and_no_limit(handlers, monkeypatch):
+    """On the page: the follow stream is one async generator event, started when the joined room's code is set and
+    again by the follow switch (either way while one runs), with no concurrency limit (thirty followers waiting
+    hold no worker of the queue), its picture sent as made once (`postprocess=False`); no timer asks the room."""
+    import inspect
+
+    from eagleviz.app import ui
+    from eagleviz.app.rooms import Rooms
+
+    made = []
+    monkeypatch.setattr(ui, "Rooms", lambda: made.append(Rooms()) or made[-1])
+    demo = ui.build_app(lambda: None)   # a factory never called: no model
+    rooms = made[0]
+    elem = {b._id: getattr(b, "elem_id", None) for b in demo.blocks.values()}
+    streams = [f for f in demo.fns.values() if "follow-text" in [elem[o._id] for o in f.outputs]]
+    assert {e for f in streams for _, e in f.targets} == {"change", "input"}
+    for f in streams:
+        assert inspect.isasyncgenfunction(f.fn) and f.queue and f.concurrency_limit is None and not f.postprocess
+        assert f.trigger_mode == "multiple"   # the follow switch is heard while the stream it ends still runs
+    timers = [f for f in demo.fns.values() if any(e == "tick" for _, e in f.targets)]
+    assert not any("follow" in [elem[i._id] for i in f.inputs] for f in timers)
+
+    run = gallery.load("story")
+    code, _ = workshop.room_opened(rooms, run, 2, None, None)
+    request = types.SimpleNamespace(session_hash="page")
+
+    async def follow():
+        stream = streams[0].fn(code, True, request)
+        first = await _next(stream)
+        assert first[0] is run and isinstance(first[3], dict) and first[3]["type"] == "plotly"   # sent as made
+        workshop.room_stepped(rooms, code, run, 2, +1)
+        assert (await _next(stream))[5].startswith("**Cycle 3**")
+        await stream.aclose()
+
+    asyncio.run(follow())
 
 
 def test_a_step_is_told_to_the_room_as_it_is_answered_and_the_pages_own_change_adds_no_version(handlers):
     """Next on the instructor's page moves the room in the same server call (followers do not wait for the
     instructor's browser to draw it); the `.change` events the page then sends carry the same picture."""
     from eagleviz.app import navigation as nav
-    from eagleviz.app.rooms import Rooms
     from eagleviz.visuals.phases import frames
 
-    rooms = Rooms()
-    run = gallery.load("story")
-    code, _ = workshop.room_opened(rooms, run, 2, None, None)
+    rooms, run, code, _ = _room()
     version = rooms.seen(code).version
     stepped = workshop.room_stepped(rooms, code, run, 2, +1)
     assert stepped[1:3] == nav.step(run, 2, +1)[1:3]   # the step's own outputs: the summary and the focus
@@ -330,6 +419,29 @@ def test_a_step_is_told_to_the_room_as_it_is_answered_and_the_pages_own_change_a
     assert rooms.seen(code).cycle == len(run.cycles) - 1
 
 
+def test_a_picked_token_a_phase_and_the_cycle_slider_are_told_to_the_room_as_they_are_answered(handlers):
+    """Like a step: the instructor's pick, phase and slider moves reach the room in the server call that answers
+    them, and the page's `.change` events that follow find the same picture (no second version)."""
+    from eagleviz.app import navigation as nav
+    from eagleviz.visuals.phases import frames
+
+    rooms, run, code, _ = _room()
+    version = rooms.seen(code).version
+    slid = workshop.room_slid(rooms, code, run, 4)
+    assert len(slid) == len(nav.show(run, 4)) and slid[2] == nav.show(run, 4)[2]
+    last = len(frames(run.cycles[4])) - 1
+    room = rooms.seen(code)
+    assert (room.version, room.cycle, room.frame, room.slot) == (version + 1, 4, last, None)
+    picked = workshop.room_picked(rooms, code, run, 4, last, gr.SelectData(None, {"index": 1, "value": ""}))
+    slot = picked[0]
+    assert slot is not None and (room.version, room.slot) == (version + 2, slot)
+    phased = workshop.room_phased(rooms, code, run, 4, 1, slot)
+    assert phased[0] == nav.phase_chosen(run, 4, 1, slot)[0] and (room.version, room.frame) == (version + 3, 1)
+    assert workshop.room_shown(rooms, code, run, 4, 1, slot) == gr.skip() and room.version == version + 3
+    workshop.room_picked(rooms, code, run, 4, 1, gr.SelectData(None, {"index": None, "value": ""}))  # no token
+    assert room.version == version + 3
+
+
 def test_a_room_follows_a_live_run_as_its_cycles_arrive(handlers):
     """The instructor's run still streaming: each new cycle (the status line changes) is a new picture for the
     room, so the followers' text and cycle slider grow with it."""
@@ -339,8 +451,13 @@ def test_a_room_follows_a_live_run_as_its_cycles_arrive(handlers):
     run = gallery.load("counting")
     recorded, run.cycles = run.cycles, run.cycles[:3]
     code, _ = workshop.room_opened(rooms, run, 0, None, None)
-    seen = workshop.room_followed(rooms, code, True, None)[0]
-    run.cycles = recorded[:5]                          # two more cycles, the same trace object, cycle 0 still shown
-    workshop.room_shown(rooms, code, run, 0, None, None)
-    grown = workshop.room_followed(rooms, code, True, seen)
-    assert grown[0] == seen + 1 and grown[3].maximum == 4
+
+    async def follow():
+        stream = workshop.room_followed(rooms, code, True, "page")
+        assert (await _next(stream))[2].maximum == 2
+        run.cycles = recorded[:5]                      # two more cycles, the same trace object, cycle 0 still shown
+        workshop.room_shown(rooms, code, run, 0, None, None)
+        assert (await _next(stream))[2].maximum == 4
+        await stream.aclose()
+
+    asyncio.run(follow())

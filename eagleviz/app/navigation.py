@@ -127,7 +127,7 @@ def view_at(run: RunTrace, index: int, frame: int | None, slot: int | None) -> t
     """A cycle's view values at phase frame `frame` (None: the end state) with slot `slot` picked: what a link's
     picture or a room's shows."""
     view = list(view_values(run, index, slot))
-    if frame is not None and run.cycles:
+    if frame is not None and run.cycles and frame != len(frames(run.cycles[index])) - 1:   # the last is the end state
         view[3] = phase_slider(len(frames(run.cycles[index])), frame)
         view[4:10] = figure_values(run, index, frame, slot)
     return tuple(view)

@@ -2,27 +2,31 @@
 joins it (`?room=CODE`) shows the instructor's run at the instructor's cycle, phase and picked token, and can
 step away and come back (its "follow" switch).
 
-    Rooms()                      the server's rooms, one object per app (no module-level state)
-    Rooms.open()                 a new room's code: five letters without look-alikes (no 0/O, 1/I/L)
-    Rooms.show(code, run, ...)   the instructor's page shows this picture now: the room's next version
-    Rooms.seen(code)             the room's picture (a `Shown`), or None for a room that is not (or no longer) there
-    Rooms.drawn(room, draw)      the room's picture drawn once per version, for every follower
+    Rooms()                          the server's rooms, one object per app (no module-level state)
+    Rooms.open()                     a new room's code: five letters without look-alikes (no 0/O, 1/I/L)
+    Rooms.show(code, run, ...)       the instructor's page shows this picture now: the room's next version
+    Rooms.seen(code)                 the room's picture (a `Shown`), or None for a room that is not (or no longer) there
+    Rooms.followed(code, page, ...)  one follower page's room, pushed at each new version (an async iterator)
+    Rooms.unfollow(code, page)       that page steps away: its `followed` ends
+    await Rooms.drawn(room, draw)    the room's picture drawn once per version, for every follower
 
-A follower's page asks the room's version (one number) a few times a second and fetches the picture only when
-the version moved; the figures come from the instructor's RunTrace, shared read-only, so a follower does no model
-work, recorded run or live run alike (a live run's trace grows while it is shown: a cycle once recorded never
-changes). The view values of a version are drawn once, by the first follower that asks, and handed to the others
-(`Shown.drawn`); the followers asking while it draws wait for it (thirty asking at once would otherwise draw it
-side by side). A room its instructor has left (no picture shown for `ttl_s`) ends by itself: its followers are
-told, once.
+A follower's page holds one long-lived stream (`followed`) that is woken the moment the room moves: no page asks
+the server a few times a second, and none waits for its next question to hear of a move. The figures come from the
+instructor's RunTrace, shared read-only, so a follower does no model work, recorded run or live run alike (a live
+run's trace grows while it is shown: a cycle once recorded never changes). The view values of a version are drawn
+once, by the first follower woken, and handed to the others (`Shown.drawn`); those woken while it draws await the
+same drawing (thirty woken at once would otherwise draw it side by side). A room its instructor has left (no
+picture shown for `ttl_s`) ends by itself: its followers are told, once, and their streams end.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 
 from eagleviz.trace import RunTrace
@@ -31,13 +35,14 @@ CODE_LETTERS = "ABCDEFGHJKMNPQRSTUVWXYZ"   # no I, L, O: read aloud and typed fr
 CODE_CHARS = 5
 ROOM_TTL_S = 2 * 3600                      # a room untouched this long (its instructor gone) ends
 MAX_ROOMS = 256                            # a public server is not a room directory: the oldest go first
+ALIVE_S = 30.0                             # a follower's stream says "nothing new" this often (see `followed`)
 
 
 @dataclass
 class Shown:
     """What a room shows: the instructor's run, cycle, phase frame (None: the end state) and picked slot, at
     `version` (one more at each change). `drawn`: the view values of this version, once a follower drew them;
-    `drawing`: held while a follower draws them."""
+    `drawing`: the drawing of this version under way, awaited by the followers woken meanwhile."""
 
     run: RunTrace | None = None
     cycle: int = 0
@@ -47,24 +52,29 @@ class Shown:
     version: int = 0
     touched: float = 0.0
     drawn: tuple | None = field(default=None, repr=False)
-    drawing: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    drawing: asyncio.Future | None = field(default=None, repr=False, compare=False)
 
 
 class Rooms:
-    """The open rooms, by code. Thread-safe: the instructor's and the followers' events arrive side by side."""
+    """The open rooms, by code. Thread-safe: the instructor's events arrive in Gradio's worker threads, the
+    followers' streams in its event loop."""
 
     def __init__(self, ttl_s: float = ROOM_TTL_S, clock: Callable[[], float] = time.monotonic,
                  max_rooms: int = MAX_ROOMS):
         self.ttl_s, self._clock, self.max_rooms = ttl_s, clock, max_rooms
         self._lock = threading.Lock()
         self._rooms: dict[str, Shown] = {}
+        # The followers' streams asleep until their room changes, by room: each woken in its own event loop.
+        self._asleep: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+        self._streams: dict[tuple[str, str], int] = {}   # (room, page): the ticket of that page's newest stream
+        self._tickets = itertools.count()
 
     def open(self) -> str:
         """A new room (nothing shown yet): its code."""
         with self._lock:
             self._sweep()
             while len(self._rooms) >= self.max_rooms:
-                del self._rooms[min(self._rooms, key=lambda c: self._rooms[c].touched)]
+                self._end(min(self._rooms, key=lambda c: self._rooms[c].touched))
             code = self._new_code()
             self._rooms[code] = Shown(touched=self._clock())
             return code
@@ -80,7 +90,8 @@ class Rooms:
         """The instructor's page shows this picture: followers see it next. False when the room has ended."""
         with self._lock:
             self._sweep()
-            room = self._rooms.get(str(code or "").upper())
+            code = _code(code)
+            room = self._rooms.get(code)
             if room is None:
                 return False
             grown = len(run.cycles) if run is not None else 0   # a live run's new cycles: its text and slider grow
@@ -88,7 +99,8 @@ class Rooms:
             if room.run is not run or (room.cycle, room.frame, room.slot, room.cycles) != picture:
                 room.run = run   # compared by identity: a trace is the instructor's own object, never copied
                 room.cycle, room.frame, room.slot, room.cycles = picture
-                room.version, room.drawn = room.version + 1, None
+                room.version, room.drawn, room.drawing = room.version + 1, None, None
+                self._wake(code)
             room.touched = self._clock()
             return True
 
@@ -96,27 +108,102 @@ class Rooms:
         """The room's picture now (the object itself: read it, do not change it), or None."""
         with self._lock:
             self._sweep()
-            return self._rooms.get(str(code or "").upper())
+            return self._rooms.get(_code(code))
 
-    def drawn(self, room: Shown, draw: Callable[[Shown], tuple]) -> Shown:
-        """The room's picture as it is now (a copy of `room`) with its view values, `draw(copy)`, drawn once per
-        version: the first follower to ask draws them, those asking meanwhile wait and reuse them."""
-        with room.drawing:
-            with self._lock:
-                shown = replace(room)
-            if shown.drawn is None:
-                shown.drawn = draw(shown)
+    async def followed(self, code: str | None, page: str, alive_s: float = ALIVE_S) -> AsyncIterator[Shown | None]:
+        """One follower page's room (`page`: its session), pushed: as it is now, then at each new version the moment
+        it is shown; None once when the room has ended (or never was), and then no more. With nothing new for
+        `alive_s`, the room again as it was: its reader may have left (a closed tab ends a Gradio stream at its
+        next update only). It stops when the page steps away (`unfollow`) or follows anew (its newer stream takes
+        over). Yields the room object itself: read it, do not change it."""
+        code, loop = _code(code), asyncio.get_running_loop()
+        key, seen = (code, page), None
+        with self._lock:
+            ticket = self._streams[key] = next(self._tickets)
+            self._wake(code)   # the page's earlier stream, if any, ends
+        try:
+            while True:
+                woken = asyncio.Event()
                 with self._lock:
-                    if room.version == shown.version:   # else the room moved on while it was drawn
-                        room.drawn = shown.drawn
-            return shown
+                    self._sweep()
+                    if self._streams.get(key) != ticket:
+                        return
+                    room = self._rooms.get(code)
+                    asleep = room is not None and room.version == seen
+                    if asleep:
+                        self._asleep.setdefault(code, []).append((loop, woken))
+                if room is None:
+                    yield None
+                    return
+                if not asleep:
+                    seen = room.version
+                    yield room
+                elif not await self._slept(code, loop, woken, alive_s):
+                    seen = None   # nothing new for alive_s: the room again, as it is now
+        finally:
+            with self._lock:
+                if self._streams.get(key) == ticket:
+                    del self._streams[key]
+
+    async def _slept(self, code: str, loop: asyncio.AbstractEventLoop, woken: asyncio.Event, alive_s: float) -> bool:
+        """A stream asleep on room `code` until woken (True) or for `alive_s` (False)."""
+        try:
+            await asyncio.wait_for(woken.wait(), alive_s)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            with self._lock:
+                if (loop, woken) in self._asleep.get(code, ()):
+                    self._asleep[code].remove((loop, woken))
+
+    def unfollow(self, code: str | None, page: str) -> None:
+        """Page `page` steps away from room `code`: its stream (`followed`) ends."""
+        with self._lock:
+            if self._streams.pop((_code(code), page), None) is not None:
+                self._wake(_code(code))
+
+    async def drawn(self, room: Shown, draw: Callable[[Shown], tuple]) -> Shown:
+        """The room's picture as it is now (a copy of `room`) with its view values, `draw(copy)`, drawn once per
+        version in a worker thread: the first follower to ask starts it, those asking meanwhile await the same."""
+        with self._lock:
+            shown = replace(room)
+            if shown.drawn is None and room.drawing is None:
+                room.drawing = asyncio.ensure_future(asyncio.to_thread(draw, shown))
+            drawing = room.drawing
+        if shown.drawn is None:
+            try:   # shielded: a follower that leaves meanwhile does not cancel the others' picture
+                shown.drawn = await asyncio.shield(drawing)
+            except Exception:
+                with self._lock:
+                    room.drawing = None if room.drawing is drawing else room.drawing   # the next follower retries
+                raise
+            with self._lock:
+                if room.version == shown.version:   # else the room moved on while it was drawn
+                    room.drawn = shown.drawn
+        return shown
+
+    def _wake(self, code: str) -> None:
+        """With the lock held: the streams asleep on room `code` look at it again."""
+        for loop, woken in self._asleep.pop(code, ()):
+            loop.call_soon_threadsafe(woken.set)
+
+    def _end(self, code: str) -> None:
+        """With the lock held: room `code` ends; its followers' streams say so."""
+        del self._rooms[code]
+        self._wake(code)
 
     def _sweep(self) -> None:
         """With the lock held: rooms untouched for `ttl_s` end."""
         now = self._clock()
         for code in [c for c, r in self._rooms.items() if now - r.touched > self.ttl_s]:
-            del self._rooms[code]
+            self._end(code)
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._rooms)
+
+
+def _code(code: str | None) -> str:
+    """A room's code as typed (any case, spaces around it) as the room's own."""
+    return str(code or "").strip().upper()

@@ -21,6 +21,7 @@ the queue: `limits.active_runs` runs in progress at once, taking turns at the mo
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import aclosing
 
 import gradio as gr
 
@@ -152,7 +153,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         run_state, tour_state, stop = gr.State(None), gr.State(0), gr.State(StopRequest())
         playing, phase_playing, focus = gr.State(False), gr.State(False), gr.State(None)
         b_own = gr.State(False)   # B's knobs moved by hand: B no longer follows A
-        room_code, joined, room_seen = gr.State(None), gr.State(None), gr.State(None)   # opened, joined, version
+        room_code, joined = gr.State(None), gr.State(None)   # the room this page opened, the room it joined
         gr.Markdown(glossary.link_terms(INTRO) + (f"\n\n{note}" if note else ""), elem_id="intro")
         link_note = gr.Markdown(elem_id="link-note")  # what a shared link could not restore, at the top
         with gr.Row(visible=len(pairs.names) > 1):
@@ -251,8 +252,6 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         with gr.Row(visible=False, elem_id="follow-row") as follow_row:   # on a page that joined a room
             follow = gr.Checkbox(True, label="Follow the instructor", elem_id="follow", scale=1, min_width=200)
             follow_md = gr.Markdown(elem_id="follow-text", elem_classes="ev-line", min_width=300)   # below on a phone
-            # The room's version as the follower's timer last heard it (`workshop.room_polled`): in the page, unseen
-            room_told = gr.Number(None, precision=0, visible="hidden", elem_id="room-version")
         with gr.Row(equal_height=True, elem_id="cycle-view"):
             slider = Knob(0, 1, 0, step=1, label="cycle", elem_id="cycle-slider", interactive=False, scale=4)
             phase = Knob(0, 1, 1, step=1, label="phase", elem_id="phase-slider", interactive=False, scale=4)
@@ -319,7 +318,6 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         with gr.Accordion("Glossary: the words this page uses", open=False, elem_id="glossary"):
             gr.Markdown(glossary.markdown(), elem_id="glossary-text")
         timer = gr.Timer(AUTOPLAY_EVERY_S, active=False)
-        room_timer = gr.Timer(workshop.FOLLOW_EVERY_S, active=False)
         phase_timer = gr.Timer(PHASE_EVERY_S, active=False)
 
         # ------------------------------------------------------------ events
@@ -364,17 +362,24 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         def room_joined(request: gr.Request):   # by this annotation, as `opened`
             return workshop.room_joined(request)
 
-        demo.load(room_joined, None, [joined, room_timer, follow_row])
-        # A tick asks for one number, the room's version; the picture is fetched only when that number changed.
-        room_timer.tick(lambda c, f, v: workshop.room_polled(rooms, c, f, v), [joined, follow, room_told], room_told,
-                        queue=False, **quiet)
-        # The picture is made as Gradio sends it once per room move, for every follower (`workshop.sent_once`).
+        # The picture is pushed to each follower by its page's one long-lived stream, woken by the room's moves; it is
+        # made as Gradio sends it once per move, for every follower (`workshop.sent_once`). The stream waits, it does
+        # not work: no limit on how many run at once, and none holds a worker of the queue.
         pictured = [output, slider, summary_plot, *view]
-        followed = [room_seen, run_state, *pictured, follow_md, room_timer]
-        room_told.change(lambda c, f, v: workshop.room_followed(rooms, c, f, v, pictured), [joined, follow, room_seen],
-                         followed, queue=False, postprocess=False, **quiet)
-        follow.input(lambda c, f: workshop.room_followed(rooms, c, f, None, pictured), [joined, follow], followed,
-                     queue=False, postprocess=False, **quiet)   # back on: the room's picture again, at once
+
+        async def room_followed(code, on, request: gr.Request):   # an async generator: Gradio streams its updates
+            async with aclosing(workshop.room_followed(rooms, code, on, request.session_hash, pictured)) as stream:
+                async for out in stream:   # closed with Gradio's: a page that leaves or unticks is forgotten at once
+                    yield out
+
+        demo.load(room_joined, None, [joined, follow_row])
+        followed = dict(fn=room_followed, inputs=[joined, follow], outputs=[run_state, *pictured, follow_md],
+                        postprocess=False, concurrency_limit=None, concurrency_id="room", trigger_mode="multiple",
+                        **quiet)
+        joined.change(**followed)
+        # Unticked: this page's stream ends; ticked again: a new one starts with the room's picture at once. Heard
+        # while the page's stream runs ("multiple"): it runs as long as the page follows.
+        follow.input(**followed)
         projector.change(None, projector, None, js=workshop.PROJECTOR_JS).then(None, None, None,
                                                                               js=workshop.PLACE_TOUR_JS)
         run_btn.click(h.announce, stop, queue_note, queue=False, **quiet)
@@ -390,9 +395,10 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         # Stop skips the queue: it must reach the running generator even when the queue is full.
         stop_btn.click(h.request_stop, stop, status, queue=False, **quiet)
         # The slider moved by hand (typed, clicked, dragged): the views follow; the slider itself is not an output.
-        gr.on([slider.input, slider.release], nav.show, [run_state, slider], [summary_plot, *view],
-              trigger_mode="always_last", **quiet)
-        # A step is told to the instructor's room as it is answered (`workshop.room_stepped`), not once it is drawn.
+        # A move (a step, a token, a phase too) is told to the instructor's room as the server answers it
+        # (`workshop.room_told`), not once the page has drawn it.
+        gr.on([slider.input, slider.release], lambda r, i, c: workshop.room_slid(rooms, c, r, i),
+              [run_state, slider, room_code], [summary_plot, *view], trigger_mode="always_last", **quiet)
         first_btn.click(lambda r, c: workshop.room_stepped(rooms, c, r, 0, 0), [run_state, room_code], cycle_outputs,
                         **quiet)
         prev_btn.click(lambda r, i, c: workshop.room_stepped(rooms, c, r, i, -1), [run_state, slider, room_code],
@@ -403,8 +409,12 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         timer.tick(nav.tick, [run_state, slider], [*cycle_outputs, playing, timer, play_btn], **quiet)
         output.select(nav.output_selected, run_state, cycle_outputs, **quiet)
         output.select(None, None, None, js=SHOW_VIEWS_JS)   # the output sits above the views, out of their sight
-        tokens.select(nav.token_selected, [run_state, slider, phase], [focus, *figures], **quiet)
-        phase.release(nav.phase_chosen, [run_state, slider, phase, focus], figures, **quiet)
+        def picked(run, index, frame, code, evt: gr.SelectData):   # Gradio passes the click by this annotation
+            return workshop.room_picked(rooms, code, run, index, frame, evt)
+
+        tokens.select(picked, [run_state, slider, phase, room_code], [focus, *figures], **quiet)
+        phase.release(lambda r, i, f, s, c: workshop.room_phased(rooms, c, r, i, f, s),
+                      [run_state, slider, phase, focus, room_code], figures, **quiet)
         phase_btn.click(nav.phase_play, [run_state, slider, phase, phase_playing],
                         [phase_playing, phase_timer, phase_btn, phase], **quiet)
         phase_timer.tick(nav.phase_tick, [run_state, slider, phase, focus],

@@ -14,7 +14,8 @@ stepped with the arrow keys).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from dataclasses import fields, replace
 from urllib.parse import quote
 
@@ -290,9 +291,6 @@ def picture_link(entry: str | None, run: RunTrace | None, index: float, frame: f
 
 # ---------------------------------------------------------------- a room that follows the instructor, live
 
-FOLLOW_EVERY_S = 0.5   # how often a follower's page asks for the room's version (`room_polled`)
-ROOM_GONE = -1         # the version a follower's page is told for a room that has ended
-
 
 def room_opened(rooms: Rooms, run: RunTrace | None, cycle: float, frame: float | None, slot: int | None) -> tuple:
     """The instructor opens a room: its code, and the line that gives it to the class (a relative link).
@@ -313,28 +311,59 @@ def room_shown(rooms: Rooms, code: str | None, run: RunTrace | None, cycle: floa
     return "\u26a0 This room has ended (no move for two hours); open a new one."
 
 
-def room_stepped(rooms: Rooms, code: str | None, run: RunTrace | None, index: float, delta: int) -> tuple:
-    """The instructor's step between cycles (`nav.step`), told to the room by the server as it is answered: the
-    followers need not wait for the instructor's browser to draw the step before its `.change` events tell the
-    room (about a second on a busy 2-core machine). The room is told what the page will show, the cycle's end state
-    (the phase slider at its last frame, no slot), so those events then find the same picture: no second version.
-    Outputs: nav.step's (slider, summary plot, *view)."""
+def room_told(rooms: Rooms, code: str | None, run: RunTrace | None, index: float, frame: float | None,
+              slot: int | None) -> None:
+    """The picture the instructor's page is about to show (cycle `index`, phase `frame`, None: the cycle's end state,
+    its last frame, as the page's phase slider then reads), told to its room by the server as it answers the move:
+    the followers need not wait for the instructor's browser to draw it before its `.change` events tell the room
+    (about a second on a busy 2-core machine). Those events then find the same picture: no second version."""
     if code and run is not None and run.cycles:
-        i = max(0, min(int(index or 0) + delta, len(run.cycles) - 1))
-        rooms.show(code, run, i, len(frames(run.cycles[i])) - 1, None)
+        i = max(0, min(int(index or 0), len(run.cycles) - 1))
+        rooms.show(code, run, i, len(frames(run.cycles[i])) - 1 if frame is None else frame, slot)
+
+
+def room_stepped(rooms: Rooms, code: str | None, run: RunTrace | None, index: float, delta: int) -> tuple:
+    """The instructor's step between cycles (`nav.step`), told to the room (`room_told`), at the cycle's end state.
+    Outputs: nav.step's (slider, summary plot, *view)."""
+    room_told(rooms, code, run, int(index or 0) + delta, None, None)
     return nav.step(run, index, delta)
 
 
+def room_slid(rooms: Rooms, code: str | None, run: RunTrace | None, index: float) -> tuple:
+    """The instructor's cycle slider moved by hand (`nav.show`), told to the room at the cycle's end state.
+    Outputs: nav.show's (summary plot, *view)."""
+    room_told(rooms, code, run, index, None, None)
+    return nav.show(run, index)
+
+
+def room_phased(rooms: Rooms, code: str | None, run: RunTrace | None, index: float, frame: float,
+                slot: int | None) -> tuple:
+    """The instructor's phase slider released on a frame (`nav.phase_chosen`), told to the room.
+    Outputs: *figures."""
+    room_told(rooms, code, run, index, frame, slot)
+    return nav.phase_chosen(run, index, frame, slot)
+
+
+def room_picked(rooms: Rooms, code: str | None, run: RunTrace | None, index: float, frame: float,
+                evt: gr.SelectData) -> tuple:
+    """The instructor picks a token of the cycle (`nav.token_selected`), told to the room once it is known which
+    slot that is. Outputs: focus, *figures."""
+    out = nav.token_selected(run, index, frame, evt)
+    if out[0] != gr.skip():
+        room_told(rooms, code, run, index, frame, out[0])
+    return out
+
+
 def room_joined(request: gr.Request | None) -> tuple:
-    """On page load: the room a link names (`?room=CODE`), joined, with following on. Outputs: the room joined,
-    the follower's timer, the follow row."""
+    """On page load: the room a link names (`?room=CODE`), joined, with following on (the page's stream,
+    `room_followed`, starts as the joined room's code is set). Outputs: the room joined, the follow row."""
     code = (dict(request.query_params).get("room", "") if request is not None else "").strip().upper()
     if not code:
-        return None, gr.Timer(active=False), gr.Row(visible=False)
-    return code, gr.Timer(active=True), gr.Row(visible=True)
+        return None, gr.Row(visible=False)
+    return code, gr.Row(visible=True)
 
 
-FOLLOW_SIZE = 5 + VIEW_SIZE + 2
+FOLLOW_SIZE = 4 + VIEW_SIZE + 1
 
 
 def sent_once(values: tuple, components: Sequence[gr.components.Component] | None = None) -> tuple:
@@ -353,41 +382,36 @@ def _dumped(value):
     return value.model_dump() if isinstance(value, (GradioModel, GradioRootModel)) else value
 
 
-def room_polled(rooms: Rooms, code: str | None, follow: bool, told: int | None) -> int | None:
-    """A follower's timer tick: the room's version, one number, `told` (the page's last) when it need not move:
-    following is off, or the room shows no run yet; ROOM_GONE once the room has ended. The page's change event
-    for a new number fetches the picture (`room_followed`). The tick has this one output, and it is a value even
-    when unchanged: Gradio rebuilds the component of each output a handler skips (`gr.skip()`), about 2 ms of
-    server time each, so a tick that skipped the picture's twenty outputs cost ~60 ms for nothing, thirty followers
-    twice a second more than two cores have. Output: the room's version (a hidden number on the page)."""
-    room = rooms.seen(code)
-    if room is None:
-        return ROOM_GONE
-    if not follow or room.run is None or not room.run.cycles:
-        return told
-    return room.version
-
-
-def room_followed(rooms: Rooms, code: str | None, follow: bool, seen: int | None,
-                  components: Sequence[gr.components.Component] | None = None) -> tuple:
-    """A follower's page fetches the room's picture (its version number moved, or following was switched on):
-    drawn when the room moved since `seen` and following is on, made as Gradio sends it for `components` (the
-    output, slider, summary plot and view outputs: `sent_once`). Outputs: the version seen, run state, output,
-    slider, summary plot, *view, the follow line, the timer."""
+async def room_followed(rooms: Rooms, code: str | None, follow: bool, page: str,
+                        components: Sequence[gr.components.Component] | None = None) -> AsyncIterator[tuple]:
+    """A follower page's stream of the room's pictures (`page`: its session), pushed by the server the moment the
+    instructor's page moves (`Rooms.followed`): no poll, no wait for one. Each picture is drawn once per move for
+    every follower, made as Gradio sends it for `components` (the output, slider, summary plot and view outputs:
+    `sent_once`). It ends when the page unticks "follow" (this same event, `follow` off: the page's stream is
+    told to end), when the room ends (the page is told so), or when the page has gone (Gradio drops a stream whose
+    reader left at its next update: the room's picture again, unchanged, every `rooms.ALIVE_S`). Outputs: run
+    state, output, slider, summary plot, *view, the follow line."""
     skip = gr.skip()
-    room = rooms.seen(code)
-    if room is None:
-        return ((None, *[skip] * (FOLLOW_SIZE - 3),
-                 f"\u26a0 Room {str(code)[:8]} is not open (ended, or mistyped): this page no longer follows.",
-                 gr.Timer(active=False)))
-    if not follow or room.version == seen or room.run is None or not room.run.cycles:
-        return (skip,) * FOLLOW_SIZE
+    if not follow:
+        rooms.unfollow(code, page)
+        yield (skip,) * FOLLOW_SIZE
+        return
+    line = (f"Following room **{str(code)[:8]}**: this page shows the instructor's picture. Untick to explore on "
+            "your own.")
 
     def draw(shown) -> tuple:   # by the first follower of this version; the others reuse it
         run, i = shown.run, max(0, min(shown.cycle, len(shown.run.cycles) - 1))
         return sent_once((output_tokens(run), cycle_slider(run, i), summary_figure(run, i),
                           *nav.view_at(run, i, shown.frame, shown.slot)), components)
 
-    shown = rooms.drawn(room, draw)
-    return (shown.version, shown.run, *shown.drawn, f"Following room **{str(code)[:8]}**: this page shows the "
-            "instructor's picture. Untick to explore on your own.", skip)
+    async with aclosing(rooms.followed(code, page)) as pushed:   # closed with this stream: the room forgets it
+        async for room in pushed:
+            if room is None:
+                yield (*[skip] * (FOLLOW_SIZE - 1),
+                       f"\u26a0 Room {str(code)[:8]} is not open (ended, or mistyped): this page no longer follows.")
+                return
+            if room.run is None or not room.run.cycles:
+                yield (*[skip] * (FOLLOW_SIZE - 1), line)
+                continue
+            shown = await rooms.drawn(room, draw)
+            yield (shown.run, *shown.drawn, line)
