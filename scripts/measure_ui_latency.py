@@ -18,19 +18,20 @@ included).
 and max). The app runs in this process; the instructor is a headless Chromium page on a recorded run
 (`?gallery=story`) that opens a room and clicks Next `--clicks` times. N followers are HTTP clients in a child
 process (so that their work does not hold this process's interpreter), each speaking the follower page's own
-protocol: it joins with the page's load event (`queue/join?room=CODE`, its session holding the room), then calls
-the room timer's tick event (`run/predict`, as the page does for an event outside the queue) every FOLLOW_EVERY_S
-from a random phase, dropping the ticks that fall while one is pending (Gradio's `trigger_mode="once"`); a tick
-answers the room's version, and when it moved the follower calls the event the page's version number fires on a
-change, which answers the picture. They do not send the two small events the page sends after a picture (the room
-line and the tour line). `--pages` more followers are real Chromium pages (`?room=CODE`). Per click and follower:
-  server+network  (HTTP followers) the click's time until the new cycle's picture (caption and figures) is read
-                  and parsed: the instructor's own events (Next, then the room told), the wait for the follower's
-                  next tick (uniform over FOLLOW_EVERY_S), the tick, the picture's request, the server's answers
-                  and their transfer. "tick" is the last two alone (from the tick's sending to the picture read).
-  browser paint   (pages) from the picture's response in the page (Resource Timing's responseEnd) to the first
-                  animation frame after the caption and the draft tree show the new cycle: Gradio applying the
-                  update, Plotly drawing the four views and the summary, the paint.
+protocol: it joins with the page's load event (`queue/join?room=CODE`, its session holding the room), then starts
+the stream the page starts when the joined room's code is set (`queue/join`, read on the session's `queue/data`
+server-sent events, each update after the first a diff against the one before, as the page applies them), and
+reads the pictures the server pushes on it until the end. They do not send the two small events the page sends
+after a picture (the room line and the tour line). `--pages` more followers are real Chromium pages
+(`?room=CODE`). Every follower, HTTP client or page, has the room's first picture drawn before the first click.
+A click's time is the click event's in the instructor's page; "click" is Playwright's own work before it
+(scrolling, waiting for the button to hold still), counted in none of the figures. Per click and follower:
+  server+network  (HTTP followers) the click until the new cycle's picture (caption and figures) is read and
+                  parsed: the instructor's own event (Next, which tells the room), the server drawing the picture
+                  once and pushing it to every follower, its transfer.
+  browser paint   (pages) from the page's read of the picture's update off its event stream to the first animation
+                  frame after the caption and the draft tree show the new cycle: Gradio applying the update, Plotly
+                  drawing the four views and the summary, the paint.
   end to end      (pages) the click until that frame: what a student sees.
 Everything shares this machine: the server, the instructor's and the followers' Chromium pages and the HTTP
 clients, so the figures are an upper bound for a class whose laptops draw their own pictures.
@@ -60,7 +61,6 @@ from eagleviz.decoding.load import load_engine
 from eagleviz.app import navigation as nav
 from eagleviz.app.handlers import Handlers, StopRequest
 from eagleviz.app.session import EngineHub
-from eagleviz.app import workshop
 from eagleviz.app.ui import CSS, as_pairs, build_app
 from eagleviz.visuals.phases import frames
 
@@ -176,10 +176,17 @@ def browser_first_figures_s(h_engine, knobs: tuple, repeats: int) -> list[float]
 
 # ---------------------------------------------------------------- a room: the instructor's click to the followers
 
+# In a follower page, before Gradio's code runs: the time of each large read off a stream (epoch ms), as Gradio's
+# client reads its event stream's messages (the picture's update is the one large message; Resource Timing has no
+# time for a message inside a stream that stays open).
+READS_JS = """(() => { const read = ReadableStreamDefaultReader.prototype.read;
+  ReadableStreamDefaultReader.prototype.read = function () { return read.call(this).then(r => {
+    if (r.value && r.value.length > 10000) window.__read = performance.timeOrigin + performance.now();
+    return r; }); }; })()"""
 # In a follower page: at the first animation frame whose caption and draft tree show cycle `k`, wait one frame more
-# (the paint) and keep that time, with the end of the tick response that brought the picture (epoch ms).
+# (the paint) and keep that time, with the last large read off the event stream before it (epoch ms).
 WATCH_JS = """(k) => {
-  performance.clearResourceTimings(); performance.setResourceTimingBufferSize(100000); window.__painted = null;
+  window.__painted = null; window.__read = null;
   const now = () => performance.timeOrigin + performance.now();
   const shown = () => {
     const g = document.querySelector('#draft-tree .js-plotly-plot'), c = document.querySelector('#cycle-caption .prose');
@@ -187,20 +194,20 @@ WATCH_JS = """(k) => {
     return title.includes(`Cycle ${k} `) && c !== null && c.innerText.includes(`Cycle ${k} of`); };
   const loop = () => {
     if (!shown()) { requestAnimationFrame(loop); return; }
-    requestAnimationFrame(() => {
-      const picture = performance.getEntriesByType('resource').filter(
-        e => e.name.includes('/run/predict') && e.encodedBodySize > 10000);
-      window.__painted = {painted: now(), arrived: picture.length ? performance.timeOrigin + picture[0].responseEnd
-                                                                     : null}; }); };
+    const arrived = window.__read;
+    requestAnimationFrame(() => { window.__painted = {painted: now(), arrived}; }); };
   requestAnimationFrame(loop); }"""
+# In the instructor's page: the time of each click as the page sees it (epoch ms), the moment the instructor's click
+# is: Playwright's own work before it (scrolling, waiting for the button to hold still) is not the app's.
+CLICKS_JS = ("() => document.addEventListener('click', e => { window.__clicked = performance.timeOrigin + e.timeStamp; }, "
+             "true)")
 PROSE_JS = "(id) => { const e = document.querySelector('#' + id + ' .prose'); return e ? e.innerText.trim() : ''; }"
 
 
 def room_events(url: str) -> dict:
-    """The follower's three events, found in the page's config as its browser code finds them: the load event that
-    joins the room (its outputs include the follow row), the room timer's tick (its output: the room's version) and
-    the version's change (its outputs include the follow line), with the timer's and the version's ids and the
-    output of the change that carries the cycle's caption."""
+    """The follower's two events, found in the page's config as its browser code finds them: the load event that
+    joins the room (its outputs include the follow row) and the stream the joined room's code starts (a change
+    event whose outputs include the follow line), with the output of the stream that carries the cycle's caption."""
     with urllib.request.urlopen(url + "config", timeout=60) as r:
         config = json.load(r)
     elem = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
@@ -209,56 +216,39 @@ def room_events(url: str) -> dict:
         return next(d for d in config["dependencies"] if any(t[1] == trigger for t in d["targets"])
                     and output in [elem.get(o) for o in d["outputs"]])
 
-    join, tick, picture = event("load", "follow-row"), event("tick", "room-version"), event("change", "follow-text")
-    return {"join": join["id"], "tick": tick["id"], "timer": tick["targets"][0][0], "picture": picture["id"],
-            "version": picture["targets"][0][0],
-            "caption": [elem.get(o) for o in picture["outputs"]].index("cycle-caption")}
+    join, stream = event("load", "follow-row"), event("change", "follow-text")
+    return {"join": join["id"], "stream": stream["id"],
+            "caption": [elem.get(o) for o in stream["outputs"]].index("cycle-caption")}
 
 
 def follow_over_http(spec: dict) -> None:
     """The HTTP followers (run in a child process): one line of JSON on stdout per follower once it has joined, and
-    one per picture it receives (`at`: epoch seconds once read and parsed, `sent`: when the tick that told of it
-    left), until stdin closes."""
+    one per picture it receives (`at`: epoch seconds once read and parsed), until stdin closes."""
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
     from measure_concurrency import Visitor
 
-    stop, lock = threading.Event(), threading.Lock()
+    lock = threading.Lock()
 
     def say(row: dict) -> None:
         with lock:
             print(json.dumps(row), flush=True)
 
     def follower(i: int) -> None:
-        visitor, query = Visitor(spec["url"], {"join": spec["join"]}), {"room": spec["code"]}
+        visitor = Visitor(spec["url"], {"join": spec["join"], "stream": spec["stream"]})
+        query = {"room": spec["code"]}
         for _ in visitor.call("join", [], (), query=query):
             pass
         say({"joined": i})
-        def post(fn: str, trigger: str, data: list):
-            response = visitor.http.post("run/predict", params=query, json={
-                "data": data, "fn_index": spec[fn], "trigger_id": spec[trigger], "session_hash": visitor.session})
-            response.raise_for_status()
-            return response
+        caption = None
+        # The stream's inputs: the room joined (a state: the server holds it) and the follow switch, on.
+        for values in visitor.call("stream", [None, True], (spec["caption"],), query=query):
+            if values[spec["caption"]] != caption:   # a picture (a version already drawn leaves the caption)
+                caption = values[spec["caption"]]
+                say({"follower": i, "at": time.time(), "caption": caption})
 
-        told, period = None, spec["period"]
-        due = time.monotonic() + random.uniform(0, period)
-        while not stop.is_set():
-            time.sleep(max(0.0, due - time.monotonic()))
-            sent = time.time()
-            version = post("tick", "timer", [None, True, told]).json()["data"][0]
-            if version != told:   # the page's version number changed: its change event fetches the picture
-                told = version
-                response = post("picture", "version", [None, True, None])
-                caption = response.json()["data"][spec["caption"]]
-                if isinstance(caption, str):   # a picture (a version already drawn answers with skips)
-                    say({"follower": i, "at": time.time(), "sent": sent, "caption": caption,
-                         "bytes": len(response.content)})
-            due += period * (1 + max(0.0, time.monotonic() - due) // period)   # ticks due while it waited: dropped
-
-    threads = [threading.Thread(target=follower, args=(i,), daemon=True) for i in range(spec["followers"])]
-    for t in threads:
-        t.start()
+    for i in range(spec["followers"]):
+        threading.Thread(target=follower, args=(i,), daemon=True).start()
     sys.stdin.read()
-    stop.set()
 
 
 def cycle_shown(page) -> tuple[int, int]:
@@ -268,11 +258,11 @@ def cycle_shown(page) -> tuple[int, int]:
 
 
 def room_latency(engine, followers: int, pages: int, clicks: int) -> dict[str, list[float]]:
-    """Seconds per click and follower: 'server+network' and 'tick' (HTTP followers), 'browser paint' and 'end to
-    end' (pages)."""
+    """Seconds per click and follower: 'server+network' (HTTP followers), 'browser paint' and 'end to end'
+    (pages); per click, 'click' (Playwright's own work before the click event, counted in none of them)."""
     from playwright.sync_api import sync_playwright
 
-    out: dict[str, list[float]] = {"server+network": [], "tick": [], "browser paint": [], "end to end": []}
+    out: dict[str, list[float]] = {"server+network": [], "browser paint": [], "end to end": [], "click": []}
     with serving(engine) as url, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         teacher = browser.new_page(viewport={"width": 1280, "height": 800})
@@ -281,9 +271,9 @@ def room_latency(engine, followers: int, pages: int, clicks: int) -> dict[str, l
         teacher.get_by_text("Workshop: recorded runs").first.click()
         teacher.click("#open-room")
         teacher.wait_for_function(f"() => ({PROSE_JS})('room-text').startsWith('Room')")
+        teacher.evaluate(CLICKS_JS)
         code = teacher.locator("#room-text a").first.get_attribute("href").removeprefix("?room=")
-        spec = {"url": url, "code": code, "followers": followers, "period": workshop.FOLLOW_EVERY_S,
-                **room_events(url)}
+        spec = {"url": url, "code": code, "followers": followers, **room_events(url)}
         child = subprocess.Popen([sys.executable, __file__, "--follow-spec", json.dumps(spec)], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, text=True)
         rows: queue.Queue = queue.Queue()
@@ -291,6 +281,7 @@ def room_latency(engine, followers: int, pages: int, clicks: int) -> dict[str, l
         try:
             tabs = [browser.new_page(viewport={"width": 1280, "height": 800}) for _ in range(pages)]
             for tab in tabs:
+                tab.add_init_script(READS_JS)
                 tab.goto(url + f"?room={code}")
                 tab.wait_for_function(f"() => ({PROSE_JS})('follow-text').startsWith('Following room')",
                                       timeout=60_000)
@@ -298,27 +289,32 @@ def room_latency(engine, followers: int, pages: int, clicks: int) -> dict[str, l
             while len(pictured) < followers:   # every HTTP follower has joined and drawn the room's first picture
                 row = rows.get(timeout=120)
                 pictured |= {row["follower"]} if "follower" in row else set()
+            for tab in tabs:   # and every page has drawn it: the class is looking at the picture when the click comes
+                tab.evaluate(WATCH_JS, cycle_shown(teacher)[0])
+                tab.wait_for_function("() => window.__painted", timeout=60_000)
+            time.sleep(1.0)
             for _ in range(clicks):
                 k, n = cycle_shown(teacher)
                 button, k = ("#next", k + 1) if k + 1 < n else ("#prev", k - 1)
                 for tab in tabs:
                     tab.evaluate(WATCH_JS, k)
-                start = time.time()
+                before = time.time()
                 teacher.click(button)
+                start = teacher.evaluate("() => window.__clicked") / 1e3
+                out["click"].append(start - before)
                 seen: dict[int, dict] = {}
                 while len(seen) < followers:
                     row = rows.get(timeout=60)
                     if "follower" in row and row["at"] > start and f"**Cycle {k}**" in row["caption"]:
                         seen.setdefault(row["follower"], row)
                 out["server+network"] += [r["at"] - start for r in seen.values()]
-                out["tick"] += [r["at"] - r["sent"] for r in seen.values()]
                 for tab in tabs:
                     tab.wait_for_function("() => window.__painted", timeout=60_000)
                     shown = tab.evaluate("() => window.__painted")
                     out["end to end"].append(shown["painted"] / 1e3 - start)
                     if shown["arrived"] is not None:
                         out["browser paint"].append((shown["painted"] - shown["arrived"]) / 1e3)
-                time.sleep(0.5 + random.uniform(0, workshop.FOLLOW_EVERY_S))
+                time.sleep(random.uniform(0.5, 1.0))
         finally:
             child.stdin.close()
             child.wait(timeout=60)
@@ -355,8 +351,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     if args.room:
         times = room_latency(load_engine, args.room, args.pages, args.clicks)   # a factory: no model work here
-        print(f"room: {args.room} followers over HTTP, {args.pages} in Chromium, {args.clicks} clicks, a tick every "
-              f"{workshop.FOLLOW_EVERY_S} s")
+        print(f"room: {args.room} followers over HTTP, {args.pages} in Chromium, {args.clicks} clicks, pushed")
         for name, values in times.items():
             print(describe_room(name, values))
         return
