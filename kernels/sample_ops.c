@@ -19,44 +19,61 @@
 #define ERR_NOMEM -1
 #define ERR_SHAPE -2
 
-typedef float v16 __attribute__((vector_size(64)));  /* 16 fp32 lanes: AVX-512, 2 x AVX2, 4 x NEON */
-typedef int32_t i16 __attribute__((vector_size(64)));
+/* W-float vectors: 16 where the CPU has 512-bit registers, 8 with 256-bit ones (and on other architectures), 4
+ * on an x86 with SSE alone (GCC compiles a comparison of vectors wider than the CPU's to one scalar compare a
+ * lane: 16-float vectors on AVX2 were 25 times slower). Results never depend on W: the argmax and
+ * the top k are exact, and prob_at keeps 16 sums whatever W is. */
+#if defined(__AVX512F__)
+#define W 16
+#elif defined(__AVX__) || !(defined(__x86_64__) || defined(__i386__))
+#define W 8
+#else
+#define W 4
+#endif
+typedef float vw __attribute__((vector_size(4 * W)));
+typedef int32_t iw __attribute__((vector_size(4 * W)));
 
-static inline v16 load16(const float *p) {
-    v16 v;
+static inline vw loadw(const float *p) {
+    vw v;
     memcpy(&v, p, sizeof v);
     return v;
 }
 
-static inline __attribute__((always_inline)) int any_lane(i16 m) {
-    int32_t t[16];
+static inline vw splat(float x) {
+    vw v = {0};
+    return v + x;
+}
+
+static inline __attribute__((always_inline)) int any_lane(iw m) {
+    int32_t t[W];
     memcpy(t, &m, sizeof t);
     int32_t any = 0;
-    for (int j = 0; j < 16; j++) any |= t[j];
+    for (int j = 0; j < W; j++) any |= t[j];
     return any != 0;
 }
 
 /* rows x n values (no NaN), row-major; out_index and out_value get one entry per row. Lane j keeps the
- * largest of values j, j + 16, ... and the first index holding it; the lanes then agree on the largest
+ * largest of values j, j + W, ... and the first index holding it; the lanes then agree on the largest
  * value and the lowest index among equals. */
 int argmax_rows(const float *x, int rows, int n, int64_t *out_index, float *out_value) {
     if (rows < 0 || n <= 0) return ERR_SHAPE;
+    iw step;
+    for (int j = 0; j < W; j++) step[j] = j;
     for (int r = 0; r < rows; r++) {
         const float *row = x + (long)r * n;
         float best = row[0];
         long at = 0;
         int i = 0;
-        if (n >= 16) {
-            v16 lane = load16(row);
-            i16 idx, step = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-            idx = step;
-            for (i = 16; i + 16 <= n; i += 16) {
-                v16 v = load16(row + i);
-                i16 up = v > lane; /* all ones where v is larger: a blend of bits */
-                lane = (v16)(((i16)v & up) | ((i16)lane & ~up));
+        if (n >= W) {
+            vw lane = loadw(row);
+            iw idx = step;
+            for (i = W; i + W <= n; i += W) {
+                vw v = loadw(row + i);
+                iw up = v > lane; /* all ones where v is larger: a blend of bits */
+                lane = (vw)(((iw)v & up) | ((iw)lane & ~up));
                 idx = ((step + i) & up) | (idx & ~up);
             }
-            for (int j = 0; j < 16; j++)
+            for (int j = 0; j < W; j++)
                 if (lane[j] > best || (lane[j] == best && idx[j] < at)) {
                     best = lane[j];
                     at = idx[j];
@@ -82,9 +99,10 @@ int top_k(const float *x, int n, int k, int64_t *out_index, float *out_value) {
     float floor_value = 0.0f;
     for (int i = 0; i < n; i++) {
         if (filled == k && i % 16 == 0 && i + 16 <= n) {
-            v16 floor16 = {0};
-            floor16 += floor_value;
-            if (!any_lane(load16(x + i) > floor16)) {
+            vw floor_w = splat(floor_value);
+            iw above = loadw(x + i) > floor_w;
+            for (int h = W; h < 16; h += W) above |= loadw(x + i + h) > floor_w;
+            if (!any_lane(above)) {
                 i += 15;
                 continue;
             }
@@ -131,7 +149,7 @@ long draw_index(const float *w, int n, double u01, double *cdf) {
     return -1;
 }
 
-/* exp(y) for y <= 0 in 16 lanes (Cephes' expf: y = m ln 2 + r, |r| <= ln 2 / 2, a degree-7 polynomial in r,
+/* exp(y) for y <= 0 in W lanes (Cephes' expf: y = m ln 2 + r, |r| <= ln 2 / 2, a degree-7 polynomial in r,
  * times 2^m from the exponent bits; relative error about 1e-7); y below -87 gives 0. The scalar exp_one is
  * the same arithmetic for one value. */
 #define EXP_LOW -87.0f
@@ -139,22 +157,20 @@ long draw_index(const float *w, int n, double u01, double *cdf) {
     ((((((1.9875691500e-4f * (r) + 1.3981999507e-3f) * (r) + 8.3334519073e-3f) * (r) + 4.1665795894e-2f) * (r) \
        + 1.6666665459e-1f) * (r) + 5.0000001201e-1f) * (z) + (r) + 1.0f)
 
-static inline v16 exp16(v16 y) {
-    v16 low = {0}, half = {0};
-    low += EXP_LOW;
-    half += 0.5f;
-    i16 under = y < low;
-    y = (v16)(((i16)low & under) | ((i16)y & ~under));
-    v16 f = y * 1.44269504088896341f + half;
-    i16 m = __builtin_convertvector(f, i16);
-    m += (i16)(__builtin_convertvector(m, v16) > f); /* truncation towards zero, then floor: -1 where above */
-    v16 mf = __builtin_convertvector(m, v16);
-    v16 r = y - mf * 0.693359375f + mf * 2.12194440e-4f;
-    v16 z = r * r;
-    v16 p = EXP_POLY(r, z);
-    i16 scale = (m + 127) << 23;
-    v16 out = p * (v16)scale;
-    return (v16)((i16)out & ~under);
+static inline vw expw(vw y) {
+    vw low = splat(EXP_LOW);
+    iw under = y < low;
+    y = (vw)(((iw)low & under) | ((iw)y & ~under));
+    vw f = y * 1.44269504088896341f + splat(0.5f);
+    iw m = __builtin_convertvector(f, iw);
+    m += (iw)(__builtin_convertvector(m, vw) > f); /* truncation towards zero, then floor: -1 where above */
+    vw mf = __builtin_convertvector(m, vw);
+    vw r = y - mf * 0.693359375f + mf * 2.12194440e-4f;
+    vw z = r * r;
+    vw p = EXP_POLY(r, z);
+    iw scale = (m + 127) << 23;
+    vw out = p * (vw)scale;
+    return (vw)((iw)out & ~under);
 }
 
 static inline float exp_one(float y) {
@@ -171,18 +187,20 @@ static inline float exp_one(float y) {
 }
 
 /* softmax(x * inv_t)[index] for one row of n values whose largest is top (argmax_rows' value): one pass of
- * exponentials, summed in float lanes over blocks of 256 values and the blocks in double (relative error
- * under 1e-6). Returns -1 for a bad shape. */
+ * exponentials into 16 float sums (value i to sum i % 16, whatever W is) over blocks of 256 values, the blocks'
+ * sums added in double (relative error under 1e-6). Returns -1 for a bad shape. */
 double prob_at(const float *x, int n, long index, float top, float inv_t) {
     if (n <= 0 || index < 0 || index >= n) return -1.0;
-    v16 t16 = {0};
-    t16 += top;
+    vw t = splat(top);
     double total = 0.0;
     int i = 0;
-    while (i + 16 <= n) { /* blocks of up to 256 values summed in float lanes, the blocks in double */
-        v16 sum = {0};
-        for (int b = 0; b < 16 && i + 16 <= n; b++, i += 16) sum += exp16((load16(x + i) - t16) * inv_t);
-        for (int j = 0; j < 16; j++) total += (double)sum[j];
+    while (i + 16 <= n) {
+        vw sum[16 / W];
+        for (int h = 0; h < 16 / W; h++) sum[h] = splat(0.0f);
+        for (int b = 0; b < 16 && i + 16 <= n; b++, i += 16)
+            for (int h = 0; h < 16 / W; h++) sum[h] += expw((loadw(x + i + h * W) - t) * inv_t);
+        for (int h = 0; h < 16 / W; h++)
+            for (int j = 0; j < W; j++) total += (double)sum[h][j];
     }
     for (; i < n; i++) total += (double)exp_one((x[i] - top) * inv_t);
     return (double)exp_one((x[index] - top) * inv_t) / total;
