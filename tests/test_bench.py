@@ -374,3 +374,21 @@ def test_the_readmes_gpu_figures_are_the_committed_h100_reports():
               f"(tau {t0['rows']['eagle-tree']['tau']:.2f})",
               f"{t1['rows']['eagle-tree']['vs_plain']:.2f}x at T = 1"]
     assert [q for q in quoted if q not in readme] == []
+
+
+def test_the_readmes_cpu_figures_for_the_default_are_the_committed_runs():
+    """README quotes the default tree against plain decoding on 80 prompts, natively and held to AVX2, at T = 0
+    and T = 1 (docs/performance.md entry 36): each ratio and interval as the bench wrote it in
+    assets/bench/default-*.json, whose commands say how they were run."""
+    root = Path(__file__).resolve().parents[1]
+    readme = " ".join((root / "README.md").read_text().split())
+    missing = []
+    for name in ("default-T0", "default-T1", "default-avx2-T0", "default-avx2-T1"):
+        run = json.loads((root / "assets/bench" / f"{name}.json").read_text())
+        row = run["rows"]["eagle-tree"]
+        assert run["prompts"] == 80 and run["greedy_mismatches"] == [] and "--limit 80" in run["command"]
+        held = "avx2" in name
+        assert ("emulating avx2" in run["machine"]["cpu"]) == held == ("EAGLEVIZ_CPU=avx2" in run["command"])
+        low, high = row["vs_plain_ci95"]
+        missing += [q for q in (f"{row['vs_plain']:.3f}x", f"{low:.3f}-{high:.3f}") if q not in readme]
+    assert missing == []
