@@ -174,12 +174,13 @@ def test_a_lookup_candidates_value_is_labelled_its_calibrated_acceptance_not_the
 @pytest.mark.parametrize("label,cycle", CYCLES, ids=IDS)
 def test_kv_rewind_slots(label, cycle):
     fig = kv_rewind_figure(cycle)
-    chips = [t for t in fig.data if t.name == CHIPS][0]
+    written, kept = [t for t in fig.data if t.name == CHIPS][:2]   # the prefix blocks' chips come last
     T, E = cycle.num_tree_tokens, len(cycle.kv_draft.appended)
     rows = {}
-    for _, y in chip_centres(chips):
+    for _, y in chip_centres(written) + chip_centres(kept):
         rows[y] = rows.get(y, 0) + 1
     assert sorted(rows.values()) == sorted([T, T, E, E] if E else [T, T])
+    assert written.textposition == "outside" and written.textangle == -90 and kept.textposition == "inside"
     arrows = [a for a in fig.layout.annotations if a.showarrow]
     assert len(arrows) == len(cycle.path)
     moved = [a for a in arrows if a.ax != a.x]

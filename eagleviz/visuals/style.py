@@ -95,22 +95,26 @@ def empty_figure(message: str, height: int = 320) -> go.Figure:
 
 
 def chips(cells: list[dict], half_width: float = 0.45, half_height: float = 0.42, axes: tuple[str, str] = ("x", "y"),
-          text_size: int = 14) -> list[dict]:
+          text_size: int = 14, above: bool = False) -> list[dict]:
     """Labelled rectangles in data coordinates (they scale with the panel, unlike markers), as one bar trace.
 
     Each cell: x, y (its centre), fill, text, font (text colour), hover. Each bar spans x +- half_width and
     y +- half_height (an explicit offset: bar traces sharing axes are not grouped side by side). A label wider
     or taller than its rectangle is shrunk by Plotly to fit it (text inside a bar), so no label spills out of
-    its chip however narrow the panel; the hover keeps the whole token."""
+    its chip however narrow the panel; the hover keeps the whole token. `above`: each label is written upwards
+    over its chip instead, at its own size (for chips a few pixels wide on a phone, where a label inside would
+    shrink away); its colour is then INK."""
     xref, yref = axes
+    text = dict(textposition="outside", textangle=-90, constraintext="none", cliponaxis=False,
+                textfont=dict(color=INK, size=text_size)) if above else dict(
+        textposition="inside", insidetextanchor="middle", textangle=0,
+        textfont=dict(color=[c["font"] for c in cells], size=text_size))
     return [dict(
         type="bar", x=[c["x"] for c in cells], y=[2 * half_height] * len(cells),
         base=[c["y"] - half_height for c in cells],
         width=2 * half_width, offset=-half_width, xaxis=xref, yaxis=yref, name=CHIPS, showlegend=False,
         marker=dict(color=[c["fill"] for c in cells], line=dict(color=INK, width=1)),
-        text=[c["text"] for c in cells], textposition="inside", insidetextanchor="middle", textangle=0,
-        textfont=dict(color=[c["font"] for c in cells], size=text_size), hovertext=[c["hover"] for c in cells],
-        hoverinfo="text")]
+        text=[c["text"] for c in cells], hovertext=[c["hover"] for c in cells], hoverinfo="text", **text)]
 
 
 def chip_centres(trace) -> list[tuple[float, float]]:
