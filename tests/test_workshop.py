@@ -95,6 +95,15 @@ def test_a_plain_visit_opens_on_the_first_presets_recorded_run_and_keeps_the_pre
     assert tail(out) == (gr.skip(), query == "projector=1", "", entry)
 
 
+def test_the_line_above_the_views_invites_run_while_a_recorded_run_is_shown():
+    entry = workshop.arrival_entry()
+    line = workshop.invitation(entry)
+    assert f"**{gallery.entry(entry).title}**" in line and "no model work" in line and "\n" not in line
+    assert "[Press \u25b6 Run](#run)" in line                      # the link goes to Run, a screen above
+    assert workshop.invitation(entry, room=True) == ""             # a room's page shows the instructor's run
+    assert workshop.invitation(None) == "" and workshop.invitation("no-such-entry") == ""
+
+
 def test_without_a_gallery_a_plain_visit_changes_nothing(handlers, monkeypatch):
     monkeypatch.setattr(workshop, "arrival_entry", lambda: None)
     out = workshop.open_link(handlers, DEFAULTS, request("projector=1"))

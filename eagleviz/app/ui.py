@@ -8,7 +8,8 @@ the buttons), then one cycle on one screen (the cycle and phase controls, the cy
 four linked views with one-line titles, the guided tour; their long explanations one click away), then the
 run's summary and the deeper sections. What a click changes comes into sight: a finished run and a click in
 the output scroll the cycle's views into the window. The page opens on the first preset's recorded run
-(`workshop.open_link`): every view has its picture before anyone presses Run. The open tour stays on screen beside
+(`workshop.open_link`): every view has its picture before anyone presses Run, and a window wider than a phone
+opens scrolled to it, under a line inviting Run. The open tour stays on screen beside
 (or below) the view it talks about. Typed knob values are taken into the knobs' ranges (`typed.Knob`). A room
 (`rooms.Rooms`, one per app) lets a class follow the instructor's page live.
 
@@ -77,6 +78,17 @@ SHOW_VIEWS_JS = """(status) => {
     document.getElementById('cycle-view').scrollIntoView({behavior: 'smooth', block: 'start'});
   return [];
 }"""
+ARRIVAL_MIN_PX = 640   # px: a narrower window (a phone) opens at the top, Run on its first screen
+# On load: a link to a recorded run's picture or a room brings the views into sight (SHOW_VIEWS_JS); a plain
+# visit, the line inviting Run above the views and the picture under it, unless the visitor has moved already.
+ARRIVAL_JS = """(status) => {
+  if (['gallery', 'room'].some(k => new URLSearchParams(location.search).has(k))) return (%s)(status);
+  const note = document.getElementById('arrival-note'), focused = document.activeElement;
+  const idle = window.scrollY < 8 && (!focused || focused === document.body);
+  if (idle && note && note.innerText.trim() && window.innerWidth >= %d)
+    requestAnimationFrame(() => note.scrollIntoView({block: 'start'}));
+  return [];
+}""" % (SHOW_VIEWS_JS, ARRIVAL_MIN_PX)
 
 # Pointing at a node of the draft tree picks its token, as a click in the cycle's token list does: its mask row,
 # path chips and KV slot are outlined (Plotly's hover event; each node carries its item of the list). A pause of
@@ -249,6 +261,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                                       show_label=False, min_width=340)
 
         # ------------------------------------------------------------ one cycle, one screen
+        arrival_md = gr.Markdown(elem_id="arrival-note", elem_classes="ev-line")   # a recorded run shown: Run, above
         with gr.Row(visible=False, elem_id="follow-row") as follow_row:   # on a page that joined a room
             follow = gr.Checkbox(True, label="Follow the instructor", elem_id="follow", scale=1, min_width=200)
             follow_md = gr.Markdown(elem_id="follow-text", elem_classes="ev-line", min_width=300)   # below on a phone
@@ -349,10 +362,13 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             return workshop.open_link(h, d, request)
 
         settings = [prompt, preset, preset_note, *knobs]
-        # A link to a recorded run's picture (a room's link) opens with that picture in sight, not the knobs.
+        def invited(entry, request: gr.Request):   # by this annotation, as `opened`
+            return workshop.invitation(entry, "room" in request.query_params)
+
+        # The page opens with a picture in sight (`ARRIVAL_JS`), not the knobs: on arrival, the line inviting Run above
+        # the views; from a link to a recorded run's picture (a room's link), the views.
         demo.load(opened, None, [*run_outputs, *settings, pair, projector, link_note, recorded]).then(
-            None, status, None, js="(s) => ['gallery', 'room'].some(k => new URLSearchParams(location.search).has(k)) "
-                                   f"? ({SHOW_VIEWS_JS})(s) : []")
+            invited, recorded, arrival_md, queue=False, **quiet).then(None, status, None, js=ARRIVAL_JS)
         # A room: the instructor's page shows, every page that joined it follows (no model work on theirs).
         room_btn.click(lambda r, i, f, s: workshop.room_opened(rooms, r, i, f, s), [run_state, slider, phase, focus],
                        [room_code, room_md], queue=False)
@@ -444,6 +460,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             None, status, None, js=SHOW_VIEWS_JS)
         # The recorded run shown is the gallery's choice until a run or an import replaces it.
         gr.on([run_btn.click, import_file.upload], lambda: None, None, recorded, queue=False, **quiet)
+        gr.on([run_btn.click, import_file.upload], lambda: "", None, arrival_md, queue=False, **quiet)
+        recorded.input(invited, recorded, arrival_md, queue=False, **quiet)
         link_btn.click(lambda p, s, m, e, r, i, f, t, *k: workshop.picture_link(e, r, i, f, t) + workshop.link_for(
             p, s, m if len(pairs.names) > 1 else None, *k), [prompt, preset, pair, recorded, run_state, slider, phase,
                                                             focus, *knobs], link_md, queue=False)

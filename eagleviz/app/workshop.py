@@ -8,6 +8,7 @@ stepped with the arrow keys).
                    a link with no settings (a plain visit, `?projector=1`) opens on the first preset's recorded run
     notices_cleared what a preset, a recorded run or an import makes stale: an old race, a refused request's warning
     gallery_opened a recorded run from assets/gallery (`eagleviz.app.gallery`), shown like an imported trace
+    invitation     the line above the views while they show a recorded run: what it is, and Run a screen above
     link_for       the relative link ("?prompt=...") to the page's current prompt and knobs
     picture_link   the relative link ("?gallery=...&cycle=...") to the picture shown of a recorded run
 """
@@ -77,7 +78,11 @@ TOUR_CSS = (".gradio-container {overflow: clip !important} "   # hidden would ma
             f"right: 8px !important; bottom: auto !important; width: {TOUR_PANEL_PX}px !important; "
             "max-height: calc(100vh - 16px) !important; overflow-y: auto !important; "
             "box-shadow: -6px 0 16px rgba(0, 0, 0, 0.18) !important} "
-            f"body.{TOUR_BESIDE_CLASS} {_OPEN_TOUR} #tour {{max-height: none !important}}")
+            f"body.{TOUR_BESIDE_CLASS} {_OPEN_TOUR} #tour {{max-height: none !important}} "
+            # a phone: a smaller panel, so that a view's drawing fits above it
+            f"@media (max-width: 640px) {{{_OPEN_TOUR} #tour {{max-height: 15vh}} "
+            f"{_OPEN_TOUR} > .label-wrap {{padding-top: 4px; padding-bottom: 4px}} "
+            f"{_OPEN_TOUR} #tour-prev, {_OPEN_TOUR} #tour-next {{min-width: 0 !important}}}}")
 # Where the open tour goes (see TOUR_CSS); a closed one goes nowhere.
 _PLACE_TOUR = (f"document.body.classList.toggle('{TOUR_BESIDE_CLASS}', "
                "!!document.querySelector('#tour-section > .label-wrap.open') && "
@@ -86,6 +91,17 @@ PLACE_TOUR_JS = ("() => { " + _PLACE_TOUR +
                  " requestAnimationFrame(() => window.dispatchEvent(new Event('resize'))); return []; }")
 TOUR_CLOSED_JS = (f"() => {{ document.body.classList.remove('{TOUR_BESIDE_CLASS}'); "
                   "requestAnimationFrame(() => window.dispatchEvent(new Event('resize'))); return []; }")
+# A view taller than the window above the panel stuck to its bottom (a phone's, a projector's): its bottom goes to
+# the panel's top, as far as its drawing (Plotly's plot areas) stays whole in the window; its title and legend go
+# above first.
+_ABOVE_TOUR = f"""(view) => {{
+  const panel = document.getElementById('tour-section');
+  if (!view || !panel || document.body.classList.contains('{TOUR_BESIDE_CLASS}')) return;
+  const top = panel.getBoundingClientRect().top, box = view.getBoundingClientRect();
+  const drawn = [...view.querySelectorAll('.nsewdrag')].map(e => e.getBoundingClientRect().top - box.top);
+  const by = Math.min(box.bottom - top, drawn.length ? Math.min(...drawn) : 0);
+  if (top < window.innerHeight && by > 1) window.scrollBy(0, by);
+}}"""
 # After a step (`tour`: the tour's text): the view it talks about, in sight above the tour; in slides mode, the
 # only one.
 TOUR_VIEW_JS = f"""(tour) => {{
@@ -96,9 +112,9 @@ TOUR_VIEW_JS = f"""(tour) => {{
     requestAnimationFrame(() => {{ window.dispatchEvent(new Event('resize'));
                                    if (view) view.scrollIntoView({{block: 'start'}}); }});
   }} else if (view) {{   // its top at the window's top: the tour's panel is beside it or below it
-    view.scrollIntoView({{block: 'start'}});
-    requestAnimationFrame(() => {{ window.dispatchEvent(new Event('resize'));
-                                   requestAnimationFrame(() => view.scrollIntoView({{block: 'start'}})); }});
+    const place = () => {{ view.scrollIntoView({{block: 'start'}}); ({_ABOVE_TOUR})(view); }};
+    place();
+    requestAnimationFrame(() => {{ window.dispatchEvent(new Event('resize')); requestAnimationFrame(place); }});
   }}
   return [];
 }}"""
@@ -210,6 +226,20 @@ def arrival_line(entry_id: str) -> str:
     return (f"\u25bc [The picture below](#cycle-view) is the preset's recorded run "
             f"({gallery.entry(entry_id).description.split(':')[0]}), replayed: no model work. Press **\u25b6 Run** "
             "to decode it live on this server.")
+
+
+def invitation(entry_id: str | None, room: bool = False) -> str:
+    """The line just above the views while they show recorded run `entry_id` (on arrival, from a gallery link or the
+    gallery's list): what it is and the invitation to Run, whose button is a screen above. Empty for no entry and on
+    a page that joined a room (it shows the instructor's run)."""
+    if not entry_id or room:
+        return ""
+    try:
+        e = gallery.entry(entry_id)
+    except gallery.GalleryError:
+        return ""
+    return (f"\u25b2 Shown: the recorded run **{e.title}** ({e.description.split(':')[0]}), replayed with no model "
+            "work. [Press \u25b6 Run](#run) above to decode it live, or change the prompt and knobs first.")
 
 
 def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple:
