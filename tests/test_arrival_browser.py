@@ -60,6 +60,19 @@ def test_the_page_opens_on_a_picture_the_first_presets_recorded_run_with_one_lin
     shot(page, "a01_arrival_picture_1280.png")
 
 
+def tour_stops(tab, k: int):
+    """Steps the open tour through its four stops at cycle k; yields (stop, its view's id) once each is shown and
+    the page has stopped scrolling."""
+    for stop, view in enumerate(VIEWS):
+        if stop:
+            tab.click("#tour-next")
+        name = ("Draft", "Verify", "Accept", "Rewind")[stop]
+        tab.wait_for_function(f"() => ({PROSE_JS})('tour').includes('{name} (cycle {k})')", timeout=10_000)
+        tab.evaluate(SCROLLED_JS)
+        tab.wait_for_timeout(300)
+        yield stop, view
+
+
 @pytest.mark.parametrize("width,height", [(1280, 800), (1024, 768)])
 def test_the_tours_words_are_on_screen_with_the_view_they_describe(browser, app_url, width, height):
     """Each stop: the view it talks about wholly in the window, the tour's text in the window too and not over
@@ -70,13 +83,7 @@ def test_the_tours_words_are_on_screen_with_the_view_they_describe(browser, app_
         k = shown_cycle(tab)
         open_accordion(tab, TOUR)
         tab.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Draft (cycle {k})')", timeout=10_000)
-        for stop, view in enumerate(VIEWS):
-            if stop:
-                tab.click("#tour-next")
-            name = ("Draft", "Verify", "Accept", "Rewind")[stop]
-            tab.wait_for_function(f"() => ({PROSE_JS})('tour').includes('{name} (cycle {k})')", timeout=10_000)
-            tab.evaluate(SCROLLED_JS)
-            tab.wait_for_timeout(300)
+        for stop, view in tour_stops(tab, k):
             where = tab.evaluate(RECT_JS, view)
             top, bottom = tab.evaluate(TOUR_TEXT_JS)
             panel = tab.evaluate(RECT_JS, "tour-section")
