@@ -241,7 +241,7 @@ def test_word_tokens_keep_their_labels_in_the_mask_the_kv_cache_and_the_path(bro
         assert not spills, spills                                    # "\u2713 \u2423upon", "none left" on a phone
         shot(tab, f"a08_path_{width}.png")
         if width < 1000:
-            return    # a phone's KV cells are a few pixels wide: their hover names the token
+            return    # a phone's KV labels, written over the cells: tests/test_screens_browser.py
         figure(tab, "kv-rewind")
         tab.locator("#kv-rewind").scroll_into_view_if_needed()
         labels = tab.evaluate("() => [...document.querySelectorAll('#kv-rewind text.bartext')].filter(t => "
