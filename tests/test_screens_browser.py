@@ -145,25 +145,33 @@ KV_LABELS_JS = """() => [...document.querySelectorAll('#kv-rewind text.bartext')
           [r.left, r.top, r.right, r.bottom]]; }).filter(([text, size, b]) => text && b[2] > b[0] && b[3] > b[1])"""
 
 
+CELLS_JS = ("() => [...document.querySelectorAll('#kv-rewind .point path')].map(e => e.getBoundingClientRect())"
+            ".filter(b => b.width > 0).map(b => [b.left, b.top, b.right, b.bottom])")
+
+
 @pytest.mark.parametrize("width,height", [(390, 844), (1280, 800)])
-def test_the_kv_cells_keep_legible_labels(browser, app_url, width, height):
+@pytest.mark.parametrize("entry", ["story", "counting"])
+def test_the_kv_cells_keep_legible_labels(browser, app_url, width, height, entry):
     """On a phone too, the KV cells of the cycle shown name their tokens: a label in each cell the verify row
-    wrote at least, each drawn at 8 px or more and within its cell, no two overlapping."""
+    wrote at least, each drawn at 8 px or more, within its cell or clear of every cell, no two overlapping."""
     from eagleviz.app import gallery, navigation
 
-    story = gallery.load("story")
-    tab = open_page(browser, app_url + "?gallery=story", width, height)
+    run = gallery.load(entry)
+    tab = open_page(browser, app_url + f"?gallery={entry}", width, height)
     try:
         tab.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Recorded run')", timeout=60_000)
         p = parts(tab, "kv-rewind")
         tab.locator("#kv-rewind").scroll_into_view_if_needed()
-        shot(tab, f"s04_kv_{width}.png")
+        shot(tab, f"s04_kv_{entry}_{width}.png")
         labels = [(t, size, b) for t, size, b in tab.evaluate(KV_LABELS_JS) if not t.startswith("prefix")]
-        shown = story.cycles[navigation.instructive_cycle(story)]
+        shown = run.cycles[navigation.instructive_cycle(run)]
         assert len(labels) >= shown.num_tree_tokens, labels
         small = [(t, round(size, 1)) for t, size, _ in labels if size < 8]
         assert not small, small
         apart([(t, b) for t, _, b in labels], "KV cell labels")
+        cells = tab.evaluate(CELLS_JS)
+        for text, _, label in labels:                          # over its own cell at most, never on another row's
+            assert sum(overlap(label, cell) for cell in cells) <= 1, (text, label)
         for text, label, chip in p["chips"]:                 # inside a cell: within it, or hidden (0 px)
             assert label[2] == label[0] or label[0] >= chip[0] - 1 and label[2] <= chip[2] + 1, (text, label, chip)
     finally:

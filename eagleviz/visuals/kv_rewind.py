@@ -23,11 +23,11 @@ from eagleviz.visuals.selection import Focus
 from eagleviz.visuals.style import (ACCEPTED, CHIP_TEXT, INK, NEUTRAL, PREFIX, PRUNED, VISIBLE, chips, figure,
                                     focus_box, layout, legend_swatches, token_html)
 
-ROWS = {"target_before": 4.6, "target_after": 3.2, "draft_before": 1.6, "draft_after": 0.6}
+ROWS = {"target_before": 4.6, "target_after": 3.2, "draft_before": 1.45, "draft_after": 0.45}
 ROW_NAMES = {"target_before": "target: verify", "target_after": "target: after commit",
              "draft_before": "draft: drafting", "draft_after": "draft: after rewind"}
 PREFIX_WIDTH = 3.0    # the collapsed prefix block spans this many slot widths
-PLOT_PX = 254         # the four rows (34 px a row), the labels over the written rows, the slot numbers and the
+PLOT_PX = 260         # the four rows (34 px a row), the labels over the written rows, the slot numbers and the
                       # axis title under them
 TOP = 5.8             # the y range's top: room for the labels written upwards over the verify row
 ROW_LABELS_PX = 160   # the rows' names left of the plot, and the margins
@@ -152,8 +152,9 @@ def kv_rewind_figure(cycle: CycleTrace, height: int | None = None, frame: Frame 
     written = [c for c in cells if c["y"] in (ROWS["target_before"], ROWS["draft_before"])]
     kept = [c for c in cells if c["y"] not in (ROWS["target_before"], ROWS["draft_before"])]
     size = 12 if width <= 16 else 10
-    # 10 px: the labels' lines (12 px) sit side by side on a phone's slots (12 px apart for 16 tree slots)
-    traces = chips(written, half_width=0.45, half_height=0.38, text_size=10, above=True) if written else []
+    # Lines 1.1 em tall side by side on a phone's slots: 12 px apart for 12 slots, 9 px for 16
+    traces = chips(written, half_width=0.45, half_height=0.38, text_size=10 if width <= 12 else 8,
+                   above=True) if written else []
     traces += chips(kept, half_width=0.45, half_height=0.38, text_size=size) if kept else []
     traces += chips(_prefix_cells(cycle, frame), half_width=PREFIX_WIDTH / 2 - 0.05, half_height=0.38,
                     text_size=13)
@@ -182,5 +183,5 @@ def kv_rewind_figure(cycle: CycleTrace, height: int | None = None, frame: Frame 
         **({"annotations": arrows} if arrows else {}),
         xaxis=dict(title=dict(text="cache slot"), range=[-PREFIX_WIDTH - 0.7, width - 0.3],
                    tickvals=list(range(0, width, step)), ticktext=[str(S + k) for k in range(0, width, step)]),
-        yaxis=dict(tickvals=list(ROWS.values()), ticktext=list(ROW_NAMES.values()), range=[0.1, TOP],
+        yaxis=dict(tickvals=list(ROWS.values()), ticktext=list(ROW_NAMES.values()), range=[-0.05, TOP],
                    showline=False, ticks="", tickfont=dict(size=12))))
