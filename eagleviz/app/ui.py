@@ -71,13 +71,20 @@ RACING = "Racing: plain decoding, then this CPU's fastest tree, on this run's pr
 # Brings the cycle's controls, caption and first views into sight (unless the draft tree already is): after a
 # run, an import or a recorded run (status given: only once it is there, not after a warning), and after a
 # click in the output, which sits a screen above the views.
+VIEWS_SETTLE_MS = 700  # ms after which the views are aligned again, once the outputs above them are drawn
 SHOW_VIEWS_JS = """(status) => {
   const tree = document.getElementById('draft-tree'), at = tree && tree.getBoundingClientRect();
   const ok = status === undefined || status === null || !String(status).startsWith('\u26a0');
-  if (ok && at && (at.top < 0 || at.bottom > window.innerHeight))
-    document.getElementById('cycle-view').scrollIntoView({behavior: 'smooth', block: 'start'});
+  if (ok && at && (at.top < 0 || at.bottom > window.innerHeight)) {
+    const view = document.getElementById('cycle-view');
+    view.scrollIntoView({behavior: 'smooth', block: 'start'});
+    // what sits above may still change height as the last outputs are drawn (the cleared arrival line): align
+    // once more when that has settled
+    setTimeout(() => { if (Math.abs(view.getBoundingClientRect().top) > 4) view.scrollIntoView({block: 'start'}); },
+               SETTLE_MS);
+  }
   return [];
-}"""
+}""".replace("SETTLE_MS", str(VIEWS_SETTLE_MS))
 ARRIVAL_MIN_PX = 640   # px: a narrower window (a phone) opens at the top, Run on its first screen
 # On load: a link to a recorded run's picture or a room brings the views into sight (SHOW_VIEWS_JS); a plain
 # visit, the line inviting Run above the views and the picture under it, unless the visitor has moved already.
