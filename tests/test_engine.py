@@ -14,7 +14,8 @@ from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding.engine import REFERENCE_NOTE
 from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import DraftConfig, DraftHead
-from eagleviz.trace import RunTrace
+from eagleviz.decoding.policy import Ledger
+from eagleviz.trace import KVMap, RunTrace
 from eagleviz.decoding.verify import sampling_probs
 from eagleviz.paths import cache_dir
 from kernels import sample_ops
@@ -110,6 +111,75 @@ def test_a_head_whose_cycles_take_longer_than_they_bring_rests_at_any_temperatur
         else:
             doubt = [c.index for c in spec.cycles if "a run starts without it" in c.decision]
             assert timed == [] and doubt == list(range(16)) and spec.cycles[16].draft_levels > 0
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_resting_cycle_is_a_plain_step_through_the_same_calls(monkeypatch, temperature):
+    """A head that always rests: each cycle makes plain decoding's calls (one forward of one token, one read-out)
+    and no drafting's (no tree grown, no acceptance), so its tokens are plain decoding's at any temperature (the
+    same draws from the same generator), and its trace shows the target's argmax and that token's probability."""
+    from eagleviz.decoding import engine as engine_module
+    from eagleviz.decoding.policy import HeadRest
+
+    engine = tiny_engine("llama", vocab=64, seed=4)
+    calls: dict[str, list] = {}
+    for name in ("_read_out", "_accept", "_accept_root"):
+        def counted(self, *a, _name=name, _f=getattr(engine_module.Engine, name), **k):
+            calls.setdefault(_name, []).append(a[0].shape)
+            return _f(self, *a, **k)
+        monkeypatch.setattr(engine_module.Engine, name, counted)
+    grown = []
+    monkeypatch.setattr(engine_module, "grow", lambda *a, **k: grown.append(1))
+    monkeypatch.setattr(HeadRest, "head_runs", lambda self: False)
+    sampling = SamplingConfig(temperature=temperature, max_new_tokens=30, seed=7)
+    plain = run(engine, [1, 2, 3], None, sampling)
+    plain_calls, calls = calls, {}
+    spec = run(engine, [1, 2, 3], TreeConfig.create(source="eagle"), sampling)
+    assert spec.token_ids == plain.token_ids and not grown and set(calls) == set(plain_calls) == {"_read_out"}
+    assert len(calls["_read_out"]) == len(plain_calls["_read_out"]) == 30  # the prefill's, then one a token
+    for c in spec.cycles:
+        assert c.tokens == [c.tokens[0]] and c.path == [0] and c.draft_levels == 0 and c.kv_draft.appended == []
+        assert c.kv_target == KVMap(before=c.positions[0], appended=c.positions, moves=[], after=c.positions[0] + 1)
+    # the trace's argmax and probability, from the logits of a fresh target pass over the same tokens
+    ids = [1, 2, 3] + spec.token_ids
+    logits = engine.target.forward(torch.tensor(ids), torch.arange(len(ids)), engine.target.new_cache(len(ids)),
+                                   torch.ones(len(ids), len(ids), dtype=torch.bool).tril()).logits
+    for c in spec.cycles:
+        row = logits[c.positions[0]] / (1.0 if temperature == 0 else temperature)
+        assert c.target_tokens == [int(row.argmax())]
+        assert c.target_probs == pytest.approx([float(torch.softmax(row.double(), -1).max())], rel=1e-4)
+
+
+def test_lookups_whose_cycles_take_longer_than_they_bring_rest_and_decoding_stays_lossless(monkeypatch):
+    """The context's lookups are judged by the run's clock as the head is: where a forward of several tokens
+    costs far more than their acceptance brings (here each token beyond the first takes 30 ms more), lookup cycles
+    stop once four of them lost together and the resting cycles say why; where they cost nothing extra they are
+    never rested. The tokens are plain decoding's either way."""
+    import time
+
+    from eagleviz.decoding.engine import LOOKUP_REST_NOTE
+    from eagleviz.models.static import EagerSteps
+
+    engine = tiny_engine("llama", vocab=8, seed=0)
+    ids, tree = [1, 2, 3, 4] * 4, TreeConfig.create(5, 1, 6, source="lookup")
+    sampling = SamplingConfig(max_new_tokens=60)
+    plain = run(engine, ids, None, sampling).token_ids
+    free = run(engine, ids, tree, sampling)
+    assert free.token_ids == plain and not any(LOOKUP_REST_NOTE in c.decision for c in free.cycles)
+    forward = EagerSteps.forward
+
+    def dear(self, tokens, positions, mask):
+        time.sleep(0.03 * (len(tokens) - 1))
+        return forward(self, tokens, positions, mask)
+
+    monkeypatch.setattr(EagerSteps, "forward", dear)
+    spec = run(engine, ids, tree, sampling)
+    assert spec.token_ids == plain
+    looked = [len(c.tokens) > 1 for c in spec.cycles]
+    rested = [LOOKUP_REST_NOTE in c.decision for c in spec.cycles]
+    first = rested.index(True)
+    assert sum(looked[:first]) >= Ledger.EVIDENCE  # then, each lost cycle worth dozens of plain steps, the
+    assert all(rested[first:]) and not any(looked[first:])  # longest rest (Ledger.SPAN[1]) outlasts the run
 
 
 def test_lookup_candidates_are_verified_and_accepted_on_repetitive_text():

@@ -166,3 +166,17 @@ def test_a_sampled_run_starts_in_doubt_and_drafts_on_only_once_a_probe_pays():
     assert not ledger.doubt and ledger.drafted == [(6.0, 2)]
     assert ledger.observe(9.0, 1, drafted=True, alone=False)   # one unpaid cycle after it is no verdict
     assert "a run starts without it" in HeadRest(left=3).note()
+
+
+def test_a_source_that_does_not_draft_every_cycle_says_which_of_its_cycles_is_a_probe():
+    """The context's lookups are judged by a ledger too, but their cycles come between resting ones that no rest
+    imposed: the engine says which lookup cycle follows an imposed rest (`probe`), and only a paid probe clears
+    the evidence against them."""
+    ledger = Ledger()
+    for tokens in (1, 1, 2, 1):  # paid or not, cycles between plain steps are not probes: evidence accumulates
+        ledger.observe(4.0, 1, drafted=False, alone=True)
+        ledger.observe(7.0, tokens, drafted=True, alone=False, probe=False)
+    assert len(ledger.drafted) == 4 and ledger.losing()
+    ledger.observe(4.0, 1, drafted=False, alone=True)
+    assert ledger.observe(7.0, 2, drafted=True, alone=False, probe=True)  # a paid probe: a fresh count
+    assert ledger.drafted == [(7.0, 2)] and not ledger.losing()

@@ -100,6 +100,21 @@ def test_draw_is_bitwise_the_torch_inverse_cdf(ops):
     assert ops.draw(w, 0.0) == 1 and ops.draw(w, 1.0) == 3  # u01 * total rounded up: the last with weight
 
 
+def test_draw_and_top_is_the_draw_and_the_first_largest_weight(ops):
+    """A resting cycle's one call: the index `draw` gives for the same uniform, and the first index of the largest
+    weight (torch.argmax's rule), ties planted at both ends of the row and inside its vector blocks."""
+    g = torch.Generator().manual_seed(1)
+    for t in range(300):
+        n = (V, 17, 16, 1, 1000)[t % 5]
+        w = torch.softmax(torch.randn(n, generator=g) * (0.5 + t % 7), dim=-1)
+        if t % 3 == 0 and n > 2:  # equal largest weights: the lower index is the answer
+            top = float(w.max())
+            for i in torch.randint(0, n, (3,), generator=g).tolist() + [n - 1]:
+                w[i] = top
+        u = float(torch.rand(1, generator=g, dtype=torch.float64))
+        assert ops.draw_and_top(w, u) == (ops.draw(w, u), int(torch.argmax(w))), t
+
+
 @pytest.mark.parametrize("n", [1, 15, 16, 17, 257, 1000, V])
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 1.5])
 def test_prob_at_is_the_softmax_of_the_argmax_within_a_millionth(ops, n, temperature):

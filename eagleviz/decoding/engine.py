@@ -40,19 +40,19 @@ from eagleviz.models.host import PhaseClock, count_read, to_device, to_host
 from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.draft import DraftHead
 from eagleviz.models.static import CudaGraphs, EagerSteps, StatePool, StaticSteps, Uncaptured
-from eagleviz.models.target import TargetModel
+from eagleviz.models.target import TargetModel, TargetOutput
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
 from eagleviz.decoding.calibration import HeadCalibration, RunAcceptance
 from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding.device_draft import DeviceDrafter
 from eagleviz.decoding.steps import decode_path, draft_state, prepared, release, target_steps
-from eagleviz.decoding.drafting import causal, grow
+from eagleviz.decoding.drafting import ROOT_ALONE, causal, grow
 from eagleviz.decoding.lookup import Foresight, SuffixIndex
 from eagleviz.decoding.policy import HeadRest, Ledger, TreePolicy
 from eagleviz.decoding.prefix import Prefix, PrefixCache, chat_prefix
 from eagleviz.decoding.tree import Candidates, VerifyTree
-from eagleviz.decoding.verify import (VerifyResult, draw, draw_index, drawn, greedy_verify, sample_verify,
-                                      sampling_probs, top_tokens)
+from eagleviz.decoding.verify import (VerifyResult, draw, draw_and_top, draw_index, drawn, greedy_verify,
+                                      sample_verify, sampling_probs, top_tokens)
 from eagleviz.paths import cache_dir
 from kernels import capability, sample_ops
 from kernels.self_check import KernelCheck, choose_attention
@@ -61,6 +61,8 @@ from kernels.tree_attention import resolve_impl
 PHASES = ("draft", "verify", "accept", "rewind")
 REFERENCE_NOTE = ("The head rests this cycle to time a plain step here: the head's cycles are judged against it "
                   "(tokens per millisecond).")
+LOOKUP_REST_NOTE = ("The context's lookups rest too: their recent cycles took longer than their tokens are worth "
+                    "here.")
 ROOT_MASK = torch.ones(1, 1, dtype=torch.bool)  # a tree of the root alone: it sees itself (the forward needs none)
 
 
@@ -113,8 +115,9 @@ class Engine:
     `calibration` (the head's, `eagleviz.decoding.calibration`; default: EAGLE-2's assumption), which each run
     corrects by the acceptance it observes as it goes (`RunAcceptance`; `learn` False keeps the table as it is,
     the reference of an A/B run), and whose drafted cycles the run's own clock judges against a resting one
-    (`Ledger`: a head whose cycles take longer than their tokens are worth rests; `ledger` False judges by the
-    forecast alone, the reference of an A/B run).
+    (`Ledger`: a head whose cycles take longer than their tokens are worth rests, and so do the context's
+    lookups; `ledger` False judges by the forecast alone, the reference of an A/B run). A resting cycle (the
+    root alone) is a plain step through plain decoding's own calls, its trace written from what they read.
     `eagleviz.decoding.load.load_engine` gives both: this machine's measured costs and the head's file.
 
     Every prefill starts from the chat template's opening encoded once (`eagleviz.decoding.prefix`;
@@ -278,7 +281,8 @@ class Engine:
         """A plain step's read-out, shared by plain decoding and a cycle that verified the root alone: the token
         (greedy, the argmax; sampled, a draw from `gen` of the sampling distribution) and, given `top`, the
         target's argmax and its probability at the temperature (untruncated), which that cycle's trace shows
-        (else -1, nan). On a device all of it is read in one copy."""
+        (else -1, nan). On a device all of it is read in one copy; on a CPU a sampled step's argmax comes from
+        the draw's own pass (`draw_and_top`: the first of equal probabilities)."""
         temp = 1.0 if sampling.greedy else sampling.temperature
         probs = None if sampling.greedy else sampling_probs(logits, temp, sampling.top_p)
         ops = self.sample_ops if logits.is_cpu else None
@@ -290,16 +294,18 @@ class Engine:
 
         if ops is not None:  # C passes over host memory, nothing to batch: counted as the one read a device makes
             count_read()
-            if probs is not None and not top:
-                return draw(probs, gen, ops), -1, math.nan
+            if probs is not None:  # sampled: the draw; for the trace, the most likely token from the same pass
+                if not top:
+                    return draw(probs, gen, ops), -1, math.nan
+                token, best = draw_and_top(probs, gen, ops)  # nucleus truncation keeps the most likely token
+                prob = (float(probs[best]) if sampling.top_p >= 1.0 else
+                        ops.prob_at(logits, best, float(logits[best]), temp))
+                return token, best, prob
             at = ops.argmax(logits) if argmax is None else ([int(argmax)], [float(logits[int(argmax)])])
             (best,), (value,) = at
             if not top:
                 return best, -1, math.nan
-            token = best if probs is None else draw(probs, gen, ops)
-            prob = (float(probs[best]) if probs is not None and sampling.top_p >= 1.0 else
-                    ops.prob_at(logits, best, value, temp))  # one pass: no distribution written
-            return token, best, prob
+            return best, best, ops.prob_at(logits, best, value, temp)  # one pass: no distribution written
         index = (logits.argmax() if argmax is None else argmax).reshape(1)
         reads = [index] if probs is None else [draw_index(probs, gen)]
         if top:  # an index tensor: `probs[index]` would read it
@@ -405,6 +411,9 @@ class Engine:
                   else None)  # ... as its clock sees it
         if ledger is not None and ledger.losing():  # in doubt: the run starts resting
             rest.left = rest.most = ledger.span()
+        # the context's lookups judged by the same clock: their cycles (the head not run) against resting ones
+        lookups = Ledger() if index is not None and policy is not None and self.ledger else None
+        lookup_rest, lookup_probe = HeadRest(), False  # the next lookup cycle after a rest is a probe
         while not done:
             S = tcache.length
             room = capacity - 1 - S  # the slots plain decoding would still fill: it stops at the same length
@@ -416,97 +425,139 @@ class Engine:
             # 1) draft (near the context limit, a tree cut to the room left)
             budget = min(tree_cfg.draft_tokens, room)
             reference = ledger is not None and ledger.wants_reference()  # a plain step, timed
-            match = (index.match(min(tree_cfg.steps, budget - 1)) if index is not None and budget > 1
-                     and not reference else None)
+            looks = index is not None and budget > 1 and not reference
+            resting_lookups = looks and lookups is not None and not lookup_rest.head_runs()
+            lookup_probe = lookup_probe or resting_lookups
+            match = index.match(min(tree_cfg.steps, budget - 1)) if looks and not resting_lookups else None
             run_head = use_head and (policy is None or (not reference and rest.head_runs()))
-            if run_head and len(feats) > 1:  # the positions a resting head skipped, joined once
-                feats = [torch.cat(feats)]
-            draft = grow(self, feats[0], pend_tokens, dcache, tree_cfg, root, budget, policy, match, run_head)
-            tree = draft.tree
             forecast_paid = True
-            if use_head and policy is not None:
-                if run_head:
-                    # sampled, a head rests when its drafting is not expected to pay; greedy, only when none of its
-                    # nodes was worth verifying (the stricter rule lost there: docs/performance.md entry 27); at
-                    # either, also when the cycle took longer than its tokens are worth here (`Ledger`, below)
-                    forecast_paid = (draft.head_paid if not sampling.greedy else
-                                     any(draft.cands.sources[n] != "lookup" for n in tree.node_ids[1:]))
-                elif reference:
-                    draft.decision = REFERENCE_NOTE
-                else:
-                    draft.decision = f"{rest.note()} {draft.decision}".strip()
-            clock.lap()
-            # 2) verify (inputs sent without blocking: the host does not wait for the draft's kernels here)
-            positions = [S + d for d in tree.depths]
-            alone = len(tree) == 1  # the root alone: a plain step's forward and read-out
-            mask = ROOT_MASK if alone else tree.mask()
-            out = steps.forward(tree.tokens, positions, None if alone else mask)
-            clock.lap()
-            # 3) accept (the one read of the target's verdict the host needs)
-            if alone:  # nothing to accept, no distribution to keep for a replay
-                result, argmax, tprobs = self._accept_root(out.logits[0], sampling, gen,
-                                                           None if out.argmax is None else out.argmax[0])
-                root_top = []
+            if not run_head and match is None:  # nothing to verify but the root: a plain step, through plain
+                # decoding's own calls, and a trace written from what it read
+                decision = ROOT_ALONE if policy is not None else ""
+                if use_head:  # the head rests (a fixed tree's head always drafts)
+                    decision = REFERENCE_NOTE if reference else f"{rest.note()} {decision}"
+                if resting_lookups:
+                    decision = f"{decision} {LOOKUP_REST_NOTE}".strip()
+                trace, out = self._resting(cycle, S, root, steps, sampling, gen, clock, decision,
+                                           dcache.length if use_head else S, text, record)
+                alone, committed = True, trace.committed
             else:
-                result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, gen, text)
-                root_top = [] if root_probs is None else self._root_top(root_probs, text)
-            if learned is not None and learned.observe(
-                    tree.node_ids[1:], {tree.node_ids[s] for s in result.path}, draft.cands.parents,
-                    draft.cands.sources, draft.cands.scores, draft.lookup_ngram):
-                policy = TreePolicy(policy.costs, learned.table())  # the next cycle values its nodes by it
-            clock.lap()
-            # 4) rewind KV
-            path_slots = [S + s for s in result.path]
-            moves = tcache.commit_path(S, path_slots)
-            draft_before = S if run_head else (dcache.length if use_head else S)
-            expansion_len = dcache.length if run_head else draft_before
-            if run_head:
-                dcache.rewind(S)
-            clock.lap()
-
-            accepted = [tree.tokens[s] for s in result.path[1:]]
-            committed = accepted + [result.bonus_token]
+                if run_head and len(feats) > 1:  # the positions a resting head skipped, joined once
+                    feats = [torch.cat(feats)]
+                draft = grow(self, feats[0], pend_tokens, dcache, tree_cfg, root, budget, policy, match, run_head)
+                tree = draft.tree
+                if use_head and policy is not None:
+                    if run_head:
+                        # sampled, a head rests when its drafting is not expected to pay; greedy, only when none of
+                        # its nodes was worth verifying (the stricter rule lost there: docs/performance.md entry
+                        # 27); at either, also when the cycle took longer than its tokens are worth here (`Ledger`)
+                        forecast_paid = (draft.head_paid if not sampling.greedy else
+                                         any(draft.cands.sources[n] != "lookup" for n in tree.node_ids[1:]))
+                    elif reference:
+                        draft.decision = REFERENCE_NOTE
+                    else:
+                        draft.decision = f"{rest.note()} {draft.decision}".strip()
+                clock.lap()
+                # 2) verify (inputs sent without blocking: the host does not wait for the draft's kernels here)
+                positions = [S + d for d in tree.depths]
+                alone = len(tree) == 1  # the lookup's candidates not worth verifying
+                mask = ROOT_MASK if alone else tree.mask()
+                out = steps.forward(tree.tokens, positions, None if alone else mask)
+                clock.lap()
+                # 3) accept (the one read of the target's verdict the host needs)
+                if alone:  # nothing to accept, no distribution to keep for a replay
+                    result, argmax, tprobs = self._accept_root(out.logits[0], sampling, gen,
+                                                               None if out.argmax is None else out.argmax[0])
+                    root_top = []
+                else:
+                    result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, gen,
+                                                                      text)
+                    root_top = [] if root_probs is None else self._root_top(root_probs, text)
+                if learned is not None and learned.observe(
+                        tree.node_ids[1:], {tree.node_ids[s] for s in result.path}, draft.cands.parents,
+                        draft.cands.sources, draft.cands.scores, draft.lookup_ngram):
+                    policy = TreePolicy(policy.costs, learned.table())  # the next cycle values its nodes by it
+                clock.lap()
+                # 4) rewind KV
+                path_slots = [S + s for s in result.path]
+                moves = tcache.commit_path(S, path_slots)
+                draft_before = S if run_head else (dcache.length if use_head else S)
+                expansion_len = dcache.length if run_head else draft_before
+                if run_head:
+                    dcache.rewind(S)
+                clock.lap()
+                accepted = [tree.tokens[s] for s in result.path[1:]]
+                committed = accepted + [result.bonus_token]
+                trace = CycleTrace(
+                    index=cycle, nodes=self._nodes(draft.cands, tree, text) if record else [],
+                    verify_nodes=tree.node_ids, tokens=tree.tokens, texts=[text(t) for t in tree.tokens],
+                    parents=tree.parents, positions=positions,
+                    mask=([[1]] if alone else mask.int().tolist()) if record else [],
+                    target_tokens=argmax,
+                    target_texts=[text(t) for t in argmax], target_probs=tprobs, checks=result.checks,
+                    path=result.path, bonus_token=result.bonus_token, bonus_text=text(result.bonus_token),
+                    bonus_source=result.bonus_source, accept_length=len(accepted), committed=committed,
+                    kv_target=KVMap(before=S, appended=list(range(S, S + len(tree))), moves=moves,
+                                    after=tcache.length),
+                    kv_draft=KVMap(before=draft_before, appended=list(range(draft_before, expansion_len)), moves=[],
+                                   after=draft_before),
+                    timings_ms=clock.read(PHASES),
+                    root_top=root_top, expected_accept=draft.expected - 1.0, draft_levels=draft.levels,
+                    decision=draft.decision, lookup_ngram=draft.lookup_ngram)
             path_feats = None
             if use_head:  # the root alone's row is a view: no gather
                 if not alone:
-                    path_feats = out.features[to_device(result.path, dev)]
+                    path_feats = out.features[to_device(trace.path, dev)]
                 else:  # a view of the row; a static step's outputs are rewritten by the next step of its size
                     path_feats = out.features[:1].clone() if steps.reuses_outputs else out.features[:1]
             if run_head or not use_head:
                 feats, pend_tokens = [path_feats], committed
             else:  # the head rested: its cache still waits for these positions, encoded when it next runs
                 feats, pend_tokens = feats + [path_feats], pend_tokens + committed
-            root = result.bonus_token
+            root = trace.bonus_token
             if index is not None:
                 index.extend(committed)
-            trace = CycleTrace(
-                index=cycle, nodes=self._nodes(draft.cands, tree, text) if record else [],
-                verify_nodes=tree.node_ids, tokens=tree.tokens, texts=[text(t) for t in tree.tokens],
-                parents=tree.parents, positions=positions,
-                mask=([[1]] if alone else mask.int().tolist()) if record else [],
-                target_tokens=argmax,
-                target_texts=[text(t) for t in argmax], target_probs=tprobs, checks=result.checks,
-                path=result.path, bonus_token=result.bonus_token, bonus_text=text(result.bonus_token),
-                bonus_source=result.bonus_source, accept_length=len(accepted), committed=committed,
-                kv_target=KVMap(before=S, appended=list(range(S, S + len(tree))), moves=moves, after=tcache.length),
-                kv_draft=KVMap(before=draft_before, appended=list(range(draft_before, expansion_len)), moves=[],
-                               after=draft_before),
-                timings_ms=clock.read(PHASES),
-                root_top=root_top, expected_accept=draft.expected - 1.0, draft_levels=draft.levels,
-                decision=draft.decision, lookup_ngram=draft.lookup_ngram)
             run.cycles.append(trace)
-            if ledger is not None:  # by the wall clock: on a GPU the phases' events leave out the host's work;
-                # a cycle that captured a graph is no evidence (its capture is paid once)
-                winning = (ledger.observe((time.perf_counter() - began) * 1e3, len(committed), run_head, alone)
-                           if prepared(steps, dcache) == ready else True)
+            # by the wall clock: on a GPU the phases' events leave out the host's work; a cycle that captured a
+            # graph is no evidence (its capture is paid once)
+            ms = (time.perf_counter() - began) * 1e3 if prepared(steps, dcache) == ready else None
+            if ledger is not None:
+                winning = ledger.observe(ms, len(committed), run_head, alone) if ms is not None else True
                 if run_head:
                     rest.most = ledger.span()
                     rest.record(forecast_paid and winning, losing=not winning)
-            done = self._emit(run, [(t, "draft") for t in accepted] + [(root, "bonus")], cycle,
+            if lookups is not None and ms is not None and not run_head:
+                looked_up = not alone  # the root and the lookup's candidates, the head not run
+                if not lookups.observe(ms, len(committed), looked_up, alone, lookup_probe if looked_up else None):
+                    lookup_rest.left = lookups.span()
+                lookup_probe = lookup_probe and alone
+            done = self._emit(run, [(t, "draft") for t in committed[:-1]] + [(root, "bonus")], cycle,
                               target.eos_token_ids, sampling.max_new_tokens, text)
             run.wall_s = time.perf_counter() - start
             cycle += 1
             yield trace
+
+    def _resting(self, index: int, S: int, root: int, steps: EagerSteps | StaticSteps, sampling: SamplingConfig,
+                 gen: torch.Generator, clock: PhaseClock, decision: str, draft_length: int, text,
+                 record: bool) -> tuple[CycleTrace, TargetOutput]:
+        """A cycle that verifies the root alone: plain decoding's step (`steps.forward` of one token, `_read_out`
+        from the same generator), and its trace written directly from what the step read: no tree, no mask, no
+        acceptance. The head's cache (`draft_length` slots) is not touched. Returns the trace and the forward's
+        output (its features row feeds the head when it next runs)."""
+        clock.lap()
+        out = steps.forward([root], [S], None)
+        clock.lap()
+        bonus, top, top_prob = self._read_out(out.logits[0], sampling, gen,
+                                              None if out.argmax is None else out.argmax[0])
+        clock.lap()
+        clock.lap()  # the rewind: the root's slot is where a path of the root alone stays (the forward took it)
+        return CycleTrace(
+            index=index, nodes=[], verify_nodes=[-1], tokens=[root], texts=[text(root)], parents=[-1], positions=[S],
+            mask=[[1]] if record else [], target_tokens=[top], target_texts=[text(top)], target_probs=[top_prob],
+            checks=[], path=[0], bonus_token=bonus, bonus_text=text(bonus), bonus_source="target", accept_length=0,
+            committed=[bonus], kv_target=KVMap(before=S, appended=[S], moves=[], after=S + 1),
+            kv_draft=KVMap(before=draft_length, appended=[], moves=[], after=draft_length),
+            timings_ms=clock.read(PHASES), expected_accept=0.0, decision=decision), out
 
     def _accept(self, tree: VerifyTree, cands: Candidates, logits: torch.Tensor, sampling: SamplingConfig,
                 gen: torch.Generator, text):

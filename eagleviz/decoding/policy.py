@@ -17,7 +17,8 @@ At T > 0 the overhead and the rest are the sampled ones (rejections rebuild the 
              verified; a head that did not pay rests 1, 2, 4 ... cycles (`HeadRest`). And at any temperature,
              after the cycle: whether its recent drafted cycles committed more tokens per millisecond than this
              run's resting cycles take for theirs (`Ledger`: the clock, not the forecast); a head losing so
-             rests as long as keeps its probes under 1% of the run
+             rests as long as keeps its probes under 1% of the run. The context's lookups are judged the same
+             way by a ledger of their own: their cycles (the head not run) against resting ones
 
 SGLang's knobs stay upper bounds: at most `steps` levels, `topk` children per node, `draft_tokens` verified.
 Fed a GPU's nearly flat verify(n) the same rule grows big trees; fed this CPU's curve it keeps them small.
@@ -142,6 +143,10 @@ class Ledger:
     for one resting cycle (the run's second, then whenever REFERENCE_EVERY cycles passed without one), which
     costs a plain step, what plain decoding pays for its token.
 
+    The engine keeps a second ledger for the context's lookups: its drafted cycles are those that verified
+    lookup candidates without the head, its probes the first such cycle after a rest it imposed (`observe`'s
+    `probe`: lookup cycles come between resting cycles no rest imposed, which are not probes).
+
     `doubt` (a sampled run: `Ledger.for_run`): the head starts the run judged losing. At T > 0 a head is
     accepted far less often and most of a run's cycles rest anyway, so the drafted cycles a fresh verdict needs
     (the first of them encoding the whole prompt) were most of what speculation lost there: the head rests
@@ -174,9 +179,11 @@ class Ledger:
     def rest_ms(self) -> float | None:
         return statistics.median(self.rests) if self.rests else None
 
-    def observe(self, ms: float, tokens: int, drafted: bool, alone: bool) -> bool:
-        """After a cycle: `ms` it took, `tokens` it committed, whether the head drafted and whether it verified
-        the root alone. Returns False when the head is losing (after a drafted cycle), else True."""
+    def observe(self, ms: float, tokens: int, drafted: bool, alone: bool, probe: bool | None = None) -> bool:
+        """After a cycle: `ms` it took, `tokens` it committed, whether the judged source drafted (the head) and
+        whether it verified the root alone. `probe`: whether a drafted cycle is the first after a rest the ledger
+        imposed (None: whether the cycle before it did not draft, as for the head, which drafts or rests).
+        Returns False when the source is losing (after a drafted cycle), else True."""
         self.cycles += 1
         if not drafted:
             if alone:
@@ -186,7 +193,7 @@ class Ledger:
                 self.since_rest += 1
             self.rested = True
             return True
-        probe, self.rested = self.rested, False
+        probe, self.rested = (self.rested if probe is None else probe), False
         self.since_rest += 1
         reference = self.rest_ms()
         if reference is None or reference <= 0:

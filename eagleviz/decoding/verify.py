@@ -34,7 +34,8 @@ def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float) -> to
     """(..., V) logits -> the distribution decoding samples from (fp32): softmax(logits / T), then nucleus
     truncation to the smallest set of tokens whose probability reaches top_p, renormalised.
     Shared by speculative and plain decoding so both sample the same target distribution."""
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    logits = logits.float()
+    probs = torch.softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)  # x / 1 is x, bitwise
     if top_p >= 1.0:
         return probs
     sorted_p, order = torch.sort(probs, dim=-1, descending=True)
@@ -51,10 +52,21 @@ def draw(weights: torch.Tensor, generator: torch.Generator, ops: SampleOps | Non
     slower on a CPU (0.9 ms for one draw over a 49k vocabulary: docs/performance.md entry 15). Zero weights
     are never drawn. `ops` (CPU weights) does it in one C call, bitwise the same index for the same draw."""
     if ops is not None and weights.is_cpu:
-        u = torch.rand(1, generator=generator, dtype=torch.float64, device=weights.device)
-        return ops.draw(weights, float(u))
+        return ops.draw(weights, _uniform(generator, weights.device))
     (i,), = to_host(draw_index(weights, generator))
     return drawn(i, weights)
+
+
+def draw_and_top(weights: torch.Tensor, generator: torch.Generator, ops: SampleOps) -> tuple[int, int]:
+    """`draw`'s index (the same random number, the same token) and the first index of the largest weight, read
+    in one C call while the weights are in cache: a resting cycle's trace shows the most likely token beside the
+    drawn one. Equal weights: the lower index (fp32 probabilities can tie where their logits did not; the
+    trace's choice, not the draw's)."""
+    return ops.draw_and_top(weights, _uniform(generator, weights.device))
+
+
+def _uniform(generator: torch.Generator, device: torch.device) -> float:
+    return float(torch.rand(1, generator=generator, dtype=torch.float64, device=device))
 
 
 def draw_index(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
