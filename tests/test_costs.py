@@ -94,3 +94,32 @@ def test_the_forward_curve_is_measured_through_the_steps_the_runs_take():
     assert list(curve) == [1, 2, 4] and all(ms > 0 for ms in curve.values())
     assert static.pool.free() == 1  # the state it leased, given back
     assert costs.key(eager) != costs.key(static)
+
+
+def test_a_runs_clock_scales_the_price_list_towards_what_its_phases_take():
+    """A list measured at a quieter moment says 4 tokens cost 1.2 steps; this run's forwards of 4 tokens take 1.6
+    of its one-token forwards and its two draft levels 0.6 where the list said 0.3. Nothing is counted before a
+    resting cycle gives the unit; then each cycle moves the list's verification beyond one token and its drafting
+    towards what was seen (shrunk by `weight`, never past a factor of 4), and leaves verify(1), the overhead and a
+    resting cycle's price as they were."""
+    base = costs.CostModel(verify=((1, 1.0), (4, 1.2), (16, 2.0)), draft_level=0.1, overhead=0.1, draft_fixed=0.1,
+                           rest=1.05)
+    run = costs.RunCosts(base)
+    assert not run.observe(4, 2, forward_ms=16.0, draft_ms=6.0) and run.costs() is base
+    run.rest(10.0)
+    scales = []
+    for _ in range(20):
+        assert run.observe(4, 2, forward_ms=16.0, draft_ms=6.0)
+        scales.append(run.scales())
+    (v, d), (v0, d0) = scales[-1], scales[0]
+    w = run.weight  # 0.6 seen beyond one token where 0.2 was listed; drafting 0.6 seen, 0.3 listed
+    assert 1.0 < v0 < v and v == pytest.approx((20 * 0.6 + w) / (20 * 0.2 + w))
+    assert 1.0 < d0 < d and d == pytest.approx((20 * 0.6 + w) / (20 * 0.3 + w))
+    fixed = run.costs()
+    assert fixed.verify_cost(4) == pytest.approx(1.0 + v * 0.2) and fixed.verify_cost(1) == 1.0
+    assert fixed.draft_cost(2) == pytest.approx(d * 0.3) and (fixed.overhead, fixed.rest) == (0.1, 1.05)
+    cheap = costs.RunCosts(base)
+    cheap.rest(10.0)
+    for _ in range(50):
+        cheap.observe(16, 0, forward_ms=10.0, draft_ms=0.0)  # a 16-token forward as quick as one: at most 4x off
+    assert cheap.scales() == (pytest.approx(1 / costs.RunCosts.LIMIT), 1.0)

@@ -1,6 +1,7 @@
 """eagleviz/decoding/engine.py on tiny random models: greedy speculation equals greedy decoding exactly (fp32), sampling
 reproduces the target distribution, and every cycle's trace is internally consistent."""
 
+import dataclasses
 import itertools
 import types
 
@@ -51,6 +52,7 @@ def test_greedy_speculation_equals_greedy_decoding(model_type, arch):
 
 def test_the_cost_aware_tree_shrinks_on_a_steep_curve_and_says_why():
     engine = tiny_engine("llama", vocab=64, seed=1)
+    engine.ledger = False  # the prices as given: a run's clock would find a tiny model's forwards nearly flat
     tree, sampling = TreeConfig.create(5, 4, 16), SamplingConfig(max_new_tokens=40)
     flat = run(engine, [1, 2, 3], tree, sampling)
     steep = run(engine.with_policy(costs=CPU_COSTS), [1, 2, 3], tree, sampling)
@@ -180,6 +182,53 @@ def test_lookups_whose_cycles_take_longer_than_they_bring_rest_and_decoding_stay
     first = rested.index(True)
     assert sum(looked[:first]) >= Ledger.EVIDENCE  # then, each lost cycle worth dozens of plain steps, the
     assert all(rested[first:]) and not any(looked[first:])  # longest rest (Ledger.SPAN[1]) outlasts the run
+
+
+def test_a_run_prices_its_trees_by_its_own_clock_where_the_list_is_off(monkeypatch):
+    """A price list that says each token beyond the first costs a third of a one-token forward, on a machine
+    where each costs a whole one (the phases' clock sees every token of a forward take 4 ms more): the run's clock
+    (`RunCosts`) raises the list's prices as it goes (about 3 times), so its trees come near in size to those of
+    a run whose list is right, and its tokens are still plain decoding's."""
+    import time
+
+    from eagleviz.decoding import engine as engine_module
+    from eagleviz.decoding.policy import TreePolicy
+    from eagleviz.models import host
+    from eagleviz.models.static import EagerSteps
+
+    priced: list[CostModel] = []
+
+    @dataclasses.dataclass(frozen=True)
+    class Recorded(TreePolicy):
+        def __post_init__(self):
+            priced.append(self.costs)
+
+    monkeypatch.setattr(engine_module, "TreePolicy", Recorded)
+    # the clock's reference cycle gives the unit; its verdict on the head is left out (it would rest the head)
+    monkeypatch.setattr(Ledger, "EVIDENCE", 10 ** 6)
+    forward = EagerSteps.forward
+
+    later, real = [0.0], time.perf_counter  # the phases' clock, ahead of the wall by the forwards' added time
+
+    def dear(self, tokens, positions, mask):
+        out = forward(self, tokens, positions, mask)
+        later[0] += 0.004 * len(tokens)
+        return out
+
+    monkeypatch.setattr(EagerSteps, "forward", dear)
+    monkeypatch.setattr(host, "time", types.SimpleNamespace(perf_counter=lambda: real() + later[0]))
+    ids, tree, sampling = [1, 2, 3], TreeConfig.create(4, 2, 12), SamplingConfig(max_new_tokens=60)
+    sizes = []
+    for listed in (CostModel(verify=((1, 1.0), (64, 22.0)), draft_level=0.01, overhead=0.01),
+                   CostModel(verify=((1, 1.0), (64, 64.0)), draft_level=0.01, overhead=0.01)):  # off, right
+        engine = tiny_engine("llama", vocab=8, seed=0).with_policy(costs=listed)
+        priced.clear()
+        spec = run(engine, ids, tree, sampling)
+        assert spec.token_ids == run(engine, ids, None, sampling).token_ids
+        sizes.append(sum(len(c.tokens) for c in spec.cycles[5:]) / len(spec.cycles[5:]))
+        if not sizes[1:]:
+            assert priced[-1].verify_cost(9) - 1 > 1.5 * (listed.verify_cost(9) - 1)
+    assert sizes[0] < 1.3 * sizes[1], sizes
 
 
 def test_lookup_candidates_are_verified_and_accepted_on_repetitive_text():

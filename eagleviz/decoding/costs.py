@@ -27,7 +27,7 @@ import hashlib
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 
 import torch
@@ -118,6 +118,15 @@ class CostModel:
         (n0, c0), (n1, c1) = self.verify[i - 1], self.verify[i]
         return max(c0 + (c1 - c0) * (n - n0) / (n1 - n0), 1e-6)
 
+    def scaled(self, verify: float, draft: float) -> CostModel:
+        """The same list with what each size costs beyond a one-token forward times `verify`, and drafting's
+        prices times `draft` (`RunCosts`: a run's clock correcting a list measured at a busier or idler time)."""
+        if verify == 1.0 and draft == 1.0:
+            return self
+        one = self.verify_cost(1)
+        return replace(self, verify=tuple((n, max(one + verify * (c - one), 1e-6)) for n, c in self.verify),
+                       draft_level=self.draft_level * draft, draft_fixed=self.draft_fixed * draft)
+
     def to_dict(self) -> dict:
         return asdict(self) | {"version": VERSION}
 
@@ -129,6 +138,59 @@ class CostModel:
         return cls(verify=tuple((int(n), float(c)) for n, c in d["verify"]), draft_level=float(d["draft_level"]),
                    overhead=float(d["overhead"]), step_ms=float(d.get("step_ms", 0.0)), source=str(d["source"]),
                    draft_fixed=float(d.get("draft_fixed", 0.0)), **optional)
+
+
+@dataclass
+class RunCosts:
+    """One run's clock on the price list, as `RunAcceptance` is on the calibration. The list was measured once,
+    at some moment of the machine's load: on a shared CPU a plain step's time moves by half from one hour to the
+    next, and the price of a tree's extra tokens beside it moves too (here a list said 4 tokens cost 1.20 steps
+    where the run's forwards took 1.5). The run times its own phases: a resting cycle's forward is its unit, a
+    forward over n tokens costs so many of them beyond the first, drafting so many in all. `costs()` is the base
+    list with its verification beyond one token and its drafting each scaled by what was seen over what the list
+    said for the same cycles, shrunk towards the list by `weight` (in one-token forwards: a few cycles move it, a
+    long run follows its own clock) and held within a factor of 4. Only which nodes are verified changes."""
+
+    base: CostModel
+    weight: float = 1.0
+    forwards: list[float] = field(default_factory=list)  # resting cycles' one-token forwards (ms), the last RECENT
+    verify_listed: float = 0.0  # the list's price of the observed forwards beyond one token, in one-token forwards
+    verify_seen: float = 0.0    # what they took beyond one token, in the run's one-token forwards
+    draft_listed: float = 0.0   # the same for drafting
+    draft_seen: float = 0.0
+
+    RECENT = 8
+    LIMIT = 4.0
+
+    def rest(self, forward_ms: float) -> None:
+        """A resting cycle's forward of the root alone: the unit the others are counted in."""
+        self.forwards = (self.forwards + [forward_ms])[-self.RECENT:]
+
+    def observe(self, tokens: int, levels: int, forward_ms: float, draft_ms: float) -> bool:
+        """A cycle that verified `tokens` (the root included) after `levels` draft levels: its forward's and its
+        drafting's ms. Returns whether it was counted (not before a resting cycle gave the unit)."""
+        if not self.forwards or (tokens <= 1 and levels == 0):
+            return False
+        one, listed_one = statistics.median(self.forwards), self.base.verify_cost(1)
+        if tokens > 1:
+            self.verify_listed += self.base.verify_cost(tokens) / listed_one - 1.0
+            self.verify_seen += forward_ms / one - 1.0
+        if levels > 0:
+            self.draft_listed += self.base.draft_cost(levels) / listed_one
+            self.draft_seen += draft_ms / one
+        return True
+
+    def scales(self) -> tuple[float, float]:
+        """(verification's, drafting's) factor on the list: seen over listed, each shrunk towards 1."""
+        w, lo, hi = self.weight, 1.0 / self.LIMIT, self.LIMIT
+
+        def factor(seen: float, listed: float) -> float:
+            return min(hi, max(lo, (max(seen, 0.0) + w) / (listed + w)))
+
+        return factor(self.verify_seen, self.verify_listed), factor(self.draft_seen, self.draft_listed)
+
+    def costs(self) -> CostModel:
+        return self.base.scaled(*self.scales())
 
 
 def forward_ms(engine, prefix: int = 200, sizes=SIZES, repeats: int = 5) -> dict[int, float]:

@@ -43,7 +43,7 @@ from eagleviz.models.static import CudaGraphs, EagerSteps, StatePool, StaticStep
 from eagleviz.models.target import TargetModel, TargetOutput
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
 from eagleviz.decoding.calibration import HeadCalibration, RunAcceptance
-from eagleviz.decoding.costs import CostModel
+from eagleviz.decoding.costs import CostModel, RunCosts
 from eagleviz.decoding.device_draft import DeviceDrafter
 from eagleviz.decoding.steps import decode_path, draft_state, prepared, release, target_steps
 from eagleviz.decoding.drafting import ROOT_ALONE, causal, grow
@@ -116,7 +116,8 @@ class Engine:
     corrects by the acceptance it observes as it goes (`RunAcceptance`; `learn` False keeps the table as it is,
     the reference of an A/B run), and whose drafted cycles the run's own clock judges against a resting one
     (`Ledger`: a head whose cycles take longer than their tokens are worth rests, and so do the context's
-    lookups; `ledger` False judges by the forecast alone, the reference of an A/B run). A resting cycle (the
+    lookups) and whose price list it corrects by what its own phases take (`RunCosts`); `ledger` False judges
+    by the forecast alone, on the list as it is, the reference of an A/B run. A resting cycle (the
     root alone) is a plain step through plain decoding's own calls, its trace written from what they read.
     `eagleviz.decoding.load.load_engine` gives both: this machine's measured costs and the head's file.
 
@@ -398,6 +399,7 @@ class Engine:
         text = self._text if record else (lambda token: "")
         policy = self.policy(tree_cfg, sampling)
         learned = RunAcceptance(policy.calibration) if policy is not None and self.learn else None
+        clocked = RunCosts(policy.costs) if policy is not None and self.ledger else None  # its clock: the prices
 
         root, prompt_feats = self._prefill(prompt_ids, tcache, sampling, gen, run, use_head)
         feats = [prompt_feats]  # the features of the positions the head has not encoded yet, in pieces
@@ -430,6 +432,7 @@ class Engine:
             lookup_probe = lookup_probe or resting_lookups
             match = index.match(min(tree_cfg.steps, budget - 1)) if looks and not resting_lookups else None
             run_head = use_head and (policy is None or (not reference and rest.head_runs()))
+            backlog = run_head and len(pend_tokens) > tree_cfg.steps + 1  # the head first encodes what it skipped
             forecast_paid = True
             if not run_head and match is None:  # nothing to verify but the root: a plain step, through plain
                 # decoding's own calls, and a trace written from what it read
@@ -526,6 +529,12 @@ class Engine:
                 if run_head:
                     rest.most = ledger.span()
                     rest.record(forecast_paid and winning, losing=not winning)
+            if clocked is not None and ms is not None:  # the price list against this run's phases
+                t = trace.timings_ms
+                if len(trace.tokens) == 1:
+                    clocked.rest(t["verify"])
+                if clocked.observe(len(trace.tokens), 0 if backlog else trace.draft_levels, t["verify"], t["draft"]):
+                    policy = TreePolicy(clocked.costs(), policy.calibration)
             if lookups is not None and ms is not None and not run_head:
                 looked_up = not alone  # the root and the lookup's candidates, the head not run
                 if not lookups.observe(ms, len(committed), looked_up, alone, lookup_probe if looked_up else None):

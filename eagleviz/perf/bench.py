@@ -24,8 +24,9 @@ chat prefix, eagleviz.decoding.prefix), `--ab sample-ops` (reading the target's 
 kernels.sample_ops), `--ab stack` (the decoder stack from weight blocks in one C call, kernels.stack_ops),
 `--ab learned` (the calibration corrected by each run's own acceptance, eagleviz.decoding.calibration),
 `--ab rest-price` (the cost-aware tree priced with the measured resting cycle and sampled overhead,
-eagleviz.decoding.costs), `--ab ledger` (drafted cycles judged by the run's clock against a resting one,
-eagleviz.decoding.policy.Ledger), `--ab head-layer` (an EAGLE-3 head's layer in one C call, kernels.stack_ops) and
+eagleviz.decoding.costs), `--ab ledger` (the run's clock: drafted and lookup cycles judged against a resting one,
+eagleviz.decoding.policy.Ledger, and the price list corrected by the phases' times,
+eagleviz.decoding.costs.RunCosts), `--ab head-layer` (an EAGLE-3 head's layer in one C call, kernels.stack_ops) and
 `--ab lookup` (prompt-lookup candidates merged into the head's tree) and `--ab graphs` (on a GPU: the target's
 steps and the head's drafting captured in CUDA graphs over static state, eagleviz.models.static, against the
 eager forward). Each A/B prints its ratios and writes
