@@ -157,7 +157,7 @@ def test_a_sampled_run_starts_in_doubt_and_drafts_on_only_once_a_probe_pays():
     run's is. Greedy, the head drafts from the start."""
     assert not Ledger.for_run(greedy=True).losing()
     ledger = Ledger.for_run(greedy=False)
-    assert ledger.losing() and ledger.span() == Ledger.SPAN[0]
+    assert ledger.losing() and ledger.span() == 150  # its first probe's loss taken as Ledger.FIRST_LOSS
     assert ledger.observe(4.0, 1, drafted=False, alone=True)   # a resting cycle: the reference
     assert not ledger.observe(6.0, 1, drafted=True, alone=False)  # an unpaid probe: still losing
     assert ledger.doubt and ledger.losses == [0.5] and ledger.span() == 50

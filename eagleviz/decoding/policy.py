@@ -150,13 +150,16 @@ class Ledger:
     `doubt` (a sampled run: `Ledger.for_run`): the head starts the run judged losing. At T > 0 a head is
     accepted far less often and most of a run's cycles rest anyway, so the drafted cycles a fresh verdict needs
     (the first of them encoding the whole prompt) were most of what speculation lost there: the head rests
-    `span` cycles first, probes, and drafts on only once a probe has paid."""
+    `span` cycles first (FIRST_LOSS over PROBE_SHARE: 150, so that a run shorter than that never pays for a
+    probe it cannot earn back), probes, and drafts on only once a probe has paid."""
 
     RECENT = 8
     EVIDENCE = 4  # drafted cycles before they are judged together
     REFERENCE_EVERY = 64
     PROBE_SHARE = 0.01
     SPAN = (16, 256)  # the shortest and longest rest `span` gives
+    FIRST_LOSS = 1.5  # resting cycles a sampled run's first probe is taken to lose: at T = 1 here drafted cycles
+    # took 2.05 resting cycles for 1.62 tokens, and the first also encodes the prompt (docs/performance.md entry 37)
 
     rests: list[float] = field(default_factory=list)   # resting cycles' ms, the last RECENT
     drafted: list[tuple[float, int]] = field(default_factory=list)  # drafted cycles' (ms, tokens), since a probe paid
@@ -217,8 +220,10 @@ class Ledger:
         return sum(t for _, t in self.drafted) * reference < sum(ms for ms, _ in self.drafted)
 
     def span(self) -> int:
-        """The longest rest that keeps probing under PROBE_SHARE: one unpaid probe costs their mean loss."""
-        if not self.losses:
+        """The longest rest that keeps probing under PROBE_SHARE: one unpaid probe costs their mean loss; in
+        doubt before any probe, FIRST_LOSS (a sampled run's first probe also encodes its whole prompt)."""
+        if not self.losses and not self.doubt:
             return self.SPAN[0]
         lo, hi = self.SPAN
-        return max(lo, min(hi, math.ceil(statistics.mean(self.losses) / self.PROBE_SHARE)))
+        loss = statistics.mean(self.losses) if self.losses else self.FIRST_LOSS
+        return max(lo, min(hi, math.ceil(loss / self.PROBE_SHARE)))
