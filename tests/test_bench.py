@@ -378,7 +378,7 @@ def test_the_readmes_gpu_figures_are_the_committed_h100_reports():
 
 def test_the_readmes_cpu_figures_for_the_default_are_the_committed_runs():
     """README quotes the default tree against plain decoding on 80 prompts, natively and held to AVX2, at T = 0
-    and T = 1 (docs/performance.md entry 36): each ratio and interval as the bench wrote it in
+    and T = 1 (docs/performance.md entry 37): each ratio and interval as the bench wrote it in
     assets/bench/default-*.json, whose commands say how they were run."""
     root = Path(__file__).resolve().parents[1]
     readme = " ".join((root / "README.md").read_text().split())
