@@ -109,9 +109,14 @@ class CostModel:
         a cycle."""
         return tuple(self._interpolate(n) for n in range(self.verify[-1][0] + 1))
 
+    @cached_property
+    def _points(self) -> tuple[list[int], list[float]]:
+        """The measured sizes and their costs, split once (`_table` interpolates between them 65 times, and a run
+        whose clock corrects the list builds a new one after each cycle that drafted or looked up)."""
+        return [s for s, _ in self.verify], [c for _, c in self.verify]
+
     def _interpolate(self, n: int) -> float:
-        sizes = [s for s, _ in self.verify]
-        costs = [c for _, c in self.verify]
+        sizes, costs = self._points
         if len(sizes) == 1:
             return costs[0]
         i = min(max(bisect.bisect_left(sizes, n), 1), len(sizes) - 1)

@@ -283,7 +283,7 @@ class Engine:
         (greedy, the argmax; sampled, a draw from `gen` of the sampling distribution) and, given `top`, the
         target's argmax and its probability at the temperature (untruncated), which that cycle's trace shows
         (else -1, nan). On a device all of it is read in one copy; on a CPU a sampled step's argmax comes from
-        the draw's own pass (`draw_and_top`: the first of equal probabilities)."""
+        the draw's own C call (`draw_and_top`: the first of equal probabilities)."""
         temp = 1.0 if sampling.greedy else sampling.temperature
         probs = None if sampling.greedy else sampling_probs(logits, temp, sampling.top_p)
         ops = self.sample_ops if logits.is_cpu else None
@@ -295,7 +295,7 @@ class Engine:
 
         if ops is not None:  # C passes over host memory, nothing to batch: counted as the one read a device makes
             count_read()
-            if probs is not None:  # sampled: the draw; for the trace, the most likely token from the same pass
+            if probs is not None:  # sampled: the draw; for the trace, the most likely token from the same call
                 if not top:
                     return draw(probs, gen, ops), -1, math.nan
                 token, best = draw_and_top(probs, gen, ops)  # nucleus truncation keeps the most likely token
