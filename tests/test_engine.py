@@ -152,6 +152,38 @@ def test_a_resting_cycle_is_a_plain_step_through_the_same_calls(monkeypatch, tem
         assert c.target_probs == pytest.approx([float(torch.softmax(row.double(), -1).max())], rel=1e-4)
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_lookup_not_worth_verifying_leaves_the_cycle_a_plain_step(monkeypatch, temperature):
+    """Without the head, a cycle whose context's lookup continuation is not worth verifying (the policy's choice
+    over that chain, made before growing a tree: on a steep price list a short match's tokens are not) is a plain
+    step through `_resting`: no tree grown; its trace names the continuation it passed over. Every cycle that grew
+    a tree verified some of the lookup's tokens; greedy, the tokens are plain decoding's."""
+    from eagleviz.decoding import engine as engine_module
+
+    steep = CostModel(verify=((1, 1.0), (2, 1.5), (4, 2.0), (8, 3.0), (16, 5.0)), draft_level=0.07, overhead=0.1)
+    engine = tiny_engine("llama", vocab=8, seed=2).with_policy(costs=steep)
+    engine.ledger = False  # the forecast alone decides (the run's clock would reprice a tiny model's forwards)
+    grown, verdicts, rests = [], [], []
+    for name, spy in (("grow", grown), ("lookup_worth", verdicts)):
+        def spied(*a, _f=getattr(engine_module, name), _spy=spy, **k):
+            _spy.append(_f(*a, **k))
+            return _spy[-1]
+        monkeypatch.setattr(engine_module, name, spied)
+    resting = engine_module.Engine._resting
+    monkeypatch.setattr(engine_module.Engine, "_resting", lambda *a, **k: rests.append(1) or resting(*a, **k))
+    sampling = SamplingConfig(temperature=temperature, max_new_tokens=60, seed=3)
+    prompt = [1, 2, 3, 4] * 4
+    plain = run(engine, prompt, None, sampling)
+    spec = run(engine, prompt, TreeConfig.create(source="lookup"), sampling)
+    assert spec.token_ids == plain.token_ids or temperature > 0  # sampled, a verified lookup draws otherwise
+    passed = [c for c in spec.cycles if c.lookup_ngram and len(c.tokens) == 1]
+    assert passed and verdicts.count(False) == len(passed) and verdicts.count(True) == len(grown) > 0
+    assert len(rests) == len(spec.cycles) - len(grown)
+    for c in passed:
+        assert c.nodes == [] and "The context's lookup proposed" in c.decision and c.draft_levels == 0
+    assert all(len(d.tree) > 1 for d in grown)
+
+
 def test_lookups_whose_cycles_take_longer_than_they_bring_rest_and_decoding_stays_lossless(monkeypatch):
     """The context's lookups are judged by the run's clock as the head is: where a forward of several tokens
     costs far more than their acceptance brings (here each token beyond the first takes 30 ms more), lookup cycles

@@ -207,6 +207,12 @@ def _merge_lookup(cands: Candidates, match: Match, calibration: Calibration | No
         parent, parent_value = node, cands.values[node]
 
 
+def lookup_worth(policy: TreePolicy, match: Match, draft_tokens: int) -> bool:
+    """Whether a cycle without the head would verify any of `match`'s tokens: `grow`'s choice over its lookup
+    chain alone, made before it (a continuation not worth verifying leaves the cycle a plain step)."""
+    return policy.budget(_lookup_values(match, policy.calibration), 0, draft_tokens - 1).size > 0
+
+
 def _lookup_values(match: Match, calibration: Calibration | None) -> list[float]:
     """The values of a lookup chain on its own (as `_merge_lookup` values it where the head proposed none of
     its tokens), root's child first."""

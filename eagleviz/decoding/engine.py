@@ -46,8 +46,8 @@ from eagleviz.decoding.calibration import HeadCalibration, RunAcceptance
 from eagleviz.decoding.costs import CostModel, RunCosts
 from eagleviz.decoding.device_draft import DeviceDrafter
 from eagleviz.decoding.steps import decode_path, draft_state, prepared, release, target_steps
-from eagleviz.decoding.drafting import ROOT_ALONE, causal, grow
-from eagleviz.decoding.lookup import Foresight, SuffixIndex
+from eagleviz.decoding.drafting import ROOT_ALONE, causal, grow, lookup_worth
+from eagleviz.decoding.lookup import Foresight, Match, SuffixIndex
 from eagleviz.decoding.policy import HeadRest, Ledger, TreePolicy
 from eagleviz.decoding.prefix import Prefix, PrefixCache, chat_prefix
 from eagleviz.decoding.tree import Candidates, VerifyTree
@@ -63,6 +63,15 @@ REFERENCE_NOTE = ("The head rests this cycle to time a plain step here: the head
                   "(tokens per millisecond).")
 LOOKUP_REST_NOTE = ("The context's lookups rest too: their recent cycles took longer than their tokens are worth "
                     "here.")
+
+
+def lookup_passed(match: Match) -> str:
+    """A resting cycle's sentence on the lookup continuation it did not verify."""
+    n = len(match.tokens)
+    return (f"The context's lookup proposed {n} token{'s' if n > 1 else ''} (after a {match.ngram}-token match): "
+            "on their own not expected to beat a plain step.")
+
+
 ROOT_MASK = torch.ones(1, 1, dtype=torch.bool)  # a tree of the root alone: it sees itself (the forward needs none)
 
 
@@ -433,16 +442,21 @@ class Engine:
             match = index.match(min(tree_cfg.steps, budget - 1)) if looks and not resting_lookups else None
             run_head = use_head and (policy is None or (not reference and rest.head_runs()))
             backlog = run_head and len(pend_tokens) > tree_cfg.steps + 1  # the head first encodes what it skipped
-            forecast_paid = True
+            forecast_paid, passed = True, None
+            if match is not None and not run_head and policy is not None and not lookup_worth(policy, match, budget):
+                passed, match = match, None  # its tokens alone not worth verifying: `grow` would verify the root
             if not run_head and match is None:  # nothing to verify but the root: a plain step, through plain
                 # decoding's own calls, and a trace written from what it read
                 decision = ROOT_ALONE if policy is not None else ""
+                if passed is not None:
+                    decision = f"{lookup_passed(passed)} {decision}"
                 if use_head:  # the head rests (a fixed tree's head always drafts)
                     decision = REFERENCE_NOTE if reference else f"{rest.note()} {decision}"
                 if resting_lookups:
                     decision = f"{decision} {LOOKUP_REST_NOTE}".strip()
                 trace, out = self._resting(cycle, S, root, steps, sampling, gen, clock, decision,
-                                           dcache.length if use_head else S, text, record)
+                                           dcache.length if use_head else S, text, record,
+                                           0 if passed is None else passed.ngram)
                 alone, committed = True, trace.committed
             else:
                 if run_head and len(feats) > 1:  # the positions a resting head skipped, joined once
@@ -548,11 +562,12 @@ class Engine:
 
     def _resting(self, index: int, S: int, root: int, steps: EagerSteps | StaticSteps, sampling: SamplingConfig,
                  gen: torch.Generator, clock: PhaseClock, decision: str, draft_length: int, text,
-                 record: bool) -> tuple[CycleTrace, TargetOutput]:
+                 record: bool, lookup_ngram: int = 0) -> tuple[CycleTrace, TargetOutput]:
         """A cycle that verifies the root alone: plain decoding's step (`steps.forward` of one token, `_read_out`
         from the same generator), and its trace written directly from what the step read: no tree, no mask, no
-        acceptance. The head's cache (`draft_length` slots) is not touched. Returns the trace and the forward's
-        output (its features row feeds the head when it next runs)."""
+        acceptance. The head's cache (`draft_length` slots) is not touched. `lookup_ngram`: the match behind a
+        lookup continuation passed over (0: none). Returns the trace and the forward's output (its features row
+        feeds the head when it next runs)."""
         clock.lap()
         out = steps.forward([root], [S], None)
         clock.lap()
@@ -566,7 +581,7 @@ class Engine:
             checks=[], path=[0], bonus_token=bonus, bonus_text=text(bonus), bonus_source="target", accept_length=0,
             committed=[bonus], kv_target=KVMap(before=S, appended=[S], moves=[], after=S + 1),
             kv_draft=KVMap(before=draft_length, appended=[], moves=[], after=draft_length),
-            timings_ms=clock.read(PHASES), expected_accept=0.0, decision=decision), out
+            timings_ms=clock.read(PHASES), expected_accept=0.0, decision=decision, lookup_ngram=lookup_ngram), out
 
     def _accept(self, tree: VerifyTree, cands: Candidates, logits: torch.Tensor, sampling: SamplingConfig,
                 gen: torch.Generator, text):
