@@ -214,11 +214,13 @@ class Stack:
 
     def run(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
             v_cache: torch.Tensor, start: int, mask: torch.Tensor | None, capture: tuple[int, ...] | None,
-            threads: int) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+            threads: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """h (T, hidden) fp32, the embedded tokens (updated in place); cos, sin (T, head_dim) fp32; caches
         (layers, Hkv, capacity, D) fp32; mask (T, Tk) bool over the last Tk keys or None. Writes the keys and
         values at slots [start, start + T) and returns the final normed rows (T, hidden) and the inputs of the
-        `capture` layers."""
+        `capture` layers side by side, in `capture`'s order (T, len(capture) * hidden), or None. One row (a
+        decoding step) is copied straight into its place in that tensor; more (or a layer named twice) are
+        joined after the call."""
         s = self._shape
         t = h.shape[0]
         if not (h.dtype == torch.float32 and h.is_contiguous() and h.dim() == 2 and h.shape[1] == s.hidden):
@@ -227,8 +229,14 @@ class Stack:
             if not (x.dtype == torch.float32 and x.is_contiguous() and x.shape == (t, s.d)):
                 raise ValueError(f"stack_ops: {name} must be contiguous fp32 ({t}, {s.d})")
         cap, mask, tree = _cache_and_mask(k_cache, v_cache, s.layers, s, t, start, mask, "the ")
-        captured = {i: torch.empty_like(h) for i in capture or ()}
-        slots = (_P * s.layers)(*(captured[i].data_ptr() if i in captured else None for i in range(s.layers)))
+        features = torch.empty(t, len(capture) * s.hidden, dtype=h.dtype) if capture else None
+        direct = capture and t == 1 and len(set(capture)) == len(capture)  # each layer's input row in its place
+        if direct:
+            at = {i: features.data_ptr() + j * s.hidden * h.element_size() for j, i in enumerate(capture)}
+        else:
+            captured = {i: torch.empty_like(h) for i in capture or ()}
+            at = {i: x.data_ptr() for i, x in captured.items()}
+        slots = (_P * s.layers)(*(at.get(i) for i in range(s.layers)))
         x = torch.empty_like(h)
         code = self._lib.decoder_stack(ctypes.addressof(self._ops), ctypes.addressof(self._table),
                                        ctypes.addressof(self._shape), self._first_norm, h.data_ptr(), x.data_ptr(),
@@ -237,7 +245,9 @@ class Stack:
                                        slots, threads)
         if code:
             raise (MemoryError if code == -1 else ValueError)(f"stack_ops.decoder_stack: refused (code {code})")
-        return x, captured
+        if capture and not direct:
+            torch.cat([captured[i] for i in capture], dim=-1, out=features)
+        return x, features
 
 
 def load(build_dir: str | Path) -> StackOps | None:

@@ -46,8 +46,11 @@ def test_the_stack_runs_only_where_asked_and_possible(models):
     assert tiny_target(vocab=64)._stack is None  # dense weights: nothing to run from blocks
 
 
-@pytest.mark.parametrize("act", ACTIVATIONS)
-def test_a_prompt_a_tree_and_a_token_are_bitwise_the_python_sequences(models, act):
+@pytest.mark.parametrize("act,layers", [(act, None) for act in ACTIVATIONS] + [("int8", (0, 3, 1))])
+def test_a_prompt_a_tree_and_a_token_are_bitwise_the_python_sequences(models, act, layers):
+    """The stack's logits, keys, values and features are the Python sequence's bit for bit: for a prompt, a tree
+    and one token; with the head's layers (one named twice) and three distinct ones (a step's single row is
+    copied straight into its place among the features)."""
     fast, ref = models[(act, None)], models[(act, False)]
     gen = torch.Generator().manual_seed(7)
     prompt = torch.randint(0, 64, (23,), generator=gen)
@@ -58,7 +61,7 @@ def test_a_prompt_a_tree_and_a_token_are_bitwise_the_python_sequences(models, ac
         if parent >= 0:
             mask[node] |= mask[parent]
     depth = mask.sum(1) - 1
-    layers = fast.eagle3_layers
+    layers = layers or fast.eagle3_layers
     caches = [fast.new_cache(40), ref.new_cache(40)]
     steps = [(prompt, torch.arange(23), torch.ones(23, 23, dtype=torch.bool).tril()),
              (tree, 23 + depth, mask), (tree[:1], torch.tensor([23]), None)]

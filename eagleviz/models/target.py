@@ -287,11 +287,13 @@ class TargetModel:
             h = h + swiglu_mlp(layer.mlp, x, self._gate_up[i], self._down[i])
         return self._outputs(rms_norm(h, self._norm.weight, self.eps), captured, logit_rows, feature_layers)
 
-    def _outputs(self, normed: torch.Tensor, captured: dict[int, torch.Tensor], logit_rows: slice | None,
-                 feature_layers: tuple[int, ...] | None) -> TargetOutput:
-        """The logits of `logit_rows` (None: none) of the final normed states, and the features."""
+    def _outputs(self, normed: torch.Tensor, captured: dict[int, torch.Tensor] | torch.Tensor | None,
+                 logit_rows: slice | None, feature_layers: tuple[int, ...] | None) -> TargetOutput:
+        """The logits of `logit_rows` (None: none) of the final normed states, and the features: the captured
+        layers' inputs joined in `feature_layers`' order (`captured` a tensor: already joined)."""
         logits = None if logit_rows is None else self.unembed(normed[logit_rows]).float()
-        features = normed if feature_layers is None else torch.cat([captured[i] for i in feature_layers], dim=-1)
+        features = (normed if feature_layers is None else captured if isinstance(captured, torch.Tensor) else
+                    torch.cat([captured[i] for i in feature_layers], dim=-1))
         return TargetOutput(logits=logits, features=features)
 
     def _forward_fused(self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache,
@@ -305,9 +307,9 @@ class TargetModel:
         cos, sin = cos[0].contiguous(), sin[0].contiguous()
         mask = None if tree_mask is None else tree_mask.contiguous()
         if self._stack is not None:  # the same operations as the loop below, in one C call
-            x, captured = self._stack.run(h, cos, sin, cache.k, cache.v, start, mask, feature_layers,
+            x, features = self._stack.run(h, cos, sin, cache.k, cache.v, start, mask, feature_layers,
                                           torch.get_num_threads())
-            return self._finish(x, captured, cache, t, logit_rows, feature_layers)
+            return self._finish(x, features, cache, t, logit_rows, feature_layers)
         captured = {}
         ordered = self.weights == "blocks"  # batch-invariant sums where the products are too
         x = ops.rms_norm(h, self._layers[0].input_layernorm.weight, eps, ordered=ordered)
@@ -322,7 +324,7 @@ class TargetModel:
                              ordered=ordered)
         return self._finish(x, captured, cache, t, logit_rows, feature_layers)
 
-    def _finish(self, x: torch.Tensor, captured: dict[int, torch.Tensor], cache: KVCache, t: int,
+    def _finish(self, x: torch.Tensor, captured: dict[int, torch.Tensor] | torch.Tensor | None, cache: KVCache, t: int,
                 logit_rows: slice | None, feature_layers: tuple[int, ...] | None) -> TargetOutput:
         """After the layers: the cache advanced, the logits of `logit_rows`, the features."""
         cache.advance(t)
