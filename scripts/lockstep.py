@@ -12,8 +12,9 @@ first arm swapped from one prompt to the next) and adds up the time each spends 
 prefill included). The ratio a prompt gives is the default's tokens per second over plain decoding's.
 
 Prints each prompt's ratio, their median with its 95% bootstrap interval (prompts resampled), the pooled
-ratio, and the default's cycles by kind (the root alone, lookup candidates without the head, the head
-drafted) with their ms a cycle and a token beside plain decoding's ms a token. Greedy, it checks that both
+ratio, and the default's cycles by kind (its first, which holds the prefill; then the root alone, lookup
+candidates without the head, the head drafted) with their ms a cycle and a token beside plain decoding's ms a
+token after its prefill. Greedy, it checks that both
 wrote the same tokens. `--out FILE` writes it all as JSON.
 """
 
@@ -45,7 +46,7 @@ def lockstep(engine, ids: list[int], tree: TreeConfig, sampling: SamplingConfig,
     runs = {"plain": engine.new_run("", ids, None, sampling), "default": engine.new_run("", ids, tree, sampling)}
     steps = {"plain": engine.plain(ids, sampling, runs["plain"]),
              "default": engine.speculate(ids, tree, sampling, runs["default"])}
-    spent = {"plain": 0.0, "default": 0.0}
+    spent, first = {"plain": 0.0, "default": 0.0}, {}
     live = ["plain", "default"] if plain_first else ["default", "plain"]
     while live:
         for side in list(live):
@@ -56,11 +57,13 @@ def lockstep(engine, ids: list[int], tree: TreeConfig, sampling: SamplingConfig,
                 live.remove(side)
                 continue
             took = time.perf_counter() - start
+            opening = side not in first  # its first step also holds the prefill
+            first.setdefault(side, took)
             spent[side] += took
-            if side == "default":
-                entry = kinds.setdefault(kind(item), [0, 0.0, 0])
+            if side == "default":  # the first cycle a kind of its own
+                entry = kinds.setdefault("first" if opening else kind(item), [0, 0.0, 0])
                 entry[0], entry[1], entry[2] = entry[0] + 1, entry[1] + took, entry[2] + len(item.committed)
-    return {side: {"seconds": spent[side], "tokens": runs[side].token_ids} for side in runs}
+    return {side: {"seconds": spent[side], "tokens": runs[side].token_ids, "first": first[side]} for side in runs}
 
 
 def main() -> None:
@@ -80,6 +83,7 @@ def main() -> None:
     kinds: dict[str, list] = {}
     ratios, rows, same = [], [], True
     total = {"plain": [0.0, 0], "default": [0.0, 0]}
+    steps_after = [0.0, 0]  # plain decoding after its prefill: the price of a plain step here
     for i, prompt in enumerate(prompts):
         got = lockstep(engine, engine.encode_prompt(prompt), tree, sampling, i % 2 == 0, kinds)
         speed = {side: len(r["tokens"]) / r["seconds"] for side, r in got.items()}
@@ -87,13 +91,15 @@ def main() -> None:
         for side, r in got.items():
             total[side][0] += r["seconds"]
             total[side][1] += len(r["tokens"])
+        steps_after[0] += got["plain"]["seconds"] - got["plain"]["first"]
+        steps_after[1] += len(got["plain"]["tokens"]) - 1
         equal = got["plain"]["tokens"] == got["default"]["tokens"]
         same = same and (equal or not sampling.greedy)
         rows.append({"prompt": prompt[:40], "plain_tok_s": speed["plain"], "default_tok_s": speed["default"],
                      "ratio": ratios[-1]})
         print(f"{i:3d} plain {1e3 / speed['plain']:6.2f} ms a token, the default {1e3 / speed['default']:6.2f}: "
               f"{ratios[-1]:.3f}" + ("" if equal or not sampling.greedy else "  (other tokens)"), flush=True)
-    plain_ms = total["plain"][0] / total["plain"][1] * 1e3
+    plain_ms = steps_after[0] / steps_after[1] * 1e3
     pooled = (total["default"][1] / total["default"][0]) / (total["plain"][1] / total["plain"][0])
     interval = bootstrap_ci(ratios)
     print(f"the default over plain decoding: median {statistics.median(ratios):.3f} "
@@ -104,7 +110,7 @@ def main() -> None:
     for k, (n, s, t) in sorted(kinds.items()):
         split[k] = {"share": n / cycles, "ms_a_cycle": s / n * 1e3, "tokens_a_cycle": t / n, "ms_a_token": s / t * 1e3}
         print(f"{k:8s} {n / cycles:6.1%} of cycles  {s / n * 1e3:6.2f} ms a cycle  {t / n:4.2f} tokens  "
-              f"{s / t * 1e3:6.2f} ms a token (plain decoding {plain_ms:.2f})")
+              f"{s / t * 1e3:6.2f} ms a token (plain decoding's steps after its prefill {plain_ms:.2f})")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({
