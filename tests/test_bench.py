@@ -232,6 +232,41 @@ def test_each_prompt_starts_with_another_method_and_ratios_to_plain_carry_an_int
         assert low <= rows[m]["vs_plain"] <= high and len(rows[m]["vs_plain_per_prompt"]) == 4
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_lockstep_advances_our_methods_a_step_each_in_turn_and_writes_what_whole_runs_do(monkeypatch, temperature):
+    """`bench --lockstep`: within a prompt, plain decoding and the tree take turns, one step each while both run
+    (the first rotated from one prompt to the next), and each writes the tokens a whole run of it writes. A
+    method that cannot be stepped (a peer's) is refused."""
+    from eagleviz.config import SamplingConfig, TreeConfig
+    from eagleviz.errors import UserFacingError
+
+    engine, tree = tiny_engine("llama", vocab=8), TreeConfig.create(2, 2, 4)
+    sampling = SamplingConfig(max_new_tokens=12, temperature=temperature)
+    ids, methods, turns = engine.encode_prompt("ab"), ("plain", "eagle-tree"), []
+    whole = {m: bench.run_ours(engine, ids, bench.our_tree(m, tree), sampling) for m in methods}
+    for name, method in (("plain", "plain"), ("speculate", "eagle-tree")):
+        def stepped(*a, _f=getattr(type(engine), name), _m=method, **k):
+            for item in _f(engine, *a, **k):
+                turns.append(_m)
+                yield item
+        monkeypatch.setattr(engine, name, stepped)
+    got = bench.run_lockstep(engine, methods, ids, sampling, tree)
+    assert {m: got[m].tokens for m in methods} == {m: whole[m].tokens for m in methods}
+    both = 2 * min(turns.count(m) for m in methods)
+    assert turns[:both] == list(methods) * (both // 2) and len(set(turns[both:])) <= 1
+    assert all(got[m].seconds > 0 for m in methods)
+
+    orders = []
+    lockstep = bench.run_lockstep
+    monkeypatch.setattr(bench, "run_lockstep", lambda eng, order, *a: orders.append(order) or lockstep(eng, order, *a))
+    result = bench.bench(engine, ["ab", "cd"], sampling, tree, 1, methods, progress=lambda line: None, lockstep=True)
+    assert result["pairing"] == "step" and orders == [methods, methods[::-1]]
+    assert result["greedy_mismatches"] == [] and len(result["rows"]["eagle-tree"]["vs_plain_per_prompt"]) == 2
+    with pytest.raises(UserFacingError, match="cannot be stepped"):
+        bench.bench(engine, ["ab"], sampling, tree, 1, ("hf-generate", "plain"), progress=lambda line: None,
+                    lockstep=True)
+
+
 @pytest.mark.parametrize("weights,greedy_reference", [("dense", "hf-generate"), ("blocks", "plain")])
 def test_greedy_outputs_are_checked_against_the_same_numerics(monkeypatch, weights, greedy_reference):
     """Hugging Face computes dense weights: from weight blocks the greedy methods are checked against our plain

@@ -9,7 +9,9 @@ bench: for each prompt, interleaved and repeated, run
     eagle-tree       EAGLE with the tree the options describe: by default the cost-aware tree with the knobs as
                      upper bounds (--fixed-tree: SGLang's fixed tree), candidates from --draft-source
     eagle-tuned      EAGLE with the fixed tree `tune` found fastest on this machine (when it has been run)
-with the same model, dtype and thread count. Reports the median tokens/s per method, the median per-prompt
+with the same model, dtype and thread count. With --lockstep, our methods run each prompt together, a step of
+each in turn, each step timed (`run_lockstep`): on a machine whose speed drifts, their per-prompt ratios then
+measure the methods rather than the moments they ran at. Reports the median tokens/s per method, the median per-prompt
 speedup over hf-generate, tau and the mean time per phase, checks that the greedy methods agree (with
 hf-generate, or from weight blocks with our plain loop; explaining a difference by the target's top-2 gap
 where they diverge), and writes JSON, a Markdown table and (where Plotly is installed) a
@@ -104,22 +106,63 @@ def _hf_generate(engine, ids: list[int], sampling: SamplingConfig, lookup: int |
     return Sample(tokens=out[0, len(ids):].tolist(), seconds=seconds)
 
 
-def run_ours(engine, ids: list[int], tree: TreeConfig | None, sampling: SamplingConfig, record: bool = True,
-             index_of: Callable[[list[int]], SuffixIndex | Foresight] = SuffixIndex) -> Sample:
-    """One run of ours, timed whole (prefill included). index_of: the run's source of lookup candidates
-    (`Engine.speculate`)."""
+def start_ours(engine, ids: list[int], tree: TreeConfig | None, sampling: SamplingConfig, record: bool = True,
+               index_of: Callable[[list[int]], SuffixIndex | Foresight] = SuffixIndex):
+    """One run of ours, not started yet: its trace and the generator of its steps (tree None: plain decoding).
+    index_of: the run's source of lookup candidates (`Engine.speculate`)."""
     run = engine.new_run("", ids, tree, sampling)
-    start = time.perf_counter()
-    steps = (engine.plain(ids, sampling, run) if tree is None else
-             engine.speculate(ids, tree, sampling, run, record, index_of))
-    for _ in steps:
-        pass
-    seconds = time.perf_counter() - start
+    return run, (engine.plain(ids, sampling, run) if tree is None else
+                 engine.speculate(ids, tree, sampling, run, record, index_of))
+
+
+def sample_of(run, seconds: float) -> Sample:
+    """A finished run of ours that took `seconds`."""
     s = run.summary()
     return Sample(tokens=run.token_ids, seconds=seconds, tau=s["tau"], phases=s["mean_phase_ms"],
                   prefill_ms=run.prefill_ms, cycles=len(run.cycles),
                   short=sum(c.accept_length < len(c.tokens) - 1 for c in run.cycles[:-1]),
                   prefill_reused=run.prefill_reused)
+
+
+def run_ours(engine, ids: list[int], tree: TreeConfig | None, sampling: SamplingConfig, record: bool = True,
+             index_of: Callable[[list[int]], SuffixIndex | Foresight] = SuffixIndex) -> Sample:
+    """One run of ours, timed whole (prefill included); `start_ours`'s arguments."""
+    run, steps = start_ours(engine, ids, tree, sampling, record, index_of)
+    start = time.perf_counter()
+    for _ in steps:
+        pass
+    return sample_of(run, time.perf_counter() - start)
+
+
+def run_lockstep(engine, methods: tuple[str, ...], ids: list[int], sampling: SamplingConfig, tree: TreeConfig,
+                 tuned: TreeConfig | None = None) -> dict[str, Sample]:
+    """Our `methods` on one prompt in lockstep: one step of each in turn (a token of plain decoding, a cycle of
+    speculation), in `methods`' order, each step timed and added to its method's time (the prefill, inside the
+    first step, included). Every method meets the machine as the others do at that moment, where one whole run
+    after another meets a machine whose speed may drift by tens of percent in minutes."""
+    started = {m: start_ours(engine, ids, our_tree(m, tree, tuned), sampling) for m in methods}
+    seconds = dict.fromkeys(methods, 0.0)
+    live = list(methods)
+    while live:
+        for m in list(live):
+            start = time.perf_counter()
+            try:
+                next(started[m][1])
+            except StopIteration:
+                live.remove(m)
+            seconds[m] += time.perf_counter() - start
+    return {m: sample_of(started[m][0], seconds[m]) for m in methods}
+
+
+def our_tree(method: str, tree: TreeConfig, tuned: TreeConfig | None = None) -> TreeConfig | None:
+    """The tree one of our methods decodes with (None: plain decoding)."""
+    if method == "plain":
+        return None
+    if method == "lookup":
+        return tree.with_(source="lookup")
+    if method == "eagle-chain":
+        return TreeConfig.create(tree.steps, 1, tree.steps + 1, adaptive=False)
+    return tuned if method == TUNED_METHOD else tree
 
 
 def run_method(engine, method: str, ids: list[int], sampling: SamplingConfig, tree: TreeConfig,
@@ -131,13 +174,7 @@ def run_method(engine, method: str, ids: list[int], sampling: SamplingConfig, tr
         return _hf_generate(engine, ids, sampling, None)
     if method == "hf-prompt-lookup":
         return _hf_generate(engine, ids, sampling, 10)
-    if method == "plain":
-        return run_ours(engine, ids, None, sampling)
-    if method == "lookup":
-        return run_ours(engine, ids, tree.with_(source="lookup"), sampling)
-    if method == "eagle-chain":
-        return run_ours(engine, ids, TreeConfig.create(tree.steps, 1, tree.steps + 1, adaptive=False), sampling)
-    return run_ours(engine, ids, tuned if method == "eagle-tuned" else tree, sampling)
+    return run_ours(engine, ids, our_tree(method, tree, tuned), sampling)
 
 
 def ab_ratio(engine, prompts: list[str], run_a, run_b, repeats: int) -> dict:
@@ -305,9 +342,11 @@ def top2_gap(engine, ids: list[int]) -> float:
 
 
 def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig, repeats: int,
-          methods=METHODS, progress=print, journal: Path | None = None, peers: dict | None = None) -> dict:
+          methods=METHODS, progress=print, journal: Path | None = None, peers: dict | None = None,
+          lockstep: bool = False) -> dict:
     """Interleaved runs: for each prompt and repeat, every method once, the order rotated from one prompt and
-    repeat to the next. `peers`: the llama.cpp methods' models (`eagleviz.perf.peers.make_peers`). Every method
+    repeat to the next; `lockstep`, our methods advanced a step each in turn within each prompt
+    (`run_lockstep`; `result["pairing"]`: "step", else "prompt"). `peers`: the llama.cpp methods' models (`eagleviz.perf.peers.make_peers`). Every method
     prefills alike: when a peer (Hugging Face's, llama.cpp's) is among the methods, ours prefill each prompt
     whole too, as they do, not after the engine's cached chat opening (`result["prefill"]`: "whole" or
     "cached opening").
@@ -321,6 +360,9 @@ def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig
     tuned = tuned_config(found) if found else None
     if TUNED_METHOD in methods and tuned is None:
         raise UserFacingError(f"{TUNED_METHOD} runs the tree `python -m eagleviz tune` found: run it first")
+    if lockstep and not all(m in OURS for m in methods):
+        raise UserFacingError("--lockstep advances our own methods a step each in turn: "
+                              f"{', '.join(m for m in methods if m not in OURS)} cannot be stepped so")
     samples: dict[str, list[list[Sample]]] = {m: [] for m in methods}
     encoded = [engine.encode_prompt(p) for p in prompts]
     prefill = "cached opening" if all(m in OURS for m in methods) else "whole"
@@ -329,7 +371,8 @@ def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig
 
         engine = copy.copy(engine)
         engine.prefix = PrefixCache(())
-    header = {"prefill": prefill, "prompts": encoded, "methods": list(methods), "repeats": repeats,
+    pairing = "step" if lockstep else "prompt"
+    header = {"prefill": prefill, "pairing": pairing, "prompts": encoded, "methods": list(methods), "repeats": repeats,
               "sampling": vars(sampling),
               "tree": tree_record(tree), "machine": machine_info(engine), "policy": policy_record(engine),
               "tuned": tuned and [tuned.steps, tuned.topk, tuned.draft_tokens]}
@@ -341,7 +384,12 @@ def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig
         per = {m: [] for m in methods}
         for r in range(repeats):
             shift = (i + r) % len(methods)  # no method always runs first (or right after another) on every prompt
-            for m in methods[shift:] + methods[:shift]:
+            order = methods[shift:] + methods[:shift]
+            if lockstep:
+                for m, sample in run_lockstep(engine, order, encoded[i], sampling, tree, tuned).items():
+                    per[m].append(asdict(sample))
+                continue
+            for m in order:
                 per[m].append(asdict(run_method(engine, m, encoded[i], sampling, tree, tuned, peers)))
         return per
 
@@ -349,7 +397,7 @@ def bench(engine, prompts: list[str], sampling: SamplingConfig, tree: TreeConfig
         for m in methods:
             samples[m].append([Sample(**x) for x in per[m]])
     result = summarize(engine, encoded, samples, sampling, methods)
-    result["prefill"] = prefill
+    result["prefill"], result["pairing"] = prefill, pairing
     if tuned is not None:
         result["tuned_tree"] = {"steps": tuned.steps, "topk": tuned.topk, "draft_tokens": tuned.draft_tokens,
                                 "source": found.path.name}
@@ -517,6 +565,9 @@ def bench_main(argv: list[str]) -> int:
                         f"(default: all of ours and Hugging Face's; {TUNED_METHOD} once `tune` has run; the "
                         "llama.cpp ones need llama-cpp-python)")
     p.add_argument("--out", type=Path, default=Path("runs/bench"))
+    p.add_argument("--lockstep", action="store_true",
+                   help="our methods advanced a step each in turn within each prompt, each step timed, rather than "
+                        "one whole run after another: all meet the machine at the same moments (our methods only)")
     p.add_argument("--ab", choices=AB_LEVERS, default=None,
                    help="only measure one lever, interleaved in one process: what recording the full trace costs "
                         "(trace), what packed linears gain (packing), what the hot draft vocabulary gains (hot-vocab), "
@@ -542,7 +593,7 @@ def bench_main(argv: list[str]) -> int:
         return ab_main(args, argv, engine, prompts, sampling, tree)
     stem = Path(bench_name(args.temperature)).stem
     result = bench(engine, prompts, sampling, tree, args.repeats, methods, journal=args.out / f"{stem}.journal.jsonl",
-                   peers=peers)
+                   peers=peers, lockstep=args.lockstep)
     result["tree"] = tree_record(tree)
     result["command"] = "python -m eagleviz bench " + " ".join(argv)
     written = write_outputs(result, args.out, stem)
