@@ -26,9 +26,9 @@ class _Engine:
 
     def generate(self, prompt, tree, sampling):
         n, sampled = sampling.max_new_tokens, sampling.temperature > 0
-        if tree is None:
+        if tree is None:  # the prefill writes the first token, then n steps
             return SimpleNamespace(wall_s=(self.prefill_ms + n * self.step_ms) / 1e3, prefill_ms=self.prefill_ms,
-                                   output=[0] * n, cycles=[])
+                                   output=[0] * (n + 1), cycles=[], prompt_tokens=20)
         if self.resting:
             assert tree.source == "lookup"
             cycles = [SimpleNamespace(timings_ms={"draft": 0.1, "verify": 5.0}) for _ in range(n)]
@@ -41,7 +41,7 @@ class _Engine:
 
 
 def test_a_plain_step_leaves_the_prefill_out(monkeypatch):
-    monkeypatch.setattr(costs, "forward_ms", lambda target, sizes: {n: 4.0 + n for n in sizes})
+    monkeypatch.setattr(costs, "forward_ms", lambda target, sizes, prefix=200: {n: 4.0 + n for n in sizes})
     slow_prompt, quick_prompt = (costs.measure(_Engine(prefill, 6.0)) for prefill in (300.0, 1.0))
     for measured in (slow_prompt, quick_prompt):
         assert abs(measured.step_ms - 6.0) < 1e-9
@@ -52,8 +52,27 @@ def test_a_plain_step_leaves_the_prefill_out(monkeypatch):
         assert costs.CostModel.from_dict(measured.to_dict()) == measured
 
 
+def test_every_price_is_in_plain_steps_of_the_probes_own_context(monkeypatch):
+    """The forward curve is measured after a long context, where a forward takes longer than at the probe's:
+    its shape is kept, its one-token price is a one-token forward's share of a plain step at the probe's own
+    context, and the probe's runs are priced by the plain step they ran beside (a resting cycle of 6.5 ms beside
+    6 ms steps costs 1.08 steps, not 1.0 of a long context's forward)."""
+    contexts = []
+
+    def forward(target, sizes, prefix=200):
+        contexts.append(prefix)
+        return {n: (4.0 + n) * (1.3 if prefix >= 200 else 1.0) for n in sizes}
+
+    monkeypatch.setattr(costs, "forward_ms", forward)
+    measured = costs.measure(_Engine(1.0, 6.0))
+    assert contexts[0] == 200 and contexts[1] < 200  # the curve, then the unit at the probe's context
+    assert measured.step_ms == pytest.approx(6.0) and measured.rest_cost() == pytest.approx(6.5 / 6.0)
+    assert measured.verify_cost(1) == pytest.approx(5.0 / 6.0) and measured.verify_cost(8) == pytest.approx(2.0)
+    assert measured.draft_level == pytest.approx(1.0 / 6.0)
+
+
 def test_resting_and_sampled_cycles_have_their_own_prices(monkeypatch):
-    monkeypatch.setattr(costs, "forward_ms", lambda target, sizes: {n: 4.0 + n for n in sizes})
+    monkeypatch.setattr(costs, "forward_ms", lambda target, sizes, prefix=200: {n: 4.0 + n for n in sizes})
     measured = costs.measure(_Engine(1.0, 6.0))
     assert measured.rest_cost() == pytest.approx(6.5 / 6.0)
     sampled = measured.at(1.0)

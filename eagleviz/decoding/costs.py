@@ -41,9 +41,10 @@ SIZES = (1, 2, 4, 8, 16, 32, 64)
 # the price list's sizes: every small one, where a cost-aware tree's sizes fall and the curve bends (from weight
 # blocks here 3, 4, 6 and 8 tokens cost 1.19, 1.31, 1.69 and 2.31 steps: scripts/block_rows.py)
 PRICE_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 64)
-VERSION = 7  # 2: a plain step leaves the prefill out; 3: PRICE_SIZES; 4: draft_fixed; 5: the products' column groups
+VERSION = 8  # 2: a plain step leaves the prefill out; 3: PRICE_SIZES; 4: draft_fixed; 5: the products' column groups
 # (kernels/quant_ops.c) changed every price; 6: rest and the sampled prices; 7: an EAGLE-3 head's layer in one C
-# call (kernels/stack_ops.c) made drafting cheaper (older lists are measured again)
+# call (kernels/stack_ops.c) made drafting cheaper; 8: every price in plain steps of the probe's own context
+# (older lists are measured again)
 PROBE_PROMPT = "List the planets of the solar system in order, one per line, with one fact about each."
 
 
@@ -234,10 +235,12 @@ def _sync(dev: torch.device) -> None:
 
 
 def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
-    """This engine's price list: the forward curve, then a short plain run (the unit: ms per plain token), short
-    runs of fixed trees of 1 and 4 levels (their draft times give the fixed part and the price of a level; the
-    4-level cycle's remainder is the overhead) and runs that verify the root alone (the rest); the overhead
-    and the rest again at T = 1."""
+    """This engine's price list: the forward curve, then a short plain run (the unit: ms per plain token after
+    the prefill), short runs of fixed trees of 1 and 4 levels (their draft times give the fixed part and the
+    price of a level; the 4-level cycle's remainder is the overhead) and runs that verify the root alone (the
+    rest); the overhead and the rest again at T = 1. The curve (measured after a 200-token context) is scaled
+    so that one token costs what a one-token forward at the probe's context costs of its plain step: every
+    price is then in plain steps of one and the same context."""
     sizes = tuple(n for n in PRICE_SIZES if n <= max_size)
     fwd = forward_ms(engine, sizes=sizes)
     sampling = SamplingConfig(max_new_tokens=tokens)
@@ -250,9 +253,14 @@ def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
     if engine.head is not None:
         engine.generate(PROBE_PROMPT, TreeConfig.create(4, 2, 8, adaptive=False), warm)
     plain = engine.generate(PROBE_PROMPT, None, sampling)
-    # the prompt's prefill is not a step (from weight blocks the probe's costs about five steps here)
-    step_ms = (plain.wall_s * 1e3 - plain.prefill_ms) / max(len(plain.output), 1)
-    step_ms = max(step_ms, fwd[1])  # a plain step is at least its forward
+    # the prompt's prefill is not a step (from weight blocks the probe's costs about five steps here), and it
+    # wrote the first token: the steps are the tokens after it
+    step_ms = (plain.wall_s * 1e3 - plain.prefill_ms) / max(len(plain.output) - 1, 1)
+    # the curve's shape comes from a long context; its unit, a one-token forward's share of a plain step, from
+    # a forward at the probe's own context (the curve's one-token forward over the plain step measured at a
+    # shorter one priced every step-relative cost 1.3x too low held to AVX2: a resting cycle at 0.56 steps)
+    context = plain.prompt_tokens + len(plain.output) // 2
+    share = min(forward_ms(engine, prefix=context, sizes=(1,))[1] / step_ms, 1.0)
     draft_fixed, draft_level, overhead, sampled_overhead = 0.0, 0.05, 0.05, None
     if engine.head is not None:
         draft_ms = {}
@@ -275,7 +283,7 @@ def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
     rest, sampled_rest = (_cycle_ms(resting.generate(PROBE_PROMPT, alone, s)) / step_ms for s in (sampling, sampled))
     verify, most = [], 0.0
     for n, ms in fwd.items():  # a bigger forward never costs less: noise in one size must not invert the curve
-        most = max(most, ms / step_ms)
+        most = max(most, share * ms / fwd[1])
         verify.append((n, most))
     return CostModel(verify=tuple(verify), draft_level=draft_level, draft_fixed=draft_fixed,
                      overhead=overhead, step_ms=step_ms, rest=rest, sampled_overhead=sampled_overhead,
