@@ -115,6 +115,29 @@ def test_the_forward_curve_is_measured_through_the_steps_the_runs_take():
     assert costs.key(eager) != costs.key(static)
 
 
+def test_a_slow_moment_of_the_machine_lands_on_every_size_alike(monkeypatch):
+    """The curve is timed round by round, one forward of every size a round: five calls in a row taking three
+    times as long (the machine busy for a moment) reach no size's median. Timed size by size, they made one
+    size cost three times its price."""
+    clock, calls = [0.0], []
+
+    class Steps:
+        cache = SimpleNamespace(length=0)
+
+        def forward(self, tokens, positions, mask):
+            slow = 10 <= len(calls) < 15
+            calls.append(len(tokens))
+            clock[0] += (1.0 + 0.1 * len(tokens)) * (3.0 if slow else 1.0) / 1e3
+
+    target = SimpleNamespace(device=costs.torch.device("cpu"), vocab_size=50, forward=lambda *a, **k: None)
+    monkeypatch.setattr(costs, "target_steps", lambda engine, capacity, layers: Steps())
+    monkeypatch.setattr(costs, "release", lambda *a: None)
+    monkeypatch.setattr(costs, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    curve = costs.forward_ms(SimpleNamespace(target=target, attn_impl="torch"), prefix=8, sizes=(1, 2, 4, 8))
+    assert curve == pytest.approx({n: 1.0 + 0.1 * n for n in (1, 2, 4, 8)})
+    assert calls[:8] == [1, 2, 4, 8, 1, 2, 4, 8]  # a warm-up round, then rounds
+
+
 def test_a_runs_clock_scales_the_price_list_towards_what_its_phases_take():
     """A list measured at a quieter moment says 4 tokens cost 1.2 steps; this run's forwards of 4 tokens take 1.6
     of its one-token forwards and its two draft levels 0.6 where the list said 0.3. Nothing is counted before a

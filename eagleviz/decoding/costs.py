@@ -45,6 +45,7 @@ VERSION = 8  # 2: a plain step leaves the prefill out; 3: PRICE_SIZES; 4: draft_
 # (kernels/quant_ops.c) changed every price; 6: rest and the sampled prices; 7: an EAGLE-3 head's layer in one C
 # call (kernels/stack_ops.c) made drafting cheaper; 8: every price in plain steps of the probe's own context
 # (older lists are measured again)
+ROUNDS = 3  # plain and resting runs, paired round by round (one pass of each priced a resting cycle 0.86-1.18)
 PROBE_PROMPT = "List the planets of the solar system in order, one per line, with one fact about each."
 
 
@@ -202,7 +203,10 @@ class RunCosts:
 def forward_ms(engine, prefix: int = 200, sizes=SIZES, repeats: int = 5) -> dict[int, float]:
     """Median wall time (ms) of one target forward of n chain tokens after a `prefix`-token context, run the way
     the engine's runs run it (its attention; on a GPU the captured steps, `eagleviz.decoding.steps`): one
-    prefill, then for each size forwards whose keys are dropped again (the cache's length is restored)."""
+    prefill, one untimed forward of each size (its shapes warmed up, its graph captured), then `repeats` rounds
+    of one forward of every size, its keys dropped again (the cache's length restored). Round by round, a slow
+    moment of the machine lands on every size alike; size by size, it inflated the one measured then (here a
+    list priced 2 to 8 tokens all at 1.55 steps)."""
     target, dev = engine.target, engine.target.device
     steps = target_steps(engine, prefix + max(sizes) + 1, None)
     cache = steps.cache
@@ -211,22 +215,21 @@ def forward_ms(engine, prefix: int = 200, sizes=SIZES, repeats: int = 5) -> dict
         target.forward(ids, torch.arange(prefix, device=dev), cache,
                        torch.ones(prefix, prefix, dtype=torch.bool, device=dev).tril(), logit_rows=None,
                        impl=engine.attn_impl)
-        times = {}
-        for n in sizes:
-            tokens, positions = [i % target.vocab_size for i in range(n)], list(range(prefix, prefix + n))
-            mask = torch.ones(n, n, dtype=torch.bool).tril() if n > 1 else None
-            runs = []
-            for _ in range(repeats + 1):  # the first of each size warms its shapes up (and captures its graph)
+        inputs = {n: ([i % target.vocab_size for i in range(n)], list(range(prefix, prefix + n)),
+                      torch.ones(n, n, dtype=torch.bool).tril() if n > 1 else None) for n in sizes}
+        runs: dict[int, list[float]] = {n: [] for n in sizes}
+        for round_ in range(repeats + 1):  # round 0 warms every size up
+            for n in sizes:
                 cache.length = prefix
                 _sync(dev)
                 t = time.perf_counter()
-                steps.forward(tokens, positions, mask)
+                steps.forward(*inputs[n])
                 _sync(dev)
-                runs.append(time.perf_counter() - t)
-            times[n] = statistics.median(runs[1:]) * 1e3
+                if round_:
+                    runs[n].append(time.perf_counter() - t)
+        return {n: statistics.median(runs[n]) * 1e3 for n in sizes}
     finally:
         release(engine, None, steps)
-    return times
 
 
 def _sync(dev: torch.device) -> None:
@@ -235,12 +238,12 @@ def _sync(dev: torch.device) -> None:
 
 
 def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
-    """This engine's price list: the forward curve, then a short plain run (the unit: ms per plain token after
-    the prefill), short runs of fixed trees of 1 and 4 levels (their draft times give the fixed part and the
-    price of a level; the 4-level cycle's remainder is the overhead) and runs that verify the root alone (the
-    rest); the overhead and the rest again at T = 1. The curve (measured after a 200-token context) is scaled
-    so that one token costs what a one-token forward at the probe's context costs of its plain step: every
-    price is then in plain steps of one and the same context."""
+    """This engine's price list: the forward curve; short plain runs (the unit: ms per plain token after the
+    prefill) each beside runs that verify the root alone at T = 0 and T = 1 (the rest), ROUNDS rounds; short runs
+    of fixed trees of 1 and 4 levels (their draft times give the fixed part and the price of a level; the
+    4-level cycle's remainder is the overhead), the overhead again at T = 1. The curve (measured after a
+    200-token context) is scaled so that one token costs what a one-token forward at the probe's context costs
+    of its plain step: every price is then in plain steps of one and the same context."""
     sizes = tuple(n for n in PRICE_SIZES if n <= max_size)
     fwd = forward_ms(engine, sizes=sizes)
     sampling = SamplingConfig(max_new_tokens=tokens)
@@ -252,10 +255,20 @@ def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
     engine.generate(PROBE_PROMPT, None, warm)
     if engine.head is not None:
         engine.generate(PROBE_PROMPT, TreeConfig.create(4, 2, 8, adaptive=False), warm)
-    plain = engine.generate(PROBE_PROMPT, None, sampling)
-    # the prompt's prefill is not a step (from weight blocks the probe's costs about five steps here), and it
-    # wrote the first token: the steps are the tokens after it
-    step_ms = (plain.wall_s * 1e3 - plain.prefill_ms) / max(len(plain.output) - 1, 1)
+    # plain runs and runs of the root alone (lookup candidates priced out of every tree: nothing to draft,
+    # nothing worth verifying), at T = 0 and T = 1, in ROUNDS rounds: a resting cycle is priced by the plain run
+    # of its own round (paired, medians), so that a slow moment of the machine moves both alike
+    resting = engine.with_policy(costs=CostModel(verify=((1, 1.0), (2, 1e6)), draft_level=1e6, overhead=0.0))
+    alone = TreeConfig.create(1, 1, 2, source="lookup")
+    steps_ms, rests, sampled_rests = [], [], []
+    for _ in range(ROUNDS):
+        plain = engine.generate(PROBE_PROMPT, None, sampling)
+        # the prompt's prefill is not a step (from weight blocks the probe's costs about five steps here), and
+        # it wrote the first token: the steps are the tokens after it
+        steps_ms.append((plain.wall_s * 1e3 - plain.prefill_ms) / max(len(plain.output) - 1, 1))
+        rests.append(_cycle_ms(resting.generate(PROBE_PROMPT, alone, sampling)) / steps_ms[-1])
+        sampled_rests.append(_cycle_ms(resting.generate(PROBE_PROMPT, alone, sampled)) / steps_ms[-1])
+    step_ms, rest, sampled_rest = (statistics.median(x) for x in (steps_ms, rests, sampled_rests))
     # the curve's shape comes from a long context; its unit, a one-token forward's share of a plain step, from
     # a forward at the probe's own context (the curve's one-token forward over the plain step measured at a
     # shorter one priced every step-relative cost 1.3x too low held to AVX2: a resting cycle at 0.56 steps)
@@ -277,10 +290,6 @@ def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
             level_ms = max(draft_ms[4] - draft_ms[1], 0.0) / 3
             draft_level = level_ms / step_ms
             draft_fixed = max(draft_ms[1] - level_ms, 0.0) / step_ms
-    # the root alone: lookup candidates priced out of every tree (nothing to draft, nothing worth verifying)
-    resting = engine.with_policy(costs=CostModel(verify=((1, 1.0), (2, 1e6)), draft_level=1e6, overhead=0.0))
-    alone = TreeConfig.create(1, 1, 2, source="lookup")
-    rest, sampled_rest = (_cycle_ms(resting.generate(PROBE_PROMPT, alone, s)) / step_ms for s in (sampling, sampled))
     verify, most = [], 0.0
     for n, ms in fwd.items():  # a bigger forward never costs less: noise in one size must not invert the curve
         most = max(most, share * ms / fwd[1])
