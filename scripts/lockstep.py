@@ -24,14 +24,13 @@ import argparse
 import json
 import platform
 import statistics
-import time
 from pathlib import Path
 
 import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.decoding.load import load_engine
-from eagleviz.perf.bench import bootstrap_ci
+from eagleviz.perf.bench import bootstrap_ci, run_lockstep
 from eagleviz.prompts import mtbench_first_turns
 
 
@@ -41,29 +40,22 @@ def kind(cycle) -> str:
 
 def lockstep(engine, ids: list[int], tree: TreeConfig, sampling: SamplingConfig, plain_first: bool,
              kinds: dict[str, list]) -> dict:
-    """One prompt both ways, a step of each in turn. Returns each side's seconds and tokens (and the tokens'
-    ids); adds the default's cycles to `kinds` (kind -> [cycles, seconds, tokens])."""
-    runs = {"plain": engine.new_run("", ids, None, sampling), "default": engine.new_run("", ids, tree, sampling)}
-    steps = {"plain": engine.plain(ids, sampling, runs["plain"]),
-             "default": engine.speculate(ids, tree, sampling, runs["default"])}
-    spent, first = {"plain": 0.0, "default": 0.0}, {}
-    live = ["plain", "default"] if plain_first else ["default", "plain"]
-    while live:
-        for side in list(live):
-            start = time.perf_counter()
-            try:
-                item = next(steps[side])
-            except StopIteration:
-                live.remove(side)
-                continue
-            took = time.perf_counter() - start
-            opening = side not in first  # its first step also holds the prefill
-            first.setdefault(side, took)
-            spent[side] += took
-            if side == "default":  # the first cycle a kind of its own
-                entry = kinds.setdefault("first" if opening else kind(item), [0, 0.0, 0])
-                entry[0], entry[1], entry[2] = entry[0] + 1, entry[1] + took, entry[2] + len(item.committed)
-    return {side: {"seconds": spent[side], "tokens": runs[side].token_ids, "first": first[side]} for side in runs}
+    """One prompt both ways (`bench.run_lockstep`). Returns each side's seconds, tokens and first step's
+    seconds (it holds the prefill); adds the default's cycles to `kinds` (kind -> [cycles, seconds, tokens]),
+    its first cycle a kind of its own."""
+    first: dict[str, float] = {}
+
+    def step(method: str, item, took: float) -> None:
+        opening = method not in first
+        first.setdefault(method, took)
+        if method == "eagle-tree":
+            entry = kinds.setdefault("first" if opening else kind(item), [0, 0.0, 0])
+            entry[0], entry[1], entry[2] = entry[0] + 1, entry[1] + took, entry[2] + len(item.committed)
+
+    order = ("plain", "eagle-tree") if plain_first else ("eagle-tree", "plain")
+    got = run_lockstep(engine, order, ids, sampling, tree, on_step=step)
+    return {side: {"seconds": got[m].seconds, "tokens": got[m].tokens, "first": first[m]}
+            for side, m in (("plain", "plain"), ("default", "eagle-tree"))}
 
 
 def main() -> None:
