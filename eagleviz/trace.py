@@ -77,7 +77,7 @@ class NodeCheck:
     residual_top: list[tuple[int, str, float]] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class KVMap:
     """One cache around a cycle. Slots are absolute cache indices."""
 
@@ -87,7 +87,7 @@ class KVMap:
     after: int                          # committed length after the rewind
 
 
-@dataclass
+@dataclass(slots=True)
 class CycleTrace:
     index: int
     nodes: list[TreeNode]
@@ -99,7 +99,8 @@ class CycleTrace:
     mask: list[list[int]]               # (T, T) 1 where slot i may attend to slot j (ancestor-or-self)
     target_tokens: list[int]            # target argmax at each slot
     target_texts: list[str]
-    target_probs: list[float]           # target probability of that argmax (softmax at the temperature, before top-p)
+    target_probs: list[float | None]    # target probability of that argmax (softmax at the temperature, before
+    # top-p); None where the cycle did not compute it (a greedy cycle of the root alone reads the argmax only)
     checks: list[NodeCheck]
     path: list[int]                     # accepted slots, root first
     bonus_token: int
@@ -126,7 +127,7 @@ class CycleTrace:
         return len(self.tokens)
 
 
-@dataclass
+@dataclass(slots=True)
 class OutputToken:
     token: int
     text: str

@@ -171,7 +171,9 @@ class RunCosts:
 
     def rest(self, forward_ms: float) -> None:
         """A resting cycle's forward of the root alone: the unit the others are counted in."""
-        self.forwards = (self.forwards + [forward_ms])[-self.RECENT:]
+        self.forwards.append(forward_ms)
+        if len(self.forwards) > self.RECENT:
+            del self.forwards[0]
 
     def observe(self, tokens: int, levels: int, forward_ms: float, draft_ms: float) -> bool:
         """A cycle that verified `tokens` (the root included) after `levels` draft levels: its forward's and its

@@ -45,7 +45,7 @@ from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, T
 from eagleviz.decoding.calibration import HeadCalibration, RunAcceptance
 from eagleviz.decoding.costs import CostModel, RunCosts
 from eagleviz.decoding.device_draft import DeviceDrafter
-from eagleviz.decoding.steps import decode_path, draft_state, prepared, release, target_steps
+from eagleviz.decoding.steps import decode_path, draft_state, prepared, release, static_states, target_steps
 from eagleviz.decoding.drafting import ROOT_ALONE, causal, grow, lookup_worth
 from eagleviz.decoding.lookup import Foresight, Match, SuffixIndex
 from eagleviz.decoding.policy import HeadRest, Ledger, TreePolicy
@@ -425,6 +425,8 @@ class Engine:
         # the context's lookups judged by the same clock: their cycles (the head not run) against resting ones
         lookups = Ledger() if index is not None and policy is not None and self.ledger else None
         lookup_rest, lookup_probe = HeadRest(), False  # the next lookup cycle after a rest is a probe
+        captures = static_states(steps, dcache)  # else no cycle can capture: `prepared` is not asked
+        worth: dict[tuple[int, int, int], bool] = {}  # `lookup_worth` by (n-gram, tokens, budget), this policy's
         while not done:
             S = tcache.length
             room = capacity - 1 - S  # the slots plain decoding would still fill: it stops at the same length
@@ -432,7 +434,8 @@ class Engine:
                 run.stop_reason = "context"
                 break
             clock = PhaseClock(dev)  # on CUDA: events, read once at the end of the cycle
-            began, ready = time.perf_counter(), prepared(steps, dcache)  # the ledger's clock: the whole cycle
+            began = time.perf_counter()  # the ledger's clock: the whole cycle
+            ready = prepared(steps, dcache) if captures else 0
             # 1) draft (near the context limit, a tree cut to the room left)
             budget = min(tree_cfg.draft_tokens, room)
             reference = ledger is not None and ledger.wants_reference()  # a plain step, timed
@@ -443,10 +446,14 @@ class Engine:
             run_head = use_head and (policy is None or (not reference and rest.head_runs()))
             backlog = run_head and len(pend_tokens) > tree_cfg.steps + 1  # the head first encodes what it skipped
             forecast_paid, passed = True, None
-            if match is not None and not run_head and policy is not None and not lookup_worth(policy, match, budget):
-                passed, match = match, None  # its tokens alone not worth verifying: `grow` would verify the root
+            if match is not None and not run_head and policy is not None:
+                key = (match.ngram, len(match.tokens), budget)
+                if key not in worth:
+                    worth[key] = lookup_worth(policy, match, budget)
+                if not worth[key]:  # its tokens alone not worth verifying: `grow` would verify the root
+                    passed, match = match, None
             if not run_head and match is None:  # nothing to verify but the root: a plain step, through plain
-                # decoding's own calls, and a trace written from what it read
+                # decoding's own calls, a trace written from what it read, and only a plain step's bookkeeping
                 decision = ROOT_ALONE if policy is not None else ""
                 if passed is not None:
                     decision = f"{lookup_passed(passed)} {decision}"
@@ -457,87 +464,108 @@ class Engine:
                 trace, out = self._resting(cycle, S, root, steps, sampling, gen, clock, decision,
                                            dcache.length if use_head else S, text, record,
                                            0 if passed is None else passed.ngram)
-                alone, committed = True, trace.committed
-            else:
-                if run_head and len(feats) > 1:  # the positions a resting head skipped, joined once
-                    feats = [torch.cat(feats)]
-                draft = grow(self, feats[0], pend_tokens, dcache, tree_cfg, root, budget, policy, match, run_head)
-                tree = draft.tree
-                if use_head and policy is not None:
-                    if run_head:
-                        # sampled, a head rests when its drafting is not expected to pay; greedy, only when none of
-                        # its nodes was worth verifying (the stricter rule lost there: docs/performance.md entry
-                        # 27); at either, also when the cycle took longer than its tokens are worth here (`Ledger`)
-                        forecast_paid = (draft.head_paid if not sampling.greedy else
-                                         any(draft.cands.sources[n] != "lookup" for n in tree.node_ids[1:]))
-                    elif reference:
-                        draft.decision = REFERENCE_NOTE
-                    else:
-                        draft.decision = f"{rest.note()} {draft.decision}".strip()
-                clock.lap()
-                # 2) verify (inputs sent without blocking: the host does not wait for the draft's kernels here)
-                positions = [S + d for d in tree.depths]
-                alone = len(tree) == 1  # the lookup's candidates not worth verifying
-                mask = ROOT_MASK if alone else tree.mask()
-                out = steps.forward(tree.tokens, positions, None if alone else mask)
-                clock.lap()
-                # 3) accept (the one read of the target's verdict the host needs)
-                if alone:  # nothing to accept, no distribution to keep for a replay
-                    result, argmax, tprobs = self._accept_root(out.logits[0], sampling, gen,
-                                                               None if out.argmax is None else out.argmax[0])
-                    root_top = []
-                else:
-                    result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, gen,
-                                                                      text)
-                    root_top = [] if root_probs is None else self._root_top(root_probs, text)
-                if learned is not None and learned.observe(
-                        tree.node_ids[1:], {tree.node_ids[s] for s in result.path}, draft.cands.parents,
-                        draft.cands.sources, draft.cands.scores, draft.lookup_ngram):
-                    policy = TreePolicy(policy.costs, learned.table())  # the next cycle values its nodes by it
-                clock.lap()
-                # 4) rewind KV
-                path_slots = [S + s for s in result.path]
-                moves = tcache.commit_path(S, path_slots)
-                draft_before = S if run_head else (dcache.length if use_head else S)
-                expansion_len = dcache.length if run_head else draft_before
+                root = trace.bonus_token
+                if use_head:  # the head's cache still waits for this position, encoded when it next runs (a
+                    # static step's outputs are rewritten by the next step of its size)
+                    feats.append(out.features.clone() if steps.reuses_outputs else out.features)
+                    pend_tokens.append(root)
+                if index is not None:
+                    index.extend(trace.committed)
+                run.cycles.append(trace)
+                if not captures or prepared(steps, dcache) == ready:  # the unit the ledgers judge the others by
+                    ms = (time.perf_counter() - began) * 1e3
+                    if ledger is not None:
+                        ledger.observe(ms, 1, False, True)
+                    if lookups is not None:
+                        lookups.observe(ms, 1, False, True)
+                    if clocked is not None:
+                        clocked.rest(trace.timings_ms["verify"])
+                done = self._emit(run, [(root, "bonus")], cycle, target.eos_token_ids, sampling.max_new_tokens, text)
+                run.wall_s = time.perf_counter() - start
+                cycle += 1
+                yield trace
+                continue
+            if run_head and len(feats) > 1:  # the positions a resting head skipped, joined once
+                feats = [torch.cat(feats)]
+            draft = grow(self, feats[0], pend_tokens, dcache, tree_cfg, root, budget, policy, match, run_head)
+            tree = draft.tree
+            if use_head and policy is not None:
                 if run_head:
-                    dcache.rewind(S)
-                clock.lap()
-                accepted = [tree.tokens[s] for s in result.path[1:]]
-                committed = accepted + [result.bonus_token]
-                trace = CycleTrace(
-                    index=cycle, nodes=self._nodes(draft.cands, tree, text) if record else [],
-                    verify_nodes=tree.node_ids, tokens=tree.tokens, texts=[text(t) for t in tree.tokens],
-                    parents=tree.parents, positions=positions,
-                    mask=([[1]] if alone else mask.int().tolist()) if record else [],
-                    target_tokens=argmax,
-                    target_texts=[text(t) for t in argmax], target_probs=tprobs, checks=result.checks,
-                    path=result.path, bonus_token=result.bonus_token, bonus_text=text(result.bonus_token),
-                    bonus_source=result.bonus_source, accept_length=len(accepted), committed=committed,
-                    kv_target=KVMap(before=S, appended=list(range(S, S + len(tree))), moves=moves,
-                                    after=tcache.length),
-                    kv_draft=KVMap(before=draft_before, appended=list(range(draft_before, expansion_len)), moves=[],
-                                   after=draft_before),
-                    timings_ms=clock.read(PHASES),
-                    root_top=root_top, expected_accept=draft.expected - 1.0, draft_levels=draft.levels,
-                    decision=draft.decision, lookup_ngram=draft.lookup_ngram)
+                    # sampled, a head rests when its drafting is not expected to pay; greedy, only when none of
+                    # its nodes was worth verifying (the stricter rule lost there: docs/performance.md entry
+                    # 27); at either, also when the cycle took longer than its tokens are worth here (`Ledger`)
+                    forecast_paid = (draft.head_paid if not sampling.greedy else
+                                     any(draft.cands.sources[n] != "lookup" for n in tree.node_ids[1:]))
+                elif reference:
+                    draft.decision = REFERENCE_NOTE
+                else:
+                    draft.decision = f"{rest.note()} {draft.decision}".strip()
+            clock.lap()
+            # 2) verify (inputs sent without blocking: the host does not wait for the draft's kernels here)
+            positions = [S + d for d in tree.depths]
+            alone = len(tree) == 1  # the lookup's candidates not worth verifying
+            mask = ROOT_MASK if alone else tree.mask()
+            out = steps.forward(tree.tokens, positions, None if alone else mask)
+            clock.lap()
+            # 3) accept (the one read of the target's verdict the host needs)
+            if alone:  # nothing to accept, no distribution to keep for a replay
+                result, argmax, tprobs = self._accept_root(out.logits[0], sampling, gen,
+                                                           None if out.argmax is None else out.argmax[0])
+                root_top = []
+            else:
+                result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, gen,
+                                                                  text)
+                root_top = [] if root_probs is None else self._root_top(root_probs, text)
+            if learned is not None and learned.observe(
+                    tree.node_ids[1:], {tree.node_ids[s] for s in result.path}, draft.cands.parents,
+                    draft.cands.sources, draft.cands.scores, draft.lookup_ngram):
+                policy = TreePolicy(policy.costs, learned.table())  # the next cycle values its nodes by it
+                worth.clear()
+            clock.lap()
+            # 4) rewind KV
+            path_slots = [S + s for s in result.path]
+            moves = tcache.commit_path(S, path_slots)
+            draft_before = S if run_head else (dcache.length if use_head else S)
+            expansion_len = dcache.length if run_head else draft_before
+            if run_head:
+                dcache.rewind(S)
+            clock.lap()
+            accepted = [tree.tokens[s] for s in result.path[1:]]
+            committed = accepted + [result.bonus_token]
+            trace = CycleTrace(
+                index=cycle, nodes=self._nodes(draft.cands, tree, text) if record else [],
+                verify_nodes=tree.node_ids, tokens=tree.tokens, texts=[text(t) for t in tree.tokens],
+                parents=tree.parents, positions=positions,
+                mask=([[1]] if alone else mask.int().tolist()) if record else [],
+                target_tokens=argmax,
+                target_texts=[text(t) for t in argmax], target_probs=tprobs, checks=result.checks,
+                path=result.path, bonus_token=result.bonus_token, bonus_text=text(result.bonus_token),
+                bonus_source=result.bonus_source, accept_length=len(accepted), committed=committed,
+                kv_target=KVMap(before=S, appended=list(range(S, S + len(tree))), moves=moves,
+                                after=tcache.length),
+                kv_draft=KVMap(before=draft_before, appended=list(range(draft_before, expansion_len)), moves=[],
+                               after=draft_before),
+                timings_ms=clock.read(PHASES),
+                root_top=root_top, expected_accept=draft.expected - 1.0, draft_levels=draft.levels,
+                decision=draft.decision, lookup_ngram=draft.lookup_ngram)
             path_feats = None
-            if use_head:  # the root alone's row is a view: no gather
+            if use_head:  # the root alone's row is itself: no gather
                 if not alone:
                     path_feats = out.features[to_device(trace.path, dev)]
-                else:  # a view of the row; a static step's outputs are rewritten by the next step of its size
-                    path_feats = out.features[:1].clone() if steps.reuses_outputs else out.features[:1]
+                else:  # a static step's outputs are rewritten by the next step of its size
+                    path_feats = out.features.clone() if steps.reuses_outputs else out.features
             if run_head or not use_head:
-                feats, pend_tokens = [path_feats], committed
+                feats, pend_tokens = [path_feats], list(committed)
             else:  # the head rested: its cache still waits for these positions, encoded when it next runs
-                feats, pend_tokens = feats + [path_feats], pend_tokens + committed
+                feats.append(path_feats)
+                pend_tokens.extend(committed)
             root = trace.bonus_token
             if index is not None:
                 index.extend(committed)
             run.cycles.append(trace)
             # by the wall clock: on a GPU the phases' events leave out the host's work; a cycle that captured a
             # graph is no evidence (its capture is paid once)
-            ms = (time.perf_counter() - began) * 1e3 if prepared(steps, dcache) == ready else None
+            ms = (time.perf_counter() - began) * 1e3 if not captures or prepared(steps, dcache) == ready else None
             if ledger is not None:
                 winning = ledger.observe(ms, len(committed), run_head, alone) if ms is not None else True
                 if run_head:
@@ -545,10 +573,11 @@ class Engine:
                     rest.record(forecast_paid and winning, losing=not winning)
             if clocked is not None and ms is not None:  # the price list against this run's phases
                 t = trace.timings_ms
-                if len(trace.tokens) == 1:
+                if alone:
                     clocked.rest(t["verify"])
                 if clocked.observe(len(trace.tokens), 0 if backlog else trace.draft_levels, t["verify"], t["draft"]):
                     policy = TreePolicy(clocked.costs(), policy.calibration)
+                    worth.clear()
             if lookups is not None and ms is not None and not run_head:
                 looked_up = not alone  # the root and the lookup's candidates, the head not run
                 if not lookups.observe(ms, len(committed), looked_up, alone, lookup_probe if looked_up else None):
@@ -565,20 +594,27 @@ class Engine:
                  record: bool, lookup_ngram: int = 0) -> tuple[CycleTrace, TargetOutput]:
         """A cycle that verifies the root alone: plain decoding's step (`steps.forward` of one token, `_read_out`
         from the same generator), and its trace written directly from what the step read: no tree, no mask, no
-        acceptance. The head's cache (`draft_length` slots) is not touched. `lookup_ngram`: the match behind a
-        lookup continuation passed over (0: none). Returns the trace and the forward's output (its features row
-        feeds the head when it next runs)."""
+        acceptance; greedy, no probability either (plain decoding reads the argmax alone: the trace's
+        `target_probs` is [None]). The head's cache (`draft_length` slots) is not touched. `lookup_ngram`: the
+        match behind a lookup continuation passed over (0: none). Returns the trace and the forward's output (its
+        features row feeds the head when it next runs)."""
         clock.lap()
         out = steps.forward([root], [S], None)
         clock.lap()
-        bonus, top, top_prob = self._read_out(out.logits[0], sampling, gen,
-                                              None if out.argmax is None else out.argmax[0])
+        argmax = None if out.argmax is None else out.argmax[0]
+        if sampling.greedy:  # plain decoding's read: the argmax alone, no probability computed
+            bonus = top = self._choose(out.logits[0], sampling, gen, argmax)
+            top_prob, bonus_text = None, text(bonus)
+            top_text = bonus_text
+        else:
+            bonus, top, top_prob = self._read_out(out.logits[0], sampling, gen, argmax)
+            bonus_text, top_text = text(bonus), text(top)
         clock.lap()
         clock.lap()  # the rewind: the root's slot is where a path of the root alone stays (the forward took it)
         return CycleTrace(
             index=index, nodes=[], verify_nodes=[-1], tokens=[root], texts=[text(root)], parents=[-1], positions=[S],
-            mask=[[1]] if record else [], target_tokens=[top], target_texts=[text(top)], target_probs=[top_prob],
-            checks=[], path=[0], bonus_token=bonus, bonus_text=text(bonus), bonus_source="target", accept_length=0,
+            mask=[[1]] if record else [], target_tokens=[top], target_texts=[top_text], target_probs=[top_prob],
+            checks=[], path=[0], bonus_token=bonus, bonus_text=bonus_text, bonus_source="target", accept_length=0,
             committed=[bonus], kv_target=KVMap(before=S, appended=[S], moves=[], after=S + 1),
             kv_draft=KVMap(before=draft_length, appended=[], moves=[], after=draft_length),
             timings_ms=clock.read(PHASES), expected_accept=0.0, decision=decision, lookup_ngram=lookup_ngram), out

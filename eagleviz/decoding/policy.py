@@ -190,7 +190,9 @@ class Ledger:
         self.cycles += 1
         if not drafted:
             if alone:
-                self.rests = (self.rests + [ms])[-self.RECENT:]
+                self.rests.append(ms)
+                if len(self.rests) > self.RECENT:
+                    del self.rests[0]
                 self.since_rest = 0
             else:  # lookup candidates alone: neither a plain step nor the head's
                 self.since_rest += 1

@@ -82,3 +82,8 @@ def prepared(*states) -> int:
     graph, which took longer than any later cycle of that size will (the `Ledger` leaves such a cycle out)."""
     return sum(state.prepared for state in states if isinstance(state, (StaticSteps, DeviceDrafter)))
 
+
+def static_states(*states) -> bool:
+    """Whether any of a run's states is static (`prepared` can grow as it goes); a run on eager states alone
+    never captures."""
+    return any(isinstance(state, (StaticSteps, DeviceDrafter)) for state in states)

@@ -24,7 +24,7 @@ from eagleviz.visuals.fit import PHONE_PX, Header, legend_names
 from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import Focus
 from eagleviz.visuals.style import (ACCEPTED, BONUS, CHIP_TEXT, INK, LOOKUP, NEUTRAL, PRUNED, REJECTED, chips,
-                                    empty_figure, figure, focus_box, layout, token_html)
+                                    empty_figure, figure, focus_box, layout, prob_note, token_html)
 
 TARGET_P = "#009E73"   # bluish green: the target's probability p(x)
 DRAFT_Q = "#CC79A7"    # reddish purple: the draft's probability q(x)
@@ -91,8 +91,8 @@ def _grid_cells(cycle: CycleTrace) -> list[dict]:
                               hover=f"depth {d}: bonus token <b>{token_html(cycle.bonus_text, 24)}</b>, {how}"))
         cells.append(dict(x=d, y=1, fill="white", text=token_html(cycle.target_texts[parent], 9), font=INK,
                           hover=f"the target's most likely token after slot {parent}: "
-                                f"<b>{token_html(cycle.target_texts[parent], 24)}</b> "
-                                f"(p = {cycle.target_probs[parent]:.3f})"))
+                                f"<b>{token_html(cycle.target_texts[parent], 24)}</b>"
+                                f"{prob_note(cycle.target_probs[parent])}"))
         for k, c in enumerate(by_depth.get(d, [])):
             source = sources.get(c.slot, "eagle")
             detail = f"p(x) = {c.p:.3f}, {q_text(c, source)}"

@@ -30,7 +30,7 @@ from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import BONUS as BONUS_SLOT
 from eagleviz.visuals.selection import Focus, slot_statuses
 from eagleviz.visuals.style import (ACCEPTED, BONUS, FOCUS, INK, LOOKUP, NEUTRAL, PROB_SCALE, PRUNED, REJECTED, figure,
-                                    layout, token_html, token_label)
+                                    layout, prob_note, token_html, token_label)
 
 ROOT = "root"
 BONUS_NODE = "bonus"
@@ -171,8 +171,8 @@ def _hover(cycle: CycleTrace, g: nx.DiGraph, v) -> str:
              f"cumulative draft prob exp(score): {math.exp(n.score):.2e} (score {n.score:.2f})"]
     parent_slot = 0 if n.parent < 0 else g.nodes[n.parent]["slot"]
     if parent_slot >= 0:
-        lines.append(f"target's choice at the parent: <b>{token_html(cycle.target_texts[parent_slot], 24)}</b> "
-                     f"(p = {cycle.target_probs[parent_slot]:.3f})")
+        lines.append(f"target's choice at the parent: <b>{token_html(cycle.target_texts[parent_slot], 24)}</b>"
+                     f"{prob_note(cycle.target_probs[parent_slot])}")
     check = next((c for c in cycle.checks if c.slot == n.slot), None)
     if check is not None and check.uniform is not None:
         lines.append(f"accept prob p(x) = {check.accept_prob:.3f}, uniform draw = {check.uniform:.3f}")

@@ -66,6 +66,12 @@ def token_html(text: str, limit: int = 12) -> str:
     return html.escape(token_label(text, limit), quote=False)
 
 
+def prob_note(prob: float | None) -> str:
+    """" (p = 0.123)" after a target token in a hover, or nothing where the cycle did not compute the probability
+    (a greedy plain step reads the argmax alone)."""
+    return "" if prob is None else f" (p = {prob:.3f})"
+
+
 def figure(data: list[dict] | None = None, layout: dict | None = None) -> go.Figure:
     """A Plotly figure of plain dicts, as the browser receives them: Plotly's validation of every property is
     skipped (most of the time drawing a cycle took: stepping between cycles went from 25 to 9 ms of server
