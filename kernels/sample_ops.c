@@ -129,12 +129,15 @@ int top_k(const float *x, int n, int k, int64_t *out_index, float *out_value) {
 
 /* w: n non-negative weights; u01 in [0, 1). Returns the drawn index, or -1 when every weight is 0.
  * cdf (n doubles, the caller's scratch) receives the cumulative sums; top (may be NULL) the first index of the
- * largest weight, from argmax_rows' vector pass while the row is in cache (a compare inside the sum's scalar
- * loop, a chain of its own, made the draw 1.8 times slower). */
-long draw_index(const float *w, int n, double u01, double *cdf, int64_t *top) {
+ * largest weight and top_value (may be NULL) that weight, from argmax_rows' vector pass while the row is in
+ * cache (a compare inside the sum's scalar loop, a chain of its own, made the draw 1.8 times slower). */
+long draw_index(const float *w, int n, double u01, double *cdf, int64_t *top, float *top_value) {
     if (n <= 0) return ERR_SHAPE;
     float best;
-    if (top) argmax_rows(w, 1, n, top, &best);
+    if (top) {
+        argmax_rows(w, 1, n, top, &best);
+        if (top_value) *top_value = best;
+    }
     double acc = 0.0;
     for (int i = 0; i < n; i++) {
         acc += (double)w[i];

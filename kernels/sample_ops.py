@@ -35,7 +35,7 @@ class SampleOps:
         p, i = ctypes.c_void_p, ctypes.c_int
         lib.argmax_rows.argtypes, lib.argmax_rows.restype = [p, i, i, p, p], i
         lib.top_k.argtypes, lib.top_k.restype = [p, i, i, p, p], i
-        lib.draw_index.argtypes, lib.draw_index.restype = [p, i, ctypes.c_double, p, p], ctypes.c_long
+        lib.draw_index.argtypes, lib.draw_index.restype = [p, i, ctypes.c_double, p, p, p], ctypes.c_long
         lib.prob_at.argtypes = [p, i, ctypes.c_long, ctypes.c_float, ctypes.c_float]
         lib.prob_at.restype = ctypes.c_double
         self._lib = lib
@@ -81,20 +81,21 @@ class SampleOps:
     def draw(self, weights: torch.Tensor, u01: float) -> int:
         """The index whose cumulative weight (fp64, in index order) first exceeds u01 * the total; with u01
         rounded up to the total, the last index with weight. A ValueError when every weight is 0."""
-        return self._draw(weights, u01, None)
+        return self._draw(weights, u01, None, None)
 
-    def draw_and_top(self, weights: torch.Tensor, u01: float) -> tuple[int, int]:
-        """`draw`'s index and the first index of the largest weight (one call, the row read while in cache)."""
-        top = torch.empty(1, dtype=torch.int64)
-        i = self._draw(weights, u01, top.data_ptr())
-        return i, int(top)
+    def draw_and_top(self, weights: torch.Tensor, u01: float) -> tuple[int, int, float]:
+        """`draw`'s index, the first index of the largest weight and that weight (one call, the row read while in
+        cache)."""
+        top, value = ctypes.c_int64(), ctypes.c_float()
+        i = self._draw(weights, u01, ctypes.byref(top), ctypes.byref(value))
+        return i, top.value, value.value
 
-    def _draw(self, weights: torch.Tensor, u01: float, top: int | None) -> int:
+    def _draw(self, weights: torch.Tensor, u01: float, top, value) -> int:
         w = _row(weights, "weights")
         if w.dim() != 1:
             raise ValueError(f"sample_ops.draw takes one row, got {tuple(w.shape)}")
         cdf = torch.empty(w.shape[0], dtype=torch.float64)
-        i = self._lib.draw_index(w.data_ptr(), w.shape[0], float(u01), cdf.data_ptr(), top)
+        i = self._lib.draw_index(w.data_ptr(), w.shape[0], float(u01), cdf.data_ptr(), top, value)
         if i < 0:
             raise ValueError("sample_ops.draw: every weight is 0")
         return i

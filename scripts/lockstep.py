@@ -7,9 +7,11 @@ machine as it is at that moment.
 
 `bench` runs each prompt whole with one method, then the other: on a machine whose speed drifts by tens of
 percent within minutes, a prompt's two runs meet different machines. Here both runs are generators over the
-same engine and prompt; the script advances them alternately (a plain token, then a speculation cycle, the
-first arm swapped from one prompt to the next) and adds up the time each spends inside its own steps (the
-prefill included). The ratio a prompt gives is the default's tokens per second over plain decoding's.
+same engine and prompt; the script advances whichever has written fewer tokens (`bench.run_lockstep`; equals:
+the first arm, swapped from one prompt to the next) and adds up the time each spends inside its own steps (the
+prefill included). The ratio a prompt gives is the default's tokens per second over plain decoding's. A stretch
+of resting cycles runs its plain steps before yielding their traces: its time lands on its first cycle (so the
+"first" kind below also holds a sampled run's opening stretch), and the kinds' ms a cycle are averages.
 
 Prints each prompt's ratio, their median with its 95% bootstrap interval (prompts resampled), the pooled
 ratio, and the default's cycles by kind (its first, which holds the prefill; then the root alone, lookup

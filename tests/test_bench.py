@@ -234,9 +234,9 @@ def test_each_prompt_starts_with_another_method_and_ratios_to_plain_carry_an_int
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_lockstep_advances_our_methods_a_step_each_in_turn_and_writes_what_whole_runs_do(monkeypatch, temperature):
-    """`bench --lockstep`: within a prompt, plain decoding and the tree take turns, one step each while both run
-    (the first rotated from one prompt to the next), and each writes the tokens a whole run of it writes. A
-    method that cannot be stepped (a peer's) is refused."""
+    """`bench --lockstep`: within a prompt, plain decoding and the tree take turns, the one that has written fewer
+    tokens taking the next step (equals: the first in order, rotated from one prompt to the next), and each
+    writes the tokens a whole run of it writes. A method that cannot be stepped (a peer's) is refused."""
     from eagleviz.config import SamplingConfig, TreeConfig
     from eagleviz.errors import UserFacingError
 
@@ -244,16 +244,19 @@ def test_lockstep_advances_our_methods_a_step_each_in_turn_and_writes_what_whole
     sampling = SamplingConfig(max_new_tokens=12, temperature=temperature)
     ids, methods, turns = engine.encode_prompt("ab"), ("plain", "eagle-tree"), []
     whole = {m: bench.run_ours(engine, ids, bench.our_tree(m, tree), sampling) for m in methods}
-    for name, method in (("plain", "plain"), ("speculate", "eagle-tree")):
-        def stepped(*a, _f=getattr(type(engine), name), _m=method, **k):
+    written = dict.fromkeys(methods, 0)
+    for name, method, at in (("plain", "plain", 2), ("speculate", "eagle-tree", 3)):
+        def stepped(*a, _f=getattr(type(engine), name), _m=method, _at=at, **k):
             for item in _f(engine, *a, **k):
-                turns.append(_m)
+                turns.append((_m, dict(written)))  # who stepped, and what each had written before it
+                written[_m] = len(a[_at].output)
                 yield item
         monkeypatch.setattr(engine, name, stepped)
     got = bench.run_lockstep(engine, methods, ids, sampling, tree)
     assert {m: got[m].tokens for m in methods} == {m: whole[m].tokens for m in methods}
-    both = 2 * min(turns.count(m) for m in methods)
-    assert turns[:both] == list(methods) * (both // 2) and len(set(turns[both:])) <= 1
+    live = [(m, before) for m, before in turns if all(before[o] < len(whole[o].tokens) for o in methods)]
+    assert [m for m, _ in live[:2]] == list(methods)
+    assert all(before[m] == min(before.values()) for m, before in live)
     assert all(got[m].seconds > 0 for m in methods)
 
     orders = []

@@ -12,7 +12,7 @@ from scipy.stats import chisquare
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.decoding.costs import CostModel
-from eagleviz.decoding.engine import REFERENCE_NOTE
+from eagleviz.decoding.engine import PHASES, REFERENCE_NOTE
 from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import DraftConfig, DraftHead
 from eagleviz.decoding.policy import Ledger
@@ -157,10 +157,42 @@ def test_a_resting_cycle_is_a_plain_step_through_the_same_calls(monkeypatch, tem
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_resting_cycles_run_as_a_stretch_of_plain_steps_and_trace_as_one_at_a_time(monkeypatch, temperature):
+    """On a CPU the cycles after a resting one that rest too (the head and the lookups resting on: nothing to
+    decide) run as plain decoding's loop, up to REST_BATCH forwards back to back, their traces written after the
+    last: the same cycles, tokens, decisions, reads and caches as one cycle at a time (REST_BATCH 1)."""
+    from eagleviz.decoding import engine as engine_module
+    from eagleviz.models.static import EagerSteps
+
+    monkeypatch.setattr(Ledger, "for_run", classmethod(lambda cls, greedy: cls(doubt=True)))  # rest from the start
+    engine = tiny_engine("llama", vocab=64, seed=4)
+    sampling, tree = SamplingConfig(temperature=temperature, max_new_tokens=50, seed=7), TreeConfig.create()
+    events = []
+    forward, write = EagerSteps.forward, engine_module.Engine._rest_trace
+    monkeypatch.setattr(EagerSteps, "forward", lambda *a, **k: events.append("F") or forward(*a, **k))
+    monkeypatch.setattr(engine_module.Engine, "_rest_trace",
+                        staticmethod(lambda *a, **k: events.append("T") or write(*a, **k)))
+    batched = run(engine, [1, 2, 3], tree, sampling)
+    batch, stretches = engine_module.REST_BATCH, [len(list(g)) for k, g in itertools.groupby(events)]
+    assert events[:batch + 1] == ["F"] * batch + ["T"] and stretches[:6] == [batch] * 6  # forwards, then traces
+    monkeypatch.setattr(engine_module, "REST_BATCH", 1)
+    events.clear()
+    single = run(engine, [1, 2, 3], tree, sampling)
+    assert events[:4] == ["F", "T", "F", "T"]
+    assert batched.token_ids == single.token_ids == run(engine, [1, 2, 3], None, sampling).token_ids
+    assert len(batched.cycles) == len(single.cycles) == 49  # and the prefill's token
+    for a, b in zip(batched.cycles, single.cycles):
+        assert (a.index, a.tokens, a.positions, a.target_tokens, a.target_probs, a.committed, a.kv_target, a.kv_draft,
+                a.decision) == (b.index, b.tokens, b.positions, b.target_tokens, b.target_probs, b.committed,
+                                b.kv_target, b.kv_draft, b.decision)
+        assert set(a.timings_ms) == set(PHASES) and a.timings_ms["verify"] > 0
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_a_lookup_not_worth_verifying_leaves_the_cycle_a_plain_step(monkeypatch, temperature):
     """Without the head, a cycle whose context's lookup continuation is not worth verifying (the policy's choice
     over that chain, made before growing a tree: on a steep price list a short match's tokens are not) is a plain
-    step through `_resting`: no tree grown; its trace names the continuation it passed over. Every cycle that grew
+    step through `_rest_steps`: no tree grown; its trace names the continuation it passed over. Every cycle that grew
     a tree verified some of the lookup's tokens; greedy, the tokens are plain decoding's."""
     from eagleviz.decoding import engine as engine_module
 
@@ -173,8 +205,14 @@ def test_a_lookup_not_worth_verifying_leaves_the_cycle_a_plain_step(monkeypatch,
             _spy.append(_f(*a, **k))
             return _spy[-1]
         monkeypatch.setattr(engine_module, name, spied)
-    resting = engine_module.Engine._resting
-    monkeypatch.setattr(engine_module.Engine, "_resting", lambda *a, **k: rests.append(1) or resting(*a, **k))
+    resting = engine_module.Engine._rest_steps
+
+    def counted(*a, **k):
+        rows = resting(*a, **k)
+        rests.extend(rows)
+        return rows
+
+    monkeypatch.setattr(engine_module.Engine, "_rest_steps", counted)
     sampling = SamplingConfig(temperature=temperature, max_new_tokens=60, seed=3)
     prompt = [1, 2, 3, 4] * 4
     plain = run(engine, prompt, None, sampling)
@@ -220,6 +258,23 @@ def test_lookups_whose_cycles_take_longer_than_they_bring_rest_and_decoding_stay
     first = rested.index(True)
     assert sum(looked[:first]) >= Ledger.EVIDENCE  # then, each lost cycle worth dozens of plain steps, the
     assert all(rested[first:]) and not any(looked[first:])  # longest rest (Ledger.SPAN[1]) outlasts the run
+
+
+def test_a_sampled_runs_lookups_start_resting_and_probe_after_their_span():
+    """Sampled, the context's lookups start in doubt as the head does (`Ledger.for_run`): on text that repeats
+    itself, a greedy run verifies lookup candidates from its first cycles, a sampled one rests them for its first
+    150 cycles (no match looked up; the traces say so), then probes."""
+    from eagleviz.decoding.engine import LOOKUP_DOUBT_NOTE
+
+    engine = tiny_engine("llama", vocab=8, seed=0)
+    ids, tree = [1, 2, 3, 4] * 4, TreeConfig.create(5, 1, 6, source="lookup")
+    greedy = run(engine, ids, tree, SamplingConfig(max_new_tokens=40))
+    assert any(len(c.tokens) > 1 for c in greedy.cycles[:4])
+    assert not any(LOOKUP_DOUBT_NOTE in c.decision for c in greedy.cycles)
+    sampled = run(engine, ids, tree, SamplingConfig(temperature=1.0, max_new_tokens=200, seed=1))
+    rested = [c.index for c in sampled.cycles if LOOKUP_DOUBT_NOTE in c.decision]
+    assert rested[:150] == list(range(150)) and 150 not in rested  # the probe
+    assert all(len(c.tokens) == 1 for c in sampled.cycles[:150])
 
 
 def test_a_run_prices_its_trees_by_its_own_clock_where_the_list_is_off(monkeypatch):

@@ -101,8 +101,9 @@ def test_draw_is_bitwise_the_torch_inverse_cdf(ops):
 
 
 def test_draw_and_top_is_the_draw_and_the_first_largest_weight(ops):
-    """A resting cycle's one call: the index `draw` gives for the same uniform, and the first index of the largest
-    weight (torch.argmax's rule), ties planted at both ends of the row and inside its vector blocks."""
+    """A resting cycle's one call: the index `draw` gives for the same uniform, the first index of the largest
+    weight (torch.argmax's rule), ties planted at both ends of the row and inside its vector blocks, and that
+    weight as the row holds it."""
     g = torch.Generator().manual_seed(1)
     for t in range(300):
         n = (V, 17, 16, 1, 1000)[t % 5]
@@ -112,7 +113,8 @@ def test_draw_and_top_is_the_draw_and_the_first_largest_weight(ops):
             for i in torch.randint(0, n, (3,), generator=g).tolist() + [n - 1]:
                 w[i] = top
         u = float(torch.rand(1, generator=g, dtype=torch.float64))
-        assert ops.draw_and_top(w, u) == (ops.draw(w, u), int(torch.argmax(w))), t
+        best = int(torch.argmax(w))
+        assert ops.draw_and_top(w, u) == (ops.draw(w, u), best, float(w[best])), t
 
 
 @pytest.mark.parametrize("n", [1, 15, 16, 17, 257, 1000, V])

@@ -31,6 +31,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import torch
 
@@ -63,6 +64,8 @@ REFERENCE_NOTE = ("The head rests this cycle to time a plain step here: the head
                   "(tokens per millisecond).")
 LOOKUP_REST_NOTE = ("The context's lookups rest too: their recent cycles took longer than their tokens are worth "
                     "here.")
+LOOKUP_DOUBT_NOTE = ("The context's lookups rest too (at T > 0 a run starts without them and looks up again once a "
+                     "probe pays).")
 
 
 def lookup_passed(match: Match) -> str:
@@ -73,6 +76,21 @@ def lookup_passed(match: Match) -> str:
 
 
 ROOT_MASK = torch.ones(1, 1, dtype=torch.bool)  # a tree of the root alone: it sees itself (the forward needs none)
+REST_BATCH = 16  # resting cycles run as one stretch of plain steps before their traces are written (on a CPU)
+
+
+class RestStep(NamedTuple):
+    """What one resting cycle's plain step read (`Engine._rest_steps`), for its trace and the run's books."""
+
+    root: int
+    S: int
+    bonus: int
+    top: int                 # the target's argmax
+    top_prob: float | None   # its probability (None: greedy, not computed)
+    clock: PhaseClock        # the cycle's phases
+    start: float             # perf_counter at the cycle's start and after its read
+    end: float
+    features: torch.Tensor | None  # the step's features row (the head's input)
 
 
 class _TokenText:
@@ -307,9 +325,9 @@ class Engine:
             if probs is not None:  # sampled: the draw; for the trace, the most likely token from the same call
                 if not top:
                     return draw(probs, gen, ops), -1, math.nan
-                token, best = draw_and_top(probs, gen, ops)  # nucleus truncation keeps the most likely token
-                prob = (float(probs[best]) if sampling.top_p >= 1.0 else
-                        ops.prob_at(logits, best, float(logits[best]), temp))
+                token, best, weight = draw_and_top(probs, gen, ops)  # nucleus truncation keeps the most likely
+                # token; untruncated, its weight is its probability
+                prob = weight if sampling.top_p >= 1.0 else ops.prob_at(logits, best, float(logits[best]), temp)
                 return token, best, prob
             at = ops.argmax(logits) if argmax is None else ([int(argmax)], [float(logits[int(argmax)])])
             (best,), (value,) = at
@@ -422,10 +440,15 @@ class Engine:
                   else None)  # ... as its clock sees it
         if ledger is not None and ledger.losing():  # in doubt: the run starts resting
             rest.left = rest.most = ledger.span()
-        # the context's lookups judged by the same clock: their cycles (the head not run) against resting ones
-        lookups = Ledger() if index is not None and policy is not None and self.ledger else None
+        # the context's lookups judged by the same clock: their cycles (the head not run) against resting ones;
+        # sampled, in doubt from the start as the head is
+        lookups = (Ledger.for_run(sampling.greedy) if index is not None and policy is not None and self.ledger
+                   else None)
         lookup_rest, lookup_probe = HeadRest(), False  # the next lookup cycle after a rest is a probe
+        if lookups is not None and lookups.losing():
+            lookup_rest.left = lookups.span()
         captures = static_states(steps, dcache)  # else no cycle can capture: `prepared` is not asked
+        batches = not captures and dev.type == "cpu"  # resting cycles in stretches (`REST_BATCH`)
         worth: dict[tuple[int, int, int], bool] = {}  # `lookup_worth` by (n-gram, tokens, budget), this policy's
         while not done:
             S = tcache.length
@@ -453,37 +476,49 @@ class Engine:
                 if not worth[key]:  # its tokens alone not worth verifying: `grow` would verify the root
                     passed, match = match, None
             if not run_head and match is None:  # nothing to verify but the root: a plain step, through plain
-                # decoding's own calls, a trace written from what it read, and only a plain step's bookkeeping
-                decision = ROOT_ALONE if policy is not None else ""
-                if passed is not None:
-                    decision = f"{lookup_passed(passed)} {decision}"
-                if use_head:  # the head rests (a fixed tree's head always drafts)
-                    decision = REFERENCE_NOTE if reference else f"{rest.note()} {decision}"
-                if resting_lookups:
-                    decision = f"{decision} {LOOKUP_REST_NOTE}".strip()
-                trace, out = self._resting(cycle, S, root, steps, sampling, gen, clock, decision,
-                                           dcache.length if use_head else S, text, record,
-                                           0 if passed is None else passed.ngram)
-                root = trace.bonus_token
-                if use_head:  # the head's cache still waits for this position, encoded when it next runs (a
-                    # static step's outputs are rewritten by the next step of its size)
-                    feats.append(out.features.clone() if steps.reuses_outputs else out.features)
-                    pend_tokens.append(root)
-                if index is not None:
-                    index.extend(trace.committed)
-                run.cycles.append(trace)
-                if not captures or prepared(steps, dcache) == ready:  # the unit the ledgers judge the others by
-                    ms = (time.perf_counter() - began) * 1e3
-                    if ledger is not None:
-                        ledger.observe(ms, 1, False, True)
-                    if lookups is not None:
-                        lookups.observe(ms, 1, False, True)
-                    if clocked is not None:
-                        clocked.rest(trace.timings_ms["verify"])
-                done = self._emit(run, [(root, "bonus")], cycle, target.eos_token_ids, sampling.max_new_tokens, text)
-                run.wall_s = time.perf_counter() - start
-                cycle += 1
-                yield trace
+                # decoding's own calls, and only a plain step's bookkeeping. The cycles after it rest too while the
+                # head and the lookups rest on (nothing to decide): on a CPU up to REST_BATCH of them run as plain
+                # decoding's loop, their traces written after the last (warm: one at a time, each after a forward
+                # had swept the caches, cost ~1.5% of a step)
+                ahead = 0
+                if batches and not reference and passed is None and (index is None or resting_lookups):
+                    ahead = min(rest.left if use_head else REST_BATCH, lookup_rest.left if index is not None else
+                                REST_BATCH, REST_BATCH - 1)
+                rows = self._rest_steps(1 + ahead, S, root, steps, sampling, gen, clock, began, target.eos_token_ids,
+                                        sampling.max_new_tokens - len(run.output), capacity - 1)
+                for k, row in enumerate(rows):
+                    if k:  # the counts the skipped decisions would have made
+                        rest.head_runs()
+                        lookup_rest.head_runs()
+                    decision = ROOT_ALONE if policy is not None else ""
+                    if passed is not None:
+                        decision = f"{lookup_passed(passed)} {decision}"
+                    if use_head:  # the head rests (a fixed tree's head always drafts)
+                        decision = REFERENCE_NOTE if reference else f"{rest.note()} {decision}"
+                    if resting_lookups:
+                        decision = f"{decision} {LOOKUP_DOUBT_NOTE if lookups.doubt else LOOKUP_REST_NOTE}".strip()
+                    trace = self._rest_trace(cycle, row, dcache.length if use_head else row.S, text, record,
+                                             decision, 0 if passed is None else passed.ngram)
+                    root = trace.bonus_token
+                    if use_head:  # the head's cache still waits for this position, encoded when it next runs
+                        feats.append(row.features)
+                        pend_tokens.append(root)
+                    if index is not None:
+                        index.extend(trace.committed)
+                    run.cycles.append(trace)
+                    if not captures or prepared(steps, dcache) == ready:  # the unit the ledgers judge the others by
+                        ms = (row.end - row.start) * 1e3
+                        if ledger is not None:
+                            ledger.observe(ms, 1, False, True)
+                        if lookups is not None:
+                            lookups.observe(ms, 1, False, True)
+                        if clocked is not None:
+                            clocked.rest(trace.timings_ms["verify"])
+                    done = self._emit(run, [(root, "bonus")], cycle, target.eos_token_ids, sampling.max_new_tokens,
+                                      text)
+                    run.wall_s = time.perf_counter() - start
+                    cycle += 1
+                    yield trace
                 continue
             if run_head and len(feats) > 1:  # the positions a resting head skipped, joined once
                 feats = [torch.cat(feats)]
@@ -589,35 +624,53 @@ class Engine:
             cycle += 1
             yield trace
 
-    def _resting(self, index: int, S: int, root: int, steps: EagerSteps | StaticSteps, sampling: SamplingConfig,
-                 gen: torch.Generator, clock: PhaseClock, decision: str, draft_length: int, text,
-                 record: bool, lookup_ngram: int = 0) -> tuple[CycleTrace, TargetOutput]:
-        """A cycle that verifies the root alone: plain decoding's step (`steps.forward` of one token, `_read_out`
-        from the same generator), and its trace written directly from what the step read: no tree, no mask, no
-        acceptance; greedy, no probability either (plain decoding reads the argmax alone: the trace's
-        `target_probs` is [None]). The head's cache (`draft_length` slots) is not touched. `lookup_ngram`: the
-        match behind a lookup continuation passed over (0: none). Returns the trace and the forward's output (its
-        features row feeds the head when it next runs)."""
-        clock.lap()
-        out = steps.forward([root], [S], None)
-        clock.lap()
-        argmax = None if out.argmax is None else out.argmax[0]
-        if sampling.greedy:  # plain decoding's read: the argmax alone, no probability computed
-            bonus = top = self._choose(out.logits[0], sampling, gen, argmax)
-            top_prob, bonus_text = None, text(bonus)
-            top_text = bonus_text
-        else:
-            bonus, top, top_prob = self._read_out(out.logits[0], sampling, gen, argmax)
-            bonus_text, top_text = text(bonus), text(top)
-        clock.lap()
-        clock.lap()  # the rewind: the root's slot is where a path of the root alone stays (the forward took it)
+    def _rest_steps(self, n: int, S: int, root: int, steps: EagerSteps | StaticSteps, sampling: SamplingConfig,
+                    gen: torch.Generator, clock: PhaseClock, began: float, eos: frozenset[int], tokens_left: int,
+                    last_slot: int) -> list[RestStep]:
+        """Up to n cycles that verify the root alone, as plain decoding's loop runs them: a step (`steps.forward` of
+        one token, `_read_out` from the same generator) after another, each step's root the bonus before it,
+        nothing else done between them; fewer where a token ends the run (end of sequence, `tokens_left`, the cache's
+        `last_slot`). Greedy, the read is the argmax alone, as plain decoding's (the trace's `target_probs` is
+        [None]). `clock` and `began`: the first cycle's, started at its beginning. The head's cache is not touched;
+        each step's features row feeds the head when it next runs (a static step's outputs are rewritten by the
+        next step of its size: copied)."""
+        rows = []
+        for k in range(n):
+            if k:
+                clock, began = PhaseClock(self.target.device), time.perf_counter()
+            clock.lap()
+            out = steps.forward([root], [S], None)
+            clock.lap()
+            argmax = None if out.argmax is None else out.argmax[0]
+            if sampling.greedy:  # plain decoding's read: the argmax alone, no probability computed
+                bonus = top = self._choose(out.logits[0], sampling, gen, argmax)
+                top_prob = None
+            else:
+                bonus, top, top_prob = self._read_out(out.logits[0], sampling, gen, argmax)
+            clock.lap()
+            clock.lap()  # the rewind: the root's slot is where a path of the root alone stays (the forward took it)
+            rows.append(RestStep(root, S, bonus, top, top_prob, clock, began, time.perf_counter(),
+                                 out.features.clone() if steps.reuses_outputs and out.features is not None
+                                 else out.features))
+            root, S = bonus, S + 1
+            if bonus in eos or k + 1 >= tokens_left or S >= last_slot:
+                break
+        return rows
+
+    @staticmethod
+    def _rest_trace(index: int, row: RestStep, draft_length: int, text, record: bool, decision: str,
+                    lookup_ngram: int = 0) -> CycleTrace:
+        """A resting cycle's trace, written directly from what its step read (`_rest_steps`): no tree, no mask, no
+        acceptance. `lookup_ngram`: the match behind a lookup continuation passed over (0: none)."""
+        root, S, bonus = row.root, row.S, row.bonus
+        bonus_text = text(bonus)
+        # by position (as CycleTrace lists its fields: a call naming its 26 fields took twice as long)
         return CycleTrace(
-            index=index, nodes=[], verify_nodes=[-1], tokens=[root], texts=[text(root)], parents=[-1], positions=[S],
-            mask=[[1]] if record else [], target_tokens=[top], target_texts=[top_text], target_probs=[top_prob],
-            checks=[], path=[0], bonus_token=bonus, bonus_text=bonus_text, bonus_source="target", accept_length=0,
-            committed=[bonus], kv_target=KVMap(before=S, appended=[S], moves=[], after=S + 1),
-            kv_draft=KVMap(before=draft_length, appended=[], moves=[], after=draft_length),
-            timings_ms=clock.read(PHASES), expected_accept=0.0, decision=decision, lookup_ngram=lookup_ngram), out
+            index, [], [-1], [root], [text(root)], [-1], [S], [[1]] if record else [],  # ... mask
+            [row.top], [bonus_text if row.top == bonus else text(row.top)], [row.top_prob], [], [0],  # ... path
+            bonus, bonus_text, "target", 0, [bonus],  # bonus_token, bonus_text, bonus_source, accept_length, committed
+            KVMap(S, [S], [], S + 1), KVMap(draft_length, [], [], draft_length),  # kv_target, kv_draft
+            row.clock.read(PHASES), [], 0.0, 0, decision, lookup_ngram)  # timings_ms, root_top, expected_accept ...
 
     def _accept(self, tree: VerifyTree, cands: Candidates, logits: torch.Tensor, sampling: SamplingConfig,
                 gen: torch.Generator, text):

@@ -57,11 +57,11 @@ def draw(weights: torch.Tensor, generator: torch.Generator, ops: SampleOps | Non
     return drawn(i, weights)
 
 
-def draw_and_top(weights: torch.Tensor, generator: torch.Generator, ops: SampleOps) -> tuple[int, int]:
-    """`draw`'s index (the same random number, the same token) and the first index of the largest weight, read
-    in one C call while the weights are in cache: a resting cycle's trace shows the most likely token beside the
-    drawn one. Equal weights: the lower index (fp32 probabilities can tie where their logits did not; the
-    trace's choice, not the draw's)."""
+def draw_and_top(weights: torch.Tensor, generator: torch.Generator, ops: SampleOps) -> tuple[int, int, float]:
+    """`draw`'s index (the same random number, the same token), the first index of the largest weight and that
+    weight, read in one C call while the weights are in cache: a resting cycle's trace shows the most likely
+    token beside the drawn one. Equal weights: the lower index (fp32 probabilities can tie where their logits did
+    not; the trace's choice, not the draw's)."""
     return ops.draw_and_top(weights, _uniform(generator, weights.device))
 
 

@@ -76,6 +76,8 @@ class PhaseClock:
     `read` waits once, for the last event: the phases are timed on the GPU's own clock without a
     synchronisation between them. `event` makes the CUDA event (tests pass a stand-in)."""
 
+    __slots__ = ("cuda", "_event", "_marks")
+
     def __init__(self, device: torch.device, event: Callable[[], object] | None = None):
         self.cuda = device.type == "cuda"
         self._event = event

@@ -136,27 +136,29 @@ def run_ours(engine, ids: list[int], tree: TreeConfig | None, sampling: Sampling
 
 def run_lockstep(engine, methods: tuple[str, ...], ids: list[int], sampling: SamplingConfig, tree: TreeConfig,
                  tuned: TreeConfig | None = None, on_step: Callable | None = None) -> dict[str, Sample]:
-    """Our `methods` on one prompt in lockstep: one step of each in turn (a token of plain decoding, a cycle of
-    speculation), in `methods`' order, each step timed and added to its method's time (the prefill, inside the
-    first step, included). Every method meets the machine as the others do at that moment, where one whole run
-    after another meets a machine whose speed may drift by tens of percent in minutes. `on_step(method, item,
-    seconds)`: told of each step (what it yielded, what it took)."""
+    """Our `methods` on one prompt in lockstep: the method that has written the fewest tokens takes the next step
+    (a token of plain decoding, a cycle of speculation; equals in `methods`' order), each step timed and added to
+    its method's time (the prefill, inside the first step, included). Every method meets the machine as the others
+    do at the same point of the text, where one whole run after another meets a machine whose speed may drift by
+    tens of percent in minutes; a step that wrote several tokens (a cycle that accepted some, a stretch of resting
+    cycles run before their traces) is met by as many of the others'. `on_step(method, item, seconds)`: told of
+    each step (what it yielded, what it took)."""
     started = {m: start_ours(engine, ids, our_tree(m, tree, tuned), sampling) for m in methods}
     seconds = dict.fromkeys(methods, 0.0)
     live = list(methods)
     while live:
-        for m in list(live):
-            start = time.perf_counter()
-            try:
-                item = next(started[m][1])
-            except StopIteration:
-                live.remove(m)
-                seconds[m] += time.perf_counter() - start
-                continue
-            took = time.perf_counter() - start
-            seconds[m] += took
-            if on_step is not None:
-                on_step(m, item, took)
+        m = min(live, key=lambda method: len(started[method][0].output))
+        start = time.perf_counter()
+        try:
+            item = next(started[m][1])
+        except StopIteration:
+            live.remove(m)
+            seconds[m] += time.perf_counter() - start
+            continue
+        took = time.perf_counter() - start
+        seconds[m] += took
+        if on_step is not None:
+            on_step(m, item, took)
     return {m: sample_of(started[m][0], seconds[m]) for m in methods}
 
 
