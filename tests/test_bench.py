@@ -233,7 +233,7 @@ def test_each_prompt_starts_with_another_method_and_ratios_to_plain_carry_an_int
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_lockstep_advances_our_methods_a_step_each_in_turn_and_writes_what_whole_runs_do(monkeypatch, temperature):
+def test_lockstep_steps_whichever_method_has_written_fewer_tokens_and_writes_what_whole_runs_do(monkeypatch, temperature):
     """`bench --lockstep`: within a prompt, plain decoding and the tree take turns, the one that has written fewer
     tokens taking the next step (equals: the first in order, rotated from one prompt to the next), and each
     writes the tokens a whole run of it writes. A method that cannot be stepped (a peer's) is refused."""

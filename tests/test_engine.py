@@ -160,7 +160,7 @@ def test_a_resting_cycle_is_a_plain_step_through_the_same_calls(monkeypatch, tem
 def test_resting_cycles_run_as_a_stretch_of_plain_steps_and_trace_as_one_at_a_time(monkeypatch, temperature):
     """On a CPU the cycles after a resting one that rest too (the head and the lookups resting on: nothing to
     decide) run as plain decoding's loop, up to REST_BATCH forwards back to back, their traces written after the
-    last: the same cycles, tokens, decisions, reads and caches as one cycle at a time (REST_BATCH 1)."""
+    last: the same cycles, tokens, decisions, reads and caches as one cycle at a time (`rest_batch` 1)."""
     from eagleviz.decoding import engine as engine_module
     from eagleviz.models.static import EagerSteps
 
@@ -175,9 +175,9 @@ def test_resting_cycles_run_as_a_stretch_of_plain_steps_and_trace_as_one_at_a_ti
     batched = run(engine, [1, 2, 3], tree, sampling)
     batch, stretches = engine_module.REST_BATCH, [len(list(g)) for k, g in itertools.groupby(events)]
     assert events[:batch + 1] == ["F"] * batch + ["T"] and stretches[:6] == [batch] * 6  # forwards, then traces
-    monkeypatch.setattr(engine_module, "REST_BATCH", 1)
     events.clear()
-    single = run(engine, [1, 2, 3], tree, sampling)
+    single = engine.new_run("x", [1, 2, 3], tree, sampling)
+    list(engine.speculate([1, 2, 3], tree, sampling, single, rest_batch=1))
     assert events[:4] == ["F", "T", "F", "T"]
     assert batched.token_ids == single.token_ids == run(engine, [1, 2, 3], None, sampling).token_ids
     assert len(batched.cycles) == len(single.cycles) == 49  # and the prefill's token

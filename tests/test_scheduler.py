@@ -103,6 +103,26 @@ def test_a_run_counts_its_own_time_and_says_how_long_it_waited():
     assert not any(n.startswith(SHARED_NOTE) for n in alone.notes)
 
 
+def test_the_pages_runs_take_one_cycle_a_turn_resting_ones_too(monkeypatch):
+    """A page's run yields each cycle from its own turn, resting ones too: a stretch of plain steps
+    (`Engine.speculate`'s rest_batch) would hold the shared line for 16 of them."""
+    from eagleviz.decoding.policy import Ledger
+    from eagleviz.models.static import EagerSteps
+
+    monkeypatch.setattr(Ledger, "for_run", classmethod(lambda cls, greedy: cls(doubt=True)))  # the head rests
+    hub = EngineHub(tiny_engine("llama", vocab=64), model_id="tiny")
+    forwards, per_turn = [], []
+    forward = EagerSteps.forward
+    monkeypatch.setattr(EagerSteps, "forward", lambda *a, **k: forwards.append(1) or forward(*a, **k))
+    stream = stream_run(hub, "a prompt", Knobs(3, 2, 6, max_new_tokens=40), turns=Turns(1))
+    run, _ = next(stream)
+    for _, cycle in stream:
+        per_turn.append(len(forwards))
+        forwards.clear()
+    assert len(run.cycles) > 30 and all(c.num_tree_tokens == 1 for c in run.cycles)
+    assert per_turn[1:] == [1] * (len(per_turn) - 1)  # after the first (with the prefill), one forward a turn
+
+
 def test_the_run_time_limit_counts_the_runs_own_time_not_its_wait():
     hub = EngineHub(tiny_engine("llama", vocab=8), model_id="tiny")
     turns = Turns(1)

@@ -197,7 +197,8 @@ def stream_run(hub: EngineHub, prompt: str, knobs: Knobs, limits: Limits = DEFAU
     limits.check_kv(engine, len(ids), tree, sampling)
     run = engine.new_run(prompt, ids, tree, sampling)
     yield run, None
-    cycles = (turns or Turns(clock=clock)).steps(engine.speculate(ids, tree, sampling, run))
+    # one cycle a turn, resting ones too: a stretch of plain steps would hold the line for 16 of them
+    cycles = (turns or Turns(clock=clock)).steps(engine.speculate(ids, tree, sampling, run, rest_batch=1))
     try:
         for cycle in cycles:
             run.wall_s = cycles.busy_s

@@ -391,13 +391,16 @@ class Engine:
     @torch.inference_mode()
     def speculate(self, prompt_ids: list[int], tree_cfg: TreeConfig, sampling: SamplingConfig,
                   run: RunTrace, record: bool = True,
-                  index_of: Callable[[list[int]], SuffixIndex | Foresight] = SuffixIndex) -> Iterator[CycleTrace]:
+                  index_of: Callable[[list[int]], SuffixIndex | Foresight] = SuffixIndex,
+                  rest_batch: int | None = None) -> Iterator[CycleTrace]:
         """EAGLE speculative decoding; fills `run` (output tokens, cycles, timings) and yields each cycle.
 
         record=False leaves out what only the pictures need (candidate nodes, mask, token texts): it exists
         to measure what tracing costs (`python -m eagleviz bench --ab trace`). index_of makes the run's source
         of lookup candidates from its context (prompt and first token); a `Foresight` proposes a known answer
-        (`python -m eagleviz ceiling`)."""
+        (`python -m eagleviz ceiling`). rest_batch: the most resting cycles a CPU run takes as one stretch of
+        plain steps before it yields their traces (None: REST_BATCH; 1: one cycle a step, as the page, whose
+        runs share the model step by step, takes them)."""
         use_head = tree_cfg.source != "lookup"
         if use_head and self.head is None:
             raise UserFacingError("speculative decoding with the EAGLE head needs a draft head (--draft-source "
@@ -411,14 +414,14 @@ class Engine:
         dcache = draft_state(self, steps.capacity, tree_cfg) if use_head else None
         try:
             yield from self._speculate(prompt_ids, tree_cfg, sampling, run, record, index_of, steps, dcache, capacity,
-                                       start)
+                                       start, REST_BATCH if rest_batch is None else rest_batch)
         finally:
             release(self, run, steps, dcache)
         run.wall_s = time.perf_counter() - start
 
     def _speculate(self, prompt_ids: list[int], tree_cfg: TreeConfig, sampling: SamplingConfig, run: RunTrace,
                    record: bool, index_of, steps: EagerSteps | StaticSteps, dcache: KVCache | DeviceDrafter | None,
-                   capacity: int, start: float) -> Iterator[CycleTrace]:
+                   capacity: int, start: float, rest_batch: int) -> Iterator[CycleTrace]:
         use_head = tree_cfg.source != "lookup"
         target, dev = self.target, self.target.device
         gen = torch.Generator(device=dev).manual_seed(sampling.seed)
@@ -448,7 +451,7 @@ class Engine:
         if lookups is not None and lookups.losing():
             lookup_rest.left = lookups.span()
         captures = static_states(steps, dcache)  # else no cycle can capture: `prepared` is not asked
-        batches = not captures and dev.type == "cpu"  # resting cycles in stretches (`REST_BATCH`)
+        batches = rest_batch > 1 and not captures and dev.type == "cpu"  # resting cycles in stretches
         worth: dict[tuple[int, int, int], bool] = {}  # `lookup_worth` by (n-gram, tokens, budget), this policy's
         while not done:
             S = tcache.length
@@ -477,13 +480,13 @@ class Engine:
                     passed, match = match, None
             if not run_head and match is None:  # nothing to verify but the root: a plain step, through plain
                 # decoding's own calls, and only a plain step's bookkeeping. The cycles after it rest too while the
-                # head and the lookups rest on (nothing to decide): on a CPU up to REST_BATCH of them run as plain
+                # head and the lookups rest on (nothing to decide): on a CPU up to `rest_batch` of them run as plain
                 # decoding's loop, their traces written after the last (warm: one at a time, each after a forward
                 # had swept the caches, cost ~1.5% of a step)
                 ahead = 0
                 if batches and not reference and passed is None and (index is None or resting_lookups):
-                    ahead = min(rest.left if use_head else REST_BATCH, lookup_rest.left if index is not None else
-                                REST_BATCH, REST_BATCH - 1)
+                    ahead = min(rest.left if use_head else rest_batch, lookup_rest.left if index is not None else
+                                rest_batch, rest_batch - 1)
                 rows = self._rest_steps(1 + ahead, S, root, steps, sampling, gen, clock, began, target.eos_token_ids,
                                         sampling.max_new_tokens - len(run.output), capacity - 1)
                 for k, row in enumerate(rows):
