@@ -4,10 +4,10 @@
 
 Three runs of each prompt over one engine: plain decoding, the default with its resting cycles in stretches of
 `engine.REST_BATCH` (16) and the default with stretches of 1 (`speculate`'s rest_batch: one cycle at a time, as
-before stretches). Whichever has written the fewest tokens takes the next step (equals: the first arm, rotated from one prompt to the next), so
-all three meet the machine at the same point of the text; each step is timed. Prints the median over prompts of
-each default's tokens per second over plain decoding's, and of the stretches' over one at a time, with 95%
-bootstrap intervals.
+before stretches). Whichever has written the fewest tokens takes the next step (equals: the first arm, rotated
+from one prompt to the next), so all three meet the machine at the same point of the text; each step is timed.
+Prints the median over prompts of each default's tokens per second over plain decoding's, and of the stretches'
+over one at a time, with 95% bootstrap intervals.
 """
 
 from __future__ import annotations
