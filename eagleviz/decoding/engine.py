@@ -481,8 +481,8 @@ class Engine:
             if not run_head and match is None:  # nothing to verify but the root: a plain step, through plain
                 # decoding's own calls, and only a plain step's bookkeeping. The cycles after it rest too while the
                 # head and the lookups rest on (nothing to decide): on a CPU up to `rest_batch` of them run as plain
-                # decoding's loop, their traces written after the last (warm: one at a time, each after a forward
-                # had swept the caches, cost ~1.5% of a step)
+                # decoding's loop, their traces written after the last, together rather than each after a forward
+                # has swept the caches (`scripts/rest_batch.py`: 1.000-1.007x one cycle at a time, docs entry 40)
                 ahead = 0
                 if batches and not reference and passed is None and (index is None or resting_lookups):
                     ahead = min(rest.left if use_head else rest_batch, lookup_rest.left if index is not None else
