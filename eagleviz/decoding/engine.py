@@ -667,7 +667,7 @@ class Engine:
         acceptance. `lookup_ngram`: the match behind a lookup continuation passed over (0: none)."""
         root, S, bonus = row.root, row.S, row.bonus
         bonus_text = text(bonus)
-        # by position (as CycleTrace lists its fields: a call naming its 26 fields took twice as long)
+        # by position, as CycleTrace lists its fields (a call naming all 26 is the slower one, on the hot path)
         return CycleTrace(
             index, [], [-1], [root], [text(root)], [-1], [S], [[1]] if record else [],  # ... mask
             [row.top], [bonus_text if row.top == bonus else text(row.top)], [row.top_prob], [], [0],  # ... path

@@ -68,10 +68,13 @@ def draft_state(engine, capacity: int, tree: TreeConfig) -> KVCache | DeviceDraf
                              lambda: DeviceDrafter(engine, capacity, tree, engine.make_graphs()))
 
 
+STATIC = (StaticSteps, DeviceDrafter)  # the states a pool lends, which capture as they go
+
+
 def release(engine, run: RunTrace | None, *states) -> None:
     """A run's end: its static states go back to the pool; a capture that failed is said in the run's notes."""
     for state in states:
-        if isinstance(state, (StaticSteps, DeviceDrafter)):
+        if isinstance(state, STATIC):
             if run is not None and state.fallback and state.fallback not in run.notes:
                 run.notes.append(state.fallback)
             engine.pool.give_back(state)
@@ -80,10 +83,10 @@ def release(engine, run: RunTrace | None, *states) -> None:
 def prepared(*states) -> int:
     """How many step sizes a run's static states have made ready: a cycle in which this grew captured a CUDA
     graph, which took longer than any later cycle of that size will (the `Ledger` leaves such a cycle out)."""
-    return sum(state.prepared for state in states if isinstance(state, (StaticSteps, DeviceDrafter)))
+    return sum(state.prepared for state in states if isinstance(state, STATIC))
 
 
 def static_states(*states) -> bool:
     """Whether any of a run's states is static (`prepared` can grow as it goes); a run on eager states alone
     never captures."""
-    return any(isinstance(state, (StaticSteps, DeviceDrafter)) for state in states)
+    return any(isinstance(state, STATIC) for state in states)
