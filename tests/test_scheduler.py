@@ -103,24 +103,39 @@ def test_a_run_counts_its_own_time_and_says_how_long_it_waited():
     assert not any(n.startswith(SHARED_NOTE) for n in alone.notes)
 
 
-def test_the_pages_runs_take_one_cycle_a_turn_resting_ones_too(monkeypatch):
-    """A page's run yields each cycle from its own turn, resting ones too: a stretch of plain steps
-    (`Engine.speculate`'s rest_batch) would hold the shared line for 16 of them."""
+@pytest.mark.parametrize("queued", [False, True])
+def test_the_pages_runs_take_one_cycle_a_turn_resting_ones_too(monkeypatch, queued):
+    """A page's run yields each cycle from its own turn, resting ones too: a CPU's stretch of plain steps
+    (`Engine.speculate`'s rest_batch) would hold the shared line for 16 of them. On a GPU (`steps.queued`, here a
+    CPU's steps and engine marked so) a stretch yields each cycle as it goes, with the next step launched before:
+    two forwards in a stretch's first turn, none in its last, one in each other."""
+    from eagleviz.decoding.engine import Engine
     from eagleviz.decoding.policy import Ledger
     from eagleviz.models.static import EagerSteps
 
     monkeypatch.setattr(Ledger, "for_run", classmethod(lambda cls, greedy: cls(doubt=True)))  # the head rests
-    hub = EngineHub(tiny_engine("llama", vocab=64), model_id="tiny")
+    engine = tiny_engine("llama", vocab=64)
+    hub = EngineHub(engine, model_id="tiny")
     forwards, per_turn = [], []
-    forward = EagerSteps.forward
+    init, forward = EagerSteps.__init__, EagerSteps.forward
+
+    def marked(self, *a, **k):
+        init(self, *a, **k)
+        self.queued = queued
+
+    monkeypatch.setattr(EagerSteps, "__init__", marked)
     monkeypatch.setattr(EagerSteps, "forward", lambda *a, **k: forwards.append(1) or forward(*a, **k))
+    monkeypatch.setattr(Engine, "queued", queued)  # what the page reads to choose
     stream = stream_run(hub, "a prompt", Knobs(3, 2, 6, max_new_tokens=40), turns=Turns(1))
     run, _ = next(stream)
     for _, cycle in stream:
         per_turn.append(len(forwards))
         forwards.clear()
     assert len(run.cycles) > 30 and all(c.num_tree_tokens == 1 for c in run.cycles)
-    assert per_turn[1:] == [1] * (len(per_turn) - 1)  # after the first (with the prefill), one forward a turn
+    if not queued:
+        assert per_turn[1:] == [1] * (len(per_turn) - 1)  # after the first (with the prefill), one forward a turn
+    else:  # a stretch's first turn launches its first two steps, its last launches none
+        assert max(per_turn) == 2 and per_turn.count(0) >= 2 and sum(per_turn) == len(per_turn) == len(run.cycles)
 
 
 def test_the_run_time_limit_counts_the_runs_own_time_not_its_wait():

@@ -197,8 +197,10 @@ def stream_run(hub: EngineHub, prompt: str, knobs: Knobs, limits: Limits = DEFAU
     limits.check_kv(engine, len(ids), tree, sampling)
     run = engine.new_run(prompt, ids, tree, sampling)
     yield run, None
-    # one cycle a turn, resting ones too: a stretch of plain steps would hold the line for 16 of them
-    cycles = (turns or Turns(clock=clock)).steps(engine.speculate(ids, tree, sampling, run, rest_batch=1))
+    # one cycle a turn, resting ones too: a CPU's stretch of plain steps would hold the line for 16 of them; a
+    # GPU's yields each cycle as it goes, its next step launched before (`Engine._rest_steps`)
+    rest_batch = None if engine.queued else 1
+    cycles = (turns or Turns(clock=clock)).steps(engine.speculate(ids, tree, sampling, run, rest_batch=rest_batch))
     try:
         for cycle in cycles:
             run.wall_s = cycles.busy_s

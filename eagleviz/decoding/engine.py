@@ -40,7 +40,7 @@ from eagleviz.errors import UserFacingError
 from eagleviz.models.host import PhaseClock, count_read, to_device, to_host
 from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.draft import DraftHead
-from eagleviz.models.static import CudaGraphs, EagerSteps, StatePool, StaticSteps, Uncaptured
+from eagleviz.models.static import CudaGraphs, EagerSteps, StatePool, StaticSteps, StepOutput, Uncaptured
 from eagleviz.models.target import TargetModel, TargetOutput
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
 from eagleviz.decoding.calibration import HeadCalibration, RunAcceptance
@@ -76,7 +76,7 @@ def lookup_passed(match: Match) -> str:
 
 
 ROOT_MASK = torch.ones(1, 1, dtype=torch.bool)  # a tree of the root alone: it sees itself (the forward needs none)
-REST_BATCH = 16  # resting cycles run as one stretch of plain steps before their traces are written (on a CPU)
+REST_BATCH = 16  # the most resting cycles run as one stretch of plain steps (`Engine._rest_steps`)
 
 
 class RestStep(NamedTuple):
@@ -91,6 +91,7 @@ class RestStep(NamedTuple):
     start: float             # perf_counter at the cycle's start and after its read
     end: float
     features: torch.Tensor | None  # the step's features row (the head's input)
+    captured: bool           # the step captured a graph (its time is the capture's: the ledgers leave it out)
 
 
 class _TokenText:
@@ -201,6 +202,12 @@ class Engine:
         other.notes = [n for n in self.notes if n not in decode_path(self.decode, self.target.device)[1]] + notes
         other.pool = StatePool()
         return other
+
+    @property
+    def queued(self) -> bool:
+        """Whether a step returns before its kernels finish (CUDA): then a run launches its next step before it
+        yields the last (`_plain`, `_rest_steps`)."""
+        return self.target.device.type == "cuda"
 
     def make_graphs(self) -> CudaGraphs | Uncaptured:
         """The capture a new static state uses: CUDA graphs on the 'graphs' path, else none."""
@@ -372,18 +379,31 @@ class Engine:
     def _plain(self, prompt_ids: list[int], sampling: SamplingConfig, run: RunTrace, steps: EagerSteps | StaticSteps,
                capacity: int, start: float) -> Iterator[OutputToken]:
         gen = torch.Generator(device=self.target.device).manual_seed(sampling.seed)
-        cache, text = steps.cache, self._text
+        cache, text, eos, limit = steps.cache, self._text, self.target.eos_token_ids, sampling.max_new_tokens
         token, _ = self._prefill(prompt_ids, cache, sampling, gen, run)
         run.prefill_ms = (time.perf_counter() - start) * 1e3
-        done = self._emit(run, [(token, "prefill")], -1, self.target.eos_token_ids, sampling.max_new_tokens, text)
-        yield run.output[-1]
-        while not done:
+        done = self._emit(run, [(token, "prefill")], -1, eos, limit, text)
+
+        def step(token: int) -> StepOutput | None:  # the next token's forward; None where the context is full
             if cache.length + 1 >= capacity:
                 run.stop_reason = "context"
+                return None
+            return steps.forward([token], [cache.length], None)
+
+        # where a step returns before its kernels finish (a GPU), the next one is launched before a token is
+        # yielded: the caller's work on it runs while the device computes the next
+        ahead = steps.queued
+        out = step(token) if ahead and not done else None
+        yield run.output[-1]
+        while not done:
+            if not ahead:
+                out = step(token)
+            if out is None:
                 break
-            out = steps.forward([token], [cache.length], None)  # the step's one read: the token chosen
+            # the step's one read: the token chosen
             token = self._choose(out.logits[0], sampling, gen, None if out.argmax is None else out.argmax[0])
-            done = self._emit(run, [(token, "target")], -1, self.target.eos_token_ids, sampling.max_new_tokens, text)
+            done = self._emit(run, [(token, "target")], -1, eos, limit, text)
+            out = step(token) if ahead and not done else None
             run.wall_s = time.perf_counter() - start
             yield run.output[-1]
 
@@ -398,9 +418,10 @@ class Engine:
         record=False leaves out what only the pictures need (candidate nodes, mask, token texts): it exists
         to measure what tracing costs (`python -m eagleviz bench --ab trace`). index_of makes the run's source
         of lookup candidates from its context (prompt and first token); a `Foresight` proposes a known answer
-        (`python -m eagleviz ceiling`). rest_batch: the most resting cycles a CPU run takes as one stretch of
-        plain steps before it yields their traces (None: REST_BATCH; 1: one cycle a step, as the page, whose
-        runs share the model step by step, takes them)."""
+        (`python -m eagleviz ceiling`). rest_batch: the most resting cycles a run takes as one stretch of plain
+        steps (None: REST_BATCH; 1: one cycle a step, as the page, whose runs share the model step by step, takes
+        them): on a CPU their forwards back to back before their traces are yielded, on a GPU each cycle's trace
+        written and yielded while the next one's step runs."""
         use_head = tree_cfg.source != "lookup"
         if use_head and self.head is None:
             raise UserFacingError("speculative decoding with the EAGLE head needs a draft head (--draft-source "
@@ -451,7 +472,7 @@ class Engine:
         if lookups is not None and lookups.losing():
             lookup_rest.left = lookups.span()
         captures = static_states(steps, dcache)  # else no cycle can capture: `prepared` is not asked
-        batches = rest_batch > 1 and not captures and dev.type == "cpu"  # resting cycles in stretches
+        batches = rest_batch > 1  # resting cycles in stretches
         worth: dict[tuple[int, int, int], bool] = {}  # `lookup_worth` by (n-gram, tokens, budget), this policy's
         while not done:
             S = tcache.length
@@ -480,15 +501,18 @@ class Engine:
                     passed, match = match, None
             if not run_head and match is None:  # nothing to verify but the root: a plain step, through plain
                 # decoding's own calls, and only a plain step's bookkeeping. The cycles after it rest too while the
-                # head and the lookups rest on (nothing to decide): on a CPU up to `rest_batch` of them run as plain
-                # decoding's loop, their traces written after the last, together rather than each after a forward
-                # has swept the caches (`scripts/rest_batch.py`: 1.000-1.007x one cycle at a time, docs entry 40)
+                # head and the lookups rest on (nothing to decide): up to `rest_batch` of them run as plain decoding's
+                # loop. On a CPU their traces are written after the last, together rather than each after a forward
+                # has swept the caches (`scripts/rest_batch.py`: 1.000-1.007x one cycle at a time, docs entry 40); on
+                # a GPU each trace is written while the next step runs (`_rest_steps`)
                 ahead = 0
                 if batches and not reference and passed is None and (index is None or resting_lookups):
                     ahead = min(rest.left if use_head else rest_batch, lookup_rest.left if index is not None else
                                 rest_batch, rest_batch - 1)
                 rows = self._rest_steps(1 + ahead, S, root, steps, sampling, gen, clock, began, target.eos_token_ids,
                                         sampling.max_new_tokens - len(run.output), capacity - 1)
+                if not captures and not steps.queued:  # a CPU's own path: the forwards back to back, then the traces
+                    rows = list(rows)
                 for k, row in enumerate(rows):
                     if k:  # the counts the skipped decisions would have made
                         rest.head_runs()
@@ -509,7 +533,7 @@ class Engine:
                     if index is not None:
                         index.extend(trace.committed)
                     run.cycles.append(trace)
-                    if not captures or prepared(steps, dcache) == ready:  # the unit the ledgers judge the others by
+                    if not row.captured:  # the unit the ledgers judge the others by
                         ms = (row.end - row.start) * 1e3
                         if ledger is not None:
                             ledger.observe(ms, 1, False, True)
@@ -629,21 +653,30 @@ class Engine:
 
     def _rest_steps(self, n: int, S: int, root: int, steps: EagerSteps | StaticSteps, sampling: SamplingConfig,
                     gen: torch.Generator, clock: PhaseClock, began: float, eos: frozenset[int], tokens_left: int,
-                    last_slot: int) -> list[RestStep]:
+                    last_slot: int) -> Iterator[RestStep]:
         """Up to n cycles that verify the root alone, as plain decoding's loop runs them: a step (`steps.forward` of
         one token, `_read_out` from the same generator) after another, each step's root the bonus before it,
         nothing else done between them; fewer where a token ends the run (end of sequence, `tokens_left`, the cache's
         `last_slot`). Greedy, the read is the argmax alone, as plain decoding's (the trace's `target_probs` is
         [None]). `clock` and `began`: the first cycle's, started at its beginning. The head's cache is not touched;
         each step's features row feeds the head when it next runs (a static step's outputs are rewritten by the
-        next step of its size: copied)."""
-        rows = []
-        for k in range(n):
-            if k:
-                clock, began = PhaseClock(self.target.device), time.perf_counter()
-            clock.lap()
+        next step of its size: copied, on the device's queue before that step).
+
+        Where a step returns before its kernels finish (`steps.queued`: a GPU), the next step is launched before a
+        row is handed back, so what the caller does with the row (its trace, the run's books) runs while the device
+        computes the next token, as plain decoding's loop hides its own (`_plain`); no step is launched past the
+        last row. Elsewhere the next step runs when the caller asks for the next row."""
+        dev, queued = self.target.device, steps.queued
+
+        def launch(root: int, S: int, clock: PhaseClock):
+            clock.lap()  # no drafting
+            made = steps.prepared
             out = steps.forward([root], [S], None)
             clock.lap()
+            return out, steps.prepared != made
+
+        out, captured = launch(root, S, clock)
+        for k in range(n):
             argmax = None if out.argmax is None else out.argmax[0]
             if sampling.greedy:  # plain decoding's read: the argmax alone, no probability computed
                 bonus = top = self._choose(out.logits[0], sampling, gen, argmax)
@@ -652,13 +685,21 @@ class Engine:
                 bonus, top, top_prob = self._read_out(out.logits[0], sampling, gen, argmax)
             clock.lap()
             clock.lap()  # the rewind: the root's slot is where a path of the root alone stays (the forward took it)
-            rows.append(RestStep(root, S, bonus, top, top_prob, clock, began, time.perf_counter(),
-                                 out.features.clone() if steps.reuses_outputs and out.features is not None
-                                 else out.features))
+            row = RestStep(root, S, bonus, top, top_prob, clock, began, time.perf_counter(),
+                           out.features.clone() if steps.reuses_outputs and out.features is not None
+                           else out.features, captured)
             root, S = bonus, S + 1
-            if bonus in eos or k + 1 >= tokens_left or S >= last_slot:
-                break
-        return rows
+            if k + 1 >= n or bonus in eos or k + 1 >= tokens_left or S >= last_slot:
+                yield row
+                return
+            if queued:
+                clock, began = PhaseClock(dev), time.perf_counter()
+                out, captured = launch(root, S, clock)
+                yield row
+            else:
+                yield row
+                clock, began = PhaseClock(dev), time.perf_counter()
+                out, captured = launch(root, S, clock)
 
     @staticmethod
     def _rest_trace(index: int, row: RestStep, draft_length: int, text, record: bool, decision: str,

@@ -172,6 +172,7 @@ class StaticSteps:
                  graphs: CudaGraphs | Uncaptured):
         self.target, self.impl, self.feature_layers, self.graphs = target, impl, feature_layers, graphs
         self.capacity = capacity
+        self.queued = target.device.type == "cuda"  # a step returns before its kernels finish
         self.cache = target.new_cache(capacity + BUCKETS[-1])
         self.inputs = StepInputs(target.device)
         self._replays: dict[int, Callable[[], StepOutput]] = {}
@@ -270,6 +271,7 @@ class EagerSteps:
     def __init__(self, target, capacity: int, impl: str, feature_layers: tuple[int, ...] | None):
         self.target, self.impl, self.feature_layers = target, impl, feature_layers
         self.capacity = capacity
+        self.queued = target.device.type == "cuda"  # a step returns before its kernels finish
         self.cache = target.new_cache(capacity)
 
     def forward(self, tokens: list[int], positions: list[int], mask: torch.Tensor | None) -> StepOutput:
