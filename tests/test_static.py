@@ -10,6 +10,7 @@ failed capture falls back, saying so in the run's notes."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 
@@ -366,3 +367,49 @@ def test_the_runs_clock_never_counts_a_captures_time(target, monkeypatch):
     assert graphs.captures >= 2 and 10 <= len(head) < len(run.cycles)
     assert all(len(times) < len(run.cycles) for times in seen.values())
     assert max(max(times) for times in seen.values()) < 200  # no capture's 0.2 s
+
+
+@pytest.mark.parametrize("arch", ["eagle1", "eagle3"])
+@torch.inference_mode()
+def test_the_heads_levels_on_the_layer_kernels_draft_what_pytorch_drafts_in_fewer_launches(target, fused_target,
+                                                                                           arch, monkeypatch):
+    """Where the target's steps fuse their small operations (a GPU's; here Triton's interpreter), the captured
+    drafting runs the head's norms, RoPE with its cache writes and SwiGLU gate as the same Triton kernels
+    (`DraftHead._stack_fused`): the tokens, log-probabilities (to rounding) and frontiers PyTorch's operations
+    draft, in fewer kernels a drafting (PyTorch's operations that do work, plus each Triton launch)."""
+    from eagleviz.decoding.device_draft import DeviceDrafter
+
+    launches = Counter()
+
+    def counted(name, fn):
+        def launch(*args, **kwargs):
+            launches[name] += 1
+            with _disable_current_modes():
+                return fn(*args, **kwargs)
+        return launch
+
+    monkeypatch.setattr(layer_ops, "add_rms_norm", counted("add_rms_norm", layer_ops.add_rms_norm))
+    monkeypatch.setattr(layer_ops, "silu_mul", counted("silu_mul", layer_ops.silu_mul))
+    monkeypatch.setattr(layers, "rope_store", counted("rope_store", layers.rope_store))
+    head, tree = random_head(target, arch, seed=1, std=0.5), TreeConfig.create(4, 2, 8, adaptive=False)
+    drafted, kernels = [], []
+    for model in (target, fused_target):
+        e = Engine(model, head, "random", decode="static", compiled_sampling=False, ledger=False)
+        assert e.head.layer_kernels == (model is fused_target)
+        drafter = DeviceDrafter(e, 96, tree, Recording(warmup=0))
+        c = e.head.config
+        feats = torch.randn(3, c.feature_size if arch == "eagle3" else c.hidden_size, dtype=model.dtype,
+                            generator=torch.Generator().manual_seed(0))
+        drafter.draft(feats, [5, 6, 7])  # the bucket's capture
+        drafter.reset()
+        launches.clear()
+        with Ops() as ops:
+            drafted.append(drafter.draft(feats, [5, 6, 7]))
+        kernels.append(sum(ops.work.values()) + sum(launches.values()))
+    (ids, logprobs, fronts), (f_ids, f_logprobs, f_fronts) = drafted
+    assert f_ids == ids and f_fronts == fronts
+    # a random head's log-probabilities run to -2e5 by the last level: rounding is relative
+    assert all(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-4) for a, b in zip(logprobs, f_logprobs))
+    levels = tree.steps  # one head step encodes the pending positions (its last row drafts level 0), one a level
+    assert launches["silu_mul"] == launches["rope_store"] == levels * head.config.num_layers
+    assert kernels[0] - kernels[1] >= 10 * levels, kernels  # 223 -> 171 (EAGLE-1), 292 -> 184 (EAGLE-3)

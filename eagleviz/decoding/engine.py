@@ -165,7 +165,7 @@ class Engine:
         self.target, self.head_name = target, head_name
         self.learn, self.ledger = learn, ledger
         self.head = None if head is None else head.for_drafting(pack, target.ops, target.block_ops,
-                                                                 target.activations == "int8")
+                                                                 target.activations == "int8", target.layer_kernels)
         self.costs = costs or CostModel.flat()
         self.calibration = calibration or HeadCalibration.identity()
         self._kernel_check = kernel_check

@@ -30,7 +30,7 @@ from eagleviz.models.layers import (AttentionWeights, StepFrame, cached_attentio
 from eagleviz.models.layouts import read_checkpoint
 from eagleviz.models.quantized import QuantDense, to_q8_0
 from eagleviz.paths import cache_dir
-from kernels import cpu_ops, stack_ops
+from kernels import cpu_ops, layer_ops, stack_ops
 from kernels.quant_ops import QuantOps
 from kernels.tree_attention import resolve_impl
 
@@ -193,16 +193,19 @@ class DraftHead(nn.Module):
                              persistent=False)
         self.ops: cpu_ops.CpuOps | None = None  # set on the frozen copy `for_drafting` makes
         self.compiled_layer: stack_ops.Midlayer | None = None  # ditto: an EAGLE-3 layer from blocks in one C call
+        self.layer_kernels = False  # ditto: `step`'s small operations as the target's Triton kernels (a GPU)
 
     def for_drafting(self, pack: bool | None = None, ops: cpu_ops.CpuOps | None = None,
-                     block_ops: QuantOps | None = None, int8: bool = True) -> DraftHead:
+                     block_ops: QuantOps | None = None, int8: bool = True, layer_kernels: bool = False) -> DraftHead:
         """A frozen copy to draft with: linears packed where that pays (`eagleviz.models.dense`), q/k/v and
         gate/up each fused into one product, and, given `ops` (the target's `kernels.cpu_ops`), each layer's
         small operations compiled, as in the target's forward. Given `block_ops` (a target computing from its
         file's blocks: `TargetModel.block_ops`), an fp32 head's products are rounded to Q8_0 blocks and computed
         as the target's are (int8 activations unless `int8` is False): a draft level then reads a quarter of the
-        bytes. The head drafts; it never decides the output, which the target verifies. This head is untouched
-        (training goes on)."""
+        bytes. `layer_kernels` (the target's: a CUDA model whose steps fuse their small operations): the captured
+        drafting's norms, RoPE with the cache writes, and SwiGLU gate as the same Triton kernels (`step`). The head
+        drafts; it never decides the output, which the target verifies. This head is untouched (training goes
+        on)."""
         frozen = for_inference(self, pack)
         for layer in frozen.blocks:
             a, m = layer.self_attn, layer.mlp
@@ -216,6 +219,7 @@ class DraftHead(nn.Module):
                 and all(w.dtype == weights[0].dtype and w.device.type == "cpu" for w in weights)
                 and all(layer.self_attn.qkv is not None for layer in frozen.blocks))
         frozen.ops = ops if fits else None
+        frozen.layer_kernels = layer_kernels
         frozen.compiled_layer = frozen._block_midlayer(block_ops, int8) if fits and block_ops is not None else None
         return frozen
 
@@ -272,11 +276,46 @@ class DraftHead(nn.Module):
         """`forward` as a captured draft level runs it (`eagleviz.decoding.device_draft`): T tokens whose
         keys go at the last T of the slots [P, P + Tk) that tree_mask (T, Tk) governs, P (prefix: (1,) int64)
         in device memory, attention over the whole static cache. Touches no Python state (`cache.length` is
-        the caller's). The same operations as `forward`'s PyTorch path."""
+        the caller's). The same operations as `forward`'s PyTorch path; with `layer_kernels`, its norms, RoPE
+        with the cache writes and SwiGLU gate as Triton kernels (`_stack_fused`)."""
         cos, sin = rope_cos_sin(positions, self.inv_freq, token_embeds.dtype)
         frame = StepFrame.for_step(prefix, tree_mask, cache.capacity, impl)
-        return self._stack(features, token_embeds, cos, sin,
-                           lambda i, w, x: step_attention(w, x, cos, sin, cache, i, frame, impl))
+        fused = self.layer_kernels
+
+        def attend(i: int, w: AttentionWeights, x: torch.Tensor) -> torch.Tensor:
+            return step_attention(w, x, cos, sin, cache, i, frame, impl, fused)
+
+        if fused:
+            return self._stack_fused(features, token_embeds, attend)
+        return self._stack(features, token_embeds, cos, sin, attend)
+
+    def _stack_fused(self, features: torch.Tensor, token_embeds: torch.Tensor, attend) -> torch.Tensor:
+        """`_stack` with each layer's norms and SwiGLU gate as the target's Triton kernels (`kernels.layer_ops`:
+        a norm adds the residual it follows in place), as `TargetModel.step` runs its layers."""
+        c, eps = self.config, self.config.rms_norm_eps
+
+        def mlp(layer: _Layer, x: torch.Tensor) -> torch.Tensor:
+            return layer.mlp.down_proj(layer_ops.silu_mul(layer.mlp.gate_up(x)))
+
+        if c.arch == "eagle1":
+            h = self.fc(torch.cat((token_embeds, features), dim=-1))
+            for i, layer in enumerate(self.layers):
+                x = h if i == 0 else layer_ops.add_rms_norm(h, None, layer.input_layernorm.weight, eps)
+                x = layer_ops.add_rms_norm(h, attend(i, self._attn(layer), x), layer.post_attention_layernorm.weight,
+                                           eps)
+                h.add_(mlp(layer, x))
+            return h
+        layer = self.midlayer
+        g = self.fc(features) if features.shape[-1] != c.hidden_size else features
+        normed = layer_ops.add_rms_norm(g, None, layer.hidden_norm.weight, eps)
+        a = torch.cat((layer_ops.add_rms_norm(token_embeds, None, layer.input_layernorm.weight, eps), normed), dim=-1)
+        h = (normed if c.norm_before_residual else g) + attend(0, self._attn(layer), a)  # a new residual stream
+        h.add_(mlp(layer, layer_ops.add_rms_norm(h, None, layer.post_attention_layernorm.weight, eps)))
+        for i, extra in enumerate(self.blocks[1:], start=1):
+            x = layer_ops.add_rms_norm(h, None, extra.input_layernorm.weight, eps)
+            x = layer_ops.add_rms_norm(h, attend(i, self._attn(extra), x), extra.post_attention_layernorm.weight, eps)
+            h.add_(mlp(extra, x))
+        return h
 
     def _stack(self, features: torch.Tensor, token_embeds: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                attend) -> torch.Tensor:
@@ -351,7 +390,8 @@ class DraftHead(nn.Module):
         """(T, H) -> (T, Vd) fp32 draft logits (Vd = V for EAGLE-1: the target's own LM head)."""
         if self.config.arch == "eagle1":
             return target_lm_head(h).float()
-        return self.lm_head(rms_norm(h, self.norm.weight, self.config.rms_norm_eps)).float()
+        norm = layer_ops.add_rms_norm if self.layer_kernels else lambda h, _, w, eps: rms_norm(h, w, eps)
+        return self.lm_head(norm(h, None, self.norm.weight, self.config.rms_norm_eps)).float()
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Map draft-vocabulary ids to target ids (identity for EAGLE-1 and full-vocabulary EAGLE-3)."""
