@@ -214,16 +214,15 @@ def test_fused_layer_kernels_give_the_eager_forwards_results(fused_target, targe
     assert torch.allclose(steps.cache.k[:, :, :ref.length], ref.k[:, :, :ref.length], atol=1e-5, rtol=0)
 
 
-@torch.inference_mode()
-def test_fused_layer_kernels_bring_a_plain_step_to_nine_launches_a_layer(fused_target, monkeypatch):
-    """Kernels a GPU would launch for one plain step: PyTorch's operations that do work, plus each Triton
-    launch counted once (run with the counting suspended, since the interpreter's own copies are no kernels)."""
-    ops = Ops()
-    launches = Counter()
+@pytest.fixture
+def launches(monkeypatch) -> Counter:
+    """Each Triton launch (the fused layer kernels, the attention), counted by name and run with an operation
+    count suspended, since the interpreter's own copies are no kernels."""
+    counts = Counter()
 
     def counted(name, fn):
         def launch(*args, **kwargs):
-            launches[name] += 1
+            counts[name] += 1
             with _disable_current_modes():
                 return fn(*args, **kwargs)
         return launch
@@ -232,6 +231,14 @@ def test_fused_layer_kernels_bring_a_plain_step_to_nine_launches_a_layer(fused_t
     monkeypatch.setattr(layer_ops, "silu_mul", counted("silu_mul", layer_ops.silu_mul))
     monkeypatch.setattr(layers, "rope_store", counted("rope_store", layers.rope_store))
     monkeypatch.setattr(ta, "_launch", counted("attention", ta._launch))
+    return counts
+
+
+@torch.inference_mode()
+def test_fused_layer_kernels_bring_a_plain_step_to_nine_launches_a_layer(fused_target, launches):
+    """Kernels a GPU would launch for one plain step: PyTorch's operations that do work, plus each Triton
+    launch counted once."""
+    ops = Ops()
     steps = StaticSteps(fused_target, 96, "triton", None, Recording(warmup=0))
     steps.forward([1, 2], [0, 1], causal(2, "cpu"))
     steps.forward([3], [2], None)
@@ -372,25 +379,13 @@ def test_the_runs_clock_never_counts_a_captures_time(target, monkeypatch):
 @pytest.mark.parametrize("arch", ["eagle1", "eagle3"])
 @torch.inference_mode()
 def test_the_heads_levels_on_the_layer_kernels_draft_what_pytorch_drafts_in_fewer_launches(target, fused_target,
-                                                                                           arch, monkeypatch):
+                                                                                           arch, launches):
     """Where the target's steps fuse their small operations (a GPU's; here Triton's interpreter), the captured
     drafting runs the head's norms, RoPE with its cache writes and SwiGLU gate as the same Triton kernels
     (`DraftHead._stack_fused`): the tokens, log-probabilities (to rounding) and frontiers PyTorch's operations
     draft, in fewer kernels a drafting (PyTorch's operations that do work, plus each Triton launch)."""
     from eagleviz.decoding.device_draft import DeviceDrafter
 
-    launches = Counter()
-
-    def counted(name, fn):
-        def launch(*args, **kwargs):
-            launches[name] += 1
-            with _disable_current_modes():
-                return fn(*args, **kwargs)
-        return launch
-
-    monkeypatch.setattr(layer_ops, "add_rms_norm", counted("add_rms_norm", layer_ops.add_rms_norm))
-    monkeypatch.setattr(layer_ops, "silu_mul", counted("silu_mul", layer_ops.silu_mul))
-    monkeypatch.setattr(layers, "rope_store", counted("rope_store", layers.rope_store))
     head, tree = random_head(target, arch, seed=1, std=0.5), TreeConfig.create(4, 2, 8, adaptive=False)
     drafted, kernels = [], []
     for model in (target, fused_target):
