@@ -230,7 +230,8 @@ def test_training_on_a_bare_machine_runs_every_stage_and_resumes(bundle, tmp_pat
     record = json.loads((run / "recipe.json").read_text())
     assert record["answers"]["answered"] == {"self": 8, "sampled": 8}
     assert record["answers"]["new_shards"] == 2 and record["answers"]["answer_tokens_per_s"] > 0
-    assert record["training"]["conversations"] >= 10 and record["training"]["steps"] > 3
+    # the steps a minute leaves depend on the CPU (2 on a 2-core AVX2-only one, where the answers took most of it)
+    assert record["training"]["conversations"] >= 10 and record["training"]["steps"] >= 1
     assert record["training"]["schedule_steps"] >= record["training"]["steps"]
     assert set(record["eval"]) == {"T=0", "T=1", "heldout_top1"} and record["eval"]["T=0"]["tau"] >= 1.0
     assert (run / "head" / "config.json").is_file() and (run / "head" / "hot-tokens.json").is_file()
