@@ -3,6 +3,7 @@ reproduces the target distribution, and every cycle's trace is internally consis
 
 import dataclasses
 import itertools
+import os
 import types
 
 import numpy as np
@@ -466,6 +467,9 @@ def exact_joint(target, prompt, n, temperature, top_p):
     (1.0, 1.0, TreeConfig.create(3, 2, 7, adaptive=False)),
     (0.7, 0.9, TreeConfig.create(3, 2, 7, source="eagle+lookup"))])  # the policy (steep costs) and lookup nodes
 def test_speculative_sampling_matches_target_distribution(temperature, top_p, tree):
+    if os.environ.get("EAGLEVIZ_CPU") == "avx2":  # 20,000 runs each, 6-13 minutes on a 2-core machine
+        pytest.skip("held to AVX2 the draws are bitwise the PyTorch reference's and the engine's tokens those of "
+                    "PyTorch's sampling (tests/test_sample_ops.py); this distribution is checked in the native pass")
     engine = tiny_engine("llama", vocab=6, layers=2, scale=3.0)
     if tree.adaptive:  # the forecast alone decides: the run's clock would start a sampled run resting
         engine = engine.with_policy(costs=CPU_COSTS)
