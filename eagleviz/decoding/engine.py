@@ -692,14 +692,12 @@ class Engine:
             if k + 1 >= n or bonus in eos or k + 1 >= tokens_left or S >= last_slot:
                 yield row
                 return
-            if queued:
-                clock, began = PhaseClock(dev), time.perf_counter()
-                out, captured = launch(root, S, clock)
+            if not queued:
                 yield row
-            else:
+            clock, began = PhaseClock(dev), time.perf_counter()
+            out, captured = launch(root, S, clock)
+            if queued:  # the row after the launch: the caller's work on it overlaps the next step
                 yield row
-                clock, began = PhaseClock(dev), time.perf_counter()
-                out, captured = launch(root, S, clock)
 
     @staticmethod
     def _rest_trace(index: int, row: RestStep, draft_length: int, text, record: bool, decision: str,

@@ -390,8 +390,10 @@ class DraftHead(nn.Module):
         """(T, H) -> (T, Vd) fp32 draft logits (Vd = V for EAGLE-1: the target's own LM head)."""
         if self.config.arch == "eagle1":
             return target_lm_head(h).float()
-        norm = layer_ops.add_rms_norm if self.layer_kernels else lambda h, _, w, eps: rms_norm(h, w, eps)
-        return self.lm_head(norm(h, None, self.norm.weight, self.config.rms_norm_eps)).float()
+        eps = self.config.rms_norm_eps
+        normed = (layer_ops.add_rms_norm(h, None, self.norm.weight, eps) if self.layer_kernels
+                  else rms_norm(h, self.norm.weight, eps))
+        return self.lm_head(normed).float()
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Map draft-vocabulary ids to target ids (identity for EAGLE-1 and full-vocabulary EAGLE-3)."""
