@@ -38,6 +38,10 @@ EMULATIONS = {  # override value -> the environment that makes torch, oneDNN and
     "x86-64": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"},
 }
 EMULATED_MARCH = {"avx2": "haswell", "x86-64": "x86-64"}  # -march for the C operations under an emulation
+# What an emulated pass still tests where this CPU's own is already the emulated one (`second_pass`): the C code,
+# compiled for the emulated -march rather than this CPU's (the whole model's tokens under it: tests/test_fingerprint.py)
+EMULATED_BUILD_TESTS = ("tests/test_capability.py", "tests/test_cpu_ops.py", "tests/test_quant_ops.py",
+                        "tests/test_stack_ops.py", "tests/test_sample_ops.py")
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 /proc/cpuinfo flags
 ARM_BF16_FLAG = "bf16"  # aarch64 /proc/cpuinfo Features
 
@@ -147,3 +151,28 @@ def _has_triton() -> bool:
         return importlib.util.find_spec("triton") is not None
     except ValueError:  # a test run that blocks it with sys.modules["triton"] = None
         return False
+
+
+def second_pass(name: str, tests: list[str]) -> list[str]:
+    """The suites an emulated pass of `tests` (as the CPU `name` runs them) needs on this machine: all of them,
+    unless this CPU already is that CPU for torch, oneDNN and MKL (its own vector unit the emulated one's and no
+    bf16 packing, e.g. an AVX2-only AMD EPYC under `avx2`), where the first pass ran every suite as such a CPU runs
+    it and only the C code's other -march is left (`EMULATED_BUILD_TESTS`)."""
+    import torch
+
+    own = torch.backends.cpu.get_cpu_capability()
+    same = {"avx2": own == "AVX2", "x86-64": own == "DEFAULT"}.get(name, False) and not _probe_bf16_packing()
+    return [t for t in tests if t in EMULATED_BUILD_TESTS] if same else list(tests)
+
+
+if __name__ == "__main__":  # `python -m kernels.capability second-pass avx2 TESTS...`: the Makefile's second pass
+    import sys
+
+    if len(sys.argv) < 3 or sys.argv[1] != "second-pass":
+        sys.exit("usage: python -m kernels.capability second-pass EMULATION TESTS...")
+    keep = second_pass(sys.argv[2], sys.argv[3:])
+    if len(keep) < len(sys.argv) - 3:
+        print(f"note: this CPU runs as {OVERRIDE}={sys.argv[2]} emulates ({detect().describe()}): the first pass "
+              f"ran those suites as such a CPU runs them; the second runs those of the C code built for it",
+              file=sys.stderr)
+    print(" ".join(keep))

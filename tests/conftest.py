@@ -89,6 +89,18 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test: a tiny model's operations are too small to share, and two sleeping
+    threads woken for each (OMP_WAIT_POLICY=PASSIVE above) made a 20,000-run test take 1.3-1.6x as long."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def smol_fp32():
     """The embedded SmolLM2-135M-Instruct in fp32 (exact greedy comparisons), loaded once per session."""

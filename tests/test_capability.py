@@ -28,6 +28,21 @@ def test_detect_is_decided_once_and_describes_the_machine():
     assert (cpu.why_not_bf16() is None) == cpu.bf16_packing
 
 
+@pytest.mark.parametrize("own,packs,kept", [("AVX512", True, "all"), ("AVX2", True, "all"), ("AVX2", False, "c"),
+                                            ("DEFAULT", False, "all")])
+def test_the_second_pass_runs_what_the_first_did_not_run_as_the_emulated_cpu(monkeypatch, own, packs, kept):
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: own)
+    monkeypatch.setattr(capability, "_probe_bf16_packing", lambda: packs)
+    suites = ["tests/test_engine.py", "tests/test_cpu_ops.py", "tests/test_presets.py", "tests/test_stack_ops.py"]
+    got = capability.second_pass("avx2", suites)
+    assert got == (suites if kept == "all" else ["tests/test_cpu_ops.py", "tests/test_stack_ops.py"])
+    c_only = ["tests/test_cpu_ops.py", "tests/test_stack_ops.py"]
+    assert capability.second_pass("x86-64", suites) == (c_only if own == "DEFAULT" else suites)
+    proc = subprocess.run([sys.executable, "-m", "kernels.capability", "second-pass", "avx2", *suites], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and set(proc.stdout.split()) <= set(suites), proc.stderr  # what the Makefile reads
+
+
 @pytest.mark.filterwarnings("ignore:EAGLEVIZ_CPU=avx2 without")  # torch started before the override here
 def test_the_override_only_removes_abilities(monkeypatch):
     real = capability.detect()
