@@ -5,7 +5,8 @@
 The head is held resting (`HeadRest.head_runs` False) and lookups left out (`--source eagle`), so every cycle of
 the speculative run verifies the root alone. Each prompt runs both ways, `--rounds` times, the order swapped
 every round. Prints each side's ms a token after the prefill, the part of it spent in the target's forwards,
-and the median over prompts and rounds of the resting run's tokens per second over plain decoding's.
+and the median over prompts and rounds of the resting run's tokens per second over plain decoding's. `--as-decided
+--source eagle+lookup`: the default as its policy runs it, whole runs against whole runs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--source", default="eagle")
+    p.add_argument("--as-decided", action="store_true",
+                   help="the default as its policy runs it (the head not held resting): whole runs of the default")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     engine = load_engine()
@@ -45,7 +48,8 @@ def main() -> None:
         return out
 
     static.EagerSteps.forward = timed
-    policy.HeadRest.head_runs = lambda self: False
+    if not args.as_decided:
+        policy.HeadRest.head_runs = lambda self: False
     spent, tokens, ratios = {"plain": 0.0, "resting": 0.0}, {"plain": 0, "resting": 0}, []
     for r in range(args.rounds):
         for prompt in mtbench_first_turns(args.limit):

@@ -415,13 +415,14 @@ def test_the_readmes_gpu_figures_are_the_committed_h100_reports():
 
 
 def test_the_readmes_cpu_figures_for_the_default_are_the_committed_runs():
-    """README quotes the default tree against plain decoding on 80 prompts, natively and held to AVX2, at T = 0
-    and T = 1, each prompt run by both in lockstep (docs/performance.md entry 38): each ratio and interval as
+    """README quotes the default tree against plain decoding on 80 prompts, natively and held to AVX2 (and natively
+    on an AVX2-only CPU), at T = 0 and T = 1, each prompt run by both in lockstep (docs/performance.md entry 38): each ratio and interval as
     the bench wrote it in assets/bench/lockstep-*.json, whose commands say how they were run."""
     root = Path(__file__).resolve().parents[1]
     readme = " ".join((root / "README.md").read_text().split())
     missing = []
-    for name in ("lockstep-T0", "lockstep-T1", "lockstep-avx2-T0", "lockstep-avx2-T1"):
+    for name in ("lockstep-T0", "lockstep-T1", "lockstep-avx2-T0", "lockstep-avx2-T1", "lockstep-epyc-T0",
+                 "lockstep-epyc-T1"):
         run = json.loads((root / "assets/bench" / f"{name}.json").read_text())
         row = run["rows"]["eagle-tree"]
         assert run["prompts"] == 80 and run["greedy_mismatches"] == [] and "--limit 80" in run["command"]

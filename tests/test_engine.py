@@ -161,7 +161,9 @@ def test_a_resting_cycle_is_a_plain_step_through_the_same_calls(monkeypatch, tem
 def test_resting_cycles_run_as_a_stretch_of_plain_steps_and_trace_as_one_at_a_time(monkeypatch, temperature):
     """On a CPU the cycles after a resting one that rest too (the head and the lookups resting on: nothing to
     decide) run as plain decoding's loop, up to REST_BATCH forwards back to back, their traces written after the
-    last: the same cycles, tokens, decisions, reads and caches as one cycle at a time (`rest_batch` 1)."""
+    last and handed back (Y) after the last trace, so what the caller runs between two yields (another model's
+    forward, in `bench --lockstep`) finds no trace left to write: the same cycles, tokens, decisions, reads and
+    caches as one cycle at a time (`rest_batch` 1)."""
     from eagleviz.decoding import engine as engine_module
     from eagleviz.models.static import EagerSteps
 
@@ -173,9 +175,12 @@ def test_resting_cycles_run_as_a_stretch_of_plain_steps_and_trace_as_one_at_a_ti
     monkeypatch.setattr(EagerSteps, "forward", lambda *a, **k: events.append("F") or forward(*a, **k))
     monkeypatch.setattr(engine_module.Engine, "_rest_trace",
                         staticmethod(lambda *a, **k: events.append("T") or write(*a, **k)))
-    batched = run(engine, [1, 2, 3], tree, sampling)
+    batched = engine.new_run("x", [1, 2, 3], tree, sampling)
+    for _ in engine.speculate([1, 2, 3], tree, sampling, batched):
+        events.append("Y")
     batch, stretches = engine_module.REST_BATCH, [len(list(g)) for k, g in itertools.groupby(events)]
-    assert events[:batch + 1] == ["F"] * batch + ["T"] and stretches[:6] == [batch] * 6  # forwards, then traces
+    assert events[:3 * batch] == ["F"] * batch + ["T"] * batch + ["Y"] * batch  # forwards, traces, cycles
+    assert stretches[:9] == [batch] * 9
     events.clear()
     single = engine.new_run("x", [1, 2, 3], tree, sampling)
     list(engine.speculate([1, 2, 3], tree, sampling, single, rest_batch=1))
@@ -466,6 +471,7 @@ def exact_joint(target, prompt, n, temperature, top_p):
 @pytest.mark.parametrize("temperature,top_p,tree", [
     (1.0, 1.0, TreeConfig.create(3, 2, 7, adaptive=False)),
     (0.7, 0.9, TreeConfig.create(3, 2, 7, source="eagle+lookup"))])  # the policy (steep costs) and lookup nodes
+@pytest.mark.usefixtures("one_thread")
 def test_speculative_sampling_matches_target_distribution(temperature, top_p, tree):
     if os.environ.get("EAGLEVIZ_CPU") == "avx2":  # 20,000 runs each, 6-13 minutes on a 2-core machine
         pytest.skip("held to AVX2 the draws are bitwise the PyTorch reference's and the engine's tokens those of "

@@ -511,9 +511,11 @@ class Engine:
                                 rest_batch, rest_batch - 1)
                 rows = self._rest_steps(1 + ahead, S, root, steps, sampling, gen, clock, began, target.eos_token_ids,
                                         sampling.max_new_tokens - len(run.output), capacity - 1)
-                if not captures and not steps.queued:  # a CPU's own path: the forwards back to back, then the traces
-                    rows = list(rows)
-                for k, row in enumerate(rows):
+                together = not captures and not steps.queued  # a CPU's own path: the forwards back to back, then
+                # the traces and the books of all, handed back after the last (not each after whatever the caller
+                # ran between two: another model's forward in `bench --lockstep` made each trace cost 5-10x)
+                written: list[CycleTrace] = []
+                for k, row in enumerate(list(rows) if together else rows):
                     if k:  # the counts the skipped decisions would have made
                         rest.head_runs()
                         lookup_rest.head_runs()
@@ -543,9 +545,14 @@ class Engine:
                             clocked.rest(trace.timings_ms["verify"])
                     done = self._emit(run, [(root, "bonus")], cycle, target.eos_token_ids, sampling.max_new_tokens,
                                       text)
-                    run.wall_s = time.perf_counter() - start
                     cycle += 1
+                    if together:
+                        written.append(trace)
+                        continue
+                    run.wall_s = time.perf_counter() - start
                     yield trace
+                run.wall_s = time.perf_counter() - start
+                yield from written
                 continue
             if run_head and len(feats) > 1:  # the positions a resting head skipped, joined once
                 feats = [torch.cat(feats)]
