@@ -16,7 +16,7 @@ from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding.engine import PHASES, REFERENCE_NOTE
 from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import DraftConfig, DraftHead
-from eagleviz.decoding.policy import Ledger
+from eagleviz.decoding.policy import Ledger, TreePolicy
 from eagleviz.trace import KVMap, RunTrace
 from eagleviz.decoding.verify import sampling_probs
 from eagleviz.paths import cache_dir
@@ -64,12 +64,14 @@ def test_the_cost_aware_tree_shrinks_on_a_steep_curve_and_says_why():
     assert all(1 <= c.draft_levels <= tree.steps for c in steep.cycles if not c.decision.startswith("The head rests"))
 
 
-def test_a_lost_head_rests_and_decoding_stays_lossless():
+def test_a_lost_head_rests_and_decoding_stays_lossless(monkeypatch):
     """Verification so dear that no tree pays: the policy verifies the root alone, then rests the head for 1, 2,
     4 ... cycles; the positions it skipped are encoded when it runs again, and the output is unchanged. Every
     cycle verifies only the root, so the output cannot tell a wrong encoding: the test compares the head's
     draft after each rest with the draft of a fresh run from the same committed tokens, whose head encodes
-    them all at once."""
+    them all at once. (On such prices a greedy run would start with the head resting, `TreePolicy.head_pays`:
+    held True here, so that the head drafts and the back-off is what rests it.)"""
+    monkeypatch.setattr(TreePolicy, "head_pays", lambda self, *a: True)
     dear = CostModel(verify=((1, 1.0), (2, 3.0), (64, 100.0)), draft_level=0.05, overhead=0.05)
     tree, prompt = TreeConfig.create(4, 2, 8), [1, 2, 3]
     for model_type, arch in (("llama", "eagle1"), ("qwen3", "eagle3")):
@@ -92,16 +94,22 @@ def test_a_lost_head_rests_and_decoding_stays_lossless():
             assert [n.prob for n in c.nodes] == pytest.approx([n.prob for n in fresh.nodes], abs=1e-5)
 
 
-def test_a_head_whose_cycles_take_longer_than_they_bring_rests_at_any_temperature():
+def test_a_head_whose_cycles_take_longer_than_they_bring_rests_at_any_temperature(monkeypatch):
     """Verification nearly free but drafting dear (5 plain steps a cycle) and a head that guesses at random: sampled,
-    its cycles are expected to lose to the same cycles without it, so it rests; greedy, the forecast keeps its
-    nodes once drafted, but the run's clock (`Ledger`) sees a drafted cycle take longer than the resting cycle it
-    timed while committing about as many tokens, so it rests there too (and writes plain decoding's tokens).
-    Sampled, the run starts with the head resting (`Ledger.doubt`): its first 150 cycles are plain steps (the
+    its cycles are expected to lose to the same cycles without it, so it rests; greedy, on prices whose average
+    guess pays (`TreePolicy.head_pays` held True) the forecast keeps its nodes once drafted, but the run's clock
+    (`Ledger`) sees a drafted cycle take longer than the resting cycle it timed while committing about as many
+    tokens, so it rests there too (and writes plain decoding's tokens). Sampled, and greedy on these prices as
+    they are, the run starts with the head resting (`Ledger.doubt`): its first 150 cycles are plain steps (the
     first of them the clock's reference), then a probe."""
     pricey = CostModel(verify=((1, 1.0), (64, 1.3)), draft_level=0.05, overhead=0.05, draft_fixed=5.0)
     engine = tiny_engine("llama", vocab=64, seed=2).with_policy(costs=pricey)
     tree, prompt = TreeConfig.create(4, 2, 8), [1, 2, 3]
+    assert not engine.policy(tree, SamplingConfig()).head_pays(tree.topk, tree.steps, tree.draft_tokens - 1)
+    greedy = run(engine, prompt, tree, SamplingConfig(max_new_tokens=40))
+    assert all("a run starts without it" in c.decision and c.draft_levels == 0 for c in greedy.cycles)
+    assert greedy.token_ids == run(engine, prompt, None, SamplingConfig(max_new_tokens=40)).token_ids
+    monkeypatch.setattr(TreePolicy, "head_pays", lambda self, *a: True)
     for temperature in (0.0, 1.0):
         sampling = SamplingConfig(temperature=temperature, max_new_tokens=40 if temperature == 0 else 200)
         spec = run(engine, prompt, tree, sampling)
@@ -167,7 +175,7 @@ def test_resting_cycles_run_as_a_stretch_of_plain_steps_and_trace_as_one_at_a_ti
     from eagleviz.decoding import engine as engine_module
     from eagleviz.models.static import EagerSteps
 
-    monkeypatch.setattr(Ledger, "for_run", classmethod(lambda cls, greedy: cls(doubt=True)))  # rest from the start
+    monkeypatch.setattr(Ledger, "for_run", classmethod(lambda cls, greedy, pays=True: cls(doubt=True)))  # rest from the start
     engine = tiny_engine("llama", vocab=64, seed=4)
     sampling, tree = SamplingConfig(temperature=temperature, max_new_tokens=50, seed=7), TreeConfig.create()
     events = []
@@ -205,7 +213,7 @@ def test_where_a_step_returns_before_its_kernels_finish_the_next_is_launched_bef
     from eagleviz.decoding import engine as engine_module
     from eagleviz.models.static import EagerSteps
 
-    monkeypatch.setattr(Ledger, "for_run", classmethod(lambda cls, greedy: cls(doubt=True)))  # rest from the start
+    monkeypatch.setattr(Ledger, "for_run", classmethod(lambda cls, greedy, pays=True: cls(doubt=True)))  # rest from the start
     engine = tiny_engine("llama", vocab=64, seed=4)
     sampling, tree = SamplingConfig(temperature=temperature, max_new_tokens=50, seed=7), TreeConfig.create()
     events, queued = [], [False]

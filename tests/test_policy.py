@@ -168,6 +168,22 @@ def test_a_sampled_run_starts_in_doubt_and_drafts_on_only_once_a_probe_pays():
     assert "a run starts without it" in HeadRest(left=3).note()
 
 
+def test_a_greedy_run_starts_in_doubt_where_the_prices_say_the_heads_average_guess_does_not_pay():
+    """Greedy, the head drafts from the start where drafting from the root is expected to beat a resting cycle at
+    the calibration's average acceptance (`TreePolicy.head_pays`): on CPU_COSTS (a second token verified for 0.09
+    plain steps) it is; on a price list measured on a 2-core AVX2-only AMD EPYC (a second token for 0.30, a level
+    0.13, 0.14 a cycle's overhead), where its drafted cycles took 1.7 resting cycles for 1.44 tokens
+    (docs/performance.md entry 42), it is not, and the run starts in doubt as a sampled run does."""
+    steep = CostModel(verify=((1, 0.97), (2, 1.30), (4, 1.99), (8, 3.36), (16, 6.39), (64, 26.15)),
+                      draft_level=0.134, overhead=0.143, draft_fixed=0.08, rest=1.0)  # a resting cycle: 1.00 steps
+    assert policy(CPU_COSTS).head_pays(4, 5, 15) and policy(GPU).head_pays(4, 5, 15)
+    assert not policy(steep).head_pays(4, 5, 15)
+    assert not Ledger.for_run(greedy=True, pays=True).losing()
+    doubt = Ledger.for_run(greedy=True, pays=False)
+    assert doubt.losing() and doubt.span() == Ledger.for_run(greedy=False).span() == 150
+    assert Ledger.for_run(greedy=False, pays=True).doubt
+
+
 def test_a_source_that_does_not_draft_every_cycle_says_which_of_its_cycles_is_a_probe():
     """The context's lookups are judged by a ledger too, but their cycles come between resting ones that no rest
     imposed: the engine says which lookup cycle follows an imposed rest (`probe`), and only a paid probe clears

@@ -460,8 +460,9 @@ class Engine:
         done = self._emit(run, [(root, "prefill")], -1, target.eos_token_ids, sampling.max_new_tokens, text)
         cycle = 0
         rest = HeadRest()  # a cost-aware tree rests a head whose drafting keeps not paying for itself
-        ledger = (Ledger.for_run(sampling.greedy) if use_head and policy is not None and self.ledger
-                  else None)  # ... as its clock sees it
+        ledger = (Ledger.for_run(sampling.greedy, policy.head_pays(tree_cfg.topk, tree_cfg.steps,
+                                                                   tree_cfg.draft_tokens - 1))
+                  if use_head and policy is not None and self.ledger else None)  # ... as its clock sees it
         if ledger is not None and ledger.losing():  # in doubt: the run starts resting
             rest.left = rest.most = ledger.span()
         # the context's lookups judged by the same clock: their cycles (the head not run) against resting ones;

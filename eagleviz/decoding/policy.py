@@ -72,6 +72,12 @@ class TreePolicy:
                 size, tokens, best = m, 1.0 + gained, rate
         return Budget(size, tokens, best)
 
+    def head_pays(self, topk: int, steps: int, max_size: int) -> bool:
+        """Whether drafting from the root alone is expected to beat a resting cycle at the calibration's average
+        acceptance on this price list: where it is not (a CPU on which verifying a second token costs a third of a
+        plain step or more), a greedy run starts with the head resting, as a sampled run does (`Ledger.for_run`)."""
+        return self.another_level([], [1.0], 0, max_size, topk, steps)
+
     def another_level(self, values: list[float], frontier: list[float], levels: int, max_size: int,
                       topk: int, levels_left: int) -> bool:
         """Whether drafting one more level is expected to raise the cycle's rate. values: every candidate's
@@ -116,9 +122,9 @@ class HeadRest:
     def note(self) -> str:
         """One sentence for a resting cycle's trace."""
         span = "this cycle" if not self.left else f"this cycle and {self.left} more"
-        if not self.streak:  # a sampled run's start (`Ledger.doubt`)
-            return (f"The head rests (at T > 0 a run starts without it and drafts on once a probe pays): {span} "
-                    "without it.")
+        if not self.streak:  # a run's start in doubt (`Ledger.doubt`)
+            return (f"The head rests (a run starts without it at T > 0, or where this machine's prices say its "
+                    f"average guess does not pay, and drafts on once a probe pays): {span} without it.")
         times = f"{self.streak} time{'s' if self.streak > 1 else ''}"
         return f"The head rests (its guesses did not pay for themselves {times} in a row): {span} without it."
 
@@ -147,7 +153,8 @@ class Ledger:
     lookup candidates without the head, its probes the first such cycle after a rest it imposed (`observe`'s
     `probe`: lookup cycles come between resting cycles no rest imposed, which are not probes).
 
-    `doubt` (a sampled run: `Ledger.for_run`): the head starts the run judged losing. At T > 0 a head is
+    `doubt` (a sampled run, or a greedy one whose head is not expected to pay on this machine's prices:
+    `Ledger.for_run`): the head starts the run judged losing. At T > 0 a head is
     accepted far less often and most of a run's cycles rest anyway, so the drafted cycles a fresh verdict needs
     (the first of them encoding the whole prompt) were most of what speculation lost there: the head rests
     `span` cycles first (FIRST_LOSS over PROBE_SHARE: 150, so that a run shorter than that never pays for a
@@ -170,9 +177,10 @@ class Ledger:
     doubt: bool = False   # judged losing until a probe pays
 
     @classmethod
-    def for_run(cls, greedy: bool) -> Ledger:
-        """A run's ledger: greedy, the head drafts from the start; sampled, it is in doubt."""
-        return cls(doubt=not greedy)
+    def for_run(cls, greedy: bool, pays: bool = True) -> Ledger:
+        """A run's ledger: greedy, the head drafts from the start where it is expected to pay on average (`pays`:
+        `TreePolicy.head_pays`); sampled, or where it is not, it is in doubt."""
+        return cls(doubt=not (greedy and pays))
 
     def wants_reference(self) -> bool:
         """Whether this cycle should rest to time a plain step (the run's second cycle, then every
