@@ -3,6 +3,7 @@ EAGLE-2's assumption, and round-trip through the head's calibration.json."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -86,7 +87,7 @@ def _table() -> C.Calibration:
 
 
 def test_a_run_learns_its_lookup_rate_and_starts_from_the_table():
-    run = C.RunAcceptance(_table(), weight=8.0)
+    run = C.RunAcceptance(_table(), lookup_weight=8.0)
     assert run.table() == _table()  # nothing seen: the table itself
     # 40 one-token matches verified below the root, 4 accepted: 0.1 where the table says 0.3
     for k in range(40):
@@ -98,8 +99,34 @@ def test_a_run_learns_its_lookup_rate_and_starts_from_the_table():
     assert run.table().accept == _table().accept  # no head node seen: the head's values unchanged
 
 
+def test_a_runs_lookup_rates_follow_its_own_text_within_a_few_matches():
+    """By default the lookups' rates are shrunk towards the table by two pseudo-observations, the head's scale by
+    eight: on a table whose token after a 2-token match is accepted 0.73 of the time (the shipped greedy table's,
+    fitted on ShareGPT), two such tokens rejected bring the run to 0.37, and on a price list where verifying a second
+    token costs 0.30 plain steps (a 2-core AVX2-only AMD EPYC's) a lone token after a 2-token match is no longer
+    verified; shrunk by eight, it still was (0.58), the losing lookup cycles of docs/performance.md entry 43."""
+    from eagleviz.decoding.costs import CostModel
+    from eagleviz.decoding.drafting import lookup_worth
+    from eagleviz.decoding.lookup import Match
+    from eagleviz.decoding.policy import TreePolicy
+
+    table = dataclasses.replace(_table(), lookup=(0.34, 0.73, 0.90))
+    steep = CostModel(verify=((1, 0.97), (2, 1.30), (4, 1.99), (16, 6.39)), draft_level=0.134, overhead=0.143,
+                      rest=1.0)
+    match = Match(tokens=(7,), ngram=2)
+    run, heavy = C.RunAcceptance(table), C.RunAcceptance(table, lookup_weight=8.0)
+    assert run.weight == 8.0 and run.lookup_weight == 2.0
+    assert lookup_worth(TreePolicy(steep, run.table()), match, 16)
+    for learned in (run, heavy):
+        for _ in range(2):
+            learned.observe([0], set(), parents=[-1], sources=["lookup"], scores=[0.0], ngram=2)
+    assert run.table().lookup[1] == pytest.approx(2 * 0.73 / 4)
+    assert not lookup_worth(TreePolicy(steep, run.table()), match, 16)
+    assert lookup_worth(TreePolicy(steep, heavy.table()), match, 16)
+
+
 def test_lookup_rates_stay_non_decreasing_in_match_length():
-    run = C.RunAcceptance(_table(), weight=2.0)
+    run = C.RunAcceptance(_table(), lookup_weight=2.0)
     for _ in range(30):  # two-token matches never accepted, one-token ones always
         run.observe([0], set(), [-1], ["lookup"], [0.0], ngram=2)
         run.observe([0], {0}, [-1], ["lookup"], [0.0], ngram=1)

@@ -175,7 +175,7 @@ def test_resting_cycles_run_as_a_stretch_of_plain_steps_and_trace_as_one_at_a_ti
     from eagleviz.decoding import engine as engine_module
     from eagleviz.models.static import EagerSteps
 
-    monkeypatch.setattr(Ledger, "for_run", classmethod(lambda cls, greedy, pays=True: cls(doubt=True)))  # rest from the start
+    monkeypatch.setattr(Ledger, "for_run", classmethod(lambda cls, greedy, pays=True, lookups=False: cls(doubt=True, lookups=lookups)))  # rest from the start
     engine = tiny_engine("llama", vocab=64, seed=4)
     sampling, tree = SamplingConfig(temperature=temperature, max_new_tokens=50, seed=7), TreeConfig.create()
     events = []
@@ -202,6 +202,53 @@ def test_resting_cycles_run_as_a_stretch_of_plain_steps_and_trace_as_one_at_a_ti
         assert set(a.timings_ms) == set(PHASES) and a.timings_ms["verify"] > 0
 
 
+def test_while_the_lookups_look_resting_cycles_run_as_stretches_that_end_before_a_match_worth_verifying(monkeypatch):
+    """Greedy with the head resting and the context's lookups looking, on a CPU's steep prices (verifying a second
+    token costs 0.30 plain steps, so a short match is passed over and a long one verified): the resting cycles
+    between two lookup cycles run as stretches of plain steps too, each step's token indexed and the next cycle's
+    match looked up as that cycle would, a stretch ending before a cycle whose match is worth verifying. The same
+    cycles, tokens, decisions (the passed-over matches named) and traces as one cycle at a time (`rest_batch` 1),
+    where before a run whose lookups looked took every resting cycle alone. The phases' clock is fake, so the
+    run's own prices move the same way in both; the lookups' verdict is left out (it reads the wall clock)."""
+    from eagleviz.models import host
+    from eagleviz.models.static import EagerSteps
+
+    monkeypatch.setattr(Ledger, "for_run", classmethod(
+        lambda cls, greedy, pays=True, lookups=False: cls(doubt=not lookups, lookups=lookups)))  # the head rests
+    monkeypatch.setattr(Ledger, "LOOKUP_EVIDENCE", 10 ** 6)
+    steep = CostModel(verify=((1, 0.97), (2, 1.30), (4, 1.99), (16, 6.39)), draft_level=0.134, overhead=0.143,
+                      rest=1.0)
+    engine = tiny_engine("llama", vocab=16, seed=0).with_policy(costs=steep)
+    ids, tree, sampling = [1, 2, 3, 4] * 3, TreeConfig.create(), SamplingConfig(max_new_tokens=60)
+    now, events, forward = [0.0], [], EagerSteps.forward
+
+    def timed(self, tokens, positions, mask):  # 4 ms a token on the phases' clock
+        events.append("F")
+        now[0] += 0.004 * len(tokens)
+        return forward(self, tokens, positions, mask)
+
+    monkeypatch.setattr(EagerSteps, "forward", timed)
+    monkeypatch.setattr(host, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    runs = {}
+    for batch in (None, 1):
+        events.clear()
+        runs[batch] = engine.new_run("x", ids, tree, sampling)
+        for _ in engine.speculate(ids, tree, sampling, runs[batch], rest_batch=batch):
+            events.append("Y")
+        runs[batch].events = "".join(events)
+    batched, single = runs[None], runs[1]
+    kinds = ["lookup" if len(c.tokens) > 1 else "passed" if c.lookup_ngram else "rest" for c in batched.cycles]
+    assert {"lookup", "passed", "rest"} <= set(kinds)
+    longest = {batch: max(map(len, r.events.split("Y"))) for batch, r in runs.items()}  # forwards in a row
+    assert longest[None] >= 4 and longest[1] == 1
+    assert batched.token_ids == single.token_ids == run(engine, ids, None, sampling).token_ids
+    assert len(batched.cycles) == len(single.cycles)
+    for a, b in zip(batched.cycles, single.cycles):
+        assert (a.index, a.tokens, a.positions, a.committed, a.kv_target, a.decision, a.lookup_ngram) == (
+            b.index, b.tokens, b.positions, b.committed, b.kv_target, b.decision, b.lookup_ngram)
+        assert a.timings_ms == pytest.approx(b.timings_ms)
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_where_a_step_returns_before_its_kernels_finish_the_next_is_launched_before_the_host_writes_the_last(
         monkeypatch, temperature):
@@ -213,7 +260,7 @@ def test_where_a_step_returns_before_its_kernels_finish_the_next_is_launched_bef
     from eagleviz.decoding import engine as engine_module
     from eagleviz.models.static import EagerSteps
 
-    monkeypatch.setattr(Ledger, "for_run", classmethod(lambda cls, greedy, pays=True: cls(doubt=True)))  # rest from the start
+    monkeypatch.setattr(Ledger, "for_run", classmethod(lambda cls, greedy, pays=True, lookups=False: cls(doubt=True, lookups=lookups)))  # rest from the start
     engine = tiny_engine("llama", vocab=64, seed=4)
     sampling, tree = SamplingConfig(temperature=temperature, max_new_tokens=50, seed=7), TreeConfig.create()
     events, queued = [], [False]
@@ -300,7 +347,7 @@ def test_a_lookup_not_worth_verifying_leaves_the_cycle_a_plain_step(monkeypatch,
 def test_lookups_whose_cycles_take_longer_than_they_bring_rest_and_decoding_stays_lossless(monkeypatch):
     """The context's lookups are judged by the run's clock as the head is: where a forward of several tokens
     costs far more than their acceptance brings (here each token beyond the first takes 30 ms more), lookup cycles
-    stop once four of them lost together and the resting cycles say why; where a forward costs the same whatever
+    stop once two of them lost together and the resting cycles say why; where a forward costs the same whatever
     its size (10 ms, far above the tiny model's own time and its noise) they are never rested. The tokens are
     plain decoding's either way."""
     import time
@@ -327,7 +374,7 @@ def test_lookups_whose_cycles_take_longer_than_they_bring_rest_and_decoding_stay
     looked = [len(c.tokens) > 1 for c in spec.cycles]
     rested = [LOOKUP_REST_NOTE in c.decision for c in spec.cycles]
     first = rested.index(True)
-    assert sum(looked[:first]) >= Ledger.EVIDENCE  # then, each lost cycle worth dozens of plain steps, the
+    assert sum(looked[:first]) >= Ledger.LOOKUP_EVIDENCE  # then, each lost cycle worth dozens of plain steps, the
     assert all(rested[first:]) and not any(looked[first:])  # longest rest (Ledger.SPAN[1]) outlasts the run
 
 
@@ -369,6 +416,7 @@ def test_a_run_prices_its_trees_by_its_own_clock_where_the_list_is_off(monkeypat
     monkeypatch.setattr(engine_module, "TreePolicy", Recorded)
     # the clock's reference cycle gives the unit; its verdict on the head is left out (it would rest the head)
     monkeypatch.setattr(Ledger, "EVIDENCE", 10 ** 6)
+    monkeypatch.setattr(Ledger, "LOOKUP_EVIDENCE", 10 ** 6)
     forward = EagerSteps.forward
 
     now = [0.0]  # the phases' clock: it moves only in the target's forwards, 4 ms a token (no noise of its own)

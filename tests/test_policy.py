@@ -184,6 +184,22 @@ def test_a_greedy_run_starts_in_doubt_where_the_prices_say_the_heads_average_gue
     assert Ledger.for_run(greedy=False, pays=True).doubt
 
 
+def test_the_lookups_ledger_gives_its_verdict_after_two_drafted_cycles_the_heads_after_four():
+    """A run meets a few lookup matches (4-11 in 128 tokens on MT-bench at T = 0), so the ledger of the context's
+    lookups judges them after LOOKUP_EVIDENCE = 2 cycles: two lookup cycles that each took 1.5 resting cycles for
+    one token rest the lookups, where the head's ledger waits for EVIDENCE = 4 (docs/performance.md entry 43)."""
+    head, looks = Ledger.for_run(greedy=True), Ledger.for_run(greedy=True, lookups=True)
+    assert (Ledger.LOOKUP_EVIDENCE, Ledger.EVIDENCE) == (2, 4) and looks.lookups and not head.lookups
+    for ledger in (head, looks):
+        ledger.observe(10.0, 1, drafted=False, alone=True)
+        assert ledger.observe(15.0, 1, drafted=True, alone=False, probe=False)  # one cycle: no verdict
+    assert head.observe(15.0, 1, drafted=True, alone=False, probe=False) and not head.losing()
+    assert not looks.observe(15.0, 1, drafted=True, alone=False, probe=False) and looks.losing()
+    for _ in range(2):
+        head.observe(15.0, 1, drafted=True, alone=False, probe=False)
+    assert head.losing()
+
+
 def test_a_source_that_does_not_draft_every_cycle_says_which_of_its_cycles_is_a_probe():
     """The context's lookups are judged by a ledger too, but their cycles come between resting ones that no rest
     imposed: the engine says which lookup cycle follows an imposed rest (`probe`), and only a paid probe clears

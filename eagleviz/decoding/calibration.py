@@ -140,11 +140,15 @@ class RunAcceptance:
     `scripts/forecast_check.py`) or its head guess better or worse. After each cycle the verified nodes whose parent was accepted are counted: a
     lookup token, by its match length; a head node, against the chance the table gave it given its parent.
     `table()` is the base table with each lookup rate and the head's scale taken from what was counted, each
-    shrunk towards the base by `weight` pseudo-observations (a few cycles move it; a long run follows its own
-    text). Only which nodes are verified changes: the output is the target's either way."""
+    shrunk towards the base by pseudo-observations (a few cycles move it; a long run follows its own text): the
+    head's scale by `weight`, the lookup rates by `lookup_weight`, as few as the fit itself shrinks a sparse bin
+    by, since the lookups' rates are what moves most from one kind of text to another and a run meets a few
+    lookup matches (4-11 in 128 tokens on MT-bench: docs/performance.md entry 43). Only which nodes are verified
+    changes: the output is the target's either way."""
 
     base: Calibration
     weight: float = 8.0
+    lookup_weight: float = 2.0
     lookup_hits: list[float] = field(default_factory=list)
     lookup_seen: list[float] = field(default_factory=list)
     head_hits: float = 0.0        # head nodes accepted (their parent was)
@@ -184,7 +188,7 @@ class RunAcceptance:
 
     def table(self) -> Calibration:
         """The base table with this run's lookup rates and head scale (non-decreasing in match length)."""
-        w, base = self.weight, self.base
+        w, base = self.lookup_weight, self.base
         rates = [(h + w * r) / (c + w) for h, c, r in zip(self.lookup_hits, self.lookup_seen, base.lookup)]
         lookup = tuple(isotonic(rates, [c + w for c in self.lookup_seen]))
         f = self.head_scale()

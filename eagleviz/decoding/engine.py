@@ -467,14 +467,33 @@ class Engine:
             rest.left = rest.most = ledger.span()
         # the context's lookups judged by the same clock: their cycles (the head not run) against resting ones;
         # sampled, in doubt from the start as the head is
-        lookups = (Ledger.for_run(sampling.greedy) if index is not None and policy is not None and self.ledger
-                   else None)
+        lookups = (Ledger.for_run(sampling.greedy, lookups=True)
+                   if index is not None and policy is not None and self.ledger else None)
         lookup_rest, lookup_probe = HeadRest(), False  # the next lookup cycle after a rest is a probe
         if lookups is not None and lookups.losing():
             lookup_rest.left = lookups.span()
         captures = static_states(steps, dcache)  # else no cycle can capture: `prepared` is not asked
         batches = rest_batch > 1  # resting cycles in stretches
         worth: dict[tuple[int, int, int], bool] = {}  # `lookup_worth` by (n-gram, tokens, budget), this policy's
+
+        def worthy(match: Match, budget: int) -> bool:
+            key = (match.ngram, len(match.tokens), budget)
+            if key not in worth:
+                worth[key] = lookup_worth(policy, match, budget)
+            return worth[key]
+
+        def no_lookup(bonus: int, S: int) -> bool:
+            """In a stretch of resting cycles while the lookups look: the stretch's latest token indexed (`indexed`
+            counts them), whether the next cycle would rest too (no match worth verifying; one that is not, passed
+            over, in `passes`)."""
+            index.extend([bonus])
+            indexed[0] += 1
+            budget = min(tree_cfg.draft_tokens, capacity - 1 - S)
+            match = index.match(min(tree_cfg.steps, budget - 1)) if budget > 1 else None
+            if match is not None and (policy is None or worthy(match, budget)):
+                return False
+            passes.append(match)
+            return True
         while not done:
             S = tcache.length
             room = capacity - 1 - S  # the slots plain decoding would still fill: it stops at the same length
@@ -495,23 +514,25 @@ class Engine:
             backlog = run_head and len(pend_tokens) > tree_cfg.steps + 1  # the head first encodes what it skipped
             forecast_paid, passed = True, None
             if match is not None and not run_head and policy is not None:
-                key = (match.ngram, len(match.tokens), budget)
-                if key not in worth:
-                    worth[key] = lookup_worth(policy, match, budget)
-                if not worth[key]:  # its tokens alone not worth verifying: `grow` would verify the root
+                if not worthy(match, budget):  # its tokens alone not worth verifying: `grow` would verify the root
                     passed, match = match, None
             if not run_head and match is None:  # nothing to verify but the root: a plain step, through plain
                 # decoding's own calls, and only a plain step's bookkeeping. The cycles after it rest too while the
-                # head and the lookups rest on (nothing to decide): up to `rest_batch` of them run as plain decoding's
-                # loop. On a CPU their traces are written after the last, together rather than each after a forward
-                # has swept the caches (`scripts/rest_batch.py`: 1.000-1.007x one cycle at a time, docs entry 40); on
-                # a GPU each trace is written while the next step runs (`_rest_steps`)
-                ahead = 0
-                if batches and not reference and passed is None and (index is None or resting_lookups):
-                    ahead = min(rest.left if use_head else rest_batch, lookup_rest.left if index is not None else
+                # head rests on and the lookups rest or find no match worth verifying: up to `rest_batch` of them run
+                # as plain decoding's loop. While the lookups look, each step's token is indexed and the next cycle's
+                # match looked up as that cycle would (`no_lookup`): a stretch ends before a cycle whose match is
+                # worth verifying, and the cycles that pass one over say so (docs entry 43). On a CPU their traces are
+                # written after the last, together rather than each after a forward has swept the caches
+                # (`scripts/rest_batch.py`: 1.000-1.007x one cycle at a time, docs entry 40); on a GPU each trace is
+                # written while the next step runs (`_rest_steps`)
+                ahead, passes, indexed = 0, [passed], [0]
+                looking = index is not None and not resting_lookups
+                if batches and not reference:
+                    ahead = min(rest.left if use_head else rest_batch, lookup_rest.left if resting_lookups else
                                 rest_batch, rest_batch - 1)
                 rows = self._rest_steps(1 + ahead, S, root, steps, sampling, gen, clock, began, target.eos_token_ids,
-                                        sampling.max_new_tokens - len(run.output), capacity - 1)
+                                        sampling.max_new_tokens - len(run.output), capacity - 1,
+                                        no_lookup if looking and ahead else None)
                 together = not captures and not steps.queued  # a CPU's own path: the forwards back to back, then
                 # the traces and the books of all, handed back after the last (not each after whatever the caller
                 # ran between two: another model's forward in `bench --lockstep` made each trace cost 5-10x)
@@ -520,6 +541,7 @@ class Engine:
                     if k:  # the counts the skipped decisions would have made
                         rest.head_runs()
                         lookup_rest.head_runs()
+                    passed = passes[k] if k < len(passes) else None
                     decision = ROOT_ALONE if policy is not None else ""
                     if passed is not None:
                         decision = f"{lookup_passed(passed)} {decision}"
@@ -533,7 +555,7 @@ class Engine:
                     if use_head:  # the head's cache still waits for this position, encoded when it next runs
                         feats.append(row.features)
                         pend_tokens.append(root)
-                    if index is not None:
+                    if index is not None and k >= indexed[0]:  # (`no_lookup` indexed the stretch's tokens so far)
                         index.extend(trace.committed)
                     run.cycles.append(trace)
                     if not row.captured:  # the unit the ledgers judge the others by
@@ -661,11 +683,12 @@ class Engine:
 
     def _rest_steps(self, n: int, S: int, root: int, steps: EagerSteps | StaticSteps, sampling: SamplingConfig,
                     gen: torch.Generator, clock: PhaseClock, began: float, eos: frozenset[int], tokens_left: int,
-                    last_slot: int) -> Iterator[RestStep]:
+                    last_slot: int, rests: Callable[[int, int], bool] | None = None) -> Iterator[RestStep]:
         """Up to n cycles that verify the root alone, as plain decoding's loop runs them: a step (`steps.forward` of
         one token, `_read_out` from the same generator) after another, each step's root the bonus before it,
         nothing else done between them; fewer where a token ends the run (end of sequence, `tokens_left`, the cache's
-        `last_slot`). Greedy, the read is the argmax alone, as plain decoding's (the trace's `target_probs` is
+        `last_slot`) or where `rests(token, position)`, asked of each step's token and the next position once the
+        run goes on, says the next cycle would not rest. Greedy, the read is the argmax alone, as plain decoding's (the trace's `target_probs` is
         [None]). `clock` and `began`: the first cycle's, started at its beginning. The head's cache is not touched;
         each step's features row feeds the head when it next runs (a static step's outputs are rewritten by the
         next step of its size: copied, on the device's queue before that step).
@@ -697,7 +720,8 @@ class Engine:
                            out.features.clone() if steps.reuses_outputs and out.features is not None
                            else out.features, captured)
             root, S = bonus, S + 1
-            if k + 1 >= n or bonus in eos or k + 1 >= tokens_left or S >= last_slot:
+            if k + 1 >= n or bonus in eos or k + 1 >= tokens_left or S >= last_slot or (rests is not None and
+                                                                                   not rests(bonus, S)):
                 yield row
                 return
             if not queued:

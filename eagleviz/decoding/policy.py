@@ -153,6 +153,10 @@ class Ledger:
     lookup candidates without the head, its probes the first such cycle after a rest it imposed (`observe`'s
     `probe`: lookup cycles come between resting cycles no rest imposed, which are not probes).
 
+    The lookups' ledger (`lookups`) gives its verdict after LOOKUP_EVIDENCE drafted cycles rather than EVIDENCE: a
+    run meets a few lookup matches (on MT-bench at T = 0, 4-11 in 128 tokens), so waiting for four left most of a
+    losing run's lookup cycles judged too late (docs/performance.md entry 43).
+
     `doubt` (a sampled run, or a greedy one whose head is not expected to pay on this machine's prices:
     `Ledger.for_run`): the head starts the run judged losing. At T > 0 a head is
     accepted far less often and most of a run's cycles rest anyway, so the drafted cycles a fresh verdict needs
@@ -162,6 +166,7 @@ class Ledger:
 
     RECENT = 8
     EVIDENCE = 4  # drafted cycles before they are judged together
+    LOOKUP_EVIDENCE = 2  # ... where the ledger judges the context's lookups
     REFERENCE_EVERY = 64
     PROBE_SHARE = 0.01
     SPAN = (16, 256)  # the shortest and longest rest `span` gives
@@ -175,12 +180,14 @@ class Ledger:
     cycles: int = 0
     rested: bool = False  # whether the last cycle ran without the head
     doubt: bool = False   # judged losing until a probe pays
+    lookups: bool = False  # the ledger of the context's lookups (its verdict after LOOKUP_EVIDENCE drafted cycles)
 
     @classmethod
-    def for_run(cls, greedy: bool, pays: bool = True) -> Ledger:
-        """A run's ledger: greedy, the head drafts from the start where it is expected to pay on average (`pays`:
-        `TreePolicy.head_pays`); sampled, or where it is not, it is in doubt."""
-        return cls(doubt=not (greedy and pays))
+    def for_run(cls, greedy: bool, pays: bool = True, lookups: bool = False) -> Ledger:
+        """A run's ledger of its head, or of its lookups (`lookups`): greedy, the source drafts from the start where
+        it is expected to pay on average (`pays`: `TreePolicy.head_pays`); sampled, or where it is not, it is in
+        doubt."""
+        return cls(doubt=not (greedy and pays), lookups=lookups)
 
     def wants_reference(self) -> bool:
         """Whether this cycle should rest to time a plain step (the run's second cycle, then every
@@ -220,12 +227,12 @@ class Ledger:
         return not self.losing()
 
     def losing(self) -> bool:
-        """Whether the last RECENT drafted cycles (at least EVIDENCE of them), together, committed fewer tokens per
+        """Whether the last RECENT drafted cycles (at least EVIDENCE of them, LOOKUP_EVIDENCE for lookups), together, committed fewer tokens per
         millisecond than resting cycles do; in doubt, until a probe pays."""
         if self.doubt:
             return True
         reference = self.rest_ms()
-        if reference is None or len(self.drafted) < self.EVIDENCE:
+        if reference is None or len(self.drafted) < (self.LOOKUP_EVIDENCE if self.lookups else self.EVIDENCE):
             return False
         return sum(t for _, t in self.drafted) * reference < sum(ms for ms, _ in self.drafted)
 

@@ -1,0 +1,91 @@
+"""Plain decoding, plain decoding again, and the default in lockstep: how far apart two identical arms land beside
+how far the default lands from plain decoding, and which of the default's sources costs what.
+
+    OMP_WAIT_POLICY=ACTIVE python scripts/lockstep_arms.py --temperature 0 --limit 40 --arms plain,control,default,head-only
+
+Arms: "plain" (plain decoding, the reference), "control" (plain decoding again: the spread of a ratio that should
+be 1), "default" (the default tree: the head and the context's lookups, as `bench --lockstep` runs it), "head-only"
+(the default without the lookups, `--draft-source eagle`; on a CPU whose price list says the head's average
+guess does not pay, a run of resting cycles at any temperature) and "lookup-only" (`--draft-source lookup`).
+Each prompt's arms step in lockstep as `bench.run_lockstep` steps two (whichever has written the fewest tokens
+steps next), the order rotated from one prompt to the next; MT-bench prompts, 128 tokens, 2 threads. Printed per
+arm: ms a token (prefill included), the median one-token forward, and the median over prompts of plain's time
+over the arm's (as `bench` reports speed: above 1 is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.decoding.load import load_engine
+from eagleviz.models import static
+from eagleviz.perf import bench
+from eagleviz.prompts import mtbench_first_turns
+
+SOURCES = {"plain": None, "control": None, "default": "eagle+lookup", "head-only": "eagle", "lookup-only": "lookup"}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--limit", type=int, default=40)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--arms", default="plain,control,default,head-only")
+    args = p.parse_args()
+    arms = args.arms.split(",")
+    if arms[0] != "plain" or any(a not in SOURCES for a in arms):
+        p.error(f"arms: plain first, then any of {', '.join(SOURCES)}")
+    torch.set_num_threads(args.threads)
+    stepping, forwards = [arms[0]], {a: [] for a in arms}
+    forward = static.EagerSteps.forward
+
+    def timed(self, tokens, positions, mask):
+        start = time.perf_counter()
+        out = forward(self, tokens, positions, mask)
+        if len(tokens) == 1:
+            forwards[stepping[0]].append(time.perf_counter() - start)
+        return out
+
+    static.EagerSteps.forward = timed
+    eng = load_engine()
+    sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    trees = {a: None if SOURCES[a] is None else TreeConfig.create().with_(source=SOURCES[a]) for a in arms}
+    seconds, tokens, ratios = dict.fromkeys(arms, 0.0), dict.fromkeys(arms, 0), {a: [] for a in arms}
+    prompts = mtbench_first_turns(args.limit)
+    began = time.perf_counter()
+    for i, text in enumerate(prompts):
+        ids = eng.encode_prompt(text)
+        k = i % len(arms)
+        order = arms[k:] + arms[:k]
+        started = {a: bench.start_ours(eng, ids, trees[a], sampling) for a in order}
+        took, live = dict.fromkeys(order, 0.0), list(order)
+        while live:
+            a = min(live, key=lambda arm: len(started[arm][0].output))
+            stepping[0] = a
+            start = time.perf_counter()
+            try:
+                next(started[a][1])
+            except StopIteration:
+                live.remove(a)
+            took[a] += time.perf_counter() - start
+        for a in arms:
+            seconds[a] += took[a]
+            tokens[a] += len(started[a][0].output)
+            ratios[a].append(took["plain"] / took[a])
+        left = (time.perf_counter() - began) / (i + 1) * (len(prompts) - i - 1)
+        print(f"prompt {i + 1}/{len(prompts)}  ETA {left:5.0f} s", flush=True)
+    for a in arms:
+        print(f"{a:12s} {seconds[a] * 1e3 / tokens[a]:7.3f} ms a token, one-token forward "
+              f"{statistics.median(forwards[a]) * 1e3:.3f} ms, plain over it {statistics.median(ratios[a]):.4f} "
+              f"(median of {len(ratios[a])} prompts)")
+    print(f"{args.limit} MT-bench prompts x {args.max_new_tokens} tokens, T = {args.temperature:g}, lockstep")
+
+
+if __name__ == "__main__":
+    main()
