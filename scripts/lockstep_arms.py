@@ -6,7 +6,10 @@ how far the default lands from plain decoding, and which of the default's source
 Arms: "plain" (plain decoding, the reference), "control" (plain decoding again: the spread of a ratio that should
 be 1), "default" (the default tree: the head and the context's lookups, as `bench --lockstep` runs it), "head-only"
 (the default without the lookups, `--draft-source eagle`; on a CPU whose price list says the head's average
-guess does not pay, a run of resting cycles at any temperature) and "lookup-only" (`--draft-source lookup`).
+guess does not pay, a run of resting cycles at any temperature), "lookup-only" (`--draft-source lookup`),
+"stretch-N" (the default with resting cycles in stretches of at most N, `Engine.speculate`'s rest_batch; the
+default's is 16) and "unkept" (head-only with each resting cycle's features row dropped rather than kept for the
+head: valid only where the head never drafts in the run, to time what keeping them costs).
 Each prompt's arms step in lockstep as `bench.run_lockstep` steps two (whichever has written the fewest tokens
 steps next), the order rotated from one prompt to the next; MT-bench prompts, 128 tokens, 2 threads. Printed per
 arm: ms a token (prefill included), the median one-token forward, and the median over prompts of plain's time
@@ -22,12 +25,25 @@ import time
 import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.decoding import engine
 from eagleviz.decoding.load import load_engine
 from eagleviz.models import static
-from eagleviz.perf import bench
 from eagleviz.prompts import mtbench_first_turns
 
-SOURCES = {"plain": None, "control": None, "default": "eagle+lookup", "head-only": "eagle", "lookup-only": "lookup"}
+SOURCES = {"plain": None, "control": None, "default": "eagle+lookup", "head-only": "eagle", "lookup-only": "lookup",
+           "unkept": "eagle"}
+
+
+def source(arm: str) -> str | None:
+    return "eagle+lookup" if arm.startswith("stretch-") else SOURCES[arm]
+
+
+KEPT = engine.RestStep
+
+
+def unkept(*fields) -> KEPT:
+    """A resting step's row without its features (the head's input, kept until it next drafts)."""
+    return KEPT(*fields[:8], None, *fields[9:])
 
 
 def main() -> None:
@@ -39,8 +55,10 @@ def main() -> None:
     p.add_argument("--arms", default="plain,control,default,head-only")
     args = p.parse_args()
     arms = args.arms.split(",")
-    if arms[0] != "plain" or any(a not in SOURCES for a in arms):
-        p.error(f"arms: plain first, then any of {', '.join(SOURCES)}")
+    stretch = {a: int(a.removeprefix("stretch-")) for a in arms if a.startswith("stretch-")
+               and a.removeprefix("stretch-").isdigit() and int(a.removeprefix("stretch-")) > 0}
+    if arms[0] != "plain" or any(a not in SOURCES and a not in stretch for a in arms):
+        p.error(f"arms: plain first, then any of {', '.join(SOURCES)}, stretch-N")
     torch.set_num_threads(args.threads)
     stepping, forwards = [arms[0]], {a: [] for a in arms}
     forward = static.EagerSteps.forward
@@ -55,19 +73,34 @@ def main() -> None:
     static.EagerSteps.forward = timed
     eng = load_engine()
     sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
-    trees = {a: None if SOURCES[a] is None else TreeConfig.create().with_(source=SOURCES[a]) for a in arms}
+    trees = {a: None if source(a) is None else TreeConfig.create().with_(source=source(a)) for a in arms}
+
+    def begin(arm: str, ids: list[int]):  # `bench.start_ours`, with the arm's stretches
+        run = eng.new_run("", ids, trees[arm], sampling)
+        if trees[arm] is None:
+            return run, eng.plain(ids, sampling, run)
+        return run, eng.speculate(ids, trees[arm], sampling, run, rest_batch=stretch.get(arm))
+
     seconds, tokens, ratios = dict.fromkeys(arms, 0.0), dict.fromkeys(arms, 0), {a: [] for a in arms}
     prompts = mtbench_first_turns(args.limit)
+    for a in arms:  # a warm-up: what a first run pays once (the chat opening's encoding, first calls) paid here
+        run, steps = begin(a, eng.encode_prompt(prompts[0]))
+        for _ in zip(range(8), steps):
+            pass
+        steps.close()
+    for times in forwards.values():
+        times.clear()
     began = time.perf_counter()
     for i, text in enumerate(prompts):
         ids = eng.encode_prompt(text)
         k = i % len(arms)
         order = arms[k:] + arms[:k]
-        started = {a: bench.start_ours(eng, ids, trees[a], sampling) for a in order}
+        started = {a: begin(a, ids) for a in order}
         took, live = dict.fromkeys(order, 0.0), list(order)
         while live:
             a = min(live, key=lambda arm: len(started[arm][0].output))
             stepping[0] = a
+            engine.RestStep = unkept if a == "unkept" else KEPT
             start = time.perf_counter()
             try:
                 next(started[a][1])
