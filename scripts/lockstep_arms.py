@@ -1,7 +1,8 @@
 """Plain decoding, plain decoding again, and the default in lockstep: how far apart two identical arms land beside
 how far the default lands from plain decoding, and which of the default's sources costs what.
 
-    OMP_WAIT_POLICY=ACTIVE python scripts/lockstep_arms.py --temperature 0 --limit 40 --arms plain,control,default,head-only
+    OMP_WAIT_POLICY=ACTIVE python scripts/lockstep_arms.py --temperature 0 --limit 40 \
+        --arms plain,control,default,head-only
 
 Arms: "plain" (plain decoding, the reference), "control" (plain decoding again: the spread of a ratio that should
 be 1), "default" (the default tree: the head and the context's lookups, as `bench --lockstep` runs it), "head-only"

@@ -175,7 +175,8 @@ def test_resting_cycles_run_as_a_stretch_of_plain_steps_and_trace_as_one_at_a_ti
     from eagleviz.decoding import engine as engine_module
     from eagleviz.models.static import EagerSteps
 
-    monkeypatch.setattr(Ledger, "for_run", classmethod(lambda cls, greedy, pays=True, lookups=False: cls(doubt=True, lookups=lookups)))  # rest from the start
+    monkeypatch.setattr(Ledger, "for_run", classmethod(  # rest from the start
+        lambda cls, greedy, pays=True, lookups=False: cls(doubt=True, lookups=lookups)))
     engine = tiny_engine("llama", vocab=64, seed=4)
     sampling, tree = SamplingConfig(temperature=temperature, max_new_tokens=50, seed=7), TreeConfig.create()
     events = []
@@ -260,7 +261,8 @@ def test_where_a_step_returns_before_its_kernels_finish_the_next_is_launched_bef
     from eagleviz.decoding import engine as engine_module
     from eagleviz.models.static import EagerSteps
 
-    monkeypatch.setattr(Ledger, "for_run", classmethod(lambda cls, greedy, pays=True, lookups=False: cls(doubt=True, lookups=lookups)))  # rest from the start
+    monkeypatch.setattr(Ledger, "for_run", classmethod(  # rest from the start
+        lambda cls, greedy, pays=True, lookups=False: cls(doubt=True, lookups=lookups)))
     engine = tiny_engine("llama", vocab=64, seed=4)
     sampling, tree = SamplingConfig(temperature=temperature, max_new_tokens=50, seed=7), TreeConfig.create()
     events, queued = [], [False]

@@ -688,8 +688,8 @@ class Engine:
         one token, `_read_out` from the same generator) after another, each step's root the bonus before it,
         nothing else done between them; fewer where a token ends the run (end of sequence, `tokens_left`, the cache's
         `last_slot`) or where `rests(token, position)`, asked of each step's token and the next position once the
-        run goes on, says the next cycle would not rest. Greedy, the read is the argmax alone, as plain decoding's (the trace's `target_probs` is
-        [None]). `clock` and `began`: the first cycle's, started at its beginning. The head's cache is not touched;
+        run goes on, says the next cycle would not rest. Greedy, the read is the argmax alone, as plain decoding's
+        (the trace's `target_probs` is [None]). `clock` and `began`: the first cycle's, started at its beginning. The head's cache is not touched;
         each step's features row feeds the head when it next runs (a static step's outputs are rewritten by the
         next step of its size: copied, on the device's queue before that step).
 

@@ -227,8 +227,8 @@ class Ledger:
         return not self.losing()
 
     def losing(self) -> bool:
-        """Whether the last RECENT drafted cycles (at least EVIDENCE of them, LOOKUP_EVIDENCE for lookups), together, committed fewer tokens per
-        millisecond than resting cycles do; in doubt, until a probe pays."""
+        """Whether the last RECENT drafted cycles (at least EVIDENCE of them, LOOKUP_EVIDENCE for lookups),
+        together, committed fewer tokens per millisecond than resting cycles do; in doubt, until a probe pays."""
         if self.doubt:
             return True
         reference = self.rest_ms()
