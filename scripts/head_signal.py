@@ -1,0 +1,67 @@
+"""Whether anything the engine knows before the head drafts tells when its guess will be accepted: a policy could
+wake a resting head only there, on a CPU where its average guess does not pay.
+
+    OMP_WAIT_POLICY=ACTIVE python scripts/head_signal.py --temperature 0 --limit 12
+
+Runs a fixed chain of one (the head drafts one token every cycle; the target verifies it with the root) on
+MT-bench prompts, and tabulates how often that guess was accepted by two reads made before the cycle drafts: the
+target's probability of the cycle's root (its confidence when the cycle before chose it; a greedy plain step
+reads the argmax alone, so this read would cost a pass over the vocabulary) and whether the cycle before's guess
+was accepted. Beside them, the acceptance a chain of one needs to beat a resting cycle on this machine's price
+list: verify(2) + overhead + one draft level over a resting cycle, less one.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+
+import torch
+
+from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.decoding.load import load_engine
+from eagleviz.prompts import mtbench_first_turns
+
+BINS = 10  # the root's probability in tenths
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--limit", type=int, default=12)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    eng = load_engine()
+    chain = TreeConfig.create(1, 1, 2, adaptive=False).with_(source="eagle")
+    sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    table: dict[tuple[str, object], list[int]] = defaultdict(lambda: [0, 0])  # (cycles, accepted)
+    for i, text in enumerate(mtbench_first_turns(args.limit)):
+        run = eng.generate(text, chain, sampling)
+        confidence, accepted_before = None, None
+        for c in run.cycles:
+            accepted = c.accept_length >= 1
+            if confidence is not None and len(c.tokens) == 2:  # the guess verified (not cut at the run's end)
+                for key in (("root probability", min(int(confidence * BINS), BINS - 1)),
+                            ("guess before accepted", accepted_before), ("all", None)):
+                    table[key][0] += 1
+                    table[key][1] += accepted
+            last = c.target_probs[c.path[-1]] if c.target_probs else None
+            confidence, accepted_before = last, accepted
+        print(f"prompt {i + 1}/{args.limit}", flush=True)
+    total = table[("all", None)][0]
+    costs = eng.costs.at(args.temperature)
+    needed = (costs.verify_cost(2) + costs.overhead + costs.draft_cost(1)) / costs.rest_cost() - 1
+    print(f"{'read before drafting':24s} {'bin':>10s} {'cycles':>7s} {'share':>6s} {'accepted':>8s}")
+    for (read, value), (n, accepted) in sorted(table.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        label = f"{value / BINS:.1f}-{(value + 1) / BINS:.1f}" if read == "root probability" else str(value)
+        print(f"{read:24s} {label:>10s} {n:7d} {n / total:6.2f} {accepted / n:8.2f}")
+    print(f"a chain of one beats a resting cycle here from an acceptance of {needed:.2f} "
+          f"(verify(2) {costs.verify_cost(2):.2f} + overhead {costs.overhead:.3f} + a level "
+          f"{costs.draft_cost(1):.3f}, over a resting cycle {costs.rest_cost():.3f}); "
+          f"{args.limit} MT-bench prompts x {args.max_new_tokens} tokens, T = {args.temperature:g}")
+
+
+if __name__ == "__main__":
+    main()
