@@ -432,3 +432,19 @@ def test_the_readmes_cpu_figures_for_the_default_are_the_committed_runs():
         low, high = row["vs_plain_ci95"]
         missing += [q for q in (f"{row['vs_plain']:.3f}x", f"{low:.3f}-{high:.3f}") if q not in readme]
     assert missing == []
+
+
+def test_the_readmes_figures_on_what_the_head_needs_to_pay_are_the_committed_run():
+    """README says that where nothing drafted pays, the head's guess must be accepted some share of the time to pay
+    and is accepted a lower share whatever the target's confidence in the root: the committed run of
+    scripts/head_signal.py (docs/performance.md entry 44), every tenth of that confidence under what is needed."""
+    root = Path(__file__).resolve().parents[1]
+    readme = " ".join((root / "README.md").read_text().split())
+    run = json.loads((root / "assets/bench/head-signal-epyc-T0.json").read_text())
+    assert "--out assets/bench/head-signal-epyc-T0.json" in run["command"] and run["temperature"] == 0
+    tenths = [row for row in run["rows"] if row["read"] == "root probability"]
+    assert len(tenths) == run["bins"] == 10 and sum(row["cycles"] for row in tenths) >= 1000
+    low, high = (f(row["accepted"] for row in tenths) for f in (min, max))
+    assert high < run["needed"]
+    assert (f"must be accepted {run['needed'] * 100:.0f}% of the time there and is {low * 100:.0f}-{high * 100:.0f}% "
+            "of the time whatever the target's confidence") in readme
