@@ -1,6 +1,8 @@
 """The app as `python app.py` starts it, logging where a concurrency measurement's time goes
 (`python scripts/measure_concurrency.py --trace DIR` starts the server with it and summarises the logs):
 
+    EAGLEVIZ_TRACE_DIR=DIR python scripts/serve_traced.py
+
     DIR/steps.jsonl   each model step (a run's prefill with its first cycle, or one cycle), taken in its turn:
                       its end (time.monotonic, the clock every process on the machine shares), its wall and CPU
                       seconds, and whether it was the run's first
