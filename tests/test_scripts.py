@@ -5,7 +5,9 @@ refactor broke at import, or that ran on import, fails here rather than when som
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,13 @@ SCRIPTS = sorted((ROOT / "scripts").glob("*.py"))
 def test_a_script_imports_without_running_and_says_how_it_is_run(path):
     spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # a script that did its work on import would run (or fail) here
+    environ, search = dict(os.environ), list(sys.path)
+    try:
+        spec.loader.exec_module(module)  # a script that did its work on import would run (or fail) here
+    finally:  # what a script sets up for itself on import (launch_count.py: Triton's interpreter) stays there
+        os.environ.clear()
+        os.environ.update(environ)
+        sys.path[:] = search
     assert callable(getattr(module, "main", None)), f"{path.name}: its work belongs in main()"
     assert re.search(r'^if __name__ == "__main__":\n    (sys\.exit\()?main\(\)', path.read_text(), re.M)
     assert module.__doc__ and f"scripts/{path.name}" in module.__doc__, f"{path.name}: no usage line"
