@@ -4,6 +4,8 @@ tokens with and without, greedy and sampled."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -98,6 +100,30 @@ def test_draw_is_bitwise_the_torch_inverse_cdf(ops):
         assert draw(w, g, ops) == want, t      # the same uniform, drawn the same way
     w = torch.tensor([0.0, 0.3, 0.0, 0.7, 0.0])
     assert ops.draw(w, 0.0) == 1 and ops.draw(w, 1.0) == 3  # u01 * total rounded up: the last with weight
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 128, 129, 1000])
+def test_draw_lands_where_the_full_cumulative_sums_say_on_every_boundary(ops, n):
+    """With uniforms on every index's boundary (the cumulative sum up to it over the total, and the doubles
+    either side) and runs of zero weights, the index is the one the fp64 cumsum and searchsorted(right=True)
+    give: the first whose sum exceeds u01 * total, never one a sum merely reaches."""
+    g = torch.Generator().manual_seed(n)
+    w = torch.rand(n, generator=g)
+    if n == 1000:
+        w[64:192] = 0.0  # two whole blocks without weight, and part of another
+        w[500:520] = 0.0
+    cdf = torch.cumsum(w.double(), 0)
+    total = float(cdf[-1])
+
+    def reference(u01: float) -> int:
+        i = int(torch.searchsorted(cdf, torch.tensor([u01 * total], dtype=torch.float64), right=True))
+        return i if i < n else int(torch.nonzero(w)[-1])
+
+    for j in range(n):
+        edge = float(cdf[j]) / total
+        for u01 in (math.nextafter(edge, 0.0), edge, math.nextafter(edge, 1.0)):
+            if 0.0 <= u01 < 1.0:
+                assert ops.draw(w, u01) == reference(u01), (j, u01)
 
 
 def test_draw_and_top_is_the_draw_and_the_first_largest_weight(ops):
