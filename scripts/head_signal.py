@@ -6,9 +6,9 @@ wake a resting head only there, on a CPU where its average guess does not pay.
 
 Runs a fixed chain of one (the head drafts one token every cycle; the target verifies it with the root) on
 MT-bench prompts, and tabulates how often that guess was accepted by two reads made before the cycle drafts: the
-target's probability of the cycle's root (its confidence when the cycle before chose it; a greedy plain step
-reads the argmax alone, so this read would cost a pass over the vocabulary) and whether the cycle before's guess
-was accepted. Beside them, the acceptance a chain of one needs to beat a resting cycle on this machine's price
+target's confidence where the cycle before chose the root (the probability of its most likely token there, which
+greedy is the root; a greedy plain step reads the argmax alone, so this read would cost a pass over the
+vocabulary) and whether the cycle before's guess was accepted. Beside them, the acceptance a chain of one needs to beat a resting cycle on this machine's price
 list: verify(2) + overhead + one draft level over a resting cycle, less one. `--out`: the table as JSON, with the
 command and the machine (README quotes such a file; tests/test_bench.py holds the quote).
 """
