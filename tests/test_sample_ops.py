@@ -110,7 +110,7 @@ def test_draw_lands_where_the_full_cumulative_sums_say_on_every_boundary(ops, n)
     g = torch.Generator().manual_seed(n)
     w = torch.rand(n, generator=g)
     if n == 1000:
-        w[64:192] = 0.0  # two whole blocks without weight, and part of another
+        w[64:192] = 0.0  # a run of zero weights between two multiples of 64, and a shorter one
         w[500:520] = 0.0
     cdf = torch.cumsum(w.double(), 0)
     total = float(cdf[-1])
