@@ -264,8 +264,10 @@ MASK_FOCUS_JS = ("() => (document.querySelector('#attention-mask .js-plotly-plot
 
 
 def point_at(page, name: str, k: int) -> int:
-    """Moves the pointer onto node k of the tree's trace `name`; its item of the token list."""
+    """Moves the pointer onto node k of the tree's trace `name`, once the page has stopped scrolling; its item of
+    the token list."""
     page.locator("#draft-tree").scroll_into_view_if_needed()
+    page.evaluate(SCROLLED_JS)
     x, y, item = page.evaluate(POINT_JS, [name, k])
     page.mouse.move(x - 30, y - 30)
     page.mouse.move(x, y, steps=4)

@@ -16,7 +16,7 @@ import pytest
 
 from test_app_browser import (CHROMIUM, PROSE_JS, app_url, browser, open_accordion, open_page, page,  # noqa: F401
                               prose, shot)
-from test_workshop_browser import SCROLLED_JS, wait_for_cycle
+from test_workshop_browser import wait_for_cycle, wait_in_sight
 
 pytestmark = [
     pytest.mark.browser,
@@ -24,9 +24,6 @@ pytestmark = [
                                                            "fonts-dejavu-core"),
 ]
 WORKSHOP = "Workshop: recorded runs, a link to these settings, projector"
-# The element's top inside the window (within a pixel: a scroll may land between two) with `px` of it below.
-IN_SIGHT_JS = ("([id, px]) => { const b = document.getElementById(id).getBoundingClientRect(); "
-               "return b.height > 0 && b.top >= -1 && b.top + Math.min(px, b.height) <= window.innerHeight + 1; }")
 
 
 # A view in sight: its top as IN_SIGHT_JS, or, a view taller than the room above the tour's panel (a phone), the top
@@ -34,12 +31,6 @@ IN_SIGHT_JS = ("([id, px]) => { const b = document.getElementById(id).getBoundin
 VIEW_IN_SIGHT_JS = ("([id, px]) => { const e = document.getElementById(id), d = e.querySelector('.nsewdrag'); "
                     "const b = e.getBoundingClientRect(), t = d && b.top < -1 ? d.getBoundingClientRect().top : b.top; "
                     "return b.height > 0 && t >= -1 && t + Math.min(px, b.bottom - t) <= window.innerHeight + 1; }")
-
-
-def wait_in_sight(page, elem_id: str, px: int, sight: str = IN_SIGHT_JS) -> None:
-    page.wait_for_function(sight, arg=[elem_id, px], timeout=10_000)
-    page.evaluate(SCROLLED_JS)
-    assert page.evaluate(sight, [elem_id, px]), elem_id
 
 
 def a_picture():

@@ -122,25 +122,30 @@ def test_the_queue_notice_counts_only_runs_that_exist_and_goes_when_the_run_is_d
 
 # ------------------------------------------------------------------ 3. results where the visitor looks
 
-# The element's top inside the window with `px` of it seen below (all of it when it is shorter).
+# The element's top inside the window (within a pixel: a scroll may land between two) with `px` of it seen below
+# (all of it when it is shorter).
 IN_SIGHT_JS = ("([id, px]) => { const e = document.getElementById(id); if (!e) return false; "
                "const b = e.getBoundingClientRect(); "
-               "return b.height > 0 && b.top >= 0 && b.top + Math.min(px, b.height) <= window.innerHeight; }")
+               "return b.height > 0 && b.top >= -1 && b.top + Math.min(px, b.height) <= window.innerHeight + 1; }")
 RECT_JS = "(id) => { const b = document.getElementById(id).getBoundingClientRect(); return [b.top, b.bottom]; }"
+# The page is placing the views (ui.SHOW_VIEWS_JS): a smooth scroll, then its checks.
+PLACING_JS = "() => document.body.dataset.evPlacing === '1'"
 
 
-# Resolves once the page has stopped scrolling (a smooth scroll takes a few hundred ms).
+# Resolves once the page has stopped scrolling (a smooth scroll takes a few hundred ms) and placing the views.
 SCROLLED_JS = ("() => new Promise(done => { let y = window.scrollY; const check = () => setTimeout(() => "
-               "{ if (window.scrollY === y) done(y); else { y = window.scrollY; check(); } }, 150); check(); })")
+               "{ if (window.scrollY === y && !(" + PLACING_JS + ")()) done(y); else { y = window.scrollY; check(); } "
+               "}, 150); check(); })")
 
 
-def wait_in_sight(page, *elem_ids: str, px: int = 10_000) -> None:
-    """Each element wholly in the window, or its top with `px` of it below, once the page stops scrolling."""
+def wait_in_sight(page, *elem_ids: str, px: int = 10_000, sight: str = IN_SIGHT_JS) -> None:
+    """Each element wholly in the window, or its top with `px` of it below (`sight`), once the page has placed
+    the views and stopped scrolling."""
     for elem_id in elem_ids:
-        page.wait_for_function(IN_SIGHT_JS, arg=[elem_id, px], timeout=10_000)
+        page.wait_for_function(f"(a) => !({PLACING_JS})() && ({sight})(a)", arg=[elem_id, px], timeout=15_000)
     page.evaluate(SCROLLED_JS)
     for elem_id in elem_ids:
-        assert page.evaluate(IN_SIGHT_JS, [elem_id, px]), elem_id
+        assert page.evaluate(sight, [elem_id, px]), elem_id
 
 
 def race_beside_its_button(page) -> None:

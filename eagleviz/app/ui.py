@@ -70,21 +70,42 @@ VIEW_MIN_WIDTH = 580      # px: the narrowest a view is drawn; two side by side 
 RACING = "Racing: plain decoding, then this CPU's fastest tree, on this run's prompt, each timed alone\u2026"
 # Brings the cycle's controls, caption and first views into sight (unless the draft tree already is): after a
 # run, an import or a recorded run (status given: only once it is there, not after a warning), and after a
-# click in the output, which sits a screen above the views.
-VIEWS_SETTLE_MS = 700  # ms after which the views are aligned again, once the outputs above them are drawn
+# click in the output, which sits a screen above the views. A smooth scroll aims where the view was when it
+# began, and what sits above may still change height as the last outputs are drawn (the cleared arrival line);
+# on a busy machine the scroll itself stalls, and a correction made in flight overshoots. So the page waits
+# until it has stopped scrolling, then aligns the view's top again, until it has stayed there for
+# VIEWS_STILL_CHECKS checks or VIEWS_PLACE_MS have passed; a visitor who scrolls, clicks or types meanwhile is
+# left alone. `body[data-ev-placing]` is set while it does so.
+VIEWS_CHECK_MS = 150     # ms between two looks at the scroll position
+VIEWS_STILL_CHECKS = 3   # looks in a row with the view in place and the page still: placed
+VIEWS_PLACE_MS = 6000    # ms after which the page stops placing the views, placed or not
 SHOW_VIEWS_JS = """(status) => {
   const tree = document.getElementById('draft-tree'), at = tree && tree.getBoundingClientRect();
   const ok = status === undefined || status === null || !String(status).startsWith('\u26a0');
-  if (ok && at && (at.top < 0 || at.bottom > window.innerHeight)) {
-    const view = document.getElementById('cycle-view');
-    view.scrollIntoView({behavior: 'smooth', block: 'start'});
-    // what sits above may still change height as the last outputs are drawn (the cleared arrival line): align
-    // once more when that has settled
-    setTimeout(() => { if (Math.abs(view.getBoundingClientRect().top) > 4) view.scrollIntoView({block: 'start'}); },
-               SETTLE_MS);
-  }
+  if (!ok || !at || (at.top >= 0 && at.bottom <= window.innerHeight)) return [];
+  const view = document.getElementById('cycle-view'), body = document.body;
+  const token = {}, moves = ['wheel', 'touchstart', 'keydown', 'mousedown'];
+  const done = () => { moves.forEach(e => window.removeEventListener(e, done));
+                       if (body.evPlacing === token) { delete body.evPlacing; delete body.dataset.evPlacing; } };
+  body.evPlacing = token;   // a later call takes over: this one's checks end
+  body.dataset.evPlacing = '1';
+  moves.forEach(e => window.addEventListener(e, done, {passive: true}));
+  view.scrollIntoView({behavior: 'smooth', block: 'start'});
+  let y = NaN, still = 0, looks = Math.ceil(PLACE_MS / CHECK_MS);
+  const look = () => {
+    if (body.evPlacing !== token) return;
+    if (looks-- <= 0) return done();
+    if (window.scrollY === y) {              // the page is still: the view's top at the window's top?
+      if (Math.abs(view.getBoundingClientRect().top) > 4) { view.scrollIntoView({block: 'start'}); still = 0; }
+      else if (++still >= STILL_CHECKS) return done();
+    } else still = 0;
+    y = window.scrollY;
+    setTimeout(look, CHECK_MS);
+  };
+  setTimeout(look, CHECK_MS);
   return [];
-}""".replace("SETTLE_MS", str(VIEWS_SETTLE_MS))
+}""".replace("CHECK_MS", str(VIEWS_CHECK_MS)).replace("STILL_CHECKS", str(VIEWS_STILL_CHECKS)).replace(
+    "PLACE_MS", str(VIEWS_PLACE_MS))
 ARRIVAL_MIN_PX = 640   # px: a narrower window (a phone) opens at the top, Run on its first screen
 # On load: a link to a recorded run's picture or a room brings the views into sight (SHOW_VIEWS_JS); a plain
 # visit, the line inviting Run above the views and the picture under it, unless the visitor has moved already.
@@ -412,9 +433,10 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
               queue=False, **quiet)
         preset.input(lambda name: limits.prompt_note(presets.by_name()[name].prompt) if name in presets.by_name()
                      else gr.skip(), preset, prompt_note, queue=False, **quiet)   # a preset's prompt, said now
-        run_btn.click(run_fn, [stop, pair, prompt, *knobs], run_outputs, show_progress="minimal", api_name="run",
-                      **model).then(lambda: "", None, queue_note, queue=False, **quiet).then(  # no queue now
-            None, status, None, js=SHOW_VIEWS_JS)                                  # done: the views, in sight
+        ran = run_btn.click(run_fn, [stop, pair, prompt, *knobs], run_outputs, show_progress="minimal",
+                            api_name="run", **model)
+        ran.then(lambda: "", None, queue_note, queue=False, **quiet)   # no queue now
+        ran.then(None, status, None, js=SHOW_VIEWS_JS)                  # done: the views, in sight
         # Stop skips the queue: it must reach the running generator even when the queue is full.
         stop_btn.click(h.request_stop, stop, status, queue=False, **quiet)
         # The slider moved by hand (typed, clicked, dragged): the views follow; the slider itself is not an output.
