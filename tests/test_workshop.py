@@ -104,6 +104,14 @@ def test_the_line_above_the_views_invites_run_while_a_recorded_run_is_shown():
     assert workshop.invitation(None) == "" and workshop.invitation("no-such-entry") == ""
 
 
+def test_a_rooms_link_paints_no_picture_of_its_own(handlers):
+    """A page that joins a room shows the instructor's picture, sent by its stream: the arrival's recorded run,
+    drawn by the page's load as well, could land after the room's picture and replace it."""
+    out = workshop.open_link(handlers, DEFAULTS, request("room=ABCDE"))
+    assert all(v == gr.skip() for v in out[:RUN + SETTINGS]) and tail(out) == (gr.skip(), False, "", gr.skip())
+    assert workshop.room_joined(request("room=abcde"))[0] == "ABCDE"
+
+
 def test_without_a_gallery_a_plain_visit_changes_nothing(handlers, monkeypatch):
     monkeypatch.setattr(workshop, "arrival_entry", lambda: None)
     out = workshop.open_link(handlers, DEFAULTS, request("projector=1"))

@@ -244,9 +244,10 @@ def invitation(entry_id: str | None, room: bool = False) -> str:
 
 def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple:
     """Outputs: the run outputs (a gallery entry named by the link, at the link's picture; with no prompt, preset,
-    knob or gallery entry in the link, the first preset's recorded run, `arrival_entry`), prompt, preset, preset
-    note, the knobs, then model, projector, the link's notes and the gallery entry shown. A gallery entry named
-    by the link brings its own prompt and knobs; the arrival's leaves the page's (the same preset's) as they are."""
+    knob or gallery entry in the link, the first preset's recorded run, `arrival_entry`, unless the link joins a
+    room), prompt, preset, preset note, the knobs, then model, projector, the link's notes and the gallery entry
+    shown. A gallery entry named by the link brings its own prompt and knobs; the arrival's leaves the page's (the
+    same preset's) as they are."""
     params = dict(request.query_params) if request is not None else {}
     shared = share.from_query(list(request.query_params.multi_items()) if request is not None else [], defaults,
                               h.limits, passthrough=LAYOUT_PARAMS)
@@ -272,6 +273,8 @@ def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple
     if not set(params) & SETTING_PARAMS:   # arrival, or a layout only: the first preset's recorded run
         entry = arrival_entry()           # the page's settings are that preset's already: they are left as they
         run = (gr.skip(),) * RUN_SIZE     # are, never overwritten under a visitor who has started typing
+        if "room" in params:              # a room's page: its picture is the instructor's, sent by the page's
+            entry = None                  # stream (`room_followed`); another drawn here could land after it
         if entry is not None:
             shown = _recorded(h, entry, None)[0][:RUN_SIZE]
             run = (*shown[:2], arrival_line(entry), *shown[3:])
