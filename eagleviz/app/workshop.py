@@ -271,10 +271,11 @@ def open_link(h: Handlers, defaults: Knobs, request: gr.Request | None) -> tuple
         shown, missing = _recorded(h, shared.gallery, shared.picture)
         return shown + _tail(model, projector, notes + missing, shared.gallery)
     if not set(params) & SETTING_PARAMS:   # arrival, or a layout only: the first preset's recorded run
-        entry = arrival_entry()           # the page's settings are that preset's already: they are left as they
-        run = (gr.skip(),) * RUN_SIZE     # are, never overwritten under a visitor who has started typing
-        if "room" in params:              # a room's page: its picture is the instructor's, sent by the page's
-            entry = None                  # stream (`room_followed`); another drawn here could land after it
+        # The page's settings are that preset's already: they are left as they are, never overwritten under a
+        # visitor who has started typing. A room's page draws none: its picture is the instructor's, sent by the
+        # page's stream (`room_followed`), and another drawn here could land after it.
+        entry = None if "room" in params else arrival_entry()
+        run = (gr.skip(),) * RUN_SIZE
         if entry is not None:
             shown = _recorded(h, entry, None)[0][:RUN_SIZE]
             run = (*shown[:2], arrival_line(entry), *shown[3:])
