@@ -313,7 +313,7 @@ static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR
 
 #elif I8_PATH == 1
 #define TROWS 4 /* AVX2 has 16 vector registers: 8 weight vectors and 8 accumulators spill a few, yet run 10% faster
-                * for 16-64 rows than 2 rows per tile (scripts/quant_matmul_bench.c, -march=haswell) */
+                * for 16-64 rows than 2 rows per tile (-march=haswell: docs/performance.md entry 28) */
 
 typedef struct { __m256 v[2]; } pair256; /* a group's 16 lanes as two 8-float halves */
 

@@ -18,13 +18,25 @@ and each user's row.
 Each client first opens the page (its load event, which creates the visitor's session, as a browser does
 when the page opens), then all press Run together. The clients run in this process, on the same machine as
 the server: their own work (reading the streamed updates) is included in the times.
+
+With --trace DIR the server runs under `traced` (this script with --serve-traced DIR, the app as `python app.py`
+starts it), which logs where the time goes:
+
+    DIR/steps.jsonl   each model step (a run's prefill with its first cycle, or one cycle), taken in its turn:
+                      its end (time.monotonic, the clock every process on the machine shares), its wall and CPU
+                      seconds, and whether it was the run's first
+    DIR/gc.jsonl      each collection of generation 1 or 2: its start and seconds (Python's `gc.callbacks`)
+
+Wall time above CPU time is time the step waited for the interpreter lock or a core while it held the model.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
+import runpy
 import socket
 import statistics
 import subprocess
@@ -34,12 +46,13 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from eagleviz.app import presets  # noqa: E402
+from eagleviz.app import presets, scheduler  # noqa: E402
 
 FIRST = "Running\u2026 cycle"
 
@@ -59,16 +72,58 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextmanager
+def traced(out: Path) -> Iterator[None]:
+    """While inside: every model step of this process's app (`scheduler.Paced`) and every collection of generation 1
+    or 2, logged into `out` (steps.jsonl, gc.jsonl: the module's docstring)."""
+    out.mkdir(parents=True, exist_ok=True)
+    steps, collections = (out / "steps.jsonl").open("w", buffering=1), (out / "gc.jsonl").open("w", buffering=1)
+    step = scheduler.Paced.__next__
+
+    def logged(self):
+        first, busy, cpu = self._steps == 0, self.busy_s, time.thread_time()
+        try:
+            return step(self)
+        finally:  # waiting for the turn costs no CPU: the thread's CPU time is the step's
+            steps.write(json.dumps({"end": time.monotonic(), "wall": self.busy_s - busy,
+                                    "cpu": time.thread_time() - cpu, "first": first}) + "\n")
+
+    started: dict[int, float] = {}
+
+    def collected(phase: str, info: dict) -> None:
+        generation = info["generation"]
+        if phase == "start":
+            started[generation] = time.monotonic()
+        elif generation >= 1 and generation in started:
+            collections.write(json.dumps({"generation": generation, "start": started[generation],
+                                          "seconds": time.monotonic() - started[generation]}) + "\n")
+
+    scheduler.Paced.__next__ = logged
+    gc.callbacks.append(collected)
+    try:
+        yield
+    finally:
+        scheduler.Paced.__next__ = step
+        gc.callbacks.remove(collected)
+        steps.close()
+        collections.close()
+
+
+def serve_traced(out: Path) -> None:
+    """The app as `python app.py` starts it, under `traced(out)` (the server --trace starts)."""
+    with traced(out):
+        sys.argv = [str(ROOT / "app.py")]
+        runpy.run_path(str(ROOT / "app.py"), run_name="__main__")
+
+
 def start_server(active_runs: int | None, log: Path, trace: Path | None = None) -> tuple[subprocess.Popen, str]:
-    """`python app.py` on a free port (with `trace`: under scripts/serve_traced.py, logging into that folder)."""
+    """`python app.py` on a free port (with `trace`: under `traced`, logging into that folder)."""
     port = free_port()
     env = dict(os.environ, GRADIO_SERVER_NAME="127.0.0.1", GRADIO_SERVER_PORT=str(port), OMP_WAIT_POLICY="PASSIVE",
                EAGLEVIZ_THREADS=os.environ.get("EAGLEVIZ_THREADS", "1"), GRADIO_ANALYTICS_ENABLED="False")
     if active_runs is not None:
         env["EAGLEVIZ_ACTIVE_RUNS"] = str(active_runs)
-    if trace is not None:
-        env["EAGLEVIZ_TRACE_DIR"] = str(trace)
-    entry = [str(ROOT / "scripts" / "serve_traced.py")] if trace is not None else ["app.py"]
+    entry = [__file__, "--serve-traced", str(trace)] if trace is not None else ["app.py"]
     proc = subprocess.Popen([sys.executable, *entry], cwd=ROOT, env=env, stdout=log.open("w"),
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
@@ -180,8 +235,8 @@ def cpu_seconds(pid: int | None) -> float | None:
 
 
 def server_log(trace: Path, since: float) -> dict:
-    """What scripts/serve_traced.py logged from `since` (time.monotonic) on: the model's steps (first steps
-    apart) and the collections of generation 2."""
+    """What `traced` logged from `since` (time.monotonic) on: the model's steps (first steps apart) and the
+    collections of generation 2."""
     def read(name: str) -> list[dict]:
         lines = (trace / name).read_text().splitlines() if (trace / name).is_file() else []
         return [row for row in map(json.loads, lines) if row.get("end", row.get("start", 0)) >= since]
@@ -225,7 +280,7 @@ def measure(url: str, users: int, tokens: int, server_pid: int | None = None, tr
             **({"server_log": server_log(trace, t0)} if trace is not None else {}), "rows": results}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--users", type=int, default=30)
     p.add_argument("--tokens", type=int, default=presets.PRESET_TOKENS)
@@ -233,9 +288,13 @@ def main() -> None:
     p.add_argument("--url", default=None, help="a running server instead of starting one")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     p.add_argument("--trace", type=Path, default=None,
-                   help="start the server under scripts/serve_traced.py, logging its model steps and collections "
-                        "into this folder, and summarise them (server_log)")
-    args = p.parse_args()
+                   help="start the server under `traced`, logging its model steps and collections into this "
+                        "folder, and summarise them (server_log)")
+    p.add_argument("--serve-traced", type=Path, default=None, help=argparse.SUPPRESS)  # the server --trace starts
+    args = p.parse_args(argv)
+    if args.serve_traced is not None:
+        serve_traced(args.serve_traced)
+        return
     if args.trace is not None and args.url is not None:
         p.error("--trace starts its own server: leave out --url")
     proc = None

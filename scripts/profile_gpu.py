@@ -4,7 +4,7 @@
     cd <project checkout root>
     python scripts/profile_gpu.py BUNDLE_DIR OUT_DIR          # a bundle from `export-bundle`
     python scripts/profile_gpu.py random OUT_DIR              # seeded random weights, no files needed
-    python scripts/profile_gpu.py --tiny-cpu - OUT_DIR        # CPU dry run of every section (tiny model)
+    python scripts/profile_gpu.py --tiny-cpu - OUT_DIR        # CPU dry run of every section (tiny model, seconds)
 
 Needs torch, triton, transformers (numpy); not gradio, plotly, gguf or accelerate. Loads the target and
 head the way `gpu-check --model BUNDLE` does (eagleviz.models.loading.load_target, the bundle's head,
@@ -291,12 +291,13 @@ def load_engines(torch, model: str, tiny_cpu: bool, device: str = "cuda"):
     from eagleviz.decoding.engine import Engine
     from eagleviz.models.draft import load_head, random_head
 
-    if tiny_cpu:  # the dry run: a 2-layer random model of SmolLM2's widths on the CPU, PyTorch attention only
+    if tiny_cpu:  # the dry run: a 2-layer random model of SmolLM2's layout, narrow, on the CPU, PyTorch attention
         from eagleviz.models.synthetic import EMBEDDED_SHAPE, CharTokenizer, random_hf_model
         from eagleviz.models.target import TargetModel
 
         shape = EMBEDDED_SHAPE | {"num_hidden_layers": 2, "vocab_size": 512, "tie_word_embeddings": False,
-                                  "initializer_range": 0.03}
+                                  "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                                  "num_key_value_heads": 2, "head_dim": 16, "initializer_range": 0.03}
         target = TargetModel(random_hf_model(shape, 0, torch.float32), CharTokenizer(), "tiny random (CPU dry run)",
                              pack=False, kv_dtype=torch.float32, fused=False)
         engine = Engine(target, random_head(target, "eagle1"), "random", "torch", pack=False,
@@ -340,7 +341,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("bundle", help="bundle directory (export-bundle), 'random', or '-' with --tiny-cpu")
     p.add_argument("out", type=Path)
-    p.add_argument("--tiny-cpu", action="store_true", help="CPU dry run on a 2-layer random model")
+    p.add_argument("--tiny-cpu", action="store_true", help="CPU dry run on a tiny 2-layer random model")
     p.add_argument("--no-trace", action="store_true", help="skip the (gzipped) Chrome traces")
     args = p.parse_args(argv)
     sys.path.insert(0, os.getcwd())  # run from the project checkout root
@@ -498,7 +499,7 @@ def main(argv=None) -> int:
     def eagle_iter(engine, n):
         def make():
             ids = engine.encode_prompt(prompt)
-            sampling = SamplingConfig(max_new_tokens=n + 24)
+            sampling = SamplingConfig(max_new_tokens=n + 24 // scale)
             run = engine.new_run(prompt, ids, tree, sampling)
             return engine.speculate(ids, tree, sampling, run), run
         return make

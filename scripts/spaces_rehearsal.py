@@ -89,14 +89,15 @@ def copy_repository(dest: Path) -> None:
             shutil.copy2(src, dest / name)
 
 
-def hub_cache(hf_home: Path) -> Path:
+def hub_cache(hf_home: Path, source: Path | None = None) -> Path:
     """The Hugging Face cache `preload_from_hub` leaves: hub/models--owner--name/{blobs,snapshots/<rev>,refs/main},
-    each snapshot file a relative link to its blob, made from the embedded model's snapshot (built once by
-    this project's own environment, offline)."""
-    sys.path.insert(0, str(ROOT))
-    from eagleviz.models.loading import embedded_snapshot
+    each snapshot file a relative link to its blob, made from the files of `source` (by default the embedded
+    model's snapshot, built once by this project's own environment, offline)."""
+    if source is None:
+        sys.path.insert(0, str(ROOT))
+        from eagleviz.models.loading import embedded_snapshot
 
-    source = embedded_snapshot()
+        source = embedded_snapshot()
     repo = hf_home / "hub" / ("models--" + HUB_ID.replace("/", "--"))
     revision = hashlib.sha1(b"".join(p.name.encode() for p in sorted(source.iterdir()))).hexdigest()
     snap = repo / "snapshots" / revision

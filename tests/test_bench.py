@@ -75,7 +75,7 @@ def test_the_graphs_lever_needs_a_gpu(tiny_cli):
 @pytest.mark.parametrize("lever,changed", [("policy", {"adaptive": (False, True)}),
                                            ("lookup", {"source": ("eagle", "eagle+lookup")})])
 def test_the_policy_and_lookup_levers_write_what_the_docs_quote(tiny_cli, capsys, lever, changed):
-    """README and docs/performance.md entry 22 quote each lever's median ratio and tau without -> with: the JSON
+    """docs/performance.md entry 22 quotes each lever's median ratio and tau without -> with: the JSON
     holds them per arm, with the two trees the arm compared (only the lever differs) and the machine."""
     prompts = tiny_cli / "prompts.txt"
     prompts.write_text("abc\nhello there\n")
@@ -397,54 +397,75 @@ def test_the_ledger_lever_compares_the_forecast_alone_with_the_clock_too(monkeyp
     assert res["eagle-tree"]["same_tokens"] and len(res["eagle-tree"]["per_prompt"]) == 2
 
 
-def test_the_readmes_gpu_figures_are_the_committed_h100_reports():
-    """README quotes the H100 run (docs/performance.md entry 34): plain tokens/s, the default tree's ratio and tau at
-    T = 0 and its ratio at T = 1, each as the bench wrote it in assets/bench/gpu/; a rerun that changes a report
-    without the README (or the reverse) fails here."""
+def test_the_performance_logs_lockstep_table_is_the_committed_runs():
+    """docs/performance.md entry 40 gives the default against plain decoding on 80 prompts, each prompt run by both
+    in lockstep, natively and held to AVX2 on an Intel Xeon, at T = 0 and T = 1: each row's plain tokens/s, ratio,
+    interval and tau as the bench wrote them in assets/bench/lockstep-*.json, whose commands say how they were run."""
     root = Path(__file__).resolve().parents[1]
-    readme = " ".join((root / "README.md").read_text().split())
-    t0, t1 = (json.loads((root / "assets/bench/gpu" / f"bench-h100-T{t}.json").read_text()) for t in (0, 1))
-    assert "NVIDIA H100" in json.dumps(json.loads((root / "assets/bench/gpu/gpu-check-bundle-h100.json")
-                                                  .read_text())["environment"])
-    assert t0["machine"]["device"].startswith("cuda") and t0["prompts"] == t1["prompts"] == 20
-    quoted = [f"plain decoding runs at {t0['rows']['plain']['tokens_per_s']:.0f} tokens/s",
-              f"{t0['rows']['eagle-tree']['vs_plain']:.2f}x plain at T = 0",
-              f"(tau {t0['rows']['eagle-tree']['tau']:.2f})",
-              f"{t1['rows']['eagle-tree']['vs_plain']:.2f}x at T = 1"]
-    assert [q for q in quoted if q not in readme] == []
-
-
-def test_the_readmes_cpu_figures_for_the_default_are_the_committed_runs():
-    """README quotes the default tree against plain decoding on 80 prompts, natively and held to AVX2 (and natively
-    on an AVX2-only CPU), at T = 0 and T = 1, each prompt run by both in lockstep (docs/performance.md entry 38): each ratio and interval as
-    the bench wrote it in assets/bench/lockstep-*.json, whose commands say how they were run."""
-    root = Path(__file__).resolve().parents[1]
-    readme = " ".join((root / "README.md").read_text().split())
-    missing = []
-    for name in ("lockstep-T0", "lockstep-T1", "lockstep-avx2-T0", "lockstep-avx2-T1", "lockstep-epyc-T0",
-                 "lockstep-epyc-T1"):
+    log = (root / "docs" / "performance.md").read_text()
+    entry = log[log.index("\n## 40. "):log.index("\n## 41. ")]
+    table = entry[entry.index("**Result** on 80 prompts"):]
+    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.strip().strip("|").split("|")]
+                                              for line in table.splitlines() if line.startswith("| T = "))}
+    for label, name in (("T = 0, native", "lockstep-T0"), ("T = 1, native", "lockstep-T1"),
+                        ("T = 0, held to AVX2", "lockstep-avx2-T0"), ("T = 1, held to AVX2", "lockstep-avx2-T1")):
         run = json.loads((root / "assets/bench" / f"{name}.json").read_text())
-        row = run["rows"]["eagle-tree"]
         assert run["prompts"] == 80 and run["greedy_mismatches"] == [] and "--limit 80" in run["command"]
         assert run["pairing"] == "step" and "--lockstep" in run["command"]
         held = "avx2" in name
         assert ("emulating avx2" in run["machine"]["cpu"]) == held == ("EAGLEVIZ_CPU=avx2" in run["command"])
+        assert f"T = {run['sampling']['temperature']:g}" in label
+        eagle, (low, high) = run["rows"]["eagle-tree"], run["rows"]["eagle-tree"]["vs_plain_ci95"]
+        quoted = [cell.replace("**", "") for cell in rows[label][:3]]
+        assert quoted == [f"{run['rows']['plain']['tokens_per_s']:.1f}",
+                          f"{eagle['vs_plain']:.3f}x ({low:.3f}-{high:.3f})", f"{eagle['tau']:.2f}"], label
+
+
+def test_the_figures_formerly_in_the_readme_are_the_committed_runs():
+    """docs/performance.md keeps, under "Figures formerly in the README", what the README said of the default against
+    plain decoding in lockstep (entries 40, 42 and 43: the Intel Xeon, natively and held to AVX2, and the AVX2-only
+    AMD EPYC) and of the H100 run (entry 41): each figure, within its own subsection, as the bench wrote it."""
+    root = Path(__file__).resolve().parents[1]
+    log = (root / "docs" / "performance.md").read_text()
+    kept = log[log.index("\n## Figures formerly in the README\n"):]
+
+    def subsection(title: str) -> str:
+        start = kept.index(f"\n### {title}\n")
+        return " ".join(kept[start:kept.index("\n### ", start + 1)].split())
+
+    def run(name: str) -> dict:
+        return json.loads((root / "assets/bench" / f"{name}.json").read_text())
+
+    lockstep = subsection("How it works: the cost-aware tree against plain decoding")
+    missing = []
+    for name in ("lockstep-T0", "lockstep-T1", "lockstep-avx2-T0", "lockstep-avx2-T1", "lockstep-epyc-T0",
+                 "lockstep-epyc-T1"):
+        row = run(name)["rows"]["eagle-tree"]
         low, high = row["vs_plain_ci95"]
-        missing += [q for q in (f"{row['vs_plain']:.3f}x", f"{low:.3f}-{high:.3f}") if q not in readme]
+        missing += [q for q in (f"{row['vs_plain']:.3f}x", f"{low:.3f}-{high:.3f}") if q not in lockstep]
+    gpu = subsection("How it works: on a GPU")
+    t0, t1 = run("gpu/bench-h100-T0"), run("gpu/bench-h100-T1")
+    missing += [q for q in (f"plain decoding runs at {t0['rows']['plain']['tokens_per_s']:.0f} tokens/s",
+                            f"{t0['rows']['eagle-tree']['vs_plain']:.2f}x plain at T = 0",
+                            f"(tau {t0['rows']['eagle-tree']['tau']:.2f})",
+                            f"{t1['rows']['eagle-tree']['vs_plain']:.2f}x at T = 1") if q not in gpu]
     assert missing == []
 
 
-def test_the_readmes_figures_on_what_the_head_needs_to_pay_are_the_committed_run():
-    """README says that where nothing drafted pays, the head's guess must be accepted some share of the time to pay
-    and is accepted a lower share whatever the target's confidence in the root: the committed run of
-    scripts/head_signal.py (docs/performance.md entry 44), every tenth of that confidence under what is needed."""
-    root = Path(__file__).resolve().parents[1]
-    readme = " ".join((root / "README.md").read_text().split())
-    run = json.loads((root / "assets/bench/head-signal-epyc-T0.json").read_text())
-    assert "--out assets/bench/head-signal-epyc-T0.json" in run["command"] and run["temperature"] == 0
-    tenths = [row for row in run["rows"] if row["read"] == "root probability"]
-    assert len(tenths) == run["bins"] == 10 and sum(row["cycles"] for row in tenths) >= 1000
-    low, high = (f(row["accepted"] for row in tenths) for f in (min, max))
-    assert high < run["needed"]
-    assert (f"must be accepted {run['needed'] * 100:.0f}% of the time there and is {low * 100:.0f}-{high * 100:.0f}% "
-            "of the time whatever the target's confidence") in readme
+def test_a_plain_control_runs_plain_decoding_again_beside_the_others(tiny_cli, capsys):
+    """`--methods plain,plain-control,...`: plain decoding a second time, stepped in lockstep like the others, so
+    its ratio to plain (which should be 1) shows the measurement's own spread beside the tree's; it writes plain
+    decoding's tokens."""
+    prompts = tiny_cli / "prompts.txt"
+    prompts.write_text("abc\nhello there\n")
+    out = tiny_cli / "out"
+    assert bench.bench_main(["--prompts", str(prompts), "--max-new-tokens", "6", "--repeats", "1", "--steps", "2",
+                             "--topk", "2", "--draft-tokens", "4", "--methods", "plain,plain-control,eagle-tree",
+                             "--lockstep", "--out", str(out)]) == 0
+    result = json.loads((out / "bench-T0.json").read_text())
+    control = result["rows"]["plain-control"]
+    assert list(result["rows"]) == ["plain", "plain-control", "eagle-tree"] and result["pairing"] == "step"
+    assert result["greedy_mismatches"] == [] and control["tau"] is None
+    low, high = control["vs_plain_ci95"]
+    assert low <= control["vs_plain"] <= high and len(control["vs_plain_per_prompt"]) == 2
+    assert "| plain-control |" in capsys.readouterr().out

@@ -59,3 +59,30 @@ def test_fit_and_check_reports_on_held_out_prompts(tmp_path):
 def test_too_few_prompts_is_one_line():
     with pytest.raises(UserFacingError, match="at least 4"):
         calibrate.main(["--limit", "2"])
+
+
+def test_calibrate_writes_the_table_the_reliability_report_and_its_plot(tiny_cli, monkeypatch, capsys):
+    """`python -m eagleviz calibrate` on a tiny engine: calibration.json where --out says, and beside the journal
+    reliability.json and reliability.svg, a panel per temperature with a dot per score bin."""
+    from eagleviz.train import data
+
+    monkeypatch.setattr(data, "load_prompts", lambda name: [(p, None) for p in PROMPTS])
+    journal, out = tiny_cli / "journal", tiny_cli / "head"
+    assert calibrate.main(["--limit", "4", "--first-conversation", "0", "--temperatures", "0,1", "--tree", "2/2/4",
+                           "--max-new-tokens", "8", "--out", str(out), "--journal", str(journal)]) == 0
+    reports = json.loads((journal / "reliability.json").read_text())
+    svg = (journal / "reliability.svg").read_text()
+    assert (out / "calibration.json").is_file() and set(reports) == {"greedy", "sampling"}
+    assert svg.count("<circle") == sum(len(r["reliability"]) for r in reports.values())
+    assert "T = 0 (greedy)" in svg and "T = 1 (sampling)" in svg and "reliability.svg" in capsys.readouterr().out
+
+
+def test_the_shipped_reliability_plot_is_the_shipped_report_plotted():
+    """docs/tree-policy.md shows docs/reliability.svg: the plot `calibrate` draws of docs/reliability.json."""
+    from pathlib import Path
+
+    from eagleviz.train.plot import reliability_svg
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    shown = (docs / "reliability.svg").read_text()
+    assert reliability_svg(json.loads((docs / "reliability.json").read_text())) == shown

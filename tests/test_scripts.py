@@ -1,12 +1,17 @@
-"""scripts/: the measurement commands the docs quote. Each imports without running (its work under `main()`),
-says in its docstring how it is run, and every script the README and docs/ name exists: a figure's command that a
-refactor broke at import, or that ran on import, fails here rather than when someone reruns it."""
+"""scripts/: the few commands kept as scripts, each run on tiny sizes by the test `RUN_BY` names; and what the README
+and docs/ cite: every script, `python -m eagleviz` verb and make target they name exists, or, for a script removed
+once its question was answered, is cited at a commit that holds it (`git show SHA:scripts/NAME`, as
+docs/performance.md's introduction says). A figure's command that a refactor broke, or that ran on import, fails
+here rather than when someone reruns it."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,16 +19,41 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((ROOT / "scripts").glob("*.py"))
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+NAMED = re.compile(r"scripts/([\w-]+\.(?:py|c))")
+CITED = re.compile(r"git show ([0-9a-f]{7,40}):scripts/([\w-]+\.(?:py|c))")
+
+RUN_BY = {  # each script -> the test that runs its work on tiny sizes
+    "measure_concurrency.py":
+        "tests/test_reliability.py::test_the_concurrency_measurement_runs_whole_and_logs_the_servers_steps",
+    "measure_ui_latency.py": "tests/test_scripts.py::test_measure_ui_latency_times_the_pages_handlers",
+    "profile_gpu.py": "tests/test_scripts.py::test_profile_gpu_dry_runs_every_section_on_a_cpu",
+    "record_gallery.py": "tests/test_scripts.py::test_record_gallery_records_a_gallery_the_page_reads",
+    "spaces_rehearsal.py": "tests/test_scripts.py::test_spaces_rehearsal_lays_out_the_hub_cache_and_the_pushed_files",
+}
+
+
+def script(name: str):
+    """scripts/NAME, imported (its work waits under `main()`)."""
+    spec = importlib.util.spec_from_file_location(f"script_{Path(name).stem}", ROOT / "scripts" / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_script_is_run_by_a_test():
+    assert sorted(p.name for p in (ROOT / "scripts").iterdir() if p.is_file()) == sorted(RUN_BY)
+    for test in RUN_BY.values():
+        path, name = test.split("::")
+        assert re.search(rf"^def {name}\(", (ROOT / path).read_text(), re.M), f"{test} is not there"
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
 def test_a_script_imports_without_running_and_says_how_it_is_run(path):
-    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
     environ, search = dict(os.environ), list(sys.path)
     try:
-        spec.loader.exec_module(module)  # a script that did its work on import would run (or fail) here
-    finally:  # what a script sets up for itself on import (launch_count.py: Triton's interpreter) stays there
+        module = script(path.name)  # a script that did its work on import would run (or fail) here
+    finally:  # what a script sets up for itself on import stays there
         os.environ.clear()
         os.environ.update(environ)
         sys.path[:] = search
@@ -32,7 +62,121 @@ def test_a_script_imports_without_running_and_says_how_it_is_run(path):
     assert module.__doc__ and f"scripts/{path.name}" in module.__doc__, f"{path.name}: no usage line"
 
 
-def test_every_script_the_docs_name_exists():
-    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    named = {m for doc in texts for m in re.findall(r"scripts/([\w-]+\.(?:py|c))", doc.read_text())}
-    assert named and sorted(n for n in named if not (ROOT / "scripts" / n).exists()) == []
+def test_record_gallery_records_a_gallery_the_page_reads(tmp_path, monkeypatch, capsys):
+    """Every preset (its prompt cut to fit the tiny model's context) and the fastest tree's entry, recorded on a tiny
+    engine into --out: an index and one compact trace per entry, which the gallery reads back."""
+    from dataclasses import replace
+
+    from eagleviz.app import gallery, presets
+    from eagleviz.app.session import FastestTree
+    from eagleviz.config import TreeConfig
+    from tiny import tiny_engine
+
+    m = script("record_gallery.py")
+    monkeypatch.setattr(m, "load_engine", lambda: tiny_engine("llama", chat=True))
+    monkeypatch.setattr(m, "default_head", lambda model: "a trained head")
+    monkeypatch.setattr(m, "fastest_tree", lambda: FastestTree(TreeConfig.create(2, 1, 3, adaptive=False), "tune"))
+    monkeypatch.setattr(presets, "PRESET_TOKENS", 8)
+    monkeypatch.setattr(presets, "PRESETS", tuple(replace(p, prompt=p.prompt[:80]) for p in presets.PRESETS))
+    monkeypatch.setattr(sys, "argv", ["record_gallery.py", "--out", str(tmp_path)])
+    m.main()
+    recorded = gallery.entries(tmp_path)
+    assert len(recorded) == len(presets.PRESETS) + 1 and recorded[1].id.endswith("-fastest-tree")
+    assert all(len(gallery.load(e.id, tmp_path).output) == 8 for e in recorded)
+    for e in recorded:  # compact JSON: no separator's space
+        text = (tmp_path / e.file).read_text()
+        assert text == json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":")), e.file
+    assert capsys.readouterr().out.count(" kB)") == len(recorded)
+
+
+def test_measure_ui_latency_times_the_pages_handlers(monkeypatch, capsys):
+    """The server-side budgets on a tiny engine: the first figures after Run, a step, a pick, a phase and a tour
+    stop, each over every cycle of the run. Its --browser and --room parts need Chromium: the browser suites run
+    the room (tests/test_room_browser.py)."""
+    from tiny import tiny_engine
+
+    m = script("measure_ui_latency.py")
+    monkeypatch.setattr(m, "load_engine", lambda: tiny_engine("llama"))
+    monkeypatch.setattr(sys, "argv", ["measure_ui_latency.py", "--max-new-tokens", "6", "--repeats", "1"])
+    m.main()
+    out = capsys.readouterr().out
+    assert "server: first cycle's figures after Run: median" in out
+    for what in ("step between cycles", "pick a token", "one phase of a cycle", "one stop of the guided tour"):
+        assert re.search(rf"server: {what}.*: median \d+ ms, p95 \d+ ms, max \d+ ms over [1-9]", out), (what, out)
+
+
+def test_profile_gpu_dry_runs_every_section_on_a_cpu(tmp_path):
+    """`--tiny-cpu`: every section of the GPU profile on a tiny random model on this CPU, none failing, and the
+    report, tables and trace written. The GPU's own figures (kernels, syncs, Triton, cuDNN) need a CUDA device."""
+    out = tmp_path / "profile"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "profile_gpu.py"), "--tiny-cpu", "-", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))  # a tiny model: threads only wait on each other
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    sections = {k: v for k, v in report.items() if isinstance(v, dict) and k not in ("summary", "triton_hooks")}
+    assert {"env", "load", "warmup", "timing", "profile_plain_torch", "profile_eagle_torch", "triton"} <= set(sections)
+    assert [k for k, v in sections.items() if "error" in v] == []
+    assert {k: v["skipped"] for k, v in sections.items() if "skipped" in v} == {"graph_floor": "CUDA only",
+                                                                             "sdpa": "CUDA only"}
+    assert report["timing"]["torch_eagle"]["tokens"] > 0 and report["summary"]["plain_torch_tok_s"] > 0
+    assert (out / "plain_torch_by_self_cpu.txt").is_file() and (out / "trace_short_plain_torch.json.gz").is_file()
+
+
+def test_spaces_rehearsal_lays_out_the_hub_cache_and_the_pushed_files(tmp_path):
+    """The rehearsal's steps that take seconds: the README's sdk_version, the Hub cache `preload_from_hub` leaves
+    (here from two small files, which Hugging Face's own lookup finds offline) and the files a push sends. The
+    whole rehearsal (a new venv with PyTorch, `python app.py`, a run through the API and the browser) runs under
+    `-m slow`: tests/test_spaces.py."""
+    from huggingface_hub import try_to_load_from_cache
+
+    m = script("spaces_rehearsal.py")
+    assert re.fullmatch(r"\d+\.\d+(\.\d+)?", m.sdk_version())
+    source = tmp_path / "snapshot"
+    source.mkdir()
+    (source / "config.json").write_text('{"model_type": "llama"}')
+    (source / "tokenizer.json").write_text("{}")
+    snap = m.hub_cache(tmp_path / "hf", source)
+    found = Path(try_to_load_from_cache(m.HUB_ID, "config.json", cache_dir=tmp_path / "hf" / "hub"))
+    assert found.parent == snap and found.is_symlink() and found.read_text() == '{"model_type": "llama"}'
+    m.copy_repository(tmp_path / "space")
+    pushed = tmp_path / "space"
+    assert (pushed / "app.py").is_file() and (pushed / "requirements.txt").is_file()
+    assert (pushed / "scripts" / "spaces_rehearsal.py").is_file() and not (pushed / ".venv").exists()
+
+
+def test_every_script_the_docs_name_exists_or_is_cited_at_a_commit():
+    """A script the README or a doc names is in scripts/, or that doc cites it as `git show SHA:scripts/NAME`
+    (a removed script: its figures stay with the commit that holds it)."""
+    missing = []
+    for doc in DOCS:
+        text = doc.read_text()
+        cited = {name for _, name in CITED.findall(text)}
+        missing += [f"{doc.name}: scripts/{name}" for name in sorted(set(NAMED.findall(text)))
+                    if not (ROOT / "scripts" / name).exists() and name not in cited]
+    assert missing == []
+
+
+def test_a_removed_script_is_cited_at_a_commit_that_holds_it():
+    cites = sorted({(sha, name) for doc in DOCS for sha, name in CITED.findall(doc.read_text())})
+    assert cites, "docs/performance.md cites its removed scripts"
+    git = shutil.which("git")
+    shallow = git and subprocess.run([git, "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True,
+                                     text=True).stdout.strip()
+    if not git or shallow != "false":
+        pytest.skip("no full git history here: the cited commits cannot be looked up")
+    absent = [f"{sha}:scripts/{name}" for sha, name in cites
+              if subprocess.run([git, "cat-file", "-e", f"{sha}:scripts/{name}"], cwd=ROOT,
+                                capture_output=True).returncode != 0]
+    assert absent == []
+
+
+def test_every_command_verb_and_make_target_the_docs_name_exists():
+    from eagleviz import cli
+
+    texts = " ".join(doc.read_text() for doc in DOCS)
+    verbs = set(re.findall(r"python -m eagleviz ([a-z][\w-]*)", texts))
+    assert verbs and sorted(verbs - {"generate", *cli.DELEGATED}) == []
+    targets = set(re.findall(r"`make ([a-z][\w-]*)", texts))
+    makefile = (ROOT / "Makefile").read_text()
+    assert targets and sorted(t for t in targets if not re.search(rf"^{t}:", makefile, re.M)) == []

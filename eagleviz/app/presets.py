@@ -2,9 +2,10 @@
 lesson and a note saying what a run really shows.
 
 Each preset carries its own tree (`Preset.tree`, steps / topk / draft tokens), always a branching one (topk >= 2)
-and fixed (SGLang's tree, no cost-aware pruning: the picture is exactly what the knobs say), chosen from the
-printout of `python scripts/preset_trees.py`. This machine's fastest tree (`python -m eagleviz tune`, usually
-a small one on a CPU) is one click away on the page and is what the race times.
+and fixed (SGLang's tree, no cost-aware pruning: the picture is exactly what the knobs say), chosen from a
+printout of every preset run with candidate trees (docs/performance.md, "Removed scripts": preset_trees.py).
+This machine's fastest tree (`python -m eagleviz tune`, usually a small one on a CPU) is one click away on the
+page and is what the race times.
 
 Every note's claim is checked by `tests/test_presets.py`, which runs each preset with the shipped head as the
 page does (its tree, the page's numerics, 48 new tokens): the ordering of tau, no degenerate loop, sensible

@@ -137,7 +137,7 @@ class RunAcceptance:
 
     The table was fitted on other prompts; a run's text can repeat itself far less than theirs did (on
     MT-bench a lookup token at depth 1 was accepted 0.19 of the time where the table said 0.44:
-    `scripts/forecast_check.py`) or its head guess better or worse. After each cycle the verified nodes whose parent was accepted are counted: a
+    docs/performance.md entry 29) or its head guess better or worse. After each cycle the verified nodes whose parent was accepted are counted: a
     lookup token, by its match length; a head node, against the chance the table gave it given its parent.
     `table()` is the base table with each lookup rate and the head's scale taken from what was counted, each
     shrunk towards the base by pseudo-observations (a few cycles move it; a long run follows its own text): the

@@ -39,7 +39,7 @@ from kernels import capability
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 # the price list's sizes: every small one, where a cost-aware tree's sizes fall and the curve bends (from weight
-# blocks here 3, 4, 6 and 8 tokens cost 1.19, 1.31, 1.69 and 2.31 steps: scripts/block_rows.py)
+# blocks here 3, 4, 6 and 8 tokens cost 1.19, 1.31, 1.69 and 2.31 steps: docs/performance.md entry 26)
 PRICE_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 64)
 VERSION = 8  # 2: a plain step leaves the prefill out; 3: PRICE_SIZES; 4: draft_fixed; 5: the products' column groups
 # (kernels/quant_ops.c) changed every price; 6: rest and the sampled prices; 7: an EAGLE-3 head's layer in one C

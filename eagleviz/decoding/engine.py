@@ -523,7 +523,7 @@ class Engine:
                 # match looked up as that cycle would (`no_lookup`): a stretch ends before a cycle whose match is
                 # worth verifying, and the cycles that pass one over say so (docs entry 43). On a CPU their traces are
                 # written after the last, together rather than each after a forward has swept the caches
-                # (`scripts/rest_batch.py`: 1.000-1.007x one cycle at a time, docs entry 40); on a GPU each trace is
+                # (1.000-1.007x one cycle at a time: docs/performance.md entry 40); on a GPU each trace is
                 # written while the next step runs (`_rest_steps`)
                 ahead, passes, indexed = 0, [passed], [0]
                 looking = index is not None and not resting_lookups

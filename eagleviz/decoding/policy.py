@@ -171,7 +171,7 @@ class Ledger:
     PROBE_SHARE = 0.01
     SPAN = (16, 256)  # the shortest and longest rest `span` gives
     FIRST_LOSS = 1.5  # resting cycles a sampled run's first probe is taken to lose: at T = 1 here drafted cycles
-    # took 2.05 resting cycles for 1.62 tokens (scripts/cycle_kinds.py), and the first also encodes the prompt
+    # took 2.05 resting cycles for 1.62 tokens (docs/performance.md entry 37), and the first also encodes the prompt
 
     rests: list[float] = field(default_factory=list)   # resting cycles' ms, the last RECENT
     drafted: list[tuple[float, int]] = field(default_factory=list)  # drafted cycles' (ms, tokens), since a probe paid

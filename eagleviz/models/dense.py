@@ -12,7 +12,7 @@ entry 14).
 In fp32 it packs too, and uses the packed product from `FP32_PACKED_FROM` rows on. On a 2-core Ice Lake
 (no AMX, no AVX512-BF16, where `dtype="auto"` is fp32) `linear` is the faster of the two for 1-3 rows and
 1.1-4.3x slower from 4 rows on: the 4 products of one SmolLM2 layer for 16 rows take 5.0 ms with `linear`
-and 1.2 ms packed (2 threads, `scripts/linear_rows.py`; docs/performance.md entry 18). So plain decoding (1 row) runs as before and a
+and 1.2 ms packed (2 threads; docs/performance.md entry 18). So plain decoding (1 row) runs as before and a
 tree verification (4-64 rows) gets oneDNN's kernel, whose fp32 rounding differs from `linear`'s in the last
 bits (greedy decoding stays the same but for ties: `tests/test_lossless_smollm.py`). Elsewhere (CUDA,
 fp16, a torch build without oneDNN, bf16 on a CPU whose oneDNN refuses to pack it: `kernels.capability`)

@@ -9,6 +9,8 @@ bench: for each prompt, interleaved and repeated, run
     eagle-tree       EAGLE with the tree the options describe: by default the cost-aware tree with the knobs as
                      upper bounds (--fixed-tree: SGLang's fixed tree), candidates from --draft-source
     eagle-tuned      EAGLE with the fixed tree `tune` found fastest on this machine (when it has been run)
+    plain-control    plain decoding again, a control (only when named in --methods): its ratio to plain should
+                     be 1, so its interval is the measurement's own spread beside the other methods'
 with the same model, dtype and thread count. With --lockstep, our methods run each prompt together, a step of
 each in turn, each step timed (`run_lockstep`): on a machine whose speed drifts, their per-prompt ratios then
 measure the methods rather than the moments they ran at. Reports the median tokens/s per method, the median per-prompt
@@ -68,7 +70,9 @@ AB_LEVERS = ("graphs", "trace", "packing", "hot-vocab", "kv-fp32", "fused", "pol
              "stack", "learned", "rest-price", "head-layer", "ledger")
 METHODS = ("hf-generate", "hf-prompt-lookup", "plain", "lookup", "eagle-chain", "eagle-tree")
 TUNED_METHOD = "eagle-tuned"
-OURS = ("plain", "lookup", "eagle-chain", "eagle-tree", TUNED_METHOD)  # the others prefill every prompt whole
+CONTROL_METHOD = "plain-control"  # plain decoding again: a ratio to plain that should be 1 (the spread's size)
+OURS = ("plain", "lookup", "eagle-chain", "eagle-tree", TUNED_METHOD, CONTROL_METHOD)  # the others prefill whole
+EXTRA_METHODS = (TUNED_METHOD, CONTROL_METHOD)  # run only when --methods names them (or `tune` has run)
 GREEDY_REFERENCE = "hf-generate"
 
 
@@ -164,7 +168,7 @@ def run_lockstep(engine, methods: tuple[str, ...], ids: list[int], sampling: Sam
 
 def our_tree(method: str, tree: TreeConfig, tuned: TreeConfig | None = None) -> TreeConfig | None:
     """The tree one of our methods decodes with (None: plain decoding)."""
-    if method == "plain":
+    if method in ("plain", CONTROL_METHOD):
         return None
     if method == "lookup":
         return tree.with_(source="lookup")
@@ -569,9 +573,10 @@ def bench_main(argv: list[str]) -> int:
     add_tree_args(p)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--methods", default=None,
-                   help=f"comma-separated, from {', '.join(METHODS + (TUNED_METHOD,) + peer_methods.METHODS)} "
-                        f"(default: all of ours and Hugging Face's; {TUNED_METHOD} once `tune` has run; the "
-                        "llama.cpp ones need llama-cpp-python)")
+                   help=f"comma-separated, from {', '.join(METHODS + EXTRA_METHODS + peer_methods.METHODS)} "
+                        f"(default: all of ours and Hugging Face's; {TUNED_METHOD} once `tune` has run; "
+                        f"{CONTROL_METHOD} is plain decoding again, a control; the llama.cpp ones need "
+                        "llama-cpp-python)")
     p.add_argument("--out", type=Path, default=Path("runs/bench"))
     p.add_argument("--lockstep", action="store_true",
                    help="our methods advanced a step each in turn within each prompt, each step timed, rather than "
@@ -592,7 +597,7 @@ def bench_main(argv: list[str]) -> int:
         methods = METHODS + ((TUNED_METHOD,) if tuned_tree(args.temperature, shipped=False) else ())
     else:
         methods = tuple(m for m in args.methods.split(",") if m)
-    unknown = [m for m in methods if m not in METHODS + (TUNED_METHOD,) + peer_methods.METHODS]
+    unknown = [m for m in methods if m not in METHODS + EXTRA_METHODS + peer_methods.METHODS]
     if unknown or not methods:
         p.error(f"--methods: unknown {unknown}" if unknown else "--methods: none given")
     peers = peer_methods.make_peers(methods, args.model, args.threads or torch.get_num_threads())

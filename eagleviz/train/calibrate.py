@@ -9,8 +9,9 @@ the accepted path; every verified child of an accepted node, by its rank among i
 token the head did not also propose whose parent was accepted, by the length of its suffix match. Three
 quarters of the prompts fit the tables; the last quarter checks them (the reliability table: predicted
 against observed acceptance per bin, and per cycle the predicted against the actual number of accepted head
-nodes). Each prompt's observations are appended to a journal, so an interrupted run resumes after its last
-finished prompt.
+nodes), written beside the journal as reliability.json and plotted in reliability.svg (`docs/tree-policy.md`
+shows the shipped head's). Each prompt's observations are appended to a journal, so an interrupted run resumes
+after its last finished prompt.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from eagleviz.decoding.calibration import EDGES, Calibration, HeadCalibration, f
 from eagleviz.errors import UserFacingError
 from eagleviz.journal import Journal
 from eagleviz.trace import CycleTrace
+from eagleviz.train.plot import reliability_svg
 
 FIT_SHARE = 0.75
 MAX_PROMPT_CHARS = 2000   # ShareGPT holds pasted documents; a calibration prompt is a question
@@ -151,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / file_for(engine.target.weights)).write_text(calibration.to_json())
     (args.journal / "reliability.json").write_text(json.dumps(reports, indent=1))
+    (args.journal / "reliability.svg").write_text(reliability_svg(reports))
     for name, rep in reports.items():
         if rep["check_cycles"]:
             print(f"{name}: predicted {rep['predicted_accepted_per_cycle']:.2f} vs actual "
@@ -159,5 +162,6 @@ def main(argv: list[str] | None = None) -> int:
         for row in rep["reliability"]:
             print(f"  score [{row['from']}, {row['to']}): predicted {row['predicted']:.3f} observed "
                   f"{row['observed']:.3f} over {row['nodes']} nodes")
-    print(f"wrote {out / file_for(engine.target.weights)} and {args.journal / 'reliability.json'}")
+    print(f"wrote {out / file_for(engine.target.weights)} and {args.journal / 'reliability.json'} (plotted in "
+          f"{args.journal / 'reliability.svg'})")
     return 0
