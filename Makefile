@@ -46,9 +46,9 @@ AVX2_TESTS := tests/test_capability.py tests/test_dense.py tests/test_cpu_ops.py
 	tests/test_stack_ops.py tests/test_sample_ops.py
 
 test: $(STAMP) browser
-	$(PY) -m pytest -q -m "not slow" --durations=15
+	$(PY) -m pytest -q -m "not slow" --durations=25
 	tests=$$($(PY) -m kernels.capability second-pass avx2 $(AVX2_TESTS)) && \
-		EAGLEVIZ_CPU=avx2 $(PY) -m pytest -q -m "not slow" $$tests
+		EAGLEVIZ_CPU=avx2 $(PY) -m pytest -q -m "not slow" --durations=25 $$tests
 
 test-avx2: $(STAMP)
 	EAGLEVIZ_CPU=avx2 $(PY) -m pytest -q -m "not slow" $(if $(TESTS),$(TESTS),tests)

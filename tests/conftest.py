@@ -130,3 +130,29 @@ def tiny_cli(tmp_path, monkeypatch):
     monkeypatch.setattr(loading, "load_engine", lambda *args, **kwargs: tiny_engine("llama", vocab=8))
     monkeypatch.setenv("EAGLEVIZ_CACHE", str(tmp_path / "cache"))
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def app_url():
+    """The page served by the embedded SmolLM2 target and the default head, started once for every browser suite:
+    each test opens its own tab and makes the runs it needs, so the suites pass alone, together and in any
+    order (a suite that needs other settings serves its own page)."""
+    from eagleviz.app.ui import CSS, build_app
+    from eagleviz.decoding.load import load_engine
+    from servers import serving
+
+    with serving(build_app(load_engine(), model_id="HuggingFaceTB/SmolLM2-135M-Instruct"), css=CSS) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's headless Chromium, launched once for every browser suite (each test opens its own tab)."""
+    import playwright.sync_api as playwright_sync
+
+    from servers import CHROMIUM, CHROMIUM_ARGS
+
+    with playwright_sync.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS))
+        yield chromium
+        chromium.close()

@@ -1,10 +1,15 @@
-"""Starting the app on a free localhost port for tests that talk to it over HTTP."""
+"""Starting the app on a free localhost port for tests that talk to it over HTTP, and the headless browser that
+the browser suites drive (Debian's chromium; never `playwright install`)."""
 
 from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run")
 
 
 def free_port() -> int:
@@ -22,3 +27,12 @@ def serving(demo, **launch) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/"
     finally:
         demo.close()
+
+
+def client(url: str):
+    """A gradio_client for `url` whose set-up waits as long as the server takes: its config and API reads use
+    httpx's default 5 s timeout, which a burst of clients on a busy 2-core machine outlasts ("timed out" is then
+    the client giving up, not the server refusing)."""
+    from gradio_client import Client
+
+    return Client(url, verbose=False, httpx_kwargs={"timeout": 300})

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from gradio_client import Client
 
 from eagleviz.app.session import EngineHub
 from eagleviz.trace import RunTrace
 from eagleviz.app.ui import build_app
-from servers import serving
+from servers import client, serving
 from tiny import tiny_engine
 
 
@@ -19,9 +18,9 @@ def server():
 
 
 def test_generate_endpoint_returns_the_trace(server):
-    client = Client(server, verbose=False)
-    assert "/generate" in client.view_api(print_info=False, return_format="dict")["named_endpoints"]
-    data = client.predict("abc", 3, 2, 6, 0.0, 1.0, 8, 0, api_name="/generate")
+    api = client(server)
+    assert "/generate" in api.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    data = api.predict("abc", 3, 2, 6, 0.0, 1.0, 8, 0, api_name="/generate")
     run = RunTrace.from_dict(data)
     assert len(run.output) == 8 and run.cycles
     assert run.config["tree"] == {"steps": 3, "topk": 2, "draft_tokens": 6, "adaptive": True,
@@ -30,6 +29,6 @@ def test_generate_endpoint_returns_the_trace(server):
 
 
 def test_generate_endpoint_reports_bad_knobs(server):
-    client = Client(server, verbose=False)
+    api = client(server)
     with pytest.raises(Exception, match="steps must be in"):
-        client.predict("abc", 0, 2, 6, 0.0, 1.0, 8, 0, api_name="/generate")
+        api.predict("abc", 0, 2, 6, 0.0, 1.0, 8, 0, api_name="/generate")

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+from servers import CHROMIUM
+
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 RUN_TIMEOUT_MS = 240_000
 
@@ -39,24 +38,6 @@ FIGURE_JS = """(id) => {
                                      zcols: t.z && t.z.length ? t.z[0].length : 0})),
           arrows: (gd.layout.annotations || []).filter(a => a.showarrow).length};
 }"""
-
-
-@pytest.fixture(scope="module")
-def app_url():
-    from eagleviz.decoding.load import load_engine
-    from eagleviz.app.ui import CSS, build_app
-    from servers import serving
-
-    with serving(build_app(load_engine(), model_id="HuggingFaceTB/SmolLM2-135M-Instruct"), css=CSS) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright_sync.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield chromium
-        chromium.close()
 
 
 def open_page(browser, url: str, width: int = 1280, height: int = 800):
@@ -146,7 +127,7 @@ def open_accordion(page, label: str) -> None:
     button = page.get_by_role("button", name=label)
     if "open" not in (button.get_attribute("class") or "").split():
         button.click()
-        page.wait_for_function("(b) => b.classList.contains('open')", arg=button.element_handle(), timeout=10_000)
+        page.wait_for_function("(b) => b.classList.contains('open')", arg=button.element_handle(), timeout=60_000)
 
 
 def opened(trace: dict) -> dict:

@@ -4,7 +4,7 @@ its telling cycle, one line inviting Run), the tour's words on screen beside or 
 values that never give a raw error, Compare's B starting from A, notices that go with what they spoke of, a
 projector link that keeps the preset, and race tables whose headers do not wrap.
 
-Uses the server and the browser of tests/test_app_browser.py (same requirements: Debian's chromium and the
+Uses the page and browser tests/conftest.py starts once (same requirements: Debian's chromium and the
 Python `playwright` package). Screenshots go to artifacts/.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from test_app_browser import (CHROMIUM, PROSE_JS, RUN_TIMEOUT_MS, app_url, browser, figure,  # noqa: F401
+from test_app_browser import (CHROMIUM, PROSE_JS, RUN_TIMEOUT_MS, figure,  # noqa: F401
                               open_accordion, open_page, page, prose, set_number, shot)
 from test_compare_browser import SECTION as COMPARE
 from test_room_browser import a_picture
@@ -67,7 +67,7 @@ def tour_stops(tab, k: int):
         if stop:
             tab.click("#tour-next")
         name = ("Draft", "Verify", "Accept", "Rewind")[stop]
-        tab.wait_for_function(f"() => ({PROSE_JS})('tour').includes('{name} (cycle {k})')", timeout=10_000)
+        tab.wait_for_function(f"() => ({PROSE_JS})('tour').includes('{name} (cycle {k})')", timeout=60_000)
         tab.evaluate(SCROLLED_JS)
         tab.wait_for_timeout(300)
         yield stop, view
@@ -82,7 +82,7 @@ def test_the_tours_words_are_on_screen_with_the_view_they_describe(browser, app_
         arrived(tab)
         k = shown_cycle(tab)
         open_accordion(tab, TOUR)
-        tab.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Draft (cycle {k})')", timeout=10_000)
+        tab.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Draft (cycle {k})')", timeout=60_000)
         for stop, view in tour_stops(tab, k):
             where = tab.evaluate(RECT_JS, view)
             top, bottom = tab.evaluate(TOUR_TEXT_JS)
@@ -94,7 +94,7 @@ def test_the_tours_words_are_on_screen_with_the_view_they_describe(browser, app_
             shot(tab, f"a02_tour_{stop + 1}_{width}.png")
         tab.click("#tour-next")                                             # on into the next cycle
         wait_for_cycle(tab, k + 1)
-        tab.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Draft (cycle {k + 1})')", timeout=10_000)
+        tab.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Draft (cycle {k + 1})')", timeout=60_000)
         assert tab.evaluate(RECT_JS, "draft-tree")["inside"]
     finally:
         tab.close()
@@ -106,7 +106,7 @@ def test_a_rooms_link_opens_with_its_picture_in_sight(browser, app_url):
     try:
         wait_for_cycle(tab, k)
         tab.wait_for_function("() => { const b = document.getElementById('draft-tree').getBoundingClientRect(); "
-                              "return b.top >= -1 && b.top < window.innerHeight / 2; }", timeout=10_000)
+                              "return b.top >= -1 && b.top < window.innerHeight / 2; }", timeout=60_000)
         shot(tab, "a03_room_link_1280.png")
     finally:
         tab.close()
@@ -115,10 +115,10 @@ def test_a_rooms_link_opens_with_its_picture_in_sight(browser, app_url):
 def test_typed_knob_values_are_taken_into_range_and_an_empty_box_raises_nothing(page):
     arrived(page)
     set_number(page, "steps", 10000)
-    page.wait_for_function("() => document.querySelector('#steps input[type=number]').value === '8'", timeout=5_000)
+    page.wait_for_function("() => document.querySelector('#steps input[type=number]').value === '8'", timeout=60_000)
     set_number(page, "temperature", 7)
     page.wait_for_function("() => document.querySelector('#temperature input[type=number]').value === '1.5'",
-                           timeout=5_000)
+                           timeout=60_000)
     for knob in ("topk", "max-new-tokens", "seed"):
         set_number(page, knob, "")
     page.wait_for_timeout(1500)
@@ -138,7 +138,7 @@ def test_compare_b_starts_from_a_and_follows_it_until_moved(page):
     assert b_knobs() == ["5", "4", "16", "0"]                  # the first preset's tree, as A
     page.get_by_role("radio", name="Story, sampled at T = 0.8").click()
     page.wait_for_function("() => document.querySelector('#b-temperature input[type=number]').value === '0.8'",
-                           timeout=10_000)
+                           timeout=60_000)
     page.wait_for_timeout(1000)                                # the preset's six knobs, copied
     assert b_knobs() == ["4", "4", "12", "0.8"]
     set_number(page, "b-steps", 2)                             # B moved by hand: it keeps its own
@@ -148,21 +148,21 @@ def test_compare_b_starts_from_a_and_follows_it_until_moved(page):
     assert b_knobs()[0] == "2"
     page.click("#b-from-a")
     page.wait_for_function("() => document.querySelector('#b-steps input[type=number]').value === '6'",
-                           timeout=10_000)
+                           timeout=60_000)
     shot(page, "a05_compare_b_from_a.png")
 
 
 def test_a_preset_clears_the_notices_of_what_it_replaced(page):
     arrived(page)
     page.fill("#prompt textarea", "x" * 20_000)
-    page.wait_for_function(f"() => ({PROSE_JS})('prompt-note').includes('20,000')", timeout=10_000)
+    page.wait_for_function(f"() => ({PROSE_JS})('prompt-note').includes('20,000')", timeout=60_000)
     page.click("#run")
     page.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('\\u26a0')", timeout=60_000)
     page.get_by_role("radio", name="Code").click()
     page.wait_for_function("() => document.querySelector('#prompt textarea').value.startsWith('Write a Python')",
-                           timeout=10_000)
+                           timeout=60_000)
     page.wait_for_function(f"() => ({PROSE_JS})('prompt-note') === '' && "
-                           f"!({PROSE_JS})('status').startsWith('\\u26a0')", timeout=10_000)
+                           f"!({PROSE_JS})('status').startsWith('\\u26a0')", timeout=60_000)
 
 
 def test_an_old_race_goes_under_a_new_preset_its_verdict_in_sight_and_its_headers_unwrapped(page):
@@ -189,7 +189,7 @@ def test_an_old_race_goes_under_a_new_preset_its_verdict_in_sight_and_its_header
     page.locator("#race-result").scroll_into_view_if_needed()
     shot(page, "a06_race_headers.png")
     page.get_by_role("radio", name="Code").click()
-    page.wait_for_function(f"() => ({PROSE_JS})('race-result') === ''", timeout=10_000)
+    page.wait_for_function(f"() => ({PROSE_JS})('race-result') === ''", timeout=60_000)
 
 
 def test_a_projector_link_keeps_the_preset_and_its_lesson(browser, app_url):
@@ -198,7 +198,7 @@ def test_a_projector_link_keeps_the_preset_and_its_lesson(browser, app_url):
     tab = open_page(browser, app_url + "?projector=1", 1024, 768)
     try:
         arrived(tab)
-        tab.wait_for_function("() => document.body.classList.contains('ev-projector')", timeout=10_000)
+        tab.wait_for_function("() => document.body.classList.contains('ev-projector')", timeout=60_000)
         assert tab.locator("#preset input:checked").get_attribute("value") == presets.PRESETS[0].name
         assert prose(tab, "preset-note").startswith("Tree 5 / 4 / 16")
         shot(tab, "a07_projector_link_1024.png")
@@ -284,13 +284,13 @@ def test_pointing_at_a_tree_node_picks_it_in_every_view(browser, app_url):
         for name in ("rejected", "accepted"):
             item = point_at(tab, name, 0)
             tab.wait_for_function(f"() => ({PROSE_JS})('focus-text').startsWith('Selected slot {item}')",
-                                  timeout=10_000)
-            tab.wait_for_function(f"() => ({MASK_FOCUS_JS})() === 2", timeout=10_000)
+                                  timeout=60_000)
+            tab.wait_for_function(f"() => ({MASK_FOCUS_JS})() === 2", timeout=60_000)
         shot(tab, "a09_hover_picks_1280.png")
         tab.click("#next")
         wait_for_cycle(tab, k + 1)
         item = point_at(tab, "verified, not reached", 0)
-        tab.wait_for_function(f"() => ({PROSE_JS})('focus-text').startsWith('Selected slot {item}')", timeout=10_000)
+        tab.wait_for_function(f"() => ({PROSE_JS})('focus-text').startsWith('Selected slot {item}')", timeout=60_000)
     finally:
         tab.close()
 
@@ -308,14 +308,14 @@ def test_a_room_follows_the_instructor_live(browser, app_url):
         k = shown_cycle(teacher)
         open_accordion(teacher, "Workshop: recorded runs, a link to these settings, projector")
         teacher.click("#open-room")
-        teacher.wait_for_function(f"() => ({PROSE_JS})('room-text').startsWith('Room')", timeout=10_000)
+        teacher.wait_for_function(f"() => ({PROSE_JS})('room-text').startsWith('Room')", timeout=60_000)
         link = teacher.locator("#room-text a").first.get_attribute("href")
         assert link.startswith("?room=") and len(link) == len("?room=") + 5, link
         shot(teacher, "a10_room_opened.png")
         followers = [open_page(browser, app_url + link, *size) for size in ((1280, 800), (1024, 768), (390, 844))]
         for tab in followers:
             wait_for_cycle(tab, k)
-            tab.wait_for_function(f"() => ({PROSE_JS})('follow-text').startsWith('Following room')", timeout=10_000)
+            tab.wait_for_function(f"() => ({PROSE_JS})('follow-text').startsWith('Following room')", timeout=60_000)
         shot(followers[2], "a10_room_follower_390.png")
         # the instructor steps: every follower follows, each timed from the click
         teacher.locator("#next").scroll_into_view_if_needed()
@@ -334,7 +334,7 @@ def test_a_room_follows_the_instructor_live(browser, app_url):
         # a picked token and a phase follow too
         teacher.locator("#cycle-tokens .token").nth(1).click()
         for tab in followers:
-            tab.wait_for_function(f"() => ({PROSE_JS})('focus-text').startsWith('Selected slot 1')", timeout=10_000)
+            tab.wait_for_function(f"() => ({PROSE_JS})('focus-text').startsWith('Selected slot 1')", timeout=60_000)
         # one steps away, then comes back
         away = followers[0]
         away.locator("#follow input[type=checkbox]").click()

@@ -3,7 +3,7 @@ histogram, the acceptance rate per position and the table come back with both se
 agree with each other and with the server's own run of setting A (the page's Run, exported). The section is
 looked at, and measured to fit, at 1280 x 800, on a 390 px phone and at 1024 x 768 in projector mode.
 
-Uses the server and the browser of tests/test_app_browser.py (same requirements). Screenshots go to artifacts/.
+Uses the page and browser tests/conftest.py starts once (same requirements). Screenshots go to artifacts/.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from test_app_browser import (CHROMIUM, PROSE_JS, RUN_TIMEOUT_MS, app_url, browser,  # noqa: F401
+from test_app_browser import (CHROMIUM, PROSE_JS, RUN_TIMEOUT_MS,  # noqa: F401
                               export, open_accordion, page, prose, run_and_wait, set_knob, set_number, shot)
 from test_workshop_browser import LONG_PROMPT, MISFITS_JS, set_projector
 
@@ -71,7 +71,7 @@ def test_compare_two_trees_side_by_side(page, tmp_path):
     set_knob(page, "b-draft-tokens", 4)                 # B: a chain of 3 draft tokens, the head only
     page.locator("#compare").scroll_into_view_if_needed()
     page.click("#compare")
-    page.wait_for_function(f"() => ({PROSE_JS})('compare-result').startsWith('Comparing')", timeout=5_000)
+    page.wait_for_function(f"() => ({PROSE_JS})('compare-result').startsWith('Comparing')", timeout=60_000)
     page.wait_for_function(f"() => /\\u26a0|\\ntokens\\s/.test(({PROSE_JS})('compare-result'))",
                            timeout=RUN_TIMEOUT_MS)
     text = prose(page, "compare-result")

@@ -4,7 +4,7 @@ colour scale's labels apart), and a 390 x 844 phone (Run on the first screen; ti
 toolbar, legends clear of titles and plots, the summary's panels stacked, nothing cut at the edges).
 
 Every check reads boxes from getBoundingClientRect in the page, so it measures what a visitor sees, whatever
-the server meant to draw. Uses the server and the browser of tests/test_app_browser.py (same requirements).
+the server meant to draw. Uses the page and browser tests/conftest.py starts once (same requirements).
 Screenshots go to artifacts/.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from test_app_browser import (CHROMIUM, app_url, browser, open_page, page, playwright_sync,  # noqa: F401
+from test_app_browser import (CHROMIUM, open_page, page, playwright_sync,  # noqa: F401
                               run_and_wait, set_number, shot)
 
 pytestmark = [
@@ -189,7 +189,7 @@ def test_on_a_phone_run_is_on_the_first_screen_and_the_figures_keep_apart(browse
         # the page's own style sheet arrives a moment after its components: the first screen as it settles
         try:
             tab.wait_for_function("() => document.querySelector('#run').getBoundingClientRect().bottom <= 844",
-                                  timeout=10_000)
+                                  timeout=60_000)
         except playwright_sync.TimeoutError:
             run = tab.evaluate("() => document.querySelector('#run').getBoundingClientRect().bottom")
             pytest.fail(f"Run ends {run:.0f} px down, below a 844-px screen")

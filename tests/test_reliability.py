@@ -12,7 +12,6 @@ import resource
 from pathlib import Path
 
 import pytest
-from gradio_client import Client
 
 from eagleviz.errors import UserFacingError
 from eagleviz.app.limits import Limits
@@ -20,7 +19,7 @@ from eagleviz.app.session import EngineHub, read_trace
 from eagleviz.trace import RunTrace
 from eagleviz.app.handlers import Handlers
 from eagleviz.app.ui import as_pairs, build_app
-from servers import serving
+from servers import client, serving
 from tiny import tiny_engine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +39,7 @@ def server(hub):
 
 
 def call(url: str, prompt: str, seed: int = 0):
-    return Client(url, verbose=False).predict(prompt, *ARGS, seed, api_name="/generate")
+    return client(url).predict(prompt, *ARGS, seed, api_name="/generate")
 
 
 def test_concurrent_users_get_their_own_correct_runs(server):
@@ -140,13 +139,13 @@ def test_unusual_text_is_decoded_like_any_other(server, prompt):
 ])
 def test_knobs_beyond_bounds_through_the_api(server, knobs, message):
     with pytest.raises(Exception, match=message):
-        Client(server, verbose=False).predict("hi", *knobs, api_name="/generate")
+        client(server).predict("hi", *knobs, api_name="/generate")
 
 
 @pytest.mark.parametrize("knobs", [(3, 2, 6, 0.0, 1.0, 1, 0), (3, 2, 6, 2.0, 1.0, 4, 2**62), (3, 2, 6, 1.0, 1.0, 4, 0),
                                    (16, 1, 17, 0.0, 1.0, 4, 0)])
 def test_knobs_at_their_bounds_work(server, knobs):
-    data = Client(server, verbose=False).predict("hi", *knobs, api_name="/generate")
+    data = client(server).predict("hi", *knobs, api_name="/generate")
     assert 1 <= len(data["output"]) <= knobs[5]
 
 
@@ -230,6 +229,27 @@ def test_the_concurrency_measurement_speaks_the_pages_protocol(server):
     for row in result["rows"]:
         assert 0 < row["first_s"] <= row["done_s"] and row["tokens"] == 8, row
     assert result["server_cpu_s"] is not None and result["clients_cpu_s"] >= 0
+
+
+def test_the_concurrency_measurement_runs_whole_and_logs_the_servers_steps(server, tmp_path, capsys):
+    """scripts/measure_concurrency.py run whole against a page already up (--url, --out), then measured under
+    `traced` (what the server --trace starts runs under, here around this process's page): each model step and
+    each run's first logged, and summarised in server_log."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("measure_concurrency", ROOT / "scripts" / "measure_concurrency.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.main(["--url", server, "--users", "2", "--tokens", "6", "--out", str(tmp_path / "result.json")])
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["done"] == 2 and result["lost"] == 0 and result["active_runs"] == "server default"
+    assert json.loads(capsys.readouterr().out) == result
+    with script.traced(tmp_path / "trace"):
+        result = script.measure(server, users=2, tokens=6, trace=tmp_path / "trace")
+    log = result["server_log"]
+    assert result["done"] == 2 and log["steps"] >= 2 and log["first_steps_s"]["max"] > 0, log
+    assert log["last_first_step_ends_s"] is not None
+    assert len((tmp_path / "trace" / "steps.jsonl").read_text().splitlines()) == log["steps"]  # all in the window
 
 
 def test_the_server_log_summary_counts_only_the_measured_window(tmp_path):

@@ -4,7 +4,7 @@ one click restores it; the tour brings each view it talks about into sight, step
 shows one view at a time, full width, in slides mode; the words a learner meets link to a glossary, and the
 page's icons draw without an emoji font.
 
-Uses the server and the browser of tests/test_app_browser.py (same requirements: Debian's chromium and the
+Uses the page and browser tests/conftest.py starts once (same requirements: Debian's chromium and the
 Python `playwright` package). Screenshots go to artifacts/.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from test_app_browser import (CHROMIUM, PROSE_JS, app_url, browser, open_accordion, open_page, page,  # noqa: F401
+from test_app_browser import (CHROMIUM, PROSE_JS, open_accordion, open_page, page,  # noqa: F401
                               prose, shot)
 from test_workshop_browser import wait_for_cycle, wait_in_sight
 
@@ -94,7 +94,7 @@ def test_a_preset_says_one_click_restores_it(page):
     page.locator("#steps input[type=number]").first.press("Enter")
     first = presets.PRESETS[0].name
     page.wait_for_function(f"() => ({PROSE_JS})('preset-note').includes('Click **') || "
-                           f"({PROSE_JS})('preset-note').includes('Click {first}')", timeout=10_000)
+                           f"({PROSE_JS})('preset-note').includes('Click {first}')", timeout=60_000)
     page.get_by_role("radio", name=first).click()
     page.wait_for_function(f"() => ({PROSE_JS})('preset-note').includes('tau about')", timeout=30_000)
     shot(page, "r02_preset_restores.png")
@@ -137,22 +137,22 @@ def test_the_tour_shows_each_view_it_talks_about_steps_with_the_arrows_and_makes
         # slides: the tour's view alone, the page's width, and the arrows go from one to the next
         narrow = tab.evaluate(WIDTH_JS, "attention-mask")
         tab.locator("#slides input[type=checkbox]").click()
-        tab.wait_for_function(f"() => ({SHOWN_VIEWS_JS})().join() === 'attention-mask'", timeout=10_000)
+        tab.wait_for_function(f"() => ({SHOWN_VIEWS_JS})().join() === 'attention-mask'", timeout=60_000)
         # the page's width: beside the open tour where it is a column (a wide window), else the window's
         page_width = tab.evaluate("() => document.getElementById('cycle-view').getBoundingClientRect().width")
         wide = min(narrow * 1.8, page_width - 60)
         try:
-            tab.wait_for_function(f"(w) => ({WIDTH_JS})('attention-mask') >= w", arg=wide, timeout=10_000)
+            tab.wait_for_function(f"(w) => ({WIDTH_JS})('attention-mask') >= w", arg=wide, timeout=60_000)
         finally:
             shot(tab, f"r03_slides_verify_{width}.png")
         assert tab.evaluate(WIDTH_JS, "attention-mask") >= wide, (narrow, tab.evaluate(WIDTH_JS, "attention-mask"))
         arrow(tab, "ArrowRight")
         tour_says(tab, f"Accept (cycle {k})")
-        tab.wait_for_function(f"() => ({SHOWN_VIEWS_JS})().join() === 'accepted-path'", timeout=10_000)
+        tab.wait_for_function(f"() => ({SHOWN_VIEWS_JS})().join() === 'accepted-path'", timeout=60_000)
         wait_in_sight(tab, "accepted-path", px=200, sight=VIEW_IN_SIGHT_JS)
         shot(tab, f"r03_slides_accept_{width}.png")
         tab.locator("#slides input[type=checkbox]").click()
-        tab.wait_for_function(f"() => ({SHOWN_VIEWS_JS})().length === 4", timeout=10_000)
+        tab.wait_for_function(f"() => ({SHOWN_VIEWS_JS})().length === 4", timeout=60_000)
     finally:
         tab.close()
 
@@ -170,7 +170,7 @@ def test_the_words_a_learner_meets_link_to_the_glossary(browser, app_url, width,
         pages = len(tab.context.pages)
         # from the intro at the top of the page: the glossary opens at the bottom, its entry in sight and lit
         tab.locator("#intro a[href='#g-kv']").click()
-        tab.wait_for_function(ENTRY_SHOWN_JS, arg="g-kv", timeout=10_000)
+        tab.wait_for_function(ENTRY_SHOWN_JS, arg="g-kv", timeout=60_000)
         assert "keys and values" in tab.locator("#glossary-text").inner_text()
         assert len(tab.context.pages) == pages                    # no new tab for a word
         shot(tab, f"r04_glossary_entry_{width}.png")
@@ -180,10 +180,10 @@ def test_the_words_a_learner_meets_link_to_the_glossary(browser, app_url, width,
         target = link.get_attribute("href")[1:]
         link.scroll_into_view_if_needed()
         link.click()
-        tab.wait_for_function(ENTRY_SHOWN_JS, arg=target, timeout=10_000)
+        tab.wait_for_function(ENTRY_SHOWN_JS, arg=target, timeout=60_000)
         # the play button's pause sign is a character DejaVu Sans has, not an emoji
         tab.locator("#play").click()
-        tab.wait_for_function("() => document.querySelector('#play').innerText.includes('Pause')", timeout=10_000)
+        tab.wait_for_function("() => document.querySelector('#play').innerText.includes('Pause')", timeout=60_000)
         assert "\u275a" in tab.locator("#play").inner_text()
         tab.locator("#play").click()
     finally:

@@ -171,16 +171,15 @@ def test_the_pages_runs_show_their_first_cycle_before_any_run_ends(active_runs):
     """Six visitors press Run at once, through the page's own streaming endpoint. Taking turns (8 active
     runs), every first figure arrives before the first run finishes; first come, first served (1 active run),
     the last visitor's first figure waits for the runs before it."""
-    from gradio_client import Client
 
     from eagleviz.app.ui import build_app
-    from servers import serving
+    from servers import client, serving
 
     hub = EngineHub(slow_cycles(tiny_engine("llama", vocab=8), 0.05), model_id="tiny")
     limits = Limits(active_runs=active_runs, queue_size=16)
     first, done, barrier = {}, {}, threading.Barrier(6)
     with serving(build_app(hub, limits=limits)) as url:
-        clients = [Client(url, verbose=False) for _ in range(6)]
+        clients = [client(url) for _ in range(6)]
 
         def visit(i):
             barrier.wait()

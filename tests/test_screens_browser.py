@@ -3,8 +3,8 @@ picture, its draft tree drawn, with the line inviting Run; a phone keeps Run fir
 they describe apart on a 390 px phone, and labels that stay legible: the draft tree's apart in every frame while
 the phases play, the KV cells' shown on a phone.
 
-Every check reads boxes from getBoundingClientRect in the page. Uses the server and the browser of
-tests/test_app_browser.py (same requirements). Screenshots go to artifacts/.
+Every check reads boxes from getBoundingClientRect in the page. Uses the page and browser
+tests/conftest.py starts once (same requirements). Screenshots go to artifacts/.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from test_app_browser import (CHROMIUM, PROSE_JS, app_url, browser, figure, open_accordion, open_page,  # noqa: F401
+from test_app_browser import (CHROMIUM, PROSE_JS, figure, open_accordion, open_page,  # noqa: F401
                               prose, shot)
 from test_arrival_browser import RECT_JS, TOUR, TOUR_TEXT_JS, arrived, tour_stops
 from test_figures_browser import apart, overlap, parts
@@ -44,7 +44,7 @@ def test_a_plain_visits_first_screen_shows_the_picture_and_the_line_inviting_run
         arrived(tab)
         figure(tab, "draft-tree")
         try:
-            tab.wait_for_function(FIRST_SCREEN_JS, timeout=10_000)
+            tab.wait_for_function(FIRST_SCREEN_JS, timeout=60_000)
         except Exception:  # noqa: BLE001 (playwright's TimeoutError): say where things are
             where = {i: tab.evaluate("(i) => { const e = document.getElementById(i); return e && "
                                      "e.getBoundingClientRect().top; }", i) for i in ("arrival-note", "draft-tree")}
@@ -67,7 +67,7 @@ def test_a_phone_opens_at_the_top_with_run_in_sight(browser, app_url):
     tab = open_page(browser, app_url, 390, 844)
     try:
         arrived(tab)
-        tab.wait_for_function(f"() => ({PROSE_JS})('arrival-note').includes('Run')", timeout=10_000)
+        tab.wait_for_function(f"() => ({PROSE_JS})('arrival-note').includes('Run')", timeout=60_000)
         tab.wait_for_timeout(500)
         assert tab.evaluate("() => window.scrollY") == 0 and tab.evaluate(RECT_JS, "run")["inside"]
     finally:

@@ -4,7 +4,7 @@ a live room that three followers join (they show the instructor's live run and f
 run stepped to cycle k, the page's link to that picture opened in a second tab, which shows cycle k at the
 same phase with the same token picked. Each step's result is read from the page, as the class sees it.
 
-Uses the server and the browser of tests/test_app_browser.py (same requirements: Debian's chromium and the
+Uses the page and browser tests/conftest.py starts once (same requirements: Debian's chromium and the
 Python `playwright` package). Screenshots go to artifacts/.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from test_app_browser import (CHROMIUM, PROSE_JS, RUN_TIMEOUT_MS, app_url, browser, open_accordion,  # noqa: F401
+from test_app_browser import (CHROMIUM, PROSE_JS, RUN_TIMEOUT_MS, open_accordion,  # noqa: F401
                               open_page, page, prose, run_and_wait, set_knob, set_number, shot)
 from test_compare_browser import SECTION as COMPARE
 from test_room_browser import WORKSHOP, open_picture
@@ -57,7 +57,7 @@ def test_a_class_from_preset_to_a_shared_picture(page, browser, app_url):
     wait_for_cycle(page, k)
     open_accordion(page, TOUR)
     page.click("#tour-next")  # the tour's second stop: verify, on the cycle shown
-    page.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Verify (cycle {k})')", timeout=10_000)
+    page.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Verify (cycle {k})')", timeout=60_000)
     phase_is(page, "Verify")
     page.locator("#cycle-tokens .token").nth(1).click()
     picked(page, 1)
@@ -81,7 +81,7 @@ def test_a_class_from_preset_to_a_shared_picture(page, browser, app_url):
     assert re.search(r"tokens/s\s+[\d.]+\s+[\d.]+", compared.replace("\t", " ")), compared
     # the tour goes on from where it was, on the same cycle
     page.click("#tour-next")
-    page.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Accept (cycle {k})')", timeout=10_000)
+    page.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Accept (cycle {k})')", timeout=60_000)
     phase_is(page, "Accept")
     # a live run's picture cannot be linked (it would have to be made again), and the page says so
     open_accordion(page, WORKSHOP)
@@ -90,7 +90,7 @@ def test_a_class_from_preset_to_a_shared_picture(page, browser, app_url):
     assert "Link to this picture" not in prose(page, "link-text")
     # a live room: three followers show the instructor's live run at the instructor's cycle, and follow a step
     page.click("#open-room")
-    page.wait_for_function(f"() => ({PROSE_JS})('room-text').startsWith('Room')", timeout=10_000)
+    page.wait_for_function(f"() => ({PROSE_JS})('room-text').startsWith('Room')", timeout=60_000)
     room = page.locator("#room-text a").first.get_attribute("href")
     followers = [open_page(browser, app_url + room, *size) for size in ((1280, 800), (1024, 768), (390, 844))]
     try:
