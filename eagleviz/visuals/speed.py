@@ -31,9 +31,10 @@ NO_CEILING = ("No ceiling is measured: run `python -m eagleviz ceiling` to measu
               "reach on this machine.")
 CEILING_PLOT_PX = 300        # the bars, their labels and axis titles
 TEMPERATURE_TITLES = {0.0: "Greedy decoding (T = 0)", 1.0: "Sampling (T = 1)"}
-VS_PLAIN_NOTE = ("*vs plain decoding*: each method's median tokens/s over the plain row's, eagleviz's own loop "
-                 "with the same model and no speculation, which is what EAGLE speeds up; *vs {reference}*: the "
-                 "median per-prompt ratio against that Hugging Face peer. ")
+VS_PLAIN_NOTE = ("*vs plain decoding*: the median over prompts of each method's tokens/s over the plain row's on "
+                 "the same prompt (95% bootstrap interval in brackets), eagleviz's own loop with the same model and "
+                 "no speculation, which is what EAGLE speeds up; *vs {reference}*: the median per-prompt ratio "
+                 "against that peer. ")
 
 
 def method_colour(method: str) -> str:
@@ -64,14 +65,14 @@ def bench_caption(result: dict, origin: str) -> str:
 
 def bench_figure(result: dict, height: int | None = None, vs_plain: bool = False) -> go.Figure:
     """Median tokens/s per method, each bar labelled with its median per-prompt speedup over the reference,
-    or (`vs_plain`, where the bench has a plain row) with its tokens/s over plain decoding's."""
+    or (`vs_plain`, where the bench has a plain row) with its speed against plain decoding (`against_plain`)."""
     rows, mc = result["rows"], result.get("machine", {})
     methods = list(rows)
     tps = [rows[m]["tokens_per_s"] for m in methods]
     taus = [f"{rows[m]['tau']:.2f}" if rows[m]["tau"] else "-" for m in methods]
     ratios = against_plain(result) if vs_plain else None
     speedups = [ratios[m] if ratios else rows[m]["speedup"] for m in methods]
-    against = "plain decoding (ratio of median tokens/s)" if ratios else f"{result['reference']} (median per prompt)"
+    against = f"{'plain decoding' if ratios else result['reference']} (median per prompt)"
     bar = dict(type="bar", x=methods, y=tps, text=[f"{x:.2f}x" for x in speedups],
                textposition="outside", cliponaxis=False, customdata=taus,
                marker=dict(color=[method_colour(m) for m in methods], line=dict(color=INK, width=1)),

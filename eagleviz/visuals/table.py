@@ -11,11 +11,21 @@ PLAIN = "plain"                      # the bench's row for eagleviz's own loop w
 
 
 def against_plain(result: dict) -> dict[str, float] | None:
-    """Each method's median tokens/s divided by eagleviz's own plain loop's (the same model and code without
-    speculation: what EAGLE speeds up); None when the bench has no plain row, or compares with it already."""
+    """Each method's speed against eagleviz's own plain loop (the same model and code without speculation: what
+    EAGLE speeds up): the median of its per-prompt ratios as `bench` records it (`vs_plain`, the statistic the
+    README quotes), or, for a result written before `bench` recorded it, its median tokens/s over plain's. None
+    when the bench has no plain row, or compares with it already."""
     rows = result["rows"]
     plain = rows.get(PLAIN, {}).get("tokens_per_s", 0) if result["reference"] != PLAIN else 0
-    return {m: row["tokens_per_s"] / plain for m, row in rows.items()} if plain > 0 else None
+    if plain <= 0:
+        return None
+    return {m: row.get("vs_plain", row["tokens_per_s"] / plain) for m, row in rows.items()}
+
+
+def plain_interval(row: dict) -> str:
+    """" (0.99-1.04)": the 95% bootstrap interval of a row's `vs_plain` over the prompts, where recorded."""
+    ci = row.get("vs_plain_ci95")
+    return f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else ""
 
 
 def markdown_table(result: dict, mismatches: str = "list", vs_plain: bool = False) -> str:
@@ -33,7 +43,7 @@ def markdown_table(result: dict, mismatches: str = "list", vs_plain: bool = Fals
         tau = f"{row['tau']:.2f}" if row["tau"] else "-"
         ph = row.get("phase_ms", {})
         phases = f"{ph['draft']:.1f} / {ph['verify']:.1f}" if row["tau"] and {"draft", "verify"} <= ph.keys() else "-"
-        ours = f"| {ratios[m]:.2f}x " if ratios else ""
+        ours = f"| {ratios[m]:.2f}x{plain_interval(row)} " if ratios else ""
         lines.append(f"| {m} | {row['tokens_per_s']:.1f} {ours}| {row['speedup']:.2f}x | {tau} | {phases} |")
     if "prefill" in result:
         lines += ["", PREFILL_NOTES[result["prefill"]]]
