@@ -122,8 +122,9 @@ def test_every_figure_in_a_speed_row_is_its_files(kind, row):
 @pytest.mark.parametrize("kind,row", speed_rows(), ids=lambda r: named_file(r).stem if isinstance(r, dict) else r)
 def test_every_speed_row_names_its_machine_a_commit_and_the_date(kind, row):
     """The machine as the file records it (the CPU's name and vector unit; the GPU a gpu-check report names, and
-    the dtype); a commit of 7+ hex digits that git knows (where the file's name carries one, that one; where the
-    file records no date, the commit that committed it); the date the file records, or else that commit's."""
+    the dtype); a commit of 7+ hex digits that git knows (the one the file records, measured on a checkout without
+    changes; else where the file's name carries one, that one; where the file records no date, the commit that
+    committed it); the date the file records, or else that commit's."""
     path, machine_cell = named_file(row), re.sub(r"`[^`]*`", "", row["machine, run"]).replace("-", "")
     run = json.loads(path.read_text())
     machine = run["machine"]
@@ -140,6 +141,8 @@ def test_every_speed_row_names_its_machine_a_commit_and_the_date(kind, row):
     assert re.fullmatch(r"[0-9a-f]{7,40}", commit) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", date)
     named = re.search(r"-([0-9a-f]{7,40})-", path.name)
     assert named is None or commit == named[1]
+    if machine.get("commit"):  # the file records the code it measured (eagleviz.perf.provenance): that one
+        assert machine["commit"].startswith(commit) and not machine.get("dirty"), (machine["commit"], commit)
     if "date" in machine:
         assert date == machine["date"]
     known = git("cat-file", "-e", f"{commit}^{{commit}}")

@@ -63,6 +63,7 @@ from eagleviz.journal import Journal
 from eagleviz.measured import bench_name, tuned_config, tuned_tree, user_bench_path
 from eagleviz.models.loading import cpu_description
 from eagleviz.perf import peers as peer_methods
+from eagleviz.perf.provenance import provenance
 from eagleviz.prompts import bundle_copies, load_prompts
 from eagleviz.visuals.table import markdown_table
 
@@ -482,12 +483,16 @@ def policy_record(engine) -> dict:
 
 
 def machine_info(engine) -> dict:
+    """What a measurement of `engine` ran on and with: the machine, the numerics, the paths the engine took (the
+    decode path and attention it uses, not the ones asked for, and its notes on any fallback) and where the code
+    and machine come from (`eagleviz.perf.provenance`)."""
     return {"cpu": cpu_description(), "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d"),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
             "torch": torch.__version__, "dtype": str(engine.target.dtype).removeprefix("torch."),
             "kv_dtype": str(engine.target.kv_dtype).removeprefix("torch."), "device": str(engine.target.device),
             "cpu_layer": "compiled" if engine.target.ops is not None else "torch", "weights": engine.target.weights,
-            "model": engine.target.name, "head": engine.head_name}
+            "model": engine.target.name, "head": engine.head_name, "decode": engine.decode,
+            "attn_impl": engine.attn_impl, "notes": list(engine.notes)} | provenance(engine.target.device)
 
 
 def ab_name(lever: str, temperature: float) -> str:

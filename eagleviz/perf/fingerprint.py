@@ -33,7 +33,7 @@ def fingerprint(engine, prompts: list[str], tokens: int = TOKENS) -> dict:
     machine = machine_info(engine)
     return {"sha256": digest, "eagle_equals_plain": eagle == plain, "prompts": len(prompts), "tokens": tokens,
             "weights": engine.target.weights, "cpu": machine["cpu"], "date": machine["date"],
-            "first_tokens": plain[0][:8]}
+            "first_tokens": plain[0][:8], "machine": machine}
 
 
 def main(argv: list[str]) -> int:

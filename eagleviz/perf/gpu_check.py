@@ -48,6 +48,7 @@ import torch
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
 from eagleviz.models.host import counting_reads
+from eagleviz.perf.provenance import provenance
 from eagleviz.perf.sections import Budget, describe, each_part, skipped, summary
 from kernels import capability
 
@@ -67,7 +68,7 @@ def environment(device: torch.device) -> dict:
     info = {"device": str(device), "torch": torch.__version__, "cuda": torch.version.cuda,
             "python": platform.python_version(), "triton": _version("triton"),
             "triton_interpret": os.environ.get("TRITON_INTERPRET", ""), "cpu": capability.detect().describe(),
-            "bf16_packing": capability.detect().bf16_packing}
+            "bf16_packing": capability.detect().bf16_packing} | provenance(device)
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         info |= {"gpu": props.name, "capability": f"{props.major}.{props.minor}",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -60,6 +61,7 @@ def measure(prompts: list[str], tokens: int, journal: Path | None = None, progre
     from eagleviz.models.loading import cpu_description, load_target
     from eagleviz.models.quantized import find_blocks
     from eagleviz.models.target import TargetModel
+    from eagleviz.perf.provenance import provenance
     from kernels.numerics import numerics_version
 
     ref = load_target("embedded", dtype="float32", weights="dense")
@@ -73,7 +75,8 @@ def measure(prompts: list[str], tokens: int, journal: Path | None = None, progre
               "variants": {act: {"top1_agreement": round(statistics.mean(r[act]["agree"] for r in records), 4),
                                  "mean_kl_nats": float(f"{statistics.mean(r[act]['kl'] for r in records):.3g}"),
                                  "max_logit_diff": round(max(r[act]["max_diff"] for r in records), 4)}
-                           for act in ACTIVATIONS}}
+                           for act in ACTIVATIONS},
+              "date": time.strftime("%Y-%m-%d"), "machine": provenance()}
     log.close()
     return result
 

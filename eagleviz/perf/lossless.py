@@ -68,7 +68,7 @@ def check(engine, prompts: list[str], tokens: int, journal: Path | None = None, 
         "differ": {name: [i for i, p in enumerate(done) if not p["equal"][name]] for name in CONFIGS},
         "chains_short": {str(k): [i for i, p in enumerate(done) if p["short_cycles"][str(k)]] for k in CHAINS},
         "plain_tokens": sum(p["plain_tokens"] for p in done), "cpu": machine["cpu"], "date": machine["date"],
-        "head": engine.head_name}
+        "head": engine.head_name, "machine": machine}
     log.close()
     return result
 
