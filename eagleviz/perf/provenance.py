@@ -15,24 +15,26 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = Path(__file__).resolve().parent  # eagleviz/perf: a git checkout's, or an installed wheel's
 # The /proc/cpuinfo flags that change which kernels run: vector width, dot products, native bf16, matrix tiles.
 SPEED_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_tile",
                "amx_bf16", "amx_int8")
 PACKAGES = ("torch", "transformers", "triton", "numpy")
 
 
-def code_version(root: Path = ROOT) -> dict:
-    """{"commit": the checkout's HEAD (None outside a git checkout, e.g. an installed wheel), "dirty": whether
-    tracked files differ from it (None when unknown)}."""
+def code_version(where: Path = PACKAGE) -> dict:
+    """{"commit": HEAD of the git checkout that holds `where` (None where git does not track it, e.g. an installed
+    wheel, even one inside a checkout's .venv), "dirty": whether tracked files differ from it (None when
+    unknown)}."""
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+            done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.SubprocessError):
             return None
         return done.stdout.strip() if done.returncode == 0 else None
 
-    commit = git("rev-parse", "HEAD") if (root / ".git").exists() else None
+    tracked = where.is_dir() and git("ls-files", "--error-unmatch", next(where.glob("*.py"), where).name) is not None
+    commit = git("rev-parse", "HEAD") if tracked else None
     if commit is None:
         return {"commit": None, "dirty": None}
     changes = git("status", "--porcelain", "--untracked-files=no")
