@@ -52,6 +52,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import plotly.graph_objects as go
 import torch
@@ -322,6 +323,21 @@ def room_latency(engine, followers: int, pages: int, clicks: int) -> dict[str, l
     return out
 
 
+def room_summary(times: dict[str, list[float]], followers: int, pages: int, clicks: int, command: str) -> dict:
+    """What `--room --out FILE` writes: per series its median, p90 and max in seconds and every value, with the
+    room's size, the command, the date and where it ran (`eagleviz.perf.provenance`)."""
+    from eagleviz.perf.provenance import provenance
+
+    def stats(values: list[float]) -> dict:
+        v = sorted(values)
+        return {"median": round(statistics.median(v), 3), "p90": round(v[int(0.9 * (len(v) - 1))], 3),
+                "max": round(v[-1], 3), "n": len(v), "values": [round(x, 4) for x in values]} if v else {"n": 0}
+
+    return {"followers": followers, "pages": pages, "clicks": clicks, "command": command,
+            "date": time.strftime("%Y-%m-%d"), "threads": torch.get_num_threads(), "machine": provenance(),
+            "series": {name: stats(values) for name, values in times.items()}}
+
+
 def describe_room(name: str, times: list[float]) -> str:
     if not times:
         return f"room: {name}: nothing measured"
@@ -342,6 +358,7 @@ def main() -> None:
                    help="measure only a room with N followers over HTTP (and --pages followers in Chromium)")
     p.add_argument("--pages", type=int, default=2, help="with --room: followers that are Chromium pages")
     p.add_argument("--clicks", type=int, default=5, help="with --room: the instructor's clicks on Next")
+    p.add_argument("--out", help="with --room: write the figures as JSON to this file (room_summary)")
     p.add_argument("--follow-spec", help=argparse.SUPPRESS)   # the HTTP followers' child process
     args = p.parse_args()
     if args.follow_spec:
@@ -354,6 +371,11 @@ def main() -> None:
         print(f"room: {args.room} followers over HTTP, {args.pages} in Chromium, {args.clicks} clicks, pushed")
         for name, values in times.items():
             print(describe_room(name, values))
+        if args.out:
+            command = "python scripts/measure_ui_latency.py " + " ".join(sys.argv[1:])
+            summary = room_summary(times, args.room, args.pages, args.clicks, command)
+            Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
+            print(f"written to {args.out}")
         return
     engine = load_engine()
     engine.generate("Hello", TreeConfig.create(), SamplingConfig(max_new_tokens=4))  # as app.py does at start-up

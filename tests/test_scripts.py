@@ -105,6 +105,19 @@ def test_measure_ui_latency_times_the_pages_handlers(monkeypatch, capsys):
         assert re.search(rf"server: {what}.*: median \d+ ms, p95 \d+ ms, max \d+ ms over [1-9]", out), (what, out)
 
 
+def test_measure_ui_latency_writes_the_rooms_figures_with_their_provenance():
+    """`--room N --out FILE` (the measurement is the browser suite's): per series the median, p90 and max of the
+    values it holds, the room's size, the command and where it ran."""
+    m = script("measure_ui_latency.py")
+    times = {"server+network": [0.3, 0.1, 0.2, 0.9], "browser paint": [], "end to end": [1.5, 2.5]}
+    summary = json.loads(json.dumps(m.room_summary(times, 30, 2, 5, "python scripts/measure_ui_latency.py --room 30")))
+    assert summary["series"]["server+network"] | {"values": None} == {"median": 0.25, "p90": 0.3, "max": 0.9, "n": 4,
+                                                                      "values": None}
+    assert summary["series"]["browser paint"] == {"n": 0} and summary["series"]["end to end"]["max"] == 2.5
+    assert (summary["followers"], summary["pages"], summary["clicks"]) == (30, 2, 5)
+    assert {"commit", "cpu_model", "versions"} <= summary["machine"].keys() and summary["date"]
+
+
 def test_profile_gpu_dry_runs_every_section_on_a_cpu(tmp_path):
     """`--tiny-cpu`: every section of the GPU profile on a tiny random model on this CPU, none failing, and the
     report, tables and trace written. The GPU's own figures (kernels, syncs, Triton, cuDNN) need a CUDA device."""
