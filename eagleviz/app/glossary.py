@@ -115,7 +115,9 @@ def link_terms(text: str) -> str:
 
 
 # Gradio's Markdown opens links in a new tab, and the glossary's accordion hides its entries until opened: a
-# click on a term is answered here instead, the entry shown where the glossary is, lit for a moment.
+# click on a term is answered here instead, the entry shown where the glossary is, lit until GLOSSARY_LIT_MS after
+# the scroll to it has come to rest (a busy machine's smooth scroll can take longer than the light would last).
+GLOSSARY_LIT_MS = 2500
 LINKS_JS = f"""() => {{
   document.addEventListener('click', (e) => {{
     const a = e.target.closest && e.target.closest('a[href^="#{ANCHOR_PREFIX}"]');
@@ -128,7 +130,15 @@ LINKS_JS = f"""() => {{
       if (entry && entry.getBoundingClientRect().height > 0) {{
         entry.scrollIntoView({{behavior: 'smooth', block: 'center'}});
         entry.classList.add('ev-glossary-hit');
-        setTimeout(() => entry.classList.remove('ev-glossary-hit'), 2500);
+        let last = NaN, still = 0, looks = 200;   // at rest: three looks 50 ms apart in one place (10 s at most)
+        const rest = () => {{
+          const top = entry.getBoundingClientRect().top;
+          still = top === last ? still + 1 : 0;
+          last = top;
+          if (still < 3 && looks-- > 0) return setTimeout(rest, 50);
+          setTimeout(() => entry.classList.remove('ev-glossary-hit'), {GLOSSARY_LIT_MS});
+        }};
+        setTimeout(rest, 50);
       }} else if (tries > 0) setTimeout(() => show(tries - 1), 50);
     }};
     show(60);
