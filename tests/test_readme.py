@@ -90,7 +90,7 @@ def test_the_readme_is_a_guide_of_at_most_250_lines():
     text = README.read_text()
     assert len(text.splitlines()) <= 250
     assert text.startswith("---\n") and "\nsdk_version: " in text.split("\n---\n")[0]  # what a Space reads
-    assert "](docs/screenshot.png)" in text
+    assert "](docs/screenshot.png)" in text and (ROOT / "docs" / "screenshot.png").stat().st_size < 500_000
 
 
 def test_both_speed_tables_hold_the_newest_runs_of_the_default():
