@@ -17,7 +17,7 @@ from kernels import cpu_ops, numerics
 ROOT = Path(__file__).resolve().parents[1]
 LOSSLESS = ASSETS / "bench" / "lossless.json"
 INT8 = ASSETS / "bench" / "int8-accuracy.json"
-RERUN = "the C code's numerics changed since it was measured: run `{}` again and commit the JSON"
+RERUN = "the code its numbers come from changed since it was measured: run `{}` again and commit the JSON"
 
 
 def test_the_version_follows_the_code_and_flags_not_the_comments(tmp_path):
@@ -34,15 +34,42 @@ def test_the_version_follows_the_code_and_flags_not_the_comments(tmp_path):
     assert version(source, cpu_ops.FLAGS + ("-ffast-math",)) != today
 
 
-def _committed(path, command: str) -> dict:
+def test_a_python_modules_version_follows_its_code_not_its_docstrings_or_comments(tmp_path):
+    module = tmp_path / "engine.py"
+
+    def version(text: str) -> str:
+        module.write_text(text)
+        return numerics.numerics_version((), (module,))
+
+    code = 'def accept(p, u):\n    """Accepted iff u < p."""\n    return u < p\n'
+    today = version(code)
+    assert version("# why\n" + code.replace('"""Accepted iff u < p."""', '"""Another word."""') + "\n\n") == today
+    assert version(code.replace("u < p", "u <= p")) != today
+
+
+def test_the_lossless_version_covers_every_c_file_and_the_engines_python(monkeypatch, tmp_path):
+    from eagleviz.perf.lossless import lossless_version
+    from kernels import sample_ops
+
+    today = lossless_version()
+    copy = tmp_path / sample_ops.SOURCE.name
+    copy.write_text(sample_ops.SOURCE.read_text().replace("{", "{ int unused_ = 0; (void) unused_;", 1))
+    monkeypatch.setattr(sample_ops, "SOURCE", copy)
+    assert lossless_version() != today  # sample_ops.c picks every greedy token
+    assert today != numerics.numerics_version()  # more than the forward's C code
+
+
+def _committed(path, command: str, version: str) -> dict:
     result = json.loads(path.read_text())
-    assert result["numerics"] == numerics.numerics_version(), RERUN.format(command)
+    assert result["numerics"] == version, RERUN.format(command)
     assert result["command"].startswith(command)
     return result
 
 
 def test_the_committed_bitwise_check_ran_on_every_prompt_with_todays_numerics():
-    result = _committed(LOSSLESS, "python -m eagleviz lossless")
+    from eagleviz.perf.lossless import lossless_version
+
+    result = _committed(LOSSLESS, "python -m eagleviz lossless", lossless_version())
     assert result["prompts"] == 80 and result["weights"] == "blocks"
     assert set(result["differ"]) == {"chain", "tree", "large", "cost-aware", "cost-aware+lookup"}
     assert all(prompts == [] for prompts in result["differ"].values()), result["differ"]
@@ -50,7 +77,7 @@ def test_the_committed_bitwise_check_ran_on_every_prompt_with_todays_numerics():
 
 
 def test_the_committed_int8_accuracy_has_todays_numerics_and_is_what_the_readme_quotes():
-    result = _committed(INT8, "python -m eagleviz int8-accuracy")
+    result = _committed(INT8, "python -m eagleviz int8-accuracy", numerics.numerics_version())
     assert result["prompts"] == 80
     int8 = result["variants"]["int8"]
     readme = (ROOT / "README.md").read_text()

@@ -7,10 +7,11 @@ very tokens plain decoding chose (`Foresight`, CHAINS long) is accepted whole in
 move when it is verified among others. The blocks' products, the C layer and the stack sum in one order whatever
 the batch, so there is no near-tie to excuse a difference.
 
-`--out` writes the result as JSON with the numerics version it was measured with (`kernels.numerics`);
-`assets/bench/lossless.json` is the committed one, and `tests/test_numerics.py` fails when the C code's
-arithmetic changes and it was not run again. Each finished prompt goes to a journal beside --out, so an
-interrupted run picks up where it stopped. `tests/test_lossless_blocks.py` runs the same checks on 20 prompts.
+`--out` writes the result as JSON with the version it was measured with (`lossless_version`: every C file of a
+CPU's decoding and the engine's Python, `kernels.numerics`); `assets/bench/lossless.json` is the committed one,
+and `tests/test_numerics.py` fails when that code changes and it was not run again. Each finished prompt goes
+to a journal beside --out, so an interrupted run picks up where it stopped. `tests/test_lossless_blocks.py` runs
+the same checks on 8 prompts (20 under `-m slow`).
 """
 
 from __future__ import annotations
@@ -57,9 +58,7 @@ def check_prompt(engine, prompt: str, tokens: int) -> dict:
 def check(engine, prompts: list[str], tokens: int, journal: Path | None = None, progress=print) -> dict:
     """Every prompt through `check_prompt`, resumed from `journal` when it holds the same settings."""
     from eagleviz.perf.bench import machine_info
-    from kernels.numerics import numerics_version
-
-    header = {"prompts": prompts, "tokens": tokens, "numerics": numerics_version(), "head": engine.head_name}
+    header = {"prompts": prompts, "tokens": tokens, "numerics": lossless_version(), "head": engine.head_name}
     log = Journal(journal, header, "lossless", progress)
     done = log.run(len(prompts), lambda i: check_prompt(engine, prompts[i], tokens))
     machine = machine_info(engine)
@@ -71,6 +70,21 @@ def check(engine, prompts: list[str], tokens: int, journal: Path | None = None, 
         "head": engine.head_name, "machine": machine}
     log.close()
     return result
+
+
+def lossless_version() -> str:
+    """The version a lossless result holds for (`kernels.numerics`): every C file a CPU's decoding compiles
+    (the forward's, and kernels/sample_ops.c, whose argmax picks each greedy token) with its flags, and the code of
+    the engine, the models and the kernels' Python (eagleviz/decoding, eagleviz/models, kernels/*.py)."""
+    import eagleviz.decoding
+    import eagleviz.models
+    import kernels
+    from kernels import numerics, sample_ops
+
+    folders = [Path(m.__file__).parent for m in (eagleviz.decoding, eagleviz.models, kernels)]
+    python = tuple(sorted((f for folder in folders for f in folder.glob("*.py")),
+                          key=lambda f: (f.parent.name, f.name)))
+    return numerics.numerics_version(numerics.SOURCES + ((sample_ops.SOURCE, ()),), python)
 
 
 def main(argv: list[str]) -> int:
