@@ -28,14 +28,19 @@ def test_a_bench_the_user_did_not_publish_never_replaces_the_pages_figures(tiny_
     assert after is None or after.shipped
 
 
-def test_bench_writes_its_files_and_keeps_the_latest_for_the_app(tiny_cli, capsys):
+def tiny_bench(tiny_cli, methods: str, *options: str) -> tuple[dict, Path]:
+    """`bench` on two prompts of the tiny engine (`tiny_cli`), 6 tokens, tree 2/2/4: its result and --out."""
     prompts = tiny_cli / "prompts.txt"
     prompts.write_text("abc\nhello there\n")
     out = tiny_cli / "out"
     assert bench.bench_main(["--prompts", str(prompts), "--max-new-tokens", "6", "--repeats", "1", "--steps", "2",
-                             "--topk", "2", "--draft-tokens", "4", "--methods", "hf-generate,plain,eagle-tree",
-                             "--publish", "--out", str(out)]) == 0
-    result = json.loads((out / "bench-T0.json").read_text())
+                             "--topk", "2", "--draft-tokens", "4", "--methods", methods, *options,
+                             "--out", str(out)]) == 0
+    return json.loads((out / "bench-T0.json").read_text()), out
+
+
+def test_bench_writes_its_files_and_keeps_the_latest_for_the_app(tiny_cli, capsys):
+    result, out = tiny_bench(tiny_cli, "hf-generate,plain,eagle-tree", "--publish")
     assert list(result["rows"]) == ["hf-generate", "plain", "eagle-tree"] and result["prompts"] == 2
     assert (out / "bench-T0.md").read_text().startswith("| method |")
     cpu = result["machine"]["cpu"]  # what the figures depend on: the CPU's name, vector unit and bf16 support
@@ -456,13 +461,7 @@ def test_a_plain_control_runs_plain_decoding_again_beside_the_others(tiny_cli, c
     """`--methods plain,plain-control,...`: plain decoding a second time, stepped in lockstep like the others, so
     its ratio to plain (which should be 1) shows the measurement's own spread beside the tree's; it writes plain
     decoding's tokens."""
-    prompts = tiny_cli / "prompts.txt"
-    prompts.write_text("abc\nhello there\n")
-    out = tiny_cli / "out"
-    assert bench.bench_main(["--prompts", str(prompts), "--max-new-tokens", "6", "--repeats", "1", "--steps", "2",
-                             "--topk", "2", "--draft-tokens", "4", "--methods", "plain,plain-control,eagle-tree",
-                             "--lockstep", "--out", str(out)]) == 0
-    result = json.loads((out / "bench-T0.json").read_text())
+    result, _ = tiny_bench(tiny_cli, "plain,plain-control,eagle-tree", "--lockstep")
     control = result["rows"]["plain-control"]
     assert list(result["rows"]) == ["plain", "plain-control", "eagle-tree"] and result["pairing"] == "step"
     assert result["greedy_mismatches"] == [] and control["tau"] is None
