@@ -323,15 +323,21 @@ def room_latency(engine, followers: int, pages: int, clicks: int) -> dict[str, l
     return out
 
 
+def room_stats(times: list[float]) -> dict:
+    """{"median", "p90", "max", "n"} of a series in seconds ({"n": 0} when it is empty)."""
+    v = sorted(times)
+    return {"median": statistics.median(v), "p90": v[int(0.9 * (len(v) - 1))], "max": v[-1], "n": len(v)} if v \
+        else {"n": 0}
+
+
 def room_summary(times: dict[str, list[float]], followers: int, pages: int, clicks: int, command: str) -> dict:
     """What `--room --out FILE` writes: per series its median, p90 and max in seconds and every value, with the
     room's size, the command, the date and where it ran (`eagleviz.perf.provenance`)."""
     from eagleviz.perf.provenance import provenance
 
     def stats(values: list[float]) -> dict:
-        v = sorted(values)
-        return {"median": round(statistics.median(v), 3), "p90": round(v[int(0.9 * (len(v) - 1))], 3),
-                "max": round(v[-1], 3), "n": len(v), "values": [round(x, 4) for x in values]} if v else {"n": 0}
+        found = {k: v if k == "n" else round(v, 3) for k, v in room_stats(values).items()}
+        return found | {"values": [round(x, 4) for x in values]} if values else found
 
     return {"followers": followers, "pages": pages, "clicks": clicks, "command": command,
             "date": time.strftime("%Y-%m-%d"), "threads": torch.get_num_threads(), "machine": provenance(),
@@ -341,9 +347,8 @@ def room_summary(times: dict[str, list[float]], followers: int, pages: int, clic
 def describe_room(name: str, times: list[float]) -> str:
     if not times:
         return f"room: {name}: nothing measured"
-    times = sorted(times)
-    return (f"room: {name}: median {statistics.median(times):.2f} s, p90 {times[int(0.9 * (len(times) - 1))]:.2f} s, "
-            f"max {times[-1]:.2f} s over {len(times)}")
+    s = room_stats(times)
+    return f"room: {name}: median {s['median']:.2f} s, p90 {s['p90']:.2f} s, max {s['max']:.2f} s over {s['n']}"
 
 
 def main() -> None:

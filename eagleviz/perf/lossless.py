@@ -58,6 +58,7 @@ def check_prompt(engine, prompt: str, tokens: int) -> dict:
 def check(engine, prompts: list[str], tokens: int, journal: Path | None = None, progress=print) -> dict:
     """Every prompt through `check_prompt`, resumed from `journal` when it holds the same settings."""
     from eagleviz.perf.bench import machine_info
+
     header = {"prompts": prompts, "tokens": tokens, "numerics": lossless_version(), "head": engine.head_name}
     log = Journal(journal, header, "lossless", progress)
     done = log.run(len(prompts), lambda i: check_prompt(engine, prompts[i], tokens))

@@ -33,7 +33,7 @@ def code_version(where: Path = PACKAGE) -> dict:
             return None
         return done.stdout.strip() if done.returncode == 0 else None
 
-    tracked = where.is_dir() and git("ls-files", "--error-unmatch", next(where.glob("*.py"), where).name) is not None
+    tracked = git("ls-files", "--error-unmatch", ".") is not None  # fails outside a checkout, or untracked in one
     commit = git("rev-parse", "HEAD") if tracked else None
     if commit is None:
         return {"commit": None, "dirty": None}
