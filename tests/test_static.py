@@ -1,15 +1,16 @@
 """eagleviz/models/static.py: the target's steps over a static state, as CUDA graphs replay them, proved on a CPU.
 
 A CPU cannot capture a CUDA graph, so the capture is stood in for by `Recording` (the warm-up and the
-recording call of `CudaGraphs.capture`, then replay = the same function over the same buffers). What that
+recording call of `CudaGraphs.capture`, then replay = its recorded operations over the same buffers). What that
 proves here: the step equals the eager forward; the engine's tokens are the eager path's, greedy and sampled;
 a capture mid-run never touches a committed key; after warm-up no step makes a tensor of a new shape (a
 replayed graph cannot); a plain step reads the device once and a greedy EAGLE cycle twice (the drafting,
-`tests/test_device_draft.py`, and the verdict); the step's operations per layer stay within a budget; a
+`tests/test_device_draft.py`, and the verdict), a fixed tree's once (`tests/test_device_cycle.py`); the step's operations per layer stay within a budget; a
 failed capture falls back, saying so in the run's notes."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import Counter
@@ -25,13 +26,13 @@ from eagleviz.decoding.policy import HeadRest, Ledger
 from eagleviz.decoding.steps import decode_path
 from eagleviz.models.draft import random_head
 from eagleviz.models.host import counting_reads
-from eagleviz.models.static import BUCKETS, StaticSteps, bucket, capacity_bucket
+from eagleviz.models.static import BUCKETS, StaticSteps, StepOutput, Uncaptured, bucket, capacity_bucket
 from eagleviz.models.target import TargetModel
 from eagleviz.models import layers
 from kernels import layer_ops
 from kernels import tree_attention as ta
 from kernels.tree_attention import ancestor_mask, interpreting
-from tiny import Recording, tiny_target
+from tiny import CPU_COSTS, Recording, tiny_target
 
 PROMPT = "12345 1234 123"
 
@@ -73,19 +74,24 @@ def test_a_static_step_is_the_eager_forward_over_a_used_cache(target):
     steps.reset()
     ref = target.new_cache(256)
     ids = [3, 4, 5, 6, 7, 1, 2]
+
+    def step(*args) -> StepOutput:  # a copy: the bucket's next step rewrites its outputs, as a graph's replay does
+        out = steps.forward(*args)
+        return StepOutput(out.logits.clone(), out.features.clone(), out.argmax.clone())
+
     pairs = [(target.forward(torch.tensor(ids), torch.arange(7), ref, causal(7, "cpu")),
-              steps.forward(ids, list(range(7)), causal(7, "cpu")))]
+              step(ids, list(range(7)), causal(7, "cpu")))]
     token = int(pairs[-1][0].logits[-1].argmax())
     for _ in range(4):
         pairs.append((target.forward(torch.tensor([token]), torch.tensor([ref.length]), ref, None),
-                      steps.forward([token], [steps.cache.length], None)))
+                      step([token], [steps.cache.length], None)))
         token = int(pairs[-1][0].logits[0].argmax())
     for size in (6, 70):  # a bucket of 8, and beyond the buckets
         mask = ancestor_mask(torch.tensor([-1] + [(i - 1) // 2 for i in range(1, size)]))
         depths = mask.sum(1) - 1
         pos = (ref.length + depths).tolist()
         toks = [(7 * i) % 31 + 1 for i in range(size)]
-        pairs.append((target.forward(torch.tensor(toks), torch.tensor(pos), ref, mask), steps.forward(toks, pos, mask)))
+        pairs.append((target.forward(torch.tensor(toks), torch.tensor(pos), ref, mask), step(toks, pos, mask)))
     assert steps.cache.length == ref.length == 7 + 4 + 6 + 70
     for eager, static in pairs:
         assert torch.allclose(eager.logits, static.logits, atol=1e-5, rtol=0)
@@ -107,6 +113,29 @@ def test_the_static_path_decodes_the_eager_paths_tokens(target, tree, temperatur
     if tree is not None:
         assert [c.path for c in runs["static"].cycles] == [c.path for c in runs["eager"].cycles]
     assert "static cache" in " ".join(runs["static"].notes) and runs["eager"].notes == []
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_captured_steps_make_the_uncaptured_steps_runs_cycle_for_cycle(target, temperature, monkeypatch):
+    """A replay rewrites its outputs in place (`Recording`, as a CUDA graph): what a run keeps of a step past the
+    next step of its size (a resting cycle's features row, which the head encodes when it next drafts) must be a
+    copy. The same run over uncaptured steps (new outputs each step, the same sizes, so the same sums) writes the
+    same trace, drafted tokens and all; the head rests three cycles in four (a schedule in place of the run's
+    clock, which would rest it by time), so it drafts again after resting stretches."""
+
+    def head_runs(rest: HeadRest) -> bool:
+        rest.calls = getattr(rest, "calls", 0) + 1
+        return rest.calls % 4 == 1
+
+    monkeypatch.setattr(HeadRest, "head_runs", head_runs)
+    sampling = SamplingConfig(temperature=temperature, max_new_tokens=48, seed=3)
+    tree = TreeConfig.create(source="eagle")
+    runs = [engine(target, "static", graphs, costs=CPU_COSTS, ledger=False).generate(PROMPT, tree, sampling)
+            for graphs in (Recording(), Uncaptured())]
+    kinds = "".join("d" if c.draft_levels else "r" for c in runs[0].cycles)
+    assert "rrd" in kinds  # a drafted cycle after a resting stretch (two or more plain steps)
+    for captured, uncaptured in zip(*(r.cycles for r in runs)):
+        assert dataclasses.replace(captured, timings_ms={}) == dataclasses.replace(uncaptured, timings_ms={})
 
 
 @torch.inference_mode()
@@ -181,7 +210,7 @@ FIXED = 30  # embedding, RoPE's angles, the step's mask and slots, the final nor
 
 @torch.inference_mode()
 def test_a_plain_step_stays_within_its_operation_budget(target):
-    steps = StaticSteps(target, 96, "torch", None, Recording())
+    steps = StaticSteps(target, 96, "torch", None, Recording(freeze=False))  # the step's own operations
     steps.forward([1, 2], [0, 1], causal(2, "cpu"))
     steps.forward([3], [2], None)  # bucket 1 captured
     with Ops() as ops:
@@ -201,7 +230,7 @@ def fused_target(target) -> TargetModel:
 
 @torch.inference_mode()
 def test_fused_layer_kernels_give_the_eager_forwards_results(fused_target, target):
-    steps = StaticSteps(fused_target, 96, "triton", None, Recording(warmup=0))
+    steps = StaticSteps(fused_target, 96, "triton", None, Recording(warmup=0, freeze=False))
     ref = target.new_cache(96)
     mask = ancestor_mask(torch.tensor([-1, 0, 0, 1, 1, 2]))
     cases = [([3, 4, 5, 6, 7], list(range(5)), causal(5, "cpu")), ([9], [5], None),
@@ -239,7 +268,7 @@ def test_fused_layer_kernels_bring_a_plain_step_to_nine_launches_a_layer(fused_t
     """Kernels a GPU would launch for one plain step: PyTorch's operations that do work, plus each Triton
     launch counted once."""
     ops = Ops()
-    steps = StaticSteps(fused_target, 96, "triton", None, Recording(warmup=0))
+    steps = StaticSteps(fused_target, 96, "triton", None, Recording(warmup=0, freeze=False))
     steps.forward([1, 2], [0, 1], causal(2, "cpu"))
     steps.forward([3], [2], None)
     launches.clear()
@@ -257,9 +286,10 @@ def test_fused_layer_kernels_bring_a_plain_step_to_nine_launches_a_layer(fused_t
 @pytest.mark.parametrize("tree", [None, TreeConfig.create(5, 4, 16, adaptive=False), TreeConfig.create()],
                          ids=["plain", "fixed", "default"])
 def test_reads_of_device_values(target, tree, decode):
-    """A plain step reads the device once (the token). A greedy EAGLE cycle over static steps reads twice: the
-    whole drafting once (`device_draft`) and the verdict once; once when the head rests. The host's drafting
-    (eager, a CPU's path) reads once per level. Nothing reads past the counted helper."""
+    """A plain step reads the device once (the token). A greedy EAGLE cycle over static steps reads once when
+    the head rests and twice when it drafts (the whole drafting once, `device_draft`, and the verdict once),
+    except a fixed tree's drafted cycle without a lookup's chain: once, its record (`device_cycle`). The host's
+    drafting (eager, a CPU's path) reads once per level. Nothing reads past the counted helper."""
     e = engine(target, decode, Recording() if decode == "static" else None)
     sampling = SamplingConfig(max_new_tokens=48)
     ids = e.encode_prompt(PROMPT)
@@ -270,6 +300,8 @@ def test_reads_of_device_values(target, tree, decode):
     assert ops.items == 0
     if tree is None:
         assert reads[0] == len(run.output)  # the prefill's, then one a step
+    elif decode == "static" and not tree.adaptive:
+        assert reads[0] == 1 + sum(1 + (c.lookup_ngram > 0) for c in run.cycles)
     elif decode == "static":
         assert reads[0] == 1 + sum(1 + (c.draft_levels > 0) for c in run.cycles)
     else:
@@ -391,7 +423,7 @@ def test_the_heads_levels_on_the_layer_kernels_draft_what_pytorch_drafts_in_fewe
     for model in (target, fused_target):
         e = Engine(model, head, "random", decode="static", compiled_sampling=False, ledger=False)
         assert e.head.layer_kernels == (model is fused_target)
-        drafter = DeviceDrafter(e, 96, tree, Recording(warmup=0))
+        drafter = DeviceDrafter(e, 96, tree, Recording(warmup=0, freeze=False))
         c = e.head.config
         feats = torch.randn(3, c.feature_size if arch == "eagle3" else c.hidden_size, dtype=model.dtype,
                             generator=torch.Generator().manual_seed(0))

@@ -3,10 +3,13 @@ code as `--model random`: eagleviz.models.synthetic)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import NoReturn
 
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding.engine import Engine
@@ -80,16 +83,58 @@ def compiled_or_fail(load, last_error, folder, what: str):
 
 
 class Recording:
-    """`CudaGraphs.capture` on a CPU: the step runs `warmup` times and once more to be 'recorded', then every
-    replay calls it again over the same buffers. `captures` counts the captures made."""
+    """`CudaGraphs.capture` on a CPU: the step runs `warmup` times, then its operations are recorded once
+    (`make_fx`: the ATen operations over the step's own tensors, with their side effects, as the recording call
+    of a capture) and every replay runs that record over the same buffers without running the step's Python
+    again: a Python number the step read (its cache length, a count) stays what it was at the capture, and
+    every replay rewrites the same output tensors (the first replay's), as in a CUDA graph. `freeze` False
+    replays by calling the step again (steps whose kernels run in Triton's interpreter, which make_fx cannot
+    record). `captures` counts the captures made."""
 
     captured = True
 
-    def __init__(self, warmup: int = 2):
-        self.warmup, self.captures = warmup, 0
+    def __init__(self, warmup: int = 2, freeze: bool = True):
+        self.warmup, self.freeze, self.captures = warmup, freeze, 0
 
     def capture(self, fn):
-        for _ in range(self.warmup + 1):
+        for _ in range(self.warmup):
             fn()
         self.captures += 1
-        return fn
+        if not self.freeze:
+            fn()
+            return fn
+        layout = {}
+
+        def flat() -> list[torch.Tensor]:
+            leaves, layout["spec"] = _flatten(fn())
+            return leaves
+
+        graph = make_fx(flat)()
+        outputs: list[torch.Tensor] = []
+
+        def replay():
+            new = graph()
+            if not outputs:
+                outputs.extend(new)
+            for out, value in zip(outputs, new):
+                if out is not value:
+                    out.copy_(value)
+            return _unflatten(outputs, layout["spec"])
+
+        return replay
+
+
+def _flatten(out) -> tuple[list, tuple]:
+    """A step's result (a dataclass of tensors, or a pytree) as tensors and how to rebuild it."""
+    if dataclasses.is_dataclass(out):
+        names = [f.name for f in dataclasses.fields(out)]
+        leaves, spec = tree_flatten([getattr(out, n) for n in names])
+        return leaves, (type(out), names, spec)
+    leaves, spec = tree_flatten(out)
+    return leaves, (None, None, spec)
+
+
+def _unflatten(leaves: list, layout: tuple):
+    kind, names, spec = layout
+    values = tree_unflatten(list(leaves), spec)
+    return values if kind is None else kind(**dict(zip(names, values)))

@@ -142,6 +142,12 @@ class DeviceDrafter:
     def draft(self, feats: torch.Tensor, pend_tokens: list[int]) -> tuple[list[list[int]], list[list[float]], list[int]]:
         """Encode the pending positions (feats (n, F), their tokens) and draft every level. Returns, read in one
         copy, the ids and log-probabilities (flat, level by level) and the frontiers (flat, a level's rows)."""
+        out = self.launch(feats, pend_tokens)
+        return to_host(out.ids, out.logprobs, out.frontiers)
+
+    def launch(self, feats: torch.Tensor, pend_tokens: list[int]) -> DraftOut:
+        """`draft` without the read: its results on the device (a bucket's static outputs, rewritten by the
+        bucket's next drafting)."""
         n, stable = len(pend_tokens), self.cache.length
         positions = list(range(stable, stable + n))
         if n > BUCKETS[-1]:  # a prompt's first drafting: the same function at its own size, uncaptured
@@ -156,4 +162,4 @@ class DeviceDrafter:
             out = replay()
         # the cache now holds the encoded positions and every level's expansion slots
         self.cache.length = stable + n + (self.steps - 1) * self.k
-        return to_host(out.ids, out.logprobs, out.frontiers)
+        return out

@@ -21,7 +21,8 @@ own cache (eager), the host drafting level by level; on a GPU the target's steps
 from CUDA graphs (`eagleviz.models.static`), and the head's every level drafted in one captured call
 (`eagleviz.decoding.device_draft`). There the host waits for the device twice a greedy cycle: the drafting's
 tokens and scores, and the verdict (the target's argmax and its probability at every slot); once a plain
-step. Inputs go to the device without blocking and phases are timed by CUDA events (`eagleviz.models.host`).
+step, and once a drafted cycle of a fixed tree at T = 0, whose choice of verified nodes, verification, walk and
+commit run on the device after the drafting as one more captured function (`eagleviz.decoding.device_cycle`). Inputs go to the device without blocking and phases are timed by CUDA events (`eagleviz.models.host`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from eagleviz.models.target import TargetModel, TargetOutput
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
 from eagleviz.decoding.calibration import HeadCalibration, RunAcceptance
 from eagleviz.decoding.costs import CostModel, RunCosts
+from eagleviz.decoding.device_cycle import DeviceCycle, fits
 from eagleviz.decoding.device_draft import DeviceDrafter
 from eagleviz.decoding.steps import decode_path, draft_state, prepared, release, static_states, target_steps
 from eagleviz.decoding.drafting import ROOT_ALONE, causal, grow, lookup_worth
@@ -154,16 +156,20 @@ class Engine:
 
     On a CPU the target's distribution is read in C where it can be compiled (`kernels.sample_ops`: argmax,
     the most likely tokens, the draw; the same tokens for the same seed); `compiled_sampling` False keeps
-    PyTorch's operations, the reference of an A/B run."""
+    PyTorch's operations, the reference of an A/B run.
+
+    Over static steps (a GPU) a fixed tree's greedy drafted cycle is chosen, verified and walked on the device and
+    read once (`eagleviz.decoding.device_cycle`); `device_cycle` False chooses and walks on the host, reading
+    the drafting and the verdict apart, the reference of an A/B run."""
 
     def __init__(self, target: TargetModel, head: DraftHead | None, head_name: str = "", attn_impl: str = "auto",
                  pack: bool | None = None,
                  kernel_check: Callable[[torch.device, torch.dtype], KernelCheck] | None = None,
                  costs: CostModel | None = None, calibration: HeadCalibration | None = None,
                  prefix_cache: bool = True, compiled_sampling: bool = True, learn: bool = True,
-                 decode: str = "auto", ledger: bool = True):
+                 decode: str = "auto", ledger: bool = True, device_cycle: bool = True):
         self.target, self.head_name = target, head_name
-        self.learn, self.ledger = learn, ledger
+        self.learn, self.ledger, self.device_cycle = learn, ledger, device_cycle
         self.head = None if head is None else head.for_drafting(pack, target.ops, target.block_ops,
                                                                  target.activations == "int8", target.layer_kernels)
         self.costs = costs or CostModel.flat()
@@ -473,6 +479,8 @@ class Engine:
         if lookups is not None and lookups.losing():
             lookup_rest.left = lookups.span()
         captures = static_states(steps, dcache)  # else no cycle can capture: `prepared` is not asked
+        on_device = (DeviceCycle(steps, dcache, tree_cfg) if self.device_cycle and isinstance(dcache, DeviceDrafter)
+                     and policy is None and sampling.greedy else None)
         batches = rest_batch > 1  # resting cycles in stretches
         worth: dict[tuple[int, int, int], bool] = {}  # `lookup_worth` by (n-gram, tokens, budget), this policy's
 
@@ -579,44 +587,53 @@ class Engine:
                 continue
             if run_head and len(feats) > 1:  # the positions a resting head skipped, joined once
                 feats = [torch.cat(feats)]
-            draft = grow(self, feats[0], pend_tokens, dcache, tree_cfg, root, budget, policy, match, run_head)
-            tree = draft.tree
-            if use_head and policy is not None:
-                if run_head:
-                    # sampled, a head rests when its drafting is not expected to pay; greedy, only when none of
-                    # its nodes was worth verifying (the stricter rule lost there: docs/performance.md entry
-                    # 27); at either, also when the cycle took longer than its tokens are worth here (`Ledger`)
-                    forecast_paid = (draft.head_paid if not sampling.greedy else
-                                     any(draft.cands.sources[n] != "lookup" for n in tree.node_ids[1:]))
-                elif reference:
-                    draft.decision = REFERENCE_NOTE
-                else:
-                    draft.decision = f"{rest.note()} {draft.decision}".strip()
-            clock.lap()
-            # 2) verify (inputs sent without blocking: the host does not wait for the draft's kernels here)
-            positions = [S + d for d in tree.depths]
-            alone = len(tree) == 1  # the lookup's candidates not worth verifying
-            mask = ROOT_MASK if alone else tree.mask()
-            out = steps.forward(tree.tokens, positions, None if alone else mask)
-            clock.lap()
-            # 3) accept (the one read of the target's verdict the host needs)
-            if alone:  # nothing to accept, no distribution to keep for a replay
-                result, argmax, tprobs = self._accept_root(out.logits[0], sampling, gen,
-                                                           None if out.argmax is None else out.argmax[0])
-                root_top = []
+            verdict = None
+            if on_device is not None and match is None and fits(budget):  # chosen, verified and walked on the
+                # device, read once (a lookup's chain is merged on the host)
+                verdict = on_device.run(feats[0], pend_tokens, root, S, budget, clock, text)
+                draft, result, argmax, tprobs = verdict.draft, verdict.result, verdict.argmax, verdict.target_probs
+                tree, alone, root_top, moves = draft.tree, False, [], verdict.moves
+                positions = [S + d for d in tree.depths]
+                mask = tree.mask() if record else None
             else:
-                result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, gen,
-                                                                  text)
-                root_top = [] if root_probs is None else self._root_top(root_probs, text)
-            if learned is not None and learned.observe(
-                    tree.node_ids[1:], {tree.node_ids[s] for s in result.path}, draft.cands.parents,
-                    draft.cands.sources, draft.cands.scores, draft.lookup_ngram):
-                policy = TreePolicy(policy.costs, learned.table())  # the next cycle values its nodes by it
-                worth.clear()
-            clock.lap()
+                draft = grow(self, feats[0], pend_tokens, dcache, tree_cfg, root, budget, policy, match, run_head)
+                tree = draft.tree
+                if use_head and policy is not None:
+                    if run_head:
+                        # sampled, a head rests when its drafting is not expected to pay; greedy, only when none of
+                        # its nodes was worth verifying (the stricter rule lost there: docs/performance.md entry
+                        # 27); at either, also when the cycle took longer than its tokens are worth here (`Ledger`)
+                        forecast_paid = (draft.head_paid if not sampling.greedy else
+                                         any(draft.cands.sources[n] != "lookup" for n in tree.node_ids[1:]))
+                    elif reference:
+                        draft.decision = REFERENCE_NOTE
+                    else:
+                        draft.decision = f"{rest.note()} {draft.decision}".strip()
+                clock.lap()
+                # 2) verify (inputs sent without blocking: the host does not wait for the draft's kernels here)
+                positions = [S + d for d in tree.depths]
+                alone = len(tree) == 1  # the lookup's candidates not worth verifying
+                mask = ROOT_MASK if alone else tree.mask()
+                out = steps.forward(tree.tokens, positions, None if alone else mask)
+                clock.lap()
+                # 3) accept (the one read of the target's verdict the host needs)
+                if alone:  # nothing to accept, no distribution to keep for a replay
+                    result, argmax, tprobs = self._accept_root(out.logits[0], sampling, gen,
+                                                               None if out.argmax is None else out.argmax[0])
+                    root_top = []
+                else:
+                    result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, gen,
+                                                                      text)
+                    root_top = [] if root_probs is None else self._root_top(root_probs, text)
+                if learned is not None and learned.observe(
+                        tree.node_ids[1:], {tree.node_ids[s] for s in result.path}, draft.cands.parents,
+                        draft.cands.sources, draft.cands.scores, draft.lookup_ngram):
+                    policy = TreePolicy(policy.costs, learned.table())  # the next cycle values its nodes by it
+                    worth.clear()
+                clock.lap()
             # 4) rewind KV
-            path_slots = [S + s for s in result.path]
-            moves = tcache.commit_path(S, path_slots)
+            if verdict is None:  # (a device cycle moved its path's slots with its walk)
+                moves = tcache.commit_path(S, [S + s for s in result.path])
             draft_before = S if run_head else (dcache.length if use_head else S)
             expansion_len = dcache.length if run_head else draft_before
             if run_head:
@@ -642,7 +659,9 @@ class Engine:
                 decision=draft.decision, lookup_ngram=draft.lookup_ngram)
             path_feats = None
             if use_head:  # the root alone's row is itself: no gather
-                if not alone:
+                if verdict is not None:
+                    path_feats = verdict.features
+                elif not alone:
                     path_feats = out.features[to_device(trace.path, dev)]
                 else:  # a static step's outputs are rewritten by the next step of its size
                     path_feats = out.features.clone() if steps.reuses_outputs else out.features

@@ -66,11 +66,24 @@ class KVCache:
         Returns the (source, destination) slot pairs that actually moved; sets length = start + len(slots).
         The gather happens before the scatter (index_select copies), so overlapping moves are safe.
         """
-        moves = [(s, start + i) for i, s in enumerate(slots) if s != start + i]
+        moves = self.settle(start, slots)
         if moves:  # the slot indices travel without making the host wait for the queued kernels
             src = to_device([m[0] for m in moves], self.k.device)
             dst = to_device([m[1] for m in moves], self.k.device)
             self.k.index_copy_(2, dst, self.k.index_select(2, src))
             self.v.index_copy_(2, dst, self.v.index_select(2, src))
-        self.length = start + len(slots)
         return moves
+
+    def settle(self, start: int, slots: list[int]) -> list[tuple[int, int]]:
+        """`commit_path`'s bookkeeping alone (the moves already made on the device, `commit_moves`): the pairs
+        that move, and length = start + len(slots)."""
+        self.length = start + len(slots)
+        return [(s, start + i) for i, s in enumerate(slots) if s != start + i]
+
+    def commit_moves(self, start: torch.Tensor, path: torch.Tensor) -> None:
+        """`commit_path`'s moves with everything on the device: slot start + path[i] to start + i for every i of
+        path (n,) (relative slots; a place the walk did not accept holds i: a move onto itself), start (1,)."""
+        dst = start + torch.arange(path.numel(), device=path.device)
+        src = start + path
+        self.k.index_copy_(2, dst, self.k.index_select(2, src))
+        self.v.index_copy_(2, dst, self.v.index_select(2, src))

@@ -112,6 +112,8 @@ def capture_or_fall_back(state, fn: Callable, what: str, then: str) -> Callable:
             raise
         state.fallback = f"CUDA-graph capture{what} failed ({exc.__class__.__name__}: {str(exc)[:160]}), so {then}"
         state.graphs, state._replays = Uncaptured(), {}
+        if hasattr(state, "_cycles"):
+            state._cycles = {}
         return fn
 
 
@@ -176,9 +178,22 @@ class StaticSteps:
         self.cache = target.new_cache(capacity + BUCKETS[-1])
         self.inputs = StepInputs(target.device)
         self._replays: dict[int, Callable[[], StepOutput]] = {}
+        self._cycles: dict[tuple, Callable] = {}
         self.fallback = ""  # why a capture failed, for the run's notes ("" when none did)
 
-    def _step_fn(self, b: int) -> Callable[[], StepOutput]:
+    def cycle_replay(self, key: tuple, make: Callable[[], Callable]) -> Callable:
+        """A larger function of this state's buffers (a drafted cycle's verification, `device_cycle`), made by
+        `make` and captured at its first use under `key`; called directly once a capture has failed."""
+        if key not in self._cycles:
+            fn = make()
+            if not self.graphs.captured:
+                return fn
+            self._cycles[key] = capture_or_fall_back(self, fn, " of a drafted cycle", "this run's steps run "
+                                                     "uncaptured")
+        return self._cycles[key]
+
+    def step_fn(self, b: int) -> Callable[[], StepOutput]:
+        """Bucket b's step as a function of the state's buffers (what its graph captures)."""
         prefix, ids, positions, mask = self.inputs.views(b)
         target, cache = self.target, self.cache
 
@@ -194,7 +209,7 @@ class StaticSteps:
             # a capture runs the step (warm-up and recording): point it at the scratch slots past `capacity`,
             # which no run commits, so it never overwrites a committed key
             self.inputs.write(self.capacity, [0] * b, [0] * b, None, b)
-            self._replays[b] = capture_or_fall_back(self, self._step_fn(b), "", "this run's steps run uncaptured")
+            self._replays[b] = capture_or_fall_back(self, self.step_fn(b), "", "this run's steps run uncaptured")
         return self._replays[b]
 
     def forward(self, tokens: list[int], positions: list[int], mask: torch.Tensor | None) -> StepOutput:
@@ -230,8 +245,9 @@ class StaticSteps:
 
     @property
     def prepared(self) -> int:
-        """The step sizes made ready so far (a CUDA graph is captured at a size's first use, in that step's time)."""
-        return len(self._replays)
+        """The step sizes (and drafted cycles' verifications) made ready so far (a CUDA graph is captured at its
+        first use, in that step's time)."""
+        return len(self._replays) + len(self._cycles)
 
 
 class StatePool:

@@ -1,0 +1,256 @@
+"""A drafted cycle of SGLang's fixed tree, greedy, decided on the device and read once.
+
+Over static steps the host path waits twice in a drafted cycle: for the drafting (every level's tokens and
+scores, from which it chooses the verified nodes and builds their mask) and for the verdict (the target's
+argmax at every slot, which it walks). Between the two the device is idle while Python rebuilds candidates,
+reranks them and builds the mask. Here the choices the host made are made on the device, from the drafting's
+own tensors, in the host's order and ties, so nothing is read until the cycle is over:
+
+    select     every candidate's cumulative score (float64 sums of the float32 log-probabilities in the
+               host's order), its parent and depth; the `draft_tokens - 1` best by score (a stable sort: ties
+               to the lower id, which is `tree.priority`'s order, since a fixed tree's value exp(score) is
+               monotone in the score and ids grow with depth); verification order (depth, then score, then
+               id: `tree.rerank`'s); slot parents, positions and the ancestor mask, written straight into the
+               verification step's inputs
+    verify     the target's step over the tree (`StaticSteps.forward`, its inputs already on the device)
+    accept     the greedy walk (`verify.greedy_verify`): from the root, the child whose token is the target's
+               argmax at its parent, level by level; the bonus is the argmax where the walk stops
+    commit     the accepted path's keys and values moved to [S, S + n) (`KVCache.commit_moves`: every slot of
+               the longest path moved, the unaccepted ones onto themselves), the path's features gathered for
+               the head's next encoding
+
+and the cycle's record (path, accepted count, argmax and its probability per slot, the kept nodes, the
+drafting) comes back in one copy. From it the host rebuilds the candidates and the tree for the pictures,
+replays the walk (whose checks the trace shows) and checks it against the device's: the trace is the host
+path's, field by field (tests/test_device_cycle.py). Every operation has one shape per tree shape and reads no
+device value, so a CUDA graph can capture it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from eagleviz.config import TreeConfig
+from eagleviz.decoding.device_draft import DeviceDrafter, DraftOut
+from eagleviz.decoding.drafting import Draft, rebuild
+from eagleviz.decoding.tree import Candidates, VerifyTree
+from eagleviz.decoding.verify import VerifyResult, greedy_verify
+from eagleviz.models.host import PhaseClock, to_host
+from eagleviz.models.static import BUCKETS, StaticSteps, bucket
+
+
+class DeviceVerdictMismatch(RuntimeError):
+    """The device's walk and the host's replay of it disagree: a bug, never a property of the input."""
+
+
+def fits(draft_tokens: int) -> bool:
+    """Whether a cycle of `draft_tokens` verified tokens (root included) runs on the device: a tree that fits one
+    captured step (the host path takes larger ones) and holds more than the root."""
+    return 1 < draft_tokens <= BUCKETS[-1]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The fixed facts of a drafting of `steps` levels of `k` children: candidate depths (level by level, node
+    by node, as `drafting.rebuild` numbers them) and where each level starts."""
+
+    k: int
+    steps: int
+    depth: torch.Tensor  # (C,) int64
+
+    @classmethod
+    def of(cls, k: int, steps: int, device: torch.device) -> Shape:
+        sizes = [k] + [k * k] * (steps - 1)
+        depth = torch.cat([torch.full((n,), d + 1, dtype=torch.int64) for d, n in enumerate(sizes)])
+        return cls(k, steps, depth.to(device))
+
+    def start(self, level: int) -> int:
+        """The first candidate id of `level` (0: the root's children)."""
+        return 0 if level == 0 else self.k + (level - 1) * self.k * self.k
+
+
+@dataclass
+class Selection:
+    """The verified nodes on the device: kept (m,) candidate ids in verification order, tokens (m,) their
+    target ids, depths (m,), parents (1 + m,) slot parents (the root's -1)."""
+
+    kept: torch.Tensor
+    tokens: torch.Tensor
+    depths: torch.Tensor
+    parents: torch.Tensor
+
+
+def scores_and_parents(out: DraftOut, shape: Shape) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every candidate's cumulative score (float64: its parent's score plus its own log-probability, the sum the
+    host's `Candidates.add_children` makes) and parent id (-1: the root), from one drafting."""
+    k = shape.k
+    lp = out.logprobs.double()
+    score = torch.empty_like(lp)
+    parent = torch.empty(lp.shape, dtype=torch.int64, device=lp.device)
+    score[:k] = lp[:k]
+    parent[:k] = -1
+    for s in range(1, shape.steps):
+        ids = shape.start(s - 1) + out.frontiers[(s - 1) * k:s * k]  # the expanded nodes of the level before
+        at = slice(shape.start(s), shape.start(s) + k * k)
+        parent[at] = ids[:, None].expand(k, k).reshape(-1)
+        score[at] = score[ids][:, None].expand(k, k).reshape(-1) + lp[at]
+    return score, parent
+
+
+def select(out: DraftOut, shape: Shape, m: int) -> Selection:
+    """SGLang's fixed tree of m nodes below the root (`drafting.grow` with no policy): the m best candidates by
+    score, closed under ancestors (a child's score never exceeds its parent's, and a parent's id is lower), in
+    verification order, with their slot parents."""
+    score, parent = scores_and_parents(out, shape)
+    best = torch.sort(score, descending=True, stable=True).indices[:m]
+    kept = best[torch.sort(shape.depth[best], stable=True).indices]  # by depth, then as ranked
+    slot = torch.zeros_like(parent)
+    slot[kept] = torch.arange(1, m + 1, device=kept.device)
+    up = parent[kept]
+    slots = torch.where(up < 0, torch.zeros_like(up), slot[up.clamp(min=0)])
+    parents = torch.cat([torch.full((1,), -1, dtype=torch.int64, device=kept.device), slots])
+    return Selection(kept, out.ids[kept], shape.depth[kept], parents)
+
+
+def ancestor_rows(parents: torch.Tensor, depth: int) -> torch.Tensor:
+    """(T, T) bool: each slot sees its ancestors and itself (`VerifyTree.mask`), from slot parents (T,) (the root's
+    -1) of a tree at most `depth` deep: each pass adds one more generation."""
+    t = parents.numel()
+    eye = torch.eye(t, dtype=torch.bool, device=parents.device)
+    up = parents.clamp(min=0)
+    rows = eye
+    for _ in range(depth):
+        rows = eye | rows[up]
+    return rows
+
+
+def write_tree(sel: Selection, inputs: tuple[torch.Tensor, ...], depth: int) -> None:
+    """Fill a verification step's staged inputs (prefix (1,) = S, ids, positions, mask of its bucket; the root and
+    padding already written) with the selected nodes: their tokens, positions S + depth and ancestor mask."""
+    prefix, ids, positions, mask = inputs
+    t = sel.parents.numel()
+    ids[1:t] = sel.tokens
+    positions[1:t] = prefix + sel.depths
+    mask[:t, :t] = ancestor_rows(sel.parents, depth)
+
+
+def accept_greedy(argmax: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor,
+                  depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The greedy walk over a tree of T slots (tokens (T,), slot parents (T,), the target's argmax (T,) at each):
+    returns path (depth + 1,) the accepted slots root first, the unaccepted places holding their own index (a
+    move onto itself), and n (1,) how many slots were accepted, root included. Siblings hold distinct tokens, so
+    at most one child matches; where none does the walk stays, and stays at every later level too."""
+    t = tokens.numel()
+    index = torch.arange(t, device=tokens.device)
+    path = torch.arange(depth + 1, device=tokens.device)
+    cur = torch.zeros(1, dtype=torch.int64, device=tokens.device)
+    n = torch.ones(1, dtype=torch.int64, device=tokens.device)
+    for level in range(1, depth + 1):
+        hit = (parents == cur) & (tokens == argmax.index_select(0, cur))  # (indexing by a tensor would read it)
+        child = torch.where(hit, index, t).amin(dim=0, keepdim=True)
+        found = child < t
+        cur = torch.where(found, child, cur)
+        path[level:level + 1] = torch.where(found, child, level)
+        n += found.long()
+    return path, n
+
+
+@dataclass
+class Verdict:
+    """What a device cycle leaves for the engine's books and its trace."""
+
+    draft: Draft
+    result: VerifyResult
+    argmax: list[int]
+    target_probs: list[float]
+    moves: list[tuple[int, int]]
+    features: torch.Tensor | None  # the accepted path's features rows (the head's next input)
+
+
+class DeviceCycle:
+    """One run's drafted cycles of a fixed tree at T = 0 over static steps: the drafting (the head's graph),
+    then the selection, the verification, the walk and the commit as one more (`verification`), and one read
+    of the cycle's record."""
+
+    def __init__(self, steps: StaticSteps, drafter: DeviceDrafter, tree: TreeConfig):
+        self.steps, self.drafter, self.tree = steps, drafter, tree
+        self.shape = Shape.of(tree.topk, tree.steps, steps.target.device)
+
+    def verification(self, out: DraftOut, m: int) -> Callable[[], tuple[torch.Tensor, torch.Tensor | None]]:
+        """The function of a cycle after its drafting `out`, verifying m nodes below the root: it selects them,
+        writes the step's inputs (the root and the prefix S staged by the host), runs the target's step, walks
+        and commits; it returns the cycle's record (float64, `parse`'s layout) and the accepted path's features
+        rows (the longest path's; a copy, which lasts until the function runs again). Static buffers only, no
+        device value read: a CUDA graph captures it."""
+        shape, steps, depth = self.shape, self.steps, self.tree.steps
+        t = m + 1
+        views = steps.inputs.views(bucket(t))
+        prefix, ids = views[0], views[1]
+        step = steps.step_fn(bucket(t))
+
+        def verification() -> tuple[torch.Tensor, torch.Tensor | None]:
+            sel = select(out, shape, m)
+            write_tree(sel, views, depth)
+            verified = step()
+            logits, argmax = verified.logits[:t], verified.argmax[:t]
+            probs = torch.softmax(logits, dim=-1).gather(-1, argmax[:, None])[:, 0]
+            path, n = accept_greedy(argmax, ids[:t], sel.parents, depth)
+            steps.cache.commit_moves(prefix, path)
+            rows = None if verified.features is None else verified.features.index_select(0, path.clamp(max=m))
+            parts = (path, n, argmax, probs, sel.kept, out.ids, out.logprobs, out.frontiers)
+            return torch.cat([p.reshape(-1).to(torch.float64) for p in parts]), rows
+
+        return verification
+
+    def run(self, feats: torch.Tensor, pend_tokens: list[int], root: int, S: int, draft_tokens: int,
+            clock: PhaseClock, text) -> Verdict:
+        """A drafted cycle after S committed tokens whose root is `root`: at most `draft_tokens` verified (root
+        included). Laps `clock` after the drafting and after the verification (selection, walk and commit in
+        it: the accept phase is the read and the host's replay of the walk); the target cache's length is the
+        host path's after it, the draft cache's still holds the expansion (the engine rewinds it)."""
+        shape, steps = self.shape, self.steps
+        m = min(draft_tokens - 1, shape.depth.numel())
+        if S + m + 1 > steps.capacity:
+            raise ValueError(f"a tree of {m + 1} tokens after {S} slots overflows the state's {steps.capacity}")
+        n = len(pend_tokens)
+        out = self.drafter.launch(feats, pend_tokens)
+        clock.lap()
+        steps.inputs.write(S, [root] + [0] * m, [S] * (m + 1), None, bucket(m + 1))
+        replay = (steps.cycle_replay((id(self.drafter), bucket(n), m), lambda: self.verification(out, m))
+                  if n <= BUCKETS[-1] and self.drafter.graphs.captured else self.verification(out, m))
+        record, rows = replay()
+        clock.lap()
+        (flat,) = to_host(record)  # the one read
+        path, count, argmax, tprobs, kept, ids, logprobs, frontiers = parse(flat, shape, m)
+        moves = steps.cache.settle(S, [S + s for s in path])
+        cands = Candidates()
+        levels, decision = rebuild(cands, ids, logprobs, frontiers, self.tree, None, None, draft_tokens)
+        tree = VerifyTree.build(cands, kept, root)
+        qs = [1.0] + [math.exp(cands.logprobs[i]) for i in kept]
+        result = greedy_verify(tree, argmax, qs, tprobs, text)
+        if result.path != path:
+            raise DeviceVerdictMismatch(f"the device accepted slots {path}, the host's walk {result.path}")
+        clock.lap()
+        expected = 1.0 + sum(cands.values[i] for i in kept)
+        draft = Draft(cands, tree, levels, expected, decision)
+        return Verdict(draft, result, argmax, tprobs, moves, None if rows is None else rows[:count])
+
+
+def parse(flat: list[float], shape: Shape, m: int) -> tuple:
+    """A cycle's record read back: the accepted slots (root first), their count, the target's argmax and its
+    probability at each of the m + 1 slots, the kept candidate ids, and the drafting (ids, log-probabilities,
+    frontiers: `drafting.rebuild`'s input)."""
+    k, steps, c = shape.k, shape.steps, shape.depth.numel()
+    sizes = (steps + 1, 1, m + 1, m + 1, m, c, c, (steps - 1) * k)
+    parts, at = [], 0
+    for size in sizes:
+        parts.append(flat[at:at + size])
+        at += size
+    path, (count,), argmax, tprobs, kept, ids, logprobs, frontiers = parts
+    count = int(count)
+    return ([int(s) for s in path[:count]], count, [int(a) for a in argmax], tprobs, [int(i) for i in kept],
+            [int(i) for i in ids], logprobs, [int(f) for f in frontiers])

@@ -1,0 +1,248 @@
+"""eagleviz/decoding/device_cycle.py: a fixed tree's greedy drafted cycle chosen, verified, walked and committed on
+the device, read once, against the host's rules (`tree.rerank`, `VerifyTree.mask`, `verify.greedy_verify`,
+`KVCache.commit_path`) on thousands of random drafts with ties, and against the host path's traces field by
+field, with `Recording` standing in for a CUDA graph's capture (a record of the operations replayed without
+the Python: tests/tiny.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+
+import pytest
+import torch
+
+from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.decoding import device_cycle
+from eagleviz.decoding.device_cycle import Shape, accept_greedy, ancestor_rows, fits, select
+from eagleviz.decoding.device_draft import DeviceDrafter, DraftOut
+from eagleviz.decoding.drafting import rebuild
+from eagleviz.decoding.engine import Engine
+from eagleviz.decoding.tree import Candidates, VerifyTree, rerank
+from eagleviz.decoding.verify import greedy_verify
+from eagleviz.models.draft import random_head
+from eagleviz.models.host import counting_reads
+from eagleviz.models.kv_cache import KVCache
+from eagleviz.models.static import BUCKETS
+from eagleviz.models.target import TargetModel
+from tiny import Recording, tiny_target
+
+PROMPT = "12345 1234 123"
+LOGPROBS = (0.0, -0.25, -0.5, -1.0, -1.0, -2.0, -math.inf)  # few values: ties within and across levels
+
+
+def random_draft(rng: random.Random, k: int, steps: int) -> DraftOut:
+    """A drafting as the device makes it: k children a node (distinct tokens), each later level the children of
+    k rows of the level before (any k distinct rows: the host takes the frontiers as given)."""
+    ids, lps, fronts = [], [], []
+    for s in range(steps):
+        nodes = 1 if s == 0 else k
+        for _ in range(nodes):
+            ids += rng.sample(range(50), k)
+            lps += sorted((rng.choice(LOGPROBS) for _ in range(k)), reverse=True)
+        if s:
+            fronts += rng.sample(range(k if s == 1 else k * k), k)
+    return DraftOut(torch.tensor(ids), torch.tensor(lps, dtype=torch.float32), torch.tensor(fronts, dtype=torch.int64))
+
+
+def host_tree(out: DraftOut, k: int, steps: int, m: int) -> tuple[Candidates, VerifyTree]:
+    """What the host path keeps of the same drafting (`drafting.grow` with no policy)."""
+    cands = Candidates()
+    tree = TreeConfig(steps, k, m + 1, adaptive=False)
+    rebuild(cands, out.ids.tolist(), out.logprobs.tolist(), out.frontiers.tolist(), tree, None, None, m + 1)
+    return cands, VerifyTree.build(cands, rerank(cands, m), root_token=7)
+
+
+@pytest.mark.parametrize("k,steps", [(1, 1), (2, 3), (3, 4), (4, 5), (8, 3)])
+def test_the_device_keeps_the_hosts_tree_with_its_order_parents_and_mask(k, steps):
+    rng = random.Random(k * 100 + steps)
+    shape = Shape.of(k, steps, torch.device("cpu"))
+    for trial in range(300):
+        out = random_draft(rng, k, steps)
+        m = rng.randint(1, min(63, shape.depth.numel()))
+        cands, tree = host_tree(out, k, steps, m)
+        sel = select(out, shape, m)
+        assert sel.kept.tolist() == tree.node_ids[1:], trial
+        assert sel.parents.tolist() == tree.parents
+        assert sel.depths.tolist() == tree.depths[1:]
+        assert sel.tokens.tolist() == tree.tokens[1:]
+        assert torch.equal(ancestor_rows(sel.parents, steps), tree.mask())
+
+
+def random_tree(rng: random.Random, size: int) -> VerifyTree:
+    parents, depths, tokens = [-1], [0], [5]
+    for s in range(1, size):
+        p = rng.randrange(s)
+        taken = {tokens[c] for c in range(s) if parents[c] == p}
+        parents.append(p)
+        depths.append(depths[p] + 1)
+        tokens.append(rng.choice([t for t in range(30) if t not in taken]))  # siblings: distinct tokens
+    return VerifyTree(list(range(-1, size - 1)), tokens, parents, depths)
+
+
+def test_the_device_walk_accepts_the_hosts_path():
+    rng = random.Random(3)
+    for trial in range(2000):
+        tree = random_tree(rng, rng.randint(1, 24))
+        depth = max(tree.depths)
+        argmax = [rng.randrange(30) for _ in tree.tokens]
+        for s, p in enumerate(tree.parents):  # most parents' argmax is one of their children's: long walks
+            if p >= 0 and rng.random() < 0.6:
+                argmax[p] = tree.tokens[s]
+        want = greedy_verify(tree, argmax, [1.0] * len(tree), [1.0] * len(tree), str).path
+        path, n = accept_greedy(torch.tensor(argmax), torch.tensor(tree.tokens), torch.tensor(tree.parents), depth)
+        assert int(n) == len(want), trial
+        assert path.tolist() == want + list(range(len(want), depth + 1))
+
+
+def test_the_device_commit_moves_the_hosts_slots():
+    rng = random.Random(4)
+    for _ in range(200):
+        start, depth = rng.randrange(10), rng.randint(1, 6)
+        n = rng.randint(1, depth + 1)
+        rel = [0] + sorted(rng.sample(range(1, 3 * depth + 2), n - 1))
+        caches = [KVCache.allocate(2, 2, 40, 4, torch.float32) for _ in range(2)]
+        for c in caches:
+            torch.manual_seed(0)
+            c.k.copy_(torch.randn_like(c.k))
+            c.v.copy_(torch.randn_like(c.v))
+            c.length = start + rel[-1] + 1
+        host, dev = caches
+        moves = host.commit_path(start, [start + s for s in rel])
+        dev.commit_moves(torch.tensor([start]), torch.tensor(rel + list(range(n, depth + 1))))
+        assert dev.settle(start, [start + s for s in rel]) == moves
+        assert dev.length == host.length
+        assert torch.equal(dev.k[:, :, :host.length], host.k[:, :, :host.length])
+        assert torch.equal(dev.v[:, :, :host.length], host.v[:, :, :host.length])
+
+
+def test_only_trees_one_captured_step_holds_run_on_the_device():
+    assert not fits(1) and fits(2) and fits(BUCKETS[-1]) and not fits(BUCKETS[-1] + 1)
+
+
+# ---------------------------------------------------------------------------------------------------- the engine
+@pytest.fixture(scope="module")
+def target() -> TargetModel:
+    """A tiny model on PyTorch's operations (as a GPU runs them: no C layer)."""
+    t = tiny_target()
+    return TargetModel(t.hf, t.tokenizer, t.name, fused=False)
+
+
+def engine(target, arch: str = "eagle1", **kwargs) -> Engine:
+    e = Engine(target, random_head(target, arch, seed=1, std=0.5), "random", decode="static", compiled_sampling=False,
+               **kwargs)
+    e.make_graphs = Recording
+    return e
+
+
+def runs(target, tree: TreeConfig, arch: str = "eagle1", tokens: int = 48):
+    """The same greedy run with the cycle on the device and on the host, and the reads each made."""
+    out = {}
+    for on in (True, False):
+        e = engine(target, arch, device_cycle=on)
+        with counting_reads() as reads:
+            out[on] = e.generate(PROMPT, tree, SamplingConfig(max_new_tokens=tokens)), reads[0]
+        assert not [note for note in out[on][0].notes if "failed" in note]  # every capture held
+    return out
+
+
+def fields(cycle) -> dict:
+    return {k: v for k, v in dataclasses.asdict(cycle).items() if k != "timings_ms"}
+
+
+TREES = [TreeConfig.create(5, 4, 16, adaptive=False, source="eagle"), TreeConfig.create(3, 2, 4, adaptive=False,
+                                                                                         source="eagle"),
+         TreeConfig.create(6, 8, 64, adaptive=False, source="eagle")]
+
+
+@pytest.mark.parametrize("arch", ["eagle1", "eagle3"])
+@pytest.mark.parametrize("tree", TREES, ids=["5/4/16", "3/2/4", "6/8/64"])
+def test_a_device_cycle_writes_the_host_paths_trace_and_reads_once(target, tree, arch):
+    both = runs(target, tree, arch)
+    (device, device_reads), (host, host_reads) = both[True], both[False]
+    assert [o.token for o in device.output] == [o.token for o in host.output]
+    assert len(device.cycles) == len(host.cycles) > 5
+    for a, b in zip(device.cycles, host.cycles):
+        assert fields(a) == fields(b), a.index
+    assert device_reads == 1 + len(device.cycles)  # the prefill's, then one a drafted cycle
+    assert host_reads == 1 + 2 * len(host.cycles)  # the drafting's and the verdict's
+
+
+def test_cycles_with_a_lookup_take_the_host_path_and_the_others_the_device(target):
+    both = runs(target, TreeConfig.create(4, 3, 12, adaptive=False), tokens=64)
+    (device, device_reads), (host, _) = both[True], both[False]
+    assert [fields(c) for c in device.cycles] == [fields(c) for c in host.cycles]
+    looked = sum(c.lookup_ngram > 0 for c in device.cycles)
+    assert 0 < looked < len(device.cycles)
+    assert device_reads == 1 + len(device.cycles) + looked
+
+
+def test_nothing_after_the_read_touches_the_device(target, monkeypatch):
+    """After its one read a cycle's pictures come from what it read: the record and the drafting's outputs
+    (rewritten by the next drafting of their size on a GPU) poisoned right after the read, the run is the same."""
+    last: list = []
+    launch, read = DeviceDrafter.launch, device_cycle.to_host
+
+    def remembered(self, *args):
+        last[:] = [launch(self, *args)]
+        return last[0]
+
+    def poisoning(*tensors):
+        values = read(*tensors)
+        for t in [*tensors, last[0].ids, last[0].logprobs, last[0].frontiers]:
+            t.fill_(-1 if not t.is_floating_point() else math.nan)
+        return values
+
+    tree = TreeConfig.create(5, 4, 16, adaptive=False, source="eagle")
+    clean = runs(target, tree)[True][0]
+    monkeypatch.setattr(DeviceDrafter, "launch", remembered)
+    monkeypatch.setattr(device_cycle, "to_host", poisoning)
+    poisoned = engine(target).generate(PROMPT, tree, SamplingConfig(max_new_tokens=48))
+    assert [fields(c) for c in poisoned.cycles] == [fields(c) for c in clean.cycles]
+
+
+class Counting(Recording):
+    """`Recording` that counts the replays of what it captured."""
+
+    def __init__(self):
+        super().__init__()
+        self.replays = 0
+
+    def capture(self, fn):
+        replay = super().capture(fn)
+
+        def counted():
+            self.replays += 1
+            return replay()
+
+        return counted
+
+
+def test_a_drafted_cycle_replays_two_captures_and_captures_nothing_once_warm(target):
+    """The head's drafting, then the selection, verification, walk and commit: two replays a drafted cycle. A
+    second run over the same states captures nothing."""
+    made: list[Counting] = []
+    e = Engine(target, random_head(target, "eagle1", seed=1, std=0.5), "random", decode="static",
+               compiled_sampling=False)
+    e.make_graphs = lambda: made.append(Counting()) or made[-1]
+    tree = TreeConfig.create(5, 4, 16, adaptive=False, source="eagle")
+    for warm in (False, True):
+        captures = sum(g.captures for g in made)
+        before = sum(g.replays for g in made)
+        run = e.generate(PROMPT, tree, SamplingConfig(max_new_tokens=48))
+        assert sum(g.replays for g in made) - before == 2 * len(run.cycles)
+        if warm:
+            assert sum(g.captures for g in made) == captures
+
+
+def test_a_sampled_or_cost_aware_run_keeps_the_host_path(target):
+    """Only a fixed tree at T = 0 is decided on the device: the others read as before (`test_static.py`)."""
+    for tree, sampling in [(TreeConfig.create(5, 4, 16, adaptive=False, source="eagle"),
+                            SamplingConfig(max_new_tokens=24, temperature=1.0)),
+                           (TreeConfig.create(source="eagle"), SamplingConfig(max_new_tokens=24))]:
+        e = engine(target, ledger=False)
+        with counting_reads() as reads:
+            run = e.generate(PROMPT, tree, sampling)
+        drafted = sum(c.draft_levels > 0 for c in run.cycles)
+        assert drafted and reads[0] >= 1 + len(run.cycles) + drafted
