@@ -168,6 +168,9 @@ class RunTrace:
     # what the run's reader should know about how it ran, one sentence each: e.g. that the Triton kernel failed
     # its self-check on this GPU and verification fell back to PyTorch attention (empty in older traces)
     notes: list[str] = field(default_factory=list)
+    # the path its steps took (`eagleviz.decoding.steps`): "eager", "graphs" (CUDA graphs), or "static" (a static
+    # state uncaptured, asked or after a capture failed, which `notes` says); "" in older traces
+    decode: str = ""
     schema_version: int = SCHEMA_VERSION
 
     @property

@@ -468,3 +468,25 @@ def test_a_plain_control_runs_plain_decoding_again_beside_the_others(tiny_cli, c
     low, high = control["vs_plain_ci95"]
     assert low <= control["vs_plain"] <= high and len(control["vs_plain_per_prompt"]) == 2
     assert "| plain-control |" in capsys.readouterr().out
+
+
+def test_rates_after_the_prefill_and_the_decode_path_taken_are_reported(monkeypatch):
+    """The same prefill in every method caps a whole run's ratio: the bench reports the rate after it too, and
+    warns where a method's steps took another path than the engine's (a failed capture)."""
+    from eagleviz.config import SamplingConfig, TreeConfig
+
+    engine = tiny_engine("llama", vocab=8)
+    rates = {"plain": 1.0, "eagle-tree": 2.0}  # tokens a second after the prefill
+    monkeypatch.setattr(bench, "run_method", lambda eng, m, ids, sampling, tree, tuned=None, peers=None: bench.Sample(
+        tokens=[1] * 11, seconds=0.5 + 10 / rates[m], prefill_ms=500.0,
+        decode="static" if m == "eagle-tree" else engine.decode))
+    result = bench.bench(engine, ["ab", "cd"], SamplingConfig(max_new_tokens=4), TreeConfig.create(2, 2, 4), 1,
+                         tuple(rates), progress=lambda line: None)
+    rows = result["rows"]
+    assert rows["plain"]["decode_tokens_per_s"] == pytest.approx(1.0)
+    assert rows["eagle-tree"]["decode_vs_plain"] == pytest.approx(2.0)
+    assert rows["eagle-tree"]["vs_plain"] == pytest.approx((11 / 5.5) / (11 / 10.5))  # the prefill in both
+    lines = bench.decode_lines(result, engine.decode)
+    assert lines[0] == "after the prefill: plain 1.0 tokens/s (1.00x plain), eagle-tree 2.0 tokens/s (2.00x plain)"
+    assert lines[1:] == [f"warning: eagle-tree's steps ran static, not {engine.decode} as asked (a capture failed: "
+                         "the runs' notes say why)"]

@@ -60,6 +60,7 @@ def test_the_report_has_every_section_and_passes_on_tiny_models(engine_for):
     assert bench["torch"]["tau"] >= 1.0 and bench["torch"]["plain_tokens_per_s"] > 0
     # a CPU's path: the eager forward, one read of the device's (here the CPU's) values a plain token
     assert bench["torch"]["decode"] == "eager" and bench["torch"]["reads_per_plain_token"] == 1.0
+    assert bench["torch"]["decode_taken"] == ["eager"] and bench["torch"]["fallbacks"] == []
     assert bench["torch"]["reads_per_cycle"] > 0
     assert set(bench["torch"]["mean_phase_ms"]) == {"draft", "verify", "accept", "rewind"}
     assert report["summary"] == {"passed": ["self_check", "kernel_grid", "lossless", "bench"], "failed": [],

@@ -309,12 +309,17 @@ def test_reads_of_device_values(target, tree, decode):
 
 
 def test_a_capture_that_fails_falls_back_and_says_so(target):
-    e = engine(target, "static", Refusing())
-    run = e.generate(PROMPT, TreeConfig.create(4, 2, 8, adaptive=False), SamplingConfig(max_new_tokens=16))
-    want = engine(target, "eager").generate(PROMPT, TreeConfig.create(4, 2, 8, adaptive=False),
-                                            SamplingConfig(max_new_tokens=16))
+    """The run's notes say why, and its decode path is the one taken: static steps uncaptured, not graphs."""
+    tree, sampling = TreeConfig.create(4, 2, 8, adaptive=False), SamplingConfig(max_new_tokens=16)
+    runs = {}
+    for graphs in (Refusing(), Recording()):
+        e = engine(target, "static", graphs)
+        e.decode = "graphs"  # as a GPU's engine is labelled (the stand-ins capture on a CPU)
+        runs[type(graphs)] = e.generate(PROMPT, tree, sampling)
+    run, want = runs[Refusing], engine(target, "eager").generate(PROMPT, tree, sampling)
     assert [o.token for o in run.output] == [o.token for o in want.output]
     assert any(n.startswith("CUDA-graph capture failed (RuntimeError: operation not permitted") for n in run.notes)
+    assert run.decode == "static" and runs[Recording].decode == "graphs" and want.decode == "eager"
 
 
 def test_runs_lease_states_and_never_share_one(target):

@@ -280,7 +280,7 @@ class Engine:
                         kv_dtype=str(self.target.kv_dtype).removeprefix("torch."),
                         cpu_layer="compiled" if self.target.ops is not None else "torch",
                         weights=self.target.weights, chat=self.uses_chat(chat),
-                        machine=self.machine(), notes=list(self.notes))
+                        machine=self.machine(), notes=list(self.notes), decode=self.decode)
 
     def _capacity(self, n_prompt: int, sampling: SamplingConfig, tree: TreeConfig | None) -> int:
         limit = self.target.max_positions

@@ -72,11 +72,14 @@ STATIC = (StaticSteps, DeviceDrafter)  # the states a pool lends, which capture 
 
 
 def release(engine, run: RunTrace | None, *states) -> None:
-    """A run's end: its static states go back to the pool; a capture that failed is said in the run's notes."""
+    """A run's end: its static states go back to the pool; a capture that failed is said in the run's notes, and
+    its decode path is then 'static' (uncaptured)."""
     for state in states:
         if isinstance(state, STATIC):
-            if run is not None and state.fallback and state.fallback not in run.notes:
-                run.notes.append(state.fallback)
+            if run is not None and state.fallback:
+                run.decode = "static"
+                if state.fallback not in run.notes:
+                    run.notes.append(state.fallback)
             engine.pool.give_back(state)
 
 

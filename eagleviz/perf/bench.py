@@ -87,10 +87,17 @@ class Sample:
     cycles: int = 0  # speculation cycles (0 for plain decoding)
     short: int = 0   # cycles before the last that did not accept all their tree's tokens (a chain's: a rejection)
     prefill_reused: int = 0  # prompt tokens ours took from the engine's cached chat opening (peers: none)
+    decode: str = ""  # the decode path our run's steps took (`RunTrace.decode`; peers: "")
 
     @property
     def tokens_per_s(self) -> float:
         return len(self.tokens) / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """The tokens after the prefill's first over the time after the prefill (ours: peers time no prefill)."""
+        after = self.seconds - self.prefill_ms / 1e3
+        return (len(self.tokens) - 1) / after if after > 0 and self.prefill_ms > 0 else 0.0
 
 
 def _hf_generate(engine, ids: list[int], sampling: SamplingConfig, lookup: int | None) -> Sample:
@@ -126,7 +133,7 @@ def sample_of(run, seconds: float) -> Sample:
     return Sample(tokens=run.token_ids, seconds=seconds, tau=s["tau"], phases=s["mean_phase_ms"],
                   prefill_ms=run.prefill_ms, cycles=len(run.cycles),
                   short=sum(c.accept_length < len(c.tokens) - 1 for c in run.cycles[:-1]),
-                  prefill_reused=run.prefill_reused)
+                  prefill_reused=run.prefill_reused, decode=run.decode)
 
 
 def run_ours(engine, ids: list[int], tree: TreeConfig | None, sampling: SamplingConfig, record: bool = True,
@@ -437,6 +444,11 @@ def summarize(engine, encoded, samples, sampling: SamplingConfig, methods) -> di
                    "tau": statistics.mean(taus) if taus else None,
                    "phase_ms": {k: statistics.mean(v) for k, v in phases.items()},
                    "tokens": sum(len(reps[0].tokens) for reps in samples[m])}
+    for m in methods:
+        if m in OURS:  # the path its steps took, and the rate after the prefill (the same prefill in every method)
+            rows[m]["decode"] = sorted({s.decode for reps in samples[m] for s in reps})
+            rows[m]["decode_tokens_per_s"] = statistics.median(
+                statistics.median(s.decode_tokens_per_s for s in reps) for reps in samples[m])
     if "plain" in methods:
         for m in methods:
             per_prompt = [statistics.median(s.tokens_per_s for s in reps) / statistics.median(b.tokens_per_s for b in base)
@@ -444,6 +456,13 @@ def summarize(engine, encoded, samples, sampling: SamplingConfig, methods) -> di
             rows[m]["vs_plain"] = statistics.median(per_prompt)
             rows[m]["vs_plain_ci95"] = bootstrap_ci(per_prompt)
             rows[m]["vs_plain_per_prompt"] = per_prompt
+            decoding = [statistics.median(s.decode_tokens_per_s for s in reps) /
+                        statistics.median(b.decode_tokens_per_s for b in base)
+                        for reps, base in zip(samples[m], samples["plain"])
+                        if statistics.median(b.decode_tokens_per_s for b in base) > 0]
+            if m in OURS and decoding:
+                rows[m]["decode_vs_plain"] = statistics.median(decoding)
+                rows[m]["decode_vs_plain_ci95"] = bootstrap_ci(decoding)
     if sampling.greedy:
         for m in methods:
             if m in peer_methods.METHODS:  # another engine's numerics: compared for speed, not tokens
@@ -493,6 +512,21 @@ def machine_info(engine) -> dict:
             "cpu_layer": "compiled" if engine.target.ops is not None else "torch", "weights": engine.target.weights,
             "model": engine.target.name, "head": engine.head_name, "decode": engine.decode,
             "attn_impl": engine.attn_impl, "notes": list(engine.notes)} | provenance(engine.target.device)
+
+
+def decode_lines(result: dict, asked: str) -> list[str]:
+    """The rates after the prefill (the same prefill in every method of ours), and a warning for each method whose
+    runs took another decode path than the engine's (a capture that failed: the runs' notes say why)."""
+    rows = {m: r for m, r in result["rows"].items() if "decode_tokens_per_s" in r}
+    lines = []
+    if rows:
+        lines.append("after the prefill: " + ", ".join(
+            f"{m} {r['decode_tokens_per_s']:.1f} tokens/s" + (f" ({r['decode_vs_plain']:.2f}x plain)"
+                                                              if "decode_vs_plain" in r else "")
+            for m, r in rows.items()))
+    lines += [f"warning: {m}'s steps ran {' and '.join(r['decode'])}, not {asked} as asked (a capture failed: the "
+              "runs' notes say why)" for m, r in rows.items() if r["decode"] != [asked]]
+    return lines
 
 
 def ab_name(lever: str, temperature: float) -> str:
@@ -616,6 +650,8 @@ def bench_main(argv: list[str]) -> int:
     result["command"] = "python -m eagleviz bench " + " ".join(argv)
     written = write_outputs(result, args.out, stem)
     print(markdown_table(result))
+    for line in decode_lines(result, engine.decode):
+        print(line)
     print(f"wrote {args.out / stem}{'/'.join(written)}; {publish(result, args.publish)}")
     return 0
 

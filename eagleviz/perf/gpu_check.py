@@ -186,7 +186,8 @@ def bench(engine_for: EngineFor, prompts: list[str], tree: TreeConfig, max_new_t
           impls=("triton", "torch"), unavailable: dict[str, str] | None = None, budget: Budget = Budget()) -> dict:
     """Plain decoding and EAGLE per attention implementation: median tokens/s over the prompts (after one
     warm-up run of each), mean tau, EAGLE's speedup over plain decoding with the same attention, the decode
-    path and the host's reads of device values a plain token and a cycle (`counting_reads`). An
+    path asked and the paths the runs took (with any fallback their notes give, printed as a warning) and the
+    host's reads of device values a plain token and a cycle (`counting_reads`). An
     implementation named 'IMPL-eager' runs IMPL with the eager forward (`--decode eager`), the baseline of
     the CUDA graphs. `unavailable`: implementations that cannot run here, with why (reported as skipped)."""
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)
@@ -204,8 +205,13 @@ def bench(engine_for: EngineFor, prompts: list[str], tree: TreeConfig, max_new_t
         plain_tps = statistics.median(r.summary()["tokens_per_s"] for r in plain)
         spec_tps = statistics.median(r.summary()["tokens_per_s"] for r in spec)
         cycles = sum(len(r.cycles) for r in spec)
+        taken = sorted({r.decode for r in plain + spec})  # the paths the runs took (a failed capture: static)
+        fallbacks = sorted({n for r in plain + spec for n in r.notes if n not in engine.notes})
+        for note in fallbacks:
+            print(f"warning: {name}: {note}")
         spec = [r.summary() for r in spec]
-        return {"decode": engine.decode, "plain_tokens_per_s": round(plain_tps, 1),
+        return {"decode": engine.decode, "decode_taken": taken, "fallbacks": fallbacks,
+                "plain_tokens_per_s": round(plain_tps, 1),
                 "eagle_tokens_per_s": round(spec_tps, 1),
                 "speedup": round(spec_tps / plain_tps, 3) if plain_tps else None,
                 "reads_per_plain_token": round(plain_reads[0] / sum(len(r.output) for r in plain), 2),
