@@ -13,7 +13,7 @@ import random
 import pytest
 import torch
 
-from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.config import SamplingConfig, TreeConfig, kv_slots
 from eagleviz.decoding import device_cycle
 from eagleviz.decoding.device_cycle import Shape, accept_greedy, ancestor_rows, fits, select
 from eagleviz.decoding.device_draft import DeviceDrafter, DraftOut
@@ -219,21 +219,26 @@ class Counting(Recording):
         return counted
 
 
-def test_a_drafted_cycle_replays_two_captures_and_captures_nothing_once_warm(target):
-    """The head's drafting, then the selection, verification, walk and commit: two replays a drafted cycle. A
-    second run over the same states captures nothing."""
+@pytest.mark.parametrize("arch", ["eagle1", "eagle3"])
+def test_a_drafted_cycle_replays_two_captures_all_made_before_the_run(target, arch):
+    """The head's drafting, then the selection, verification, walk and commit: two replays a drafted cycle.
+    `Engine.prepare` captures every graph first: the runs capture nothing (plain decoding's, the fixed tree's,
+    and the cost-aware tree's, whose cycles choose on the host)."""
     made: list[Counting] = []
-    e = Engine(target, random_head(target, "eagle1", seed=1, std=0.5), "random", decode="static",
+    e = Engine(target, random_head(target, arch, seed=1, std=0.5), "random", decode="static",
                compiled_sampling=False)
     e.make_graphs = lambda: made.append(Counting()) or made[-1]
-    tree = TreeConfig.create(5, 4, 16, adaptive=False, source="eagle")
-    for warm in (False, True):
-        captures = sum(g.captures for g in made)
-        before = sum(g.replays for g in made)
-        run = e.generate(PROMPT, tree, SamplingConfig(max_new_tokens=48))
-        assert sum(g.replays for g in made) - before == 2 * len(run.cycles)
-        if warm:
-            assert sum(g.captures for g in made) == captures
+    fixed = TreeConfig.create(5, 4, 16, adaptive=False, source="eagle")
+    sampling = SamplingConfig(max_new_tokens=48)
+    for tree in (None, fixed, TreeConfig.create()):  # (the last one's drafting was captured with the fixed tree's)
+        captured = e.prepare(kv_slots(len(e.encode_prompt(PROMPT)), 48, tree), tree)
+        assert captured > 0 if tree is not None and not tree.adaptive or tree is None else captured == 0
+        captures, replays = sum(g.captures for g in made), sum(g.replays for g in made)
+        run = e.generate(PROMPT, tree, sampling)
+        assert sum(g.captures for g in made) == captures
+        if tree is fixed:
+            assert sum(g.replays for g in made) - replays == 2 * len(run.cycles)
+    assert e.with_decode("eager").prepare(512, fixed) == 0
 
 
 def test_a_sampled_or_cost_aware_run_keeps_the_host_path(target):

@@ -206,6 +206,20 @@ class DeviceCycle:
 
         return verification
 
+    def key(self, pending: int, m: int) -> tuple:
+        """Under what the target's state keeps the captured verification after a drafting of `pending` rows."""
+        return id(self.drafter), bucket(pending), m
+
+    def prepare(self, outputs: dict[int, DraftOut]) -> None:
+        """Every verification of this tree shape captured now, one per pending bucket (`outputs`: each bucket's
+        drafting, `DeviceDrafter.prepare`), over the scratch slots past the state's capacity."""
+        steps, m = self.steps, min(self.tree.draft_tokens - 1, self.shape.depth.numel())
+        if not (fits(m + 1) and steps.graphs.captured and self.drafter.graphs.captured):
+            return
+        for b, out in outputs.items():
+            steps.inputs.write(steps.capacity, [0] * (m + 1), [steps.capacity] * (m + 1), None, bucket(m + 1))
+            steps.cycle_replay(self.key(b, m), lambda: self.verification(out, m))
+
     def run(self, feats: torch.Tensor, pend_tokens: list[int], root: int, S: int, draft_tokens: int,
             clock: PhaseClock, text) -> Verdict:
         """A drafted cycle after S committed tokens whose root is `root`: at most `draft_tokens` verified (root
@@ -220,7 +234,7 @@ class DeviceCycle:
         out = self.drafter.launch(feats, pend_tokens)
         clock.lap()
         steps.inputs.write(S, [root] + [0] * m, [S] * (m + 1), None, bucket(m + 1))
-        replay = (steps.cycle_replay((id(self.drafter), bucket(n), m), lambda: self.verification(out, m))
+        replay = (steps.cycle_replay(self.key(n, m), lambda: self.verification(out, m))
                   if n <= BUCKETS[-1] and self.drafter.graphs.captured else self.verification(out, m))
         record, rows = replay()
         clock.lap()

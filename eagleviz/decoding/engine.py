@@ -219,6 +219,32 @@ class Engine:
         """The capture a new static state uses: CUDA graphs on the 'graphs' path, else none."""
         return CudaGraphs(self.target.device) if self.decode == "graphs" else Uncaptured()
 
+    @torch.inference_mode()
+    def prepare(self, slots: int, tree: TreeConfig | None = None) -> int:
+        """Capture now, before any timed run, every graph a run of at most `slots` target slots replays (plain
+        decoding's, and given `tree` its drafting's and, for a fixed tree, its drafted cycle's), rather than at
+        each one's first use inside a run; the states go back to the pool, where the runs lease them. Returns how
+        many were captured (0 on the eager path, which captures none)."""
+        if self.decode == "eager":
+            return 0
+        use_head = tree is not None and tree.source != "lookup" and self.head is not None
+        plain = target_steps(self, slots, None)
+        steps = (target_steps(self, slots, self.feature_layers) if use_head and self.feature_layers is not None
+                 else plain)  # an EAGLE-3 head's runs read the target's features of three layers: a state of their own
+        dcache = draft_state(self, steps.capacity, tree) if use_head else None
+        states = [plain] + ([steps] if steps is not plain else []) + ([dcache] if dcache is not None else [])
+        try:
+            before = prepared(*states)
+            for state in states[:-1] if dcache is not None else states:
+                state.prepare()
+            if dcache is not None:
+                outputs = dcache.prepare()
+                if not tree.adaptive:
+                    DeviceCycle(steps, dcache, tree).prepare(outputs)
+            return prepared(*states) - before
+        finally:
+            release(self, None, *states)
+
     def with_policy(self, costs: CostModel | None = None, calibration: HeadCalibration | None = None) -> Engine:
         """The same engine pricing and valuing its cost-aware trees with these (None: keep the current)."""
         other = copy.copy(self)

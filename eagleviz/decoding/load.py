@@ -17,6 +17,7 @@ from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import load_head, random_head
 from eagleviz.models.hot_vocab import DEFAULT_HOT_SIZE, HOT_TOKENS_FILE, read_ranking, restrict
 from eagleviz.models.loading import DTYPES, EMBEDDED, EMBEDDED_HUB_ID, KV_DTYPES, WEIGHTS, check_device, load_target
+from eagleviz.models.static import MIN_CAPACITY
 from eagleviz.models.synthetic import RANDOM_MODEL
 from eagleviz.paths import SHIPPED_HEAD, Bundle
 from kernels.tree_attention import IMPLS
@@ -82,7 +83,13 @@ def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "au
                         decode=decode)
     except ValueError as exc:  # e.g. the Triton kernel asked for on a CPU, a damaged calibration.json
         raise UserFacingError(str(exc)) from exc
-    return engine.with_policy(costs=load_or_measure(engine, progress))
+    engine = engine.with_policy(costs=load_or_measure(engine, progress))
+    if engine.decode == "graphs":  # captured now, not inside the first runs
+        if progress is not None:
+            progress("capturing the CUDA graphs of plain decoding and of the default tree")
+        for tree in (None, TreeConfig.create()):
+            engine.prepare(MIN_CAPACITY, tree)
+    return engine
 
 
 def _hot_vocabulary(draft, name: str, head_dir: Path | None, size: int | None):

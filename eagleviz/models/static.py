@@ -243,6 +243,11 @@ class StaticSteps:
         """Ready for another run: nothing committed (the slots are overwritten as the run writes them)."""
         self.cache.length = 0
 
+    def prepare(self) -> None:
+        """Every bucket's step captured now (before any timed run), not at its first use."""
+        for b in BUCKETS:
+            self._replay(b)
+
     @property
     def prepared(self) -> int:
         """The step sizes (and drafted cycles' verifications) made ready so far (a CUDA graph is captured at its

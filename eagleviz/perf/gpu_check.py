@@ -45,7 +45,7 @@ from pathlib import Path
 
 import torch
 
-from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.config import SamplingConfig, TreeConfig, kv_slots
 from eagleviz.errors import UserFacingError
 from eagleviz.models.host import counting_reads
 from eagleviz.perf.provenance import provenance
@@ -196,6 +196,9 @@ def bench(engine_for: EngineFor, prompts: list[str], tree: TreeConfig, max_new_t
         impl, _, decode = name.partition("-")
         engine = engine_for(dtype, impl)
         engine = engine.with_decode(decode) if decode else engine
+        longest = max(len(engine.encode_prompt(p)) for p in prompts)
+        for t in (None, tree):  # every graph captured before the runs (none on the eager path)
+            engine.prepare(kv_slots(longest, max_new_tokens, t), t)
         engine.generate(prompts[0], None, sampling)
         engine.generate(prompts[0], tree, sampling)
         with counting_reads() as plain_reads:
