@@ -47,6 +47,9 @@ def run_generate(args) -> int:
     engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl, args.draft_vocab,
                          args.kv_dtype, weights=args.weights, decode=args.decode)
     run = engine.generate(args.prompt, tree, sampling, chat=args.chat)
+    if run.decode != engine.decode:  # a capture failed: the run took another path than the one asked
+        print(f"warning: the steps ran {run.decode}, not {engine.decode}: {' '.join(run.notes[len(engine.notes):])}",
+              file=sys.stderr)
     summary = run.summary()
     text = engine.target.tokenizer.decode(run.token_ids, skip_special_tokens=True)
     if args.trace:
@@ -58,7 +61,8 @@ def run_generate(args) -> int:
                           "tokens_per_s": summary["tokens_per_s"], "wall_s": summary["wall_s"],
                           "stop_reason": run.stop_reason, "config": run.config, "dtype": run.dtype,
                           "kv_dtype": run.kv_dtype, "cpu_layer": run.cpu_layer, "weights": run.weights,
-                          "attn_impl": run.attn_impl, "head": run.head}, ensure_ascii=False))
+                          "attn_impl": run.attn_impl, "head": run.head, "decode": run.decode,
+                          "notes": run.notes}, ensure_ascii=False))
     else:
         print(text)
         mode = "plain" if tree is None else f"EAGLE steps={tree.steps} topk={tree.topk} draft_tokens={tree.draft_tokens}"

@@ -29,6 +29,7 @@ def test_generate_json_and_baseline_agree_in_fp32(tmp_path):
     assert len(trace["cycles"]) == a["num_cycles"]
     assert a["kv_dtype"] == trace["kv_dtype"] == "float32"  # an fp32 model keeps fp32 caches
     assert a["cpu_layer"] == trace["cpu_layer"] and a["cpu_layer"] in ("compiled", "torch")
+    assert a["decode"] == trace["decode"] == "eager" and a["notes"] == trace["notes"]  # the path taken (a CPU's)
 
 
 @pytest.mark.parametrize("args,message", [

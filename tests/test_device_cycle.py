@@ -24,7 +24,7 @@ from eagleviz.decoding.verify import greedy_verify
 from eagleviz.models.draft import random_head
 from eagleviz.models.host import counting_reads
 from eagleviz.models.kv_cache import KVCache
-from eagleviz.models.static import BUCKETS
+from eagleviz.models.static import BUCKETS, StaticSteps
 from eagleviz.models.target import TargetModel
 from tiny import Recording, tiny_target
 
@@ -156,8 +156,8 @@ TREES = [TreeConfig.create(5, 4, 16, adaptive=False, source="eagle"), TreeConfig
          TreeConfig.create(6, 8, 64, adaptive=False, source="eagle")]
 
 
-@pytest.mark.parametrize("arch", ["eagle1", "eagle3"])
-@pytest.mark.parametrize("tree", TREES, ids=["5/4/16", "3/2/4", "6/8/64"])
+@pytest.mark.parametrize("tree,arch", [(TREES[0], "eagle1"), (TREES[0], "eagle3"), (TREES[1], "eagle1"),
+                                       (TREES[2], "eagle3")], ids=["5/4/16", "5/4/16-eagle3", "3/2/4", "6/8/64-eagle3"])
 def test_a_device_cycle_writes_the_host_paths_trace_and_reads_once(target, tree, arch):
     both = runs(target, tree, arch)
     (device, device_reads), (host, host_reads) = both[True], both[False]
@@ -251,3 +251,36 @@ def test_a_sampled_or_cost_aware_run_keeps_the_host_path(target):
             run = e.generate(PROMPT, tree, sampling)
         drafted = sum(c.draft_levels > 0 for c in run.cycles)
         assert drafted and reads[0] >= 1 + len(run.cycles) + drafted
+
+
+@pytest.mark.parametrize("source", ["eagle", "eagle+lookup"])
+def test_on_a_gpu_the_next_cycle_is_launched_before_the_last_is_traced(target, monkeypatch, source):
+    """Where a step returns before the device is done (`steps.queued`), a device cycle's successor is launched
+    right after its read, before its trace is written, when the run goes on and the next cycle is a device cycle
+    too (no lookup match to merge): launch (L), read (R), trace (T) in the pipelined order, and the traces of the
+    unqueued run. Here a CPU's steps are marked queued."""
+    from eagleviz.decoding import engine as engine_module
+
+    tree = TreeConfig.create(5, 4, 16, adaptive=False, source=source)
+    sampling = SamplingConfig(max_new_tokens=40 if source == "eagle" else 64)
+    unqueued = engine(target).generate(PROMPT, tree, sampling)
+    events = []
+    init, launch, finish = StaticSteps.__init__, device_cycle.DeviceCycle.launch, device_cycle.DeviceCycle.finish
+    trace = engine_module.CycleTrace
+
+    def marked(self, *a, **k):
+        init(self, *a, **k)
+        self.queued = True
+
+    monkeypatch.setattr(StaticSteps, "__init__", marked)
+    monkeypatch.setattr(device_cycle.DeviceCycle, "launch", lambda *a, **k: events.append("L") or launch(*a, **k))
+    monkeypatch.setattr(device_cycle.DeviceCycle, "finish", lambda *a, **k: events.append("R") or finish(*a, **k))
+    monkeypatch.setattr(engine_module, "CycleTrace", lambda *a, **k: events.append("T") or trace(*a, **k))
+    queued = engine(target).generate(PROMPT, tree, sampling)
+    cycles = len(queued.cycles)
+    assert [fields(c) for c in queued.cycles] == [fields(c) for c in unqueued.cycles]
+    if source == "eagle":
+        assert "".join(events) == "LR" + "LTR" * (cycles - 1) + "T"  # none launched past the last
+    else:  # the cycles that merge a lookup's chain run on the host, launched after the trace before them
+        looked = sum(c.lookup_ngram > 0 for c in queued.cycles)
+        assert 0 < looked < cycles and events.count("L") == events.count("R") == cycles - looked

@@ -220,14 +220,14 @@ class DeviceCycle:
             steps.inputs.write(steps.capacity, [0] * (m + 1), [steps.capacity] * (m + 1), None, bucket(m + 1))
             steps.cycle_replay(self.key(b, m), lambda: self.verification(out, m))
 
-    def run(self, feats: torch.Tensor, pend_tokens: list[int], root: int, S: int, draft_tokens: int,
-            clock: PhaseClock, text) -> Verdict:
-        """A drafted cycle after S committed tokens whose root is `root`: at most `draft_tokens` verified (root
-        included). Laps `clock` after the drafting and after the verification (selection, walk and commit in
-        it: the accept phase is the read and the host's replay of the walk); the target cache's length is the
-        host path's after it, the draft cache's still holds the expansion (the engine rewinds it)."""
-        shape, steps = self.shape, self.steps
-        m = min(draft_tokens - 1, shape.depth.numel())
+    def launch(self, feats: torch.Tensor, pend_tokens: list[int], root: int, S: int, draft_tokens: int,
+               clock: PhaseClock) -> Launched:
+        """Queue a drafted cycle after S committed tokens whose root is `root`, at most `draft_tokens` verified (root
+        included): the drafting's replay, then the verification's (selection, step, walk and commit in it). Laps
+        `clock` after each; nothing is read. On a GPU it returns before the device is done, so the host can write
+        the last cycle's trace meanwhile (`finish` waits)."""
+        m = min(draft_tokens - 1, self.shape.depth.numel())
+        steps = self.steps
         if S + m + 1 > steps.capacity:
             raise ValueError(f"a tree of {m + 1} tokens after {S} slots overflows the state's {steps.capacity}")
         n = len(pend_tokens)
@@ -238,20 +238,48 @@ class DeviceCycle:
                   if n <= BUCKETS[-1] and self.drafter.graphs.captured else self.verification(out, m))
         record, rows = replay()
         clock.lap()
-        (flat,) = to_host(record)  # the one read
-        path, count, argmax, tprobs, kept, ids, logprobs, frontiers = parse(flat, shape, m)
-        moves = steps.cache.settle(S, [S + s for s in path])
+        return Launched(root, S, draft_tokens, m, record, rows, clock)
+
+    def finish(self, launched: Launched, text) -> Verdict:
+        """The launched cycle's one read, and from it the host's books: the target cache's length is the host
+        path's after it (the draft cache's still holds the expansion: the engine rewinds it); the candidates, the
+        tree and the walk's checks rebuilt for the trace, the walk checked against the device's. Laps the cycle's
+        clock (the accept phase: the wait and the host's replay)."""
+        root, S, m = launched.root, launched.S, launched.m
+        (flat,) = to_host(launched.record)  # the one read
+        path, count, argmax, tprobs, kept, ids, logprobs, frontiers = parse(flat, self.shape, m)
+        moves = self.steps.cache.settle(S, [S + s for s in path])
         cands = Candidates()
-        levels, decision = rebuild(cands, ids, logprobs, frontiers, self.tree, None, None, draft_tokens)
+        levels, decision = rebuild(cands, ids, logprobs, frontiers, self.tree, None, None, launched.draft_tokens)
         tree = VerifyTree.build(cands, kept, root)
         qs = [1.0] + [math.exp(cands.logprobs[i]) for i in kept]
         result = greedy_verify(tree, argmax, qs, tprobs, text)
         if result.path != path:
             raise DeviceVerdictMismatch(f"the device accepted slots {path}, the host's walk {result.path}")
-        clock.lap()
+        launched.clock.lap()
         expected = 1.0 + sum(cands.values[i] for i in kept)
         draft = Draft(cands, tree, levels, expected, decision)
+        rows = launched.rows
         return Verdict(draft, result, argmax, tprobs, moves, None if rows is None else rows[:count])
+
+    def run(self, feats: torch.Tensor, pend_tokens: list[int], root: int, S: int, draft_tokens: int,
+            clock: PhaseClock, text) -> Verdict:
+        """`launch`, then `finish`: a drafted cycle, read once."""
+        return self.finish(self.launch(feats, pend_tokens, root, S, draft_tokens, clock), text)
+
+
+@dataclass
+class Launched:
+    """A drafted cycle queued on the device and not read yet: what it was launched with, its record and the
+    accepted path's features rows (the verification's outputs, rewritten by its next replay), its clock."""
+
+    root: int
+    S: int
+    draft_tokens: int
+    m: int
+    record: torch.Tensor
+    rows: torch.Tensor | None
+    clock: PhaseClock
 
 
 def parse(flat: list[float], shape: Shape, m: int) -> tuple:

@@ -505,6 +505,7 @@ class Engine:
         if lookups is not None and lookups.losing():
             lookup_rest.left = lookups.span()
         captures = static_states(steps, dcache)  # else no cycle can capture: `prepared` is not asked
+        queued_cycle = None  # a device cycle launched while the one before was traced
         on_device = (DeviceCycle(steps, dcache, tree_cfg) if self.device_cycle and isinstance(dcache, DeviceDrafter)
                      and policy is None and sampling.greedy else None)
         batches = rest_batch > 1  # resting cycles in stretches
@@ -613,10 +614,17 @@ class Engine:
                 continue
             if run_head and len(feats) > 1:  # the positions a resting head skipped, joined once
                 feats = [torch.cat(feats)]
+            if queued_cycle is not None and not (on_device is not None and match is None and fits(budget)):
+                raise RuntimeError("a cycle launched ahead is not the one this run takes next")
             verdict = None
             if on_device is not None and match is None and fits(budget):  # chosen, verified and walked on the
-                # device, read once (a lookup's chain is merged on the host)
-                verdict = on_device.run(feats[0], pend_tokens, root, S, budget, clock, text)
+                # device, read once (a lookup's chain is merged on the host); maybe launched while the last cycle's
+                # trace was written
+                launched = queued_cycle or on_device.launch(feats[0], pend_tokens, root, S, budget, clock)
+                if (launched.S, launched.root, launched.draft_tokens) != (S, root, budget):
+                    raise RuntimeError(f"a cycle launched ahead at {launched.S} is not the cycle at {S}")
+                queued_cycle, clock = None, launched.clock
+                verdict = on_device.finish(launched, text)
                 draft, result, argmax, tprobs = verdict.draft, verdict.result, verdict.argmax, verdict.target_probs
                 tree, alone, root_top, moves = draft.tree, False, [], verdict.moves
                 positions = [S + d for d in tree.depths]
@@ -667,6 +675,13 @@ class Engine:
             clock.lap()
             accepted = [tree.tokens[s] for s in result.path[1:]]
             committed = accepted + [result.bonus_token]
+            if index is not None:
+                index.extend(committed)
+            if verdict is not None and steps.queued:  # a GPU: the next cycle queued before this one's trace is
+                # written (when it too is a device cycle: no lookup match, a tree that fits), so the host writes
+                # it while the device computes
+                queued_cycle = self._launch_ahead(on_device, verdict, committed, tcache.length, capacity, tree_cfg,
+                                                  index, len(run.output), sampling.max_new_tokens)
             trace = CycleTrace(
                 index=cycle, nodes=self._nodes(draft.cands, tree, text) if record else [],
                 verify_nodes=tree.node_ids, tokens=tree.tokens, texts=[text(t) for t in tree.tokens],
@@ -697,8 +712,6 @@ class Engine:
                 feats.append(path_feats)
                 pend_tokens.extend(committed)
             root = trace.bonus_token
-            if index is not None:
-                index.extend(committed)
             run.cycles.append(trace)
             # by the wall clock: on a GPU the phases' events leave out the host's work; a cycle that captured a
             # graph is no evidence (its capture is paid once)
@@ -725,6 +738,19 @@ class Engine:
             run.wall_s = time.perf_counter() - start
             cycle += 1
             yield trace
+
+    def _launch_ahead(self, on_device: DeviceCycle, verdict, committed: list[int], S: int, capacity: int,
+                      tree_cfg: TreeConfig, index, written: int, limit: int):
+        """The next cycle launched now, if the run goes on after `committed` (no end of sequence, `written` tokens
+        so far under `limit`) and it will be a device cycle too (the tree fits the room left, the context's lookup
+        has no match to merge); else None."""
+        if any(t in self.target.eos_token_ids for t in committed) or written + len(committed) >= limit:
+            return None
+        budget = min(tree_cfg.draft_tokens, capacity - 1 - S)
+        if not fits(budget) or (index is not None and index.match(min(tree_cfg.steps, budget - 1)) is not None):
+            return None
+        return on_device.launch(verdict.features, committed, committed[-1], S, budget,
+                                PhaseClock(self.target.device))
 
     def _rest_steps(self, n: int, S: int, root: int, steps: EagerSteps | StaticSteps, sampling: SamplingConfig,
                     gen: torch.Generator, clock: PhaseClock, began: float, eos: frozenset[int], tokens_left: int,
