@@ -136,11 +136,25 @@ def engine(target, arch: str = "eagle1", **kwargs) -> Engine:
     return e
 
 
-def runs(target, tree: TreeConfig, arch: str = "eagle1", tokens: int = 48):
+@pytest.fixture(scope="module")
+def engines(target):
+    """`engine(target, arch, device_cycle=on)` made once per module: its pool keeps the states and their captures
+    (each a make_fx record here) from one test's runs to the next's, as an app's engine keeps them."""
+    made: dict[tuple, Engine] = {}
+
+    def get(arch: str = "eagle1", on: bool = True) -> Engine:
+        if (arch, on) not in made:
+            made[arch, on] = engine(target, arch, device_cycle=on)
+        return made[arch, on]
+
+    return get
+
+
+def runs(engines, tree: TreeConfig, arch: str = "eagle1", tokens: int = 32):
     """The same greedy run with the cycle on the device and on the host, and the reads each made."""
     out = {}
     for on in (True, False):
-        e = engine(target, arch, device_cycle=on)
+        e = engines(arch, on)
         with counting_reads() as reads:
             out[on] = e.generate(PROMPT, tree, SamplingConfig(max_new_tokens=tokens)), reads[0]
         assert not [note for note in out[on][0].notes if "failed" in note]  # every capture held
@@ -158,8 +172,8 @@ TREES = [TreeConfig.create(5, 4, 16, adaptive=False, source="eagle"), TreeConfig
 
 @pytest.mark.parametrize("tree,arch", [(TREES[0], "eagle1"), (TREES[0], "eagle3"), (TREES[1], "eagle1"),
                                        (TREES[2], "eagle3")], ids=["5/4/16", "5/4/16-eagle3", "3/2/4", "6/8/64-eagle3"])
-def test_a_device_cycle_writes_the_host_paths_trace_and_reads_once(target, tree, arch):
-    both = runs(target, tree, arch)
+def test_a_device_cycle_writes_the_host_paths_trace_and_reads_once(engines, tree, arch):
+    both = runs(engines, tree, arch)
     (device, device_reads), (host, host_reads) = both[True], both[False]
     assert [o.token for o in device.output] == [o.token for o in host.output]
     assert len(device.cycles) == len(host.cycles) > 5
@@ -169,8 +183,8 @@ def test_a_device_cycle_writes_the_host_paths_trace_and_reads_once(target, tree,
     assert host_reads == 1 + 2 * len(host.cycles)  # the drafting's and the verdict's
 
 
-def test_cycles_with_a_lookup_take_the_host_path_and_the_others_the_device(target):
-    both = runs(target, TreeConfig.create(4, 3, 12, adaptive=False), tokens=64)
+def test_cycles_with_a_lookup_take_the_host_path_and_the_others_the_device(engines):
+    both = runs(engines, TreeConfig.create(4, 3, 12, adaptive=False), tokens=48)
     (device, device_reads), (host, _) = both[True], both[False]
     assert [fields(c) for c in device.cycles] == [fields(c) for c in host.cycles]
     looked = sum(c.lookup_ngram > 0 for c in device.cycles)
@@ -178,7 +192,7 @@ def test_cycles_with_a_lookup_take_the_host_path_and_the_others_the_device(targe
     assert device_reads == 1 + len(device.cycles) + looked
 
 
-def test_nothing_after_the_read_touches_the_device(target, monkeypatch):
+def test_nothing_after_the_read_touches_the_device(engines, monkeypatch):
     """After its one read a cycle's pictures come from what it read: the record and the drafting's outputs
     (rewritten by the next drafting of their size on a GPU) poisoned right after the read, the run is the same."""
     last: list = []
@@ -195,10 +209,10 @@ def test_nothing_after_the_read_touches_the_device(target, monkeypatch):
         return values
 
     tree = TreeConfig.create(5, 4, 16, adaptive=False, source="eagle")
-    clean = runs(target, tree)[True][0]
+    clean = engines().generate(PROMPT, tree, SamplingConfig(max_new_tokens=32))
     monkeypatch.setattr(DeviceDrafter, "launch", remembered)
     monkeypatch.setattr(device_cycle, "to_host", poisoning)
-    poisoned = engine(target).generate(PROMPT, tree, SamplingConfig(max_new_tokens=48))
+    poisoned = engines().generate(PROMPT, tree, SamplingConfig(max_new_tokens=32))
     assert [fields(c) for c in poisoned.cycles] == [fields(c) for c in clean.cycles]
 
 
@@ -219,19 +233,18 @@ class Counting(Recording):
         return counted
 
 
-@pytest.mark.parametrize("arch", ["eagle1", "eagle3"])
-def test_a_drafted_cycle_replays_two_captures_all_made_before_the_run(target, arch):
+def test_a_drafted_cycle_replays_two_captures_all_made_before_the_run(target):
     """The head's drafting, then the selection, verification, walk and commit: two replays a drafted cycle.
     `Engine.prepare` captures every graph first: the runs capture nothing (plain decoding's, the fixed tree's,
     and the cost-aware tree's, whose cycles choose on the host)."""
     made: list[Counting] = []
-    e = Engine(target, random_head(target, arch, seed=1, std=0.5), "random", decode="static",
-               compiled_sampling=False)
+    e = Engine(target, random_head(target, "eagle3", seed=1, std=0.5), "random", decode="static",
+               compiled_sampling=False)  # (an EAGLE-3 head's runs lease a state of their own beside plain decoding's)
     e.make_graphs = lambda: made.append(Counting()) or made[-1]
     fixed = TreeConfig.create(5, 4, 16, adaptive=False, source="eagle")
-    sampling = SamplingConfig(max_new_tokens=48)
+    sampling = SamplingConfig(max_new_tokens=32)
     for tree in (None, fixed, TreeConfig.create()):  # (the last one's drafting was captured with the fixed tree's)
-        captured = e.prepare(kv_slots(len(e.encode_prompt(PROMPT)), 48, tree), tree)
+        captured = e.prepare(kv_slots(len(e.encode_prompt(PROMPT)), 32, tree), tree)
         assert captured > 0 if tree is not None and not tree.adaptive or tree is None else captured == 0
         captures, replays = sum(g.captures for g in made), sum(g.replays for g in made)
         run = e.generate(PROMPT, tree, sampling)
@@ -254,7 +267,7 @@ def test_a_sampled_or_cost_aware_run_keeps_the_host_path(target):
 
 
 @pytest.mark.parametrize("source", ["eagle", "eagle+lookup"])
-def test_on_a_gpu_the_next_cycle_is_launched_before_the_last_is_traced(target, monkeypatch, source):
+def test_on_a_gpu_the_next_cycle_is_launched_before_the_last_is_traced(target, engines, monkeypatch, source):
     """Where a step returns before the device is done (`steps.queued`), a device cycle's successor is launched
     right after its read, before its trace is written, when the run goes on and the next cycle is a device cycle
     too (no lookup match to merge): launch (L), read (R), trace (T) in the pipelined order, and the traces of the
@@ -262,8 +275,8 @@ def test_on_a_gpu_the_next_cycle_is_launched_before_the_last_is_traced(target, m
     from eagleviz.decoding import engine as engine_module
 
     tree = TreeConfig.create(5, 4, 16, adaptive=False, source=source)
-    sampling = SamplingConfig(max_new_tokens=40 if source == "eagle" else 64)
-    unqueued = engine(target).generate(PROMPT, tree, sampling)
+    sampling = SamplingConfig(max_new_tokens=32 if source == "eagle" else 48)
+    unqueued = engines().generate(PROMPT, tree, sampling)
     events = []
     init, launch, finish = StaticSteps.__init__, device_cycle.DeviceCycle.launch, device_cycle.DeviceCycle.finish
     trace = engine_module.CycleTrace
@@ -276,7 +289,7 @@ def test_on_a_gpu_the_next_cycle_is_launched_before_the_last_is_traced(target, m
     monkeypatch.setattr(device_cycle.DeviceCycle, "launch", lambda *a, **k: events.append("L") or launch(*a, **k))
     monkeypatch.setattr(device_cycle.DeviceCycle, "finish", lambda *a, **k: events.append("R") or finish(*a, **k))
     monkeypatch.setattr(engine_module, "CycleTrace", lambda *a, **k: events.append("T") or trace(*a, **k))
-    queued = engine(target).generate(PROMPT, tree, sampling)
+    queued = engine(target).generate(PROMPT, tree, sampling)  # new states: marked queued as they are made
     cycles = len(queued.cycles)
     assert [fields(c) for c in queued.cycles] == [fields(c) for c in unqueued.cycles]
     if source == "eagle":

@@ -12,18 +12,20 @@ own tensors, in the host's order and ties, so nothing is read until the cycle is
                monotone in the score and ids grow with depth); verification order (depth, then score, then
                id: `tree.rerank`'s); slot parents, positions and the ancestor mask, written straight into the
                verification step's inputs
-    verify     the target's step over the tree (`StaticSteps.forward`, its inputs already on the device)
+    verify     the target's step over the tree (the bucket's `StaticSteps.step_fn`, its inputs already written)
     accept     the greedy walk (`verify.greedy_verify`): from the root, the child whose token is the target's
                argmax at its parent, level by level; the bonus is the argmax where the walk stops
     commit     the accepted path's keys and values moved to [S, S + n) (`KVCache.commit_moves`: every slot of
                the longest path moved, the unaccepted ones onto themselves), the path's features gathered for
                the head's next encoding
 
-and the cycle's record (path, accepted count, argmax and its probability per slot, the kept nodes, the
-drafting) comes back in one copy. From it the host rebuilds the candidates and the tree for the pictures,
+all four in one function after the drafting's (`DeviceCycle.verification`), which packs the cycle's record
+(path, accepted count, argmax and its probability per slot, the kept nodes, the drafting) for one copy. Every
+operation has one shape per tree shape and reads no device value, so a CUDA graph captures it: a drafted cycle
+is two replays and one read. From the record the host rebuilds the candidates and the tree for the pictures,
 replays the walk (whose checks the trace shows) and checks it against the device's: the trace is the host
-path's, field by field (tests/test_device_cycle.py). Every operation has one shape per tree shape and reads no
-device value, so a CUDA graph can capture it.
+path's, field by field (tests/test_device_cycle.py). On a GPU the engine launches the next cycle right after
+the read, before it writes the trace (`Engine._launch_ahead`).
 """
 
 from __future__ import annotations
