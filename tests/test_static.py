@@ -5,8 +5,8 @@ recording call of `CudaGraphs.capture`, then replay = its recorded operations ov
 proves here: the step equals the eager forward; the engine's tokens are the eager path's, greedy and sampled;
 a capture mid-run never touches a committed key; after warm-up no step makes a tensor of a new shape (a
 replayed graph cannot); a plain step reads the device once and a greedy EAGLE cycle twice (the drafting,
-`tests/test_device_draft.py`, and the verdict), a fixed tree's once (`tests/test_device_cycle.py`); the step's operations per layer stay within a budget; a
-failed capture falls back, saying so in the run's notes."""
+`tests/test_device_draft.py`, and the verdict), a fixed tree's once (`tests/test_device_cycle.py`); the step's
+operations per layer stay within a budget; a failed capture falls back, saying so in the run's notes."""
 
 from __future__ import annotations
 

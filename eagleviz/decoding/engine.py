@@ -22,7 +22,8 @@ from CUDA graphs (`eagleviz.models.static`), and the head's every level drafted 
 (`eagleviz.decoding.device_draft`). There the host waits for the device twice a greedy cycle: the drafting's
 tokens and scores, and the verdict (the target's argmax and its probability at every slot); once a plain
 step, and once a drafted cycle of a fixed tree at T = 0, whose choice of verified nodes, verification, walk and
-commit run on the device after the drafting as one more captured function (`eagleviz.decoding.device_cycle`). Inputs go to the device without blocking and phases are timed by CUDA events (`eagleviz.models.host`).
+commit run on the device after the drafting as one more captured function (`eagleviz.decoding.device_cycle`).
+Inputs go to the device without blocking and phases are timed by CUDA events (`eagleviz.models.host`).
 """
 
 from __future__ import annotations
