@@ -269,16 +269,18 @@ def test_a_sampled_or_cost_aware_run_keeps_the_host_path(target):
 @pytest.mark.parametrize("source", ["eagle", "eagle+lookup"])
 def test_on_a_gpu_the_next_cycle_is_launched_before_the_last_is_traced(target, engines, monkeypatch, source):
     """Where a step returns before the device is done (`steps.queued`), a device cycle's successor is launched
-    right after its read, before its trace is written, when the run goes on and the next cycle is a device cycle
-    too (no lookup match to merge): launch (L), read (R), trace (T) in the pipelined order, and the traces of the
-    unqueued run. Here a CPU's steps are marked queued."""
+    right after its read, before the host rebuilds its candidates and walk and writes its trace, when the run goes
+    on and the next cycle is a device cycle too (no lookup match to merge): launch (L), read (R), the host's books
+    (V), trace (T) in the pipelined order, and the traces of the unqueued run. Here a CPU's steps are marked
+    queued."""
     from eagleviz.decoding import engine as engine_module
 
     tree = TreeConfig.create(5, 4, 16, adaptive=False, source=source)
     sampling = SamplingConfig(max_new_tokens=32 if source == "eagle" else 48)
     unqueued = engines().generate(PROMPT, tree, sampling)
     events = []
-    init, launch, finish = StaticSteps.__init__, device_cycle.DeviceCycle.launch, device_cycle.DeviceCycle.finish
+    init, launch, read = StaticSteps.__init__, device_cycle.DeviceCycle.launch, device_cycle.DeviceCycle.read
+    verdict = device_cycle.DeviceCycle.verdict
     trace = engine_module.CycleTrace
 
     def marked(self, *a, **k):
@@ -287,13 +289,14 @@ def test_on_a_gpu_the_next_cycle_is_launched_before_the_last_is_traced(target, e
 
     monkeypatch.setattr(StaticSteps, "__init__", marked)
     monkeypatch.setattr(device_cycle.DeviceCycle, "launch", lambda *a, **k: events.append("L") or launch(*a, **k))
-    monkeypatch.setattr(device_cycle.DeviceCycle, "finish", lambda *a, **k: events.append("R") or finish(*a, **k))
+    monkeypatch.setattr(device_cycle.DeviceCycle, "read", lambda *a, **k: events.append("R") or read(*a, **k))
+    monkeypatch.setattr(device_cycle.DeviceCycle, "verdict", lambda *a, **k: events.append("V") or verdict(*a, **k))
     monkeypatch.setattr(engine_module, "CycleTrace", lambda *a, **k: events.append("T") or trace(*a, **k))
     queued = engine(target).generate(PROMPT, tree, sampling)  # new states: marked queued as they are made
     cycles = len(queued.cycles)
     assert [fields(c) for c in queued.cycles] == [fields(c) for c in unqueued.cycles]
     if source == "eagle":
-        assert "".join(events) == "LR" + "LTR" * (cycles - 1) + "T"  # none launched past the last
+        assert "".join(events) == "L" + "RLVT" * (cycles - 1) + "RVT"  # none launched past the last
     else:  # the cycles that merge a lookup's chain run on the host, launched after the trace before them
         looked = sum(c.lookup_ngram > 0 for c in queued.cycles)
         assert 0 < looked < cycles and events.count("L") == events.count("R") == cycles - looked

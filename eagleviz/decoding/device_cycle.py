@@ -25,7 +25,8 @@ operation has one shape per tree shape and reads no device value, so a CUDA grap
 is two replays and one read. From the record the host rebuilds the candidates and the tree for the pictures,
 replays the walk (whose checks the trace shows) and checks it against the device's: the trace is the host
 path's, field by field (tests/test_device_cycle.py). On a GPU the engine launches the next cycle right after
-the read, before it writes the trace (`Engine._launch_ahead`).
+the read, from what the record says the cycle committed, before the host rebuilds anything
+(`Engine._launch_ahead`).
 """
 
 from __future__ import annotations
@@ -240,29 +241,41 @@ class DeviceCycle:
                   if n <= BUCKETS[-1] and self.drafter.graphs.captured else self.verification(out, m))
         record, rows = replay()
         clock.lap()
-        return Launched(root, S, draft_tokens, m, record, rows, clock)
+        return Launched(root, S, draft_tokens, m, record, rows, clock, self.drafter.length)
 
-    def finish(self, launched: Launched, text) -> Verdict:
-        """The launched cycle's one read, and from it the host's books: the target cache's length is the host
-        path's after it (the draft cache's still holds the expansion: the engine rewinds it); the candidates, the
-        tree and the walk's checks rebuilt for the trace, the walk checked against the device's. Laps the cycle's
-        clock (the accept phase: the wait and the host's replay)."""
-        root, S, m = launched.root, launched.S, launched.m
+    def read(self, launched: Launched) -> Reading:
+        """The launched cycle's one read: its record, parsed. Nothing else waits for the device."""
         (flat,) = to_host(launched.record)  # the one read
-        path, count, argmax, tprobs, kept, ids, logprobs, frontiers = parse(flat, self.shape, m)
+        return Reading(*parse(flat, self.shape, launched.m))
+
+    def verdict(self, launched: Launched, reading: Reading, text) -> Verdict:
+        """The host's books of a read cycle: the target cache's length is the host path's after it (the draft
+        cache's still holds the expansion: the engine rewinds it); the candidates, the tree and the walk's checks
+        rebuilt for the trace, the walk checked against the device's. On a GPU the next cycle is running by now:
+        none of this is on its way."""
+        S, path = launched.S, reading.path
         moves = self.steps.cache.settle(S, [S + s for s in path])
         cands = Candidates()
-        levels, decision = rebuild(cands, ids, logprobs, frontiers, self.tree, None, None, launched.draft_tokens)
-        tree = VerifyTree.build(cands, kept, root)
-        qs = [1.0] + [math.exp(cands.logprobs[i]) for i in kept]
-        result = greedy_verify(tree, argmax, qs, tprobs, text)
-        if result.path != path:
-            raise DeviceVerdictMismatch(f"the device accepted slots {path}, the host's walk {result.path}")
-        launched.clock.lap()
-        expected = 1.0 + sum(cands.values[i] for i in kept)
+        levels, decision = rebuild(cands, reading.ids, reading.logprobs, reading.frontiers, self.tree, None, None,
+                                   launched.draft_tokens)
+        tree = VerifyTree.build(cands, reading.kept, launched.root)
+        qs = [1.0] + [math.exp(cands.logprobs[i]) for i in reading.kept]
+        result = greedy_verify(tree, reading.argmax, qs, reading.target_probs, text)
+        committed = [tree.tokens[s] for s in result.path[1:]] + [result.bonus_token]
+        if result.path != path or committed != reading.committed:
+            raise DeviceVerdictMismatch(f"the device accepted slots {path} ({reading.committed}), the host's walk "
+                                        f"{result.path} ({committed})")
+        expected = 1.0 + sum(cands.values[i] for i in reading.kept)
         draft = Draft(cands, tree, levels, expected, decision)
         rows = launched.rows
-        return Verdict(draft, result, argmax, tprobs, moves, None if rows is None else rows[:count])
+        return Verdict(draft, result, reading.argmax, reading.target_probs, moves,
+                       None if rows is None else rows[:reading.count])
+
+    def finish(self, launched: Launched, text) -> Verdict:
+        """`read`, then `verdict`; laps the cycle's clock after the read (the accept phase: the wait)."""
+        reading = self.read(launched)
+        launched.clock.lap()
+        return self.verdict(launched, reading, text)
 
     def run(self, feats: torch.Tensor, pend_tokens: list[int], root: int, S: int, draft_tokens: int,
             clock: PhaseClock, text) -> Verdict:
@@ -282,6 +295,33 @@ class Launched:
     record: torch.Tensor
     rows: torch.Tensor | None
     clock: PhaseClock
+    draft_length: int  # the draft cache's length after the drafting (its expansion included)
+
+    def features(self, count: int) -> torch.Tensor | None:
+        """The first `count` accepted rows' features (the head's next input), on the device."""
+        return None if self.rows is None else self.rows[:count]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A launched cycle's record as the host reads it (`parse`'s fields): the accepted slots (root first), their
+    count, the target's argmax and its probability per slot, the kept candidates, the drafting; and what the
+    cycle commits, which is all the next cycle's launch needs."""
+
+    path: list[int]
+    count: int
+    argmax: list[int]
+    target_probs: list[float]
+    kept: list[int]
+    ids: list[int]
+    logprobs: list[float]
+    frontiers: list[int]
+
+    @property
+    def committed(self) -> list[int]:
+        """The accepted drafts (slot s > 0 verifies candidate kept[s - 1]) and the bonus, the argmax where the
+        walk stopped."""
+        return [self.ids[self.kept[s - 1]] for s in self.path[1:]] + [self.argmax[self.path[-1]]]
 
 
 def parse(flat: list[float], shape: Shape, m: int) -> tuple:

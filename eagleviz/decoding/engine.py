@@ -210,6 +210,13 @@ class Engine:
         other.pool = StatePool()
         return other
 
+    def with_device_cycle(self, on: bool) -> Engine:
+        """The same engine (target, head and pool shared) with a fixed tree's greedy drafted cycle decided on the
+        device (`on`) or on the host, the reference of an A/B run."""
+        other = copy.copy(self)
+        other.device_cycle = on
+        return other
+
     @property
     def queued(self) -> bool:
         """Whether a step returns before its kernels finish (CUDA): then a run launches its next step before it
@@ -625,7 +632,19 @@ class Engine:
                 if (launched.S, launched.root, launched.draft_tokens) != (S, root, budget):
                     raise RuntimeError(f"a cycle launched ahead at {launched.S} is not the cycle at {S}")
                 queued_cycle, clock = None, launched.clock
-                verdict = on_device.finish(launched, text)
+                reading = on_device.read(launched)  # the cycle's one wait
+                clock.lap()  # accept: walked on the device (the host's replay, for the trace, is the trace's work)
+                dcache.rewind(S)  # the target's cache was rewound by the device's commit, the length set by `verdict`
+                clock.lap()
+                if index is not None:
+                    index.extend(reading.committed)
+                if steps.queued:  # a GPU: the next cycle queued before this one's books and trace are written (when
+                    # it too is a device cycle: no lookup match, a tree that fits), so the host writes them while the
+                    # device computes
+                    queued_cycle = self._launch_ahead(on_device, launched.features(reading.count), reading.committed,
+                                                      S + reading.count, capacity, tree_cfg, index, len(run.output),
+                                                      sampling.max_new_tokens)
+                verdict = on_device.verdict(launched, reading, text)
                 draft, result, argmax, tprobs = verdict.draft, verdict.result, verdict.argmax, verdict.target_probs
                 tree, alone, root_top, moves = draft.tree, False, [], verdict.moves
                 positions = [S + d for d in tree.depths]
@@ -666,23 +685,20 @@ class Engine:
                     policy = TreePolicy(policy.costs, learned.table())  # the next cycle values its nodes by it
                     worth.clear()
                 clock.lap()
-            # 4) rewind KV
-            if verdict is None:  # (a device cycle moved its path's slots with its walk)
-                moves = tcache.commit_path(S, [S + s for s in result.path])
+            # 4) rewind KV (a device cycle's: its walk moved the path's slots, rewound above)
             draft_before = S if run_head else (dcache.length if use_head else S)
-            expansion_len = dcache.length if run_head else draft_before
-            if run_head:
-                dcache.rewind(S)
-            clock.lap()
+            if verdict is None:
+                moves = tcache.commit_path(S, [S + s for s in result.path])
+                expansion_len = dcache.length if run_head else draft_before
+                if run_head:
+                    dcache.rewind(S)
+                clock.lap()
+            else:
+                expansion_len = launched.draft_length
             accepted = [tree.tokens[s] for s in result.path[1:]]
             committed = accepted + [result.bonus_token]
-            if index is not None:
+            if index is not None and verdict is None:
                 index.extend(committed)
-            if verdict is not None and steps.queued:  # a GPU: the next cycle queued before this one's trace is
-                # written (when it too is a device cycle: no lookup match, a tree that fits), so the host writes
-                # it while the device computes
-                queued_cycle = self._launch_ahead(on_device, verdict, committed, tcache.length, capacity, tree_cfg,
-                                                  index, len(run.output), sampling.max_new_tokens)
             trace = CycleTrace(
                 index=cycle, nodes=self._nodes(draft.cands, tree, text) if record else [],
                 verify_nodes=tree.node_ids, tokens=tree.tokens, texts=[text(t) for t in tree.tokens],
@@ -740,17 +756,18 @@ class Engine:
             cycle += 1
             yield trace
 
-    def _launch_ahead(self, on_device: DeviceCycle, verdict, committed: list[int], S: int, capacity: int,
-                      tree_cfg: TreeConfig, index, written: int, limit: int):
-        """The next cycle launched now, if the run goes on after `committed` (no end of sequence, `written` tokens
-        so far under `limit`) and it will be a device cycle too (the tree fits the room left, the context's lookup
-        has no match to merge); else None."""
+    def _launch_ahead(self, on_device: DeviceCycle, features: torch.Tensor | None, committed: list[int], S: int,
+                      capacity: int, tree_cfg: TreeConfig, index, written: int, limit: int):
+        """The next cycle launched now from the accepted path's `features` rows, if the run goes on after
+        `committed` (no end of sequence, `written` tokens so far under `limit`) and it will be a device cycle too
+        (the tree fits the room left, the context's lookup, `committed` indexed, has no match to merge); else
+        None."""
         if any(t in self.target.eos_token_ids for t in committed) or written + len(committed) >= limit:
             return None
         budget = min(tree_cfg.draft_tokens, capacity - 1 - S)
         if not fits(budget) or (index is not None and index.match(min(tree_cfg.steps, budget - 1)) is not None):
             return None
-        return on_device.launch(verdict.features, committed, committed[-1], S, budget,
+        return on_device.launch(features, committed, committed[-1], S, budget,
                                 PhaseClock(self.target.device))
 
     def _rest_steps(self, n: int, S: int, root: int, steps: EagerSteps | StaticSteps, sampling: SamplingConfig,
@@ -761,9 +778,10 @@ class Engine:
         nothing else done between them; fewer where a token ends the run (end of sequence, `tokens_left`, the cache's
         `last_slot`) or where `rests(token, position)`, asked of each step's token and the next position once the
         run goes on, says the next cycle would not rest. Greedy, the read is the argmax alone, as plain decoding's
-        (the trace's `target_probs` is [None]). `clock` and `began`: the first cycle's, started at its beginning. The head's cache is not touched;
-        each step's features row feeds the head when it next runs (a static step's outputs are rewritten by the
-        next step of its size: copied, on the device's queue before that step).
+        (the trace's `target_probs` is [None]). `clock` and `began`: the first cycle's, started at its beginning.
+        The head's cache is not touched; each step's features row feeds the head when it next runs (a static
+        step's outputs are rewritten by the next step of its size: copied, on the device's queue before that
+        step).
 
         Where a step returns before its kernels finish (`steps.queued`: a GPU), the next step is launched before a
         row is handed back, so what the caller does with the row (its trace, the run's books) runs while the device
