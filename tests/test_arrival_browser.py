@@ -152,6 +152,27 @@ def test_compare_b_starts_from_a_and_follows_it_until_moved(page):
     shot(page, "a05_compare_b_from_a.png")
 
 
+def test_a_picked_preset_shows_its_own_recorded_run(page):
+    """Picking another preset replaces the picture with that preset's recording (its tau in the status line and in
+    the run's summary), never the last preset's under the new one's settings."""
+    from eagleviz.app import gallery, presets, workshop
+
+    arrived(page)
+    story = next(p for p in presets.PRESETS if p.temperature > 0)
+    entry = gallery.entry(workshop.preset_entry(story.name))
+    tau = entry.description.split(":")[0]                                   # "tau 1.78"
+    assert tau not in prose(page, "status")
+    page.get_by_role("radio", name=story.name).click()
+    page.wait_for_function(f"() => ({PROSE_JS})('status').includes('{tau}')", timeout=60_000)
+    assert "no model work" in prose(page, "status")
+    assert page.locator("#prompt textarea").input_value() == story.prompt
+    page.wait_for_function(f"() => ({PROSE_JS})('arrival-note').includes({entry.title!r})",   # the line above the
+                           timeout=60_000)                                                 # views says whose
+    for view in VIEWS:
+        assert figure(page, view)["traces"], view
+    shot(page, "a07_preset_story_picture.png")
+
+
 def test_a_preset_clears_the_notices_of_what_it_replaced(page):
     arrived(page)
     page.fill("#prompt textarea", "x" * 20_000)

@@ -95,6 +95,32 @@ def test_a_plain_visit_opens_on_the_first_presets_recorded_run_and_keeps_the_pre
     assert tail(out) == (gr.skip(), query == "projector=1", "", entry)
 
 
+def test_a_picked_preset_shows_its_own_recorded_run_and_says_whose_it_is(handlers, monkeypatch):
+    """Each preset brings its own recording (made with its tree and temperature), whose tau the status line
+    quotes, never the last preset's picture under the new one's settings; no model work."""
+    import eagleviz.decoding.load as loading
+    from eagleviz.app import presets
+
+    monkeypatch.setattr(loading, "load_target", lambda *a, **k: pytest.fail("a model was loaded"))
+    shown = set()
+    for p in presets.PRESETS:
+        entry = workshop.preset_entry(p.name)
+        e = gallery.entry(entry)
+        assert e.preset == p.name and (e.knobs.steps, e.knobs.topk, e.knobs.draft_tokens) == p.tree
+        out = workshop.preset_opened(handlers, p.name)
+        assert len(out) == RUN + 1 and out[-1] == entry
+        assert out[0].token_ids == gallery.load(entry).token_ids and out[0].prompt == p.prompt
+        tau = e.description.split(":")[0]
+        assert tau in out[2] and "no model work" in out[2]
+        shown.add(tau)
+    assert len(shown) > 1                                         # the presets' recordings differ
+    assert workshop.preset_entry("Counting (high acceptance)") == "counting"   # its own tree, not the fastest
+    assert workshop.preset_opened(handlers, None) == (gr.skip(),) * (RUN + 1)
+    monkeypatch.setattr(gallery, "entries", lambda: [])
+    none = workshop.preset_opened(handlers, presets.PRESETS[1].name)
+    assert none[-1] is None and "no recorded run" in none[2] and none[0] == gr.skip()
+
+
 def test_the_line_above_the_views_invites_run_while_a_recorded_run_is_shown():
     entry = workshop.arrival_entry()
     line = workshop.invitation(entry)

@@ -174,8 +174,9 @@ def why_small_trees(n: int = 16) -> str:
                 "(`python -m eagleviz tune --curve-only` measures how much).")
     return (f"A CPU prefers small trees: here verifying {n} tokens in one forward costs {curve[n]:.1f}x verifying "
             "one (the verification cost curve under *Measured speed*), and every draft level is another forward of "
-            "the head, while deeper guesses are accepted less often; on a GPU a forward of a few dozen tokens "
-            "costs about as much as one, so wide trees pay there.")
+            "the head, while deeper guesses are accepted less often; on a GPU verifying 64 tokens costs less than "
+            "two plain steps (1.65 ms against ~1.0 ms on an H200: docs/performance.md entry 46), so wide trees can "
+            "pay there once the head drafts cheaply.")
 
 
 def stream_run(hub: EngineHub, prompt: str, knobs: Knobs, limits: Limits = DEFAULT_LIMITS,

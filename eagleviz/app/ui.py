@@ -478,7 +478,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         demo.load(None, None, None, js=HOVER_PICKS_JS)   # a tree node pointed at is picked, as a click would
         # The tour's text names the cycle shown: a run (an import, a recorded run) opens on the tour's first step,
         # and a cycle moved to keeps the tour's step. Read from the slider once its own value has changed.
-        gr.on([run_btn.click, import_file.upload, recorded.input], lambda: 0, None, tour_state, queue=False, **quiet)
+        gr.on([run_btn.click, import_file.upload, recorded.input, preset.input], lambda: 0, None, tour_state,
+              queue=False, **quiet)
         slider.change(nav.tour_shown, [run_state, slider, tour_state], tour_md, **quiet)
         # Said at once, beside the button: the race itself waits for the model and takes seconds.
         race_btn.click(lambda: RACING, None, race_md, queue=False, **quiet).then(
@@ -487,6 +488,9 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                            [*run_outputs, *settings]).then(None, status, None, js=SHOW_VIEWS_JS)
         recorded.input(lambda e: workshop.gallery_opened(h, e), recorded, [*run_outputs, *settings]).then(
             None, status, None, js=SHOW_VIEWS_JS)
+        # A preset brings its own recorded run: never the last preset's picture under this one's settings.
+        preset.input(lambda name: workshop.preset_opened(h, name), preset, [*run_outputs, recorded], **quiet).then(
+            invited, recorded, arrival_md, queue=False, **quiet)
         # The recorded run shown is the gallery's choice until a run or an import replaces it.
         gr.on([run_btn.click, import_file.upload], lambda: None, None, recorded, queue=False, **quiet)
         gr.on([run_btn.click, import_file.upload], lambda: "", None, arrival_md, queue=False, **quiet)

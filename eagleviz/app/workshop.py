@@ -212,13 +212,42 @@ def trace_imported(h: Handlers, path: str | None, attn_impl: str) -> tuple:
 SETTING_PARAMS = {"prompt", "preset", "gallery", *share.PICTURE_PARAMS, *(f.name for f in fields(Knobs))}
 
 
-def arrival_entry() -> str | None:
-    """The recorded run a page opens on when its link asks for no settings: the first preset's first in the
-    gallery (the same picture for every visitor, no model work); None when the gallery has none."""
+def preset_entry(name: str | None) -> str | None:
+    """The recorded run of preset `name` in the gallery: the one made with the preset's own tree and temperature
+    (a preset may have others, another tree's); None where the gallery has none."""
+    preset = presets.by_name().get(name)
+    if preset is None:
+        return None
     try:
-        return next((e.id for e in gallery.entries() if e.preset == presets.PRESETS[0].name), None)
+        own = [e for e in gallery.entries() if e.preset == name]
     except gallery.GalleryError:
         return None
+    for e in own:
+        k = e.knobs
+        if (k.steps, k.topk, k.draft_tokens) == preset.tree and k.temperature == preset.temperature:
+            return e.id
+    return own[0].id if own else None
+
+
+def arrival_entry() -> str | None:
+    """The recorded run a page opens on when its link asks for no settings: the first preset's (the same picture
+    for every visitor, no model work); None when the gallery has none."""
+    return preset_entry(presets.PRESETS[0].name)
+
+
+def preset_opened(h: Handlers, name: str | None) -> tuple:
+    """A preset picked: its recorded run in the views at its opening cycle, the status line saying so (as on
+    arrival), so the picture is never another preset's under the new one's settings (the settings themselves are
+    `Handlers.preset_chosen`'s). Outputs: the run outputs, then the recorded run shown (None: the preset has none,
+    the views keep what they show and the status line says that Run draws this preset's)."""
+    entry = preset_entry(name)
+    if entry is None:
+        if name not in presets.by_name():
+            return (gr.skip(),) * (RUN_SIZE + 1)
+        line = "This preset has no recorded run: press **\u25b6 Run** to draw its picture."
+        return gr.skip(), gr.skip(), line, *(gr.skip(),) * (RUN_SIZE - 3), None
+    shown = _recorded(h, entry, None)[0][:RUN_SIZE]
+    return (*shown[:2], arrival_line(entry), *shown[3:], entry)
 
 
 def arrival_line(entry_id: str) -> str:
