@@ -117,10 +117,22 @@ def arrow(page, key: str) -> None:
 @pytest.mark.parametrize("width,height", [(1280, 800), (390, 844)])
 def test_the_tour_shows_each_view_it_talks_about_steps_with_the_arrows_and_makes_slides(browser, app_url, width,
                                                                                          height):
+    from eagleviz.app import gallery, navigation
+    from eagleviz.visuals.phases import frames
+
     tab = open_picture(browser, app_url, "?gallery=story", width, height)
     try:
         k = int(tab.evaluate(f"() => /Cycle (\\d+)/.exec(({PROSE_JS})('cycle-caption'))[1]"))
-        # an arrow key from the top of the page: the tour opens, steps, and its view comes into sight
+        # an arrow key from the top of the page: the tour opens at its first stop, the tree at its drafted phase
+        # (no path, no bonus drawn yet); the next steps, and its view comes into sight
+        arrow(tab, "ArrowRight")
+        tour_says(tab, f"Draft (cycle {k})")
+        run = gallery.load("story")
+        draft = navigation.tour_frame(run.cycles[k], 0)
+        tab.wait_for_function("(v) => document.querySelector('#phase-slider input[type=range]').value === v",
+                              arg=str(draft), timeout=30_000)
+        assert draft < len(frames(run.cycles[k])) - 1
+        shot(tab, f"r03_tour_draft_{width}.png")
         arrow(tab, "ArrowRight")
         tour_says(tab, f"Verify (cycle {k})")
         wait_in_sight(tab, "attention-mask", px=200, sight=VIEW_IN_SIGHT_JS)
@@ -146,7 +158,7 @@ def test_the_tour_shows_each_view_it_talks_about_steps_with_the_arrows_and_makes
         finally:
             shot(tab, f"r03_slides_verify_{width}.png")
         assert tab.evaluate(WIDTH_JS, "attention-mask") >= wide, (narrow, tab.evaluate(WIDTH_JS, "attention-mask"))
-        arrow(tab, "ArrowRight")
+        tab.keyboard.press("ArrowRight")   # the focus still on Slides' box: the arrows go on stepping
         tour_says(tab, f"Accept (cycle {k})")
         tab.wait_for_function(f"() => ({SHOWN_VIEWS_JS})().join() === 'accepted-path'", timeout=60_000)
         wait_in_sight(tab, "accepted-path", px=200, sight=VIEW_IN_SIGHT_JS)

@@ -471,7 +471,9 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         tour_next.click(lambda r, i, s, f: nav.tour(r, i, s, +1, f), [run_state, slider, tour_state, focus],
                         tour_outputs, **quiet).then(None, tour_md, None, js=workshop.TOUR_VIEW_JS)
         slides.change(None, slides, None, js=workshop.SLIDES_JS)
-        tour_section.expand(None, tour_md, None, js=workshop.TOUR_VIEW_JS)   # opened: its stop's view in sight
+        # opened: the figures at the phase its stop talks about (not the finished cycle), its view in sight
+        tour_section.expand(lambda r, i, s, f: nav.tour(r, i, s, 0, f), [run_state, slider, tour_state, focus],
+                            tour_outputs, **quiet).then(None, tour_md, None, js=workshop.TOUR_VIEW_JS)
         tour_section.collapse(None, None, None, js=workshop.TOUR_CLOSED_JS)   # closed: the page's full width again
         demo.load(None, None, None, js=workshop.TOUR_KEYS_JS)
         demo.load(None, None, None, js=glossary.LINKS_JS)

@@ -129,19 +129,20 @@ SLIDES_JS = f"""(on) => {{
 SLIDES_CSS = " ".join(
     f"body.{SLIDES_CLASS}[data-ev-slide='{shown}'] :is({', '.join('#' + v for v in TOUR_VIEWS if v != shown)}) "
     "{display: none !important}" for shown in TOUR_VIEWS)
-# Left and right arrows step the tour (opening it when closed), unless the focus is where arrows type or move
-# something: a text box, a slider, a list.
+# Left and right arrows step the tour; with the tour closed, the first opens it at the stop it shows (its figures at
+# that stop's phase). Not where the focus is where arrows type or move something: a text box, a slider, a list, a
+# radio group (a ticked checkbox, Slides among them, takes no arrows: they go on stepping).
 TOUR_KEYS_JS = """() => {
   document.addEventListener('keydown', (e) => {
     if (!['ArrowLeft', 'ArrowRight'].includes(e.key) || e.altKey || e.ctrlKey || e.metaKey || e.shiftKey) return;
     const t = e.target;
-    if (t && (t.isContentEditable || ['INPUT', 'TEXTAREA', 'SELECT'].includes(t.tagName))) return;
+    const arrowsMove = t && (t.isContentEditable || ['TEXTAREA', 'SELECT'].includes(t.tagName) ||
+                             (t.tagName === 'INPUT' && t.type !== 'checkbox'));
+    if (arrowsMove) return;
     e.preventDefault();
-    const id = e.key === 'ArrowRight' ? 'tour-next' : 'tour-prev';
-    const press = (tries) => { const b = document.getElementById(id);
-      if (b) b.click(); else if (tries > 0) setTimeout(() => press(tries - 1), 50); };
-    if (!document.getElementById(id)) document.querySelector('#tour-section .label-wrap')?.click();
-    press(40);
+    const b = document.getElementById(e.key === 'ArrowRight' ? 'tour-next' : 'tour-prev');
+    if (b && b.offsetParent !== null) b.click();
+    else document.querySelector('#tour-section .label-wrap')?.click();
   });
   return [];
 }"""
