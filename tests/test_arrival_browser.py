@@ -116,6 +116,15 @@ def test_typed_knob_values_are_taken_into_range_and_an_empty_box_raises_nothing(
     arrived(page)
     set_number(page, "steps", 10000)
     page.wait_for_function("() => document.querySelector('#steps input[type=number]').value === '8'", timeout=60_000)
+    page.wait_for_function(f"() => ({PROSE_JS})('typed-note').includes('10000 is above')", timeout=60_000)
+    assert "8 is used" in prose(page, "typed-note")                # said, not silent
+    set_number(page, "steps", 2.5)                                 # runs as the slider's thumb shows it
+    page.wait_for_function("() => document.querySelector('#steps input[type=number]').value === '3'", timeout=60_000)
+    page.wait_for_function(f"() => ({PROSE_JS})('typed-note').includes('2.5 is not a whole number: 3 is used')",
+                           timeout=60_000)
+    shot(page, "a04_typed_fraction.png")
+    set_number(page, "steps", 5)                                   # a value that runs as typed: no line
+    page.wait_for_function(f"() => ({PROSE_JS})('typed-note') === ''", timeout=60_000)
     set_number(page, "temperature", 7)
     page.wait_for_function("() => document.querySelector('#temperature input[type=number]').value === '1.5'",
                            timeout=60_000)

@@ -509,6 +509,28 @@ def test_a_typed_knob_value_is_taken_into_the_sliders_range_and_an_empty_box_nev
     assert steps.get_block_name() == "slider" and seed.get_block_name() == "number"   # drawn as Gradio's own
 
 
+def test_a_typed_value_runs_as_the_slider_shows_it_and_a_line_says_what_was_changed():
+    """2.5 typed into steps runs as 3 (where the slider's thumb shows it), not as 2; a value past an end, an empty
+    box or a word: the box set to what runs, and one line naming the knob, what was typed and what is used."""
+    from eagleviz.app.typed import Knob, WholeNumber
+
+    steps = Knob(1, 8, 4, step=1, label="steps \u00b7 speculative_num_steps")
+    temperature = Knob(0.0, 1.5, 0.8, step=0.05, label="temperature")
+    seed = WholeNumber(7, minimum=0, precision=0, label="seed")
+    assert [steps.preprocess(v) for v in (2.5, 3.49, 3.5)] == [3, 3, 4]
+    assert temperature.preprocess(0.33) == 0.33                     # a fraction of a fractional knob runs as typed
+    assert steps.noted(5) == (gr.skip(), "") and temperature.noted(0.33) == (gr.skip(), "")
+    value, line = steps.noted(2.5)
+    assert value == 3 and line == "\u26a0 steps: 2.5 is not a whole number: 3 is used."
+    value, line = steps.noted(10000)
+    assert value == 8 and "above the knob's range, which ends at 8: 8 is used" in line
+    value, line = steps.noted("")
+    assert value == 4 and "empty" in line and "4" in line
+    value, line = temperature.noted("abc")
+    assert value == 0.8 and line.startswith("\u26a0 temperature: 'abc' is not a number: 0.8 is used")
+    assert seed.noted(-5)[0] == 0 and "seed" in seed.noted(-5)[1]
+
+
 def test_a_control_token_is_labelled_in_words_in_every_view():
     """The quoting preset's recorded run ends on `<|im_end|>`: its tree node, mask row and KV cell read
     "[end]", never the marker cut to a few characters."""

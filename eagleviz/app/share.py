@@ -260,9 +260,15 @@ def _parse(name: str, text: str, limits: Limits) -> tuple[int | float | str | No
         return None, "must be a finite number"
     if value < 0:
         return None, "must not be negative"
-    if name in RANGES and RANGES[name][1] < value <= (LIMITS.get(name) or _FLOAT_FIELDS[name])[1]:
-        top = RANGES[name][1]     # the engine would take it, the page's slider stops short of it
-        return top, f"is above the page's range, which ends at {top:g}: {top:g} is used"
+    if name in RANGES:  # a knob with the page's own range: what a link gives is held to the slider's ends
+        lo, hi = RANGES[name]
+        if value > hi:
+            return hi, f"is above the page's range, which ends at {hi:g}: {hi:g} is used"
+        if value < lo and name == "top_p" and value > 0:  # the engine would take it, the slider starts above it
+            return lo, f"is below the page's range, which starts at {lo:g}: {lo:g} is used"
+        if value < lo:
+            return None, f"must be in [{lo:g}, {hi:g}]"
+        return value, ""
     if integer:
         lo, hi, why = _int_range(name, limits)
         return (value, "") if lo <= value <= hi else (None, f"must be in [{lo}, {hi}]{why}")

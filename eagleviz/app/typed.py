@@ -2,8 +2,10 @@
 
 Gradio's own slider refuses a typed value outside its range with a red "Error: Value 10000 is greater than
 maximum value 8." and an empty box with a server traceback (`None < minimum`). The page's sliders are `Knob`s:
-a typed value outside the range is taken as the nearest end of it (the box then shows that end), an empty or
-non-finite one as the knob's value when the page was built. A handler always receives a number in range.
+a typed value outside the range is taken as the nearest end of it, a whole-number knob's fraction as the nearest
+whole number (halves up, where the slider's thumb shows it), an empty or non-finite one as the knob's value when
+the page was built; the box is then set to what runs and a line under the knobs says why (`Knob.noted`). A
+handler always receives a number in range.
 
     RANGES   the page's range for each knob with a fixed range (a link is held to the same ranges,
              `eagleviz.app.share`); draft tokens and max new tokens end at the server's limits
@@ -17,6 +19,32 @@ from abc import ABCMeta
 import gradio as gr
 
 RANGES = {"steps": (1, 8), "topk": (1, 8), "temperature": (0.0, 1.5), "top_p": (0.05, 1.0)}
+
+
+def taken(value, lo: float | None, hi: float | None, step: float | None, fallback) -> tuple[float, str]:
+    """What a typed `value` runs as, and why where that is not the value typed: into [lo, hi] (`clamp`), a whole-
+    number knob's (step 1) to the nearest whole number, halves up (where its slider's thumb shows it)."""
+    number = clamp(value, lo, hi, fallback)
+    if step == 1 and number == number and not float(number).is_integer():
+        number = math.floor(float(number) + 0.5)
+    try:
+        typed = float(value)
+    except (TypeError, ValueError):
+        typed = None
+    if typed is not None and typed == float(number):
+        return number, ""
+    if value in (None, ""):
+        return number, f"the box is empty: {float(number):g}, the page's first value, is used"
+    shown = f"{value!r}" if typed is None else f"{value:g}"
+    if typed is None or math.isnan(typed):
+        why = "is not a number"
+    elif lo is not None and typed < lo:
+        why = f"is below the knob's range, which starts at {lo:g}"
+    elif hi is not None and typed > hi:
+        why = f"is above the knob's range, which ends at {hi:g}"
+    else:
+        why = "is not a whole number"
+    return number, f"{shown} {why}: {float(number):g} is used"
 
 
 def clamp(value, lo: float | None, hi: float | None, fallback):
@@ -51,8 +79,18 @@ class Knob(gr.Slider, metaclass=_Component):
         return "slider"
 
     def preprocess(self, payload: float | None) -> float | None:
-        fallback = self.value if isinstance(self.value, (int, float)) else self.minimum
-        return super().preprocess(clamp(payload, self.minimum, self.maximum, fallback))
+        return super().preprocess(taken(payload, self.minimum, self.maximum, self.step, self.fallback())[0])
+
+    def fallback(self) -> float:  # (a method: Gradio reads every attribute while the component is built)
+        """What an empty or non-number box runs as: the knob's value when the page was built."""
+        return self.value if isinstance(self.value, (int, float)) else self.minimum
+
+    def noted(self, payload) -> tuple:
+        """After a value is typed (its raw payload): the knob set to what it runs as where that differs, and one
+        line saying why ("" where the value runs as typed). Outputs: the knob, the note."""
+        number, why = taken(payload, self.minimum, self.maximum, self.step, self.fallback())
+        name = str(self.label or "").split(" \u00b7 ")[0]
+        return (number, f"\u26a0 {name}: {why}.") if why else (gr.skip(), "")
 
 
 class WholeNumber(gr.Number, metaclass=_Component):
@@ -63,5 +101,12 @@ class WholeNumber(gr.Number, metaclass=_Component):
         return "number"
 
     def preprocess(self, payload: float | None) -> float | int | None:
-        fallback = self.value if isinstance(self.value, (int, float)) else (self.minimum or 0)
-        return super().preprocess(clamp(payload, self.minimum, self.maximum, fallback))
+        return super().preprocess(taken(payload, self.minimum, self.maximum, 1, self.fallback())[0])
+
+    def fallback(self) -> float:
+        return self.value if isinstance(self.value, (int, float)) else (self.minimum or 0)
+
+    def noted(self, payload) -> tuple:
+        """As `Knob.noted`."""
+        number, why = taken(payload, self.minimum, self.maximum, 1, self.fallback())
+        return (number, f"\u26a0 {self.label}: {why}.") if why else (gr.skip(), "")

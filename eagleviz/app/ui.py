@@ -238,6 +238,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                     source = gr.Radio(SOURCE_CHOICES, value=d.source, label="Draft source", elem_id="draft-source",
                                       scale=2)
                 validity = gr.Markdown(d.validity(), elem_id="validity", elem_classes="ev-limits")
+                typed_md = gr.Markdown(elem_id="typed-note", elem_classes="ev-limits")   # a typed value not used as typed
                 with gr.Row():
                     temperature = Knob(*RANGES["temperature"], d.temperature, step=0.05, label="temperature",
                                        elem_id="temperature")
@@ -382,6 +383,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         gr.on([demo.load, *[k.change for k in knobs], pair.change], h.knobs_changed, knobs + [pair], [validity, flags],
               **quiet)
         prompt.change(limits.prompt_note, prompt, prompt_note, queue=False, **quiet)
+        for knob in (steps, topk, draft_tokens, temperature, top_p, max_new, seed):   # what was typed, unprocessed:
+            knob.input(knob.noted, knob, [knob, typed_md], preprocess=False, queue=False, **quiet)  # set, and why
         # An edited preset lets go (its note would describe settings no longer there); clicking it restores it.
         gr.on([prompt.change, *[k.change for k in knobs]], h.preset_kept, [preset, prompt, *knobs],
               [preset, preset_note], queue=False, **quiet)
