@@ -379,3 +379,39 @@ def test_a_room_follows_the_instructor_live(browser, app_url):
     finally:
         for tab in [teacher, *followers]:
             tab.close()
+
+
+def test_an_instructors_page_reloaded_takes_its_room_back(browser, app_url):
+    """The instructor's page reloads (a closed laptop lid, a stray F5): it takes its room back with the picture the
+    class sees, and its next move reaches the follower again; the class's link and code stay the same."""
+    teacher = open_page(browser, app_url + "?gallery=story", 1280, 800)
+    follower = None
+    try:
+        teacher.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Recorded run')", timeout=60_000)
+        k = shown_cycle(teacher)
+        open_accordion(teacher, "Workshop: recorded runs, a link to these settings, projector")
+        teacher.click("#open-room")
+        teacher.wait_for_function(f"() => ({PROSE_JS})('room-text').startsWith('Room')", timeout=60_000)
+        link = teacher.locator("#room-text a").first.get_attribute("href")
+        follower = open_page(browser, app_url + link, 1024, 768)
+        wait_for_cycle(follower, k)
+        teacher.click("#next")
+        wait_for_cycle(follower, k + 1)
+        kept = teacher.evaluate("() => localStorage.getItem('eagleviz-room')")
+        assert kept and kept.startswith(link.split("=")[1] + ":")
+        teacher.goto(app_url)                                   # reloaded, at the page's plain address
+        teacher.wait_for_function(f"() => ({PROSE_JS})('status').includes('taken back')", timeout=60_000)
+        open_accordion(teacher, "Workshop: recorded runs, a link to these settings, projector")
+        teacher.wait_for_function(f"() => ({PROSE_JS})('room-text').includes('taken back')", timeout=60_000)
+        wait_for_cycle(teacher, k + 1)                          # the room's picture, not the arrival's
+        teacher.wait_for_function(f"() => ({PROSE_JS})('arrival-note') === ''", timeout=60_000)
+        assert teacher.locator("#room-text a").first.get_attribute("href") == link
+        wait_for_cycle(follower, k + 1)
+        teacher.locator("#next").scroll_into_view_if_needed()
+        teacher.click("#next")
+        wait_for_cycle(follower, k + 2)                         # the class follows the reloaded page
+        shot(teacher, "a11_room_taken_back.png")
+    finally:
+        teacher.close()
+        if follower is not None:
+            follower.close()

@@ -271,8 +271,32 @@ def _room(**kw):
 
     rooms = Rooms(**kw)
     run = gallery.load("story")
-    code, line = workshop.room_opened(rooms, run, 2, None, None)
+    code, line, claim = workshop.room_opened(rooms, run, 2, None, None)
+    assert claim == f"{code}:{rooms.host_key(code)}" and rooms.host_key(code) not in line   # never projected
     return rooms, run, code, line
+
+
+def test_the_instructors_page_reloaded_takes_its_room_back_with_its_picture(handlers):
+    """The claim the opening browser keeps takes the room back after a reload: the room's code in the page's state,
+    the room's picture (its run, cycle, phase and token) shown again; a wrong key, a code alone or an ended room
+    takes nothing, and the stale claim is dropped."""
+    now = [0.0]
+    rooms, run, code, _ = _room(ttl_s=60, clock=lambda: now[0])
+    rooms.show(code, run, 3, 1, 2)
+    claim = f"{code}:{rooms.host_key(code)}"
+    out = workshop.room_reclaimed(handlers, rooms, claim)
+    assert out[:2] == (code, out[1]) and "taken back" in out[1] and out[2] == claim
+    assert out[3:5] == (None, "")                                            # not the arrival's recording
+    shown, (prompt, *_) = out[5:5 + RUN], out[5 + RUN:]
+    assert prompt == run.prompt and len(out) == 5 + RUN + SETTINGS                # the run's own settings
+    assert len(shown) == RUN and shown[0] is run and shown[3].value == 3     # the run, at the room's cycle
+    assert shown[8 + 3].value == 1                                           # its phase
+    assert shown[2].startswith(f"Room **{code}** taken back")                # said where the page is looked at
+    assert workshop.room_reclaimed(handlers, rooms, f" {code.lower()}:{rooms.host_key(code)}")[0] == code
+    for bad in (f"{code}:wrong", code, "", None, f"ZZZZZ:{rooms.host_key(code)}"):
+        assert workshop.room_reclaimed(handlers, rooms, bad) == (gr.skip(), gr.skip(), "", *(gr.skip(),) * (RUN + 2 + SETTINGS))
+    now[0] = 61.0   # no move for the room's life: it has ended, the claim goes
+    assert workshop.room_reclaimed(handlers, rooms, claim)[2] == ""
 
 
 async def _next(stream, within_s: float = 5.0):
@@ -429,7 +453,7 @@ def test_the_follower_page_streams_the_room_with_no_timer_and_no_limit(handlers,
     assert not any("follow" in [elem[i._id] for i in f.inputs] for f in timers)
 
     run = gallery.load("story")
-    code, _ = workshop.room_opened(rooms, run, 2, None, None)
+    code, _, _ = workshop.room_opened(rooms, run, 2, None, None)
     request = types.SimpleNamespace(session_hash="page")
 
     async def follow():
@@ -494,7 +518,7 @@ def test_a_room_follows_a_live_run_as_its_cycles_arrive(handlers):
     rooms = Rooms()
     run = gallery.load("counting")
     recorded, run.cycles = run.cycles, run.cycles[:3]
-    code, _ = workshop.room_opened(rooms, run, 0, None, None)
+    code, _, _ = workshop.room_opened(rooms, run, 0, None, None)
 
     async def follow():
         stream = workshop.room_followed(rooms, code, True, "page")

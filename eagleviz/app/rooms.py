@@ -4,6 +4,8 @@ step away and come back (its "follow" switch).
 
     Rooms()                          the server's rooms, one object per app (no module-level state)
     Rooms.open()                     a new room's code: five letters without look-alikes (no 0/O, 1/I/L)
+    Rooms.host_key(code)             the secret the opening page keeps: it takes the room back after a reload
+    Rooms.reclaim(code, key)         the room (its picture) for the page that holds its key, or None
     Rooms.show(code, run, ...)       the instructor's page shows this picture now: the room's next version
     Rooms.seen(code)                 the room's picture (a `Shown`), or None for a room that is not (or no longer) there
     Rooms.followed(code, page, ...)  one follower page's room, pushed at each new version (an async iterator)
@@ -51,6 +53,7 @@ class Shown:
     cycles: int = 0          # the run's cycles when shown: a live run's growth is a change too
     version: int = 0
     touched: float = 0.0
+    key: str = field(default="", repr=False, compare=False)   # the instructor's secret (`Rooms.reclaim`)
     drawn: tuple | None = field(default=None, repr=False)
     drawing: asyncio.Future | None = field(default=None, repr=False, compare=False)
 
@@ -76,8 +79,25 @@ class Rooms:
             while len(self._rooms) >= self.max_rooms:
                 self._end(min(self._rooms, key=lambda c: self._rooms[c].touched))
             code = self._new_code()
-            self._rooms[code] = Shown(touched=self._clock())
+            self._rooms[code] = Shown(touched=self._clock(), key=secrets.token_urlsafe(16))
             return code
+
+    def host_key(self, code: str | None) -> str | None:
+        """The secret of room `code` that its instructor's page keeps (never shown to the class), or None."""
+        with self._lock:
+            room = self._rooms.get(_code(code))
+            return None if room is None else room.key
+
+    def reclaim(self, code: str | None, key: str | None) -> Shown | None:
+        """The room, for a page that holds its key (the instructor's, reloaded or opened again): touched, as a move
+        would; None for a wrong key or a room that has ended."""
+        with self._lock:
+            self._sweep()
+            room = self._rooms.get(_code(code))
+            if room is None or not key or not secrets.compare_digest(room.key, str(key)):
+                return None
+            room.touched = self._clock()
+            return room
 
     def _new_code(self) -> str:
         while True:

@@ -262,6 +262,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             with gr.Row():
                 room_btn = gr.Button("Open a room: the class follows this page live", size="sm", elem_id="open-room")
                 room_md = gr.Markdown(elem_id="room-text")
+                room_claim = gr.Textbox(visible=False, elem_id="room-claim")   # the room this browser opened
             gr.Markdown(limits.describe(), elem_id="limits", elem_classes="ev-limits")
         with gr.Accordion("Compare two settings on this prompt: tokens per cycle, acceptance per position, speed",
                           open=False, elem_id="compare-section"):
@@ -398,11 +399,18 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
 
         # The page opens with a picture in sight (`ARRIVAL_JS`), not the knobs: on arrival, the line inviting Run above
         # the views; from a link to a recorded run's picture (a room's link), the views.
+        # Then the room this browser opened, if it is still there: taken back, its picture shown again (after the
+        # arrival's picture, which it replaces).
         demo.load(opened, None, [*run_outputs, *settings, pair, projector, link_note, recorded]).then(
-            invited, recorded, arrival_md, queue=False, **quiet).then(None, status, None, js=ARRIVAL_JS)
+            invited, recorded, arrival_md, queue=False, **quiet).then(None, status, None, js=ARRIVAL_JS).then(
+            None, None, room_claim, js=workshop.ROOM_READ_JS).then(
+            lambda c: workshop.room_reclaimed(h, rooms, c), room_claim,
+            [room_code, room_md, room_claim, recorded, arrival_md, *run_outputs, *settings],
+            queue=False, **quiet).then(None, room_claim, None, js=workshop.ROOM_KEPT_JS)
         # A room: the instructor's page shows, every page that joined it follows (no model work on theirs).
         room_btn.click(lambda r, i, f, s: workshop.room_opened(rooms, r, i, f, s), [run_state, slider, phase, focus],
-                       [room_code, room_md], queue=False)
+                       [room_code, room_md, room_claim], queue=False).then(None, room_claim, None,
+                                                                           js=workshop.ROOM_KEPT_JS)
         gr.on([slider.change, phase.change, focus.change, status.change],
               lambda c, r, i, f, s: workshop.room_shown(rooms, c, r, i, f, s), [room_code, run_state, slider, phase,
                                                                                  focus], room_md, queue=False, **quiet)

@@ -205,9 +205,14 @@ def trace_imported(h: Handlers, path: str | None, attn_impl: str) -> tuple:
     run = out[0]
     if not isinstance(run, RunTrace):
         return (*out, *[gr.skip()] * SETTINGS_SIZE)
+    return (*out, *_run_settings(h, run, attn_impl))
+
+
+def _run_settings(h: Handlers, run: RunTrace, attn_impl: str = "auto") -> tuple:
+    """The prompt and knobs `run` was made with, and the preset they are, if any (`_settings`' outputs)."""
     knobs = knobs_of(run, Knobs(attn_impl=attn_impl), h.limits)
     found = presets.matching(run.prompt, knobs)
-    return (*out, *_settings(run.prompt, found.name if found else None, knobs))
+    return _settings(run.prompt, found.name if found else None, knobs)
 
 
 SETTING_PARAMS = {"prompt", "preset", "gallery", *share.PICTURE_PARAMS, *(f.name for f in fields(Knobs))}
@@ -357,13 +362,46 @@ def picture_link(entry: str | None, run: RunTrace | None, index: float, frame: f
 
 
 def room_opened(rooms: Rooms, run: RunTrace | None, cycle: float, frame: float | None, slot: int | None) -> tuple:
-    """The instructor opens a room: its code, and the line that gives it to the class (a relative link).
-    Outputs: the room's code (the instructor's page's state), the line."""
+    """The instructor opens a room: its code, the line that gives it to the class (a relative link), and the claim
+    this browser keeps (`ROOM_KEPT_JS`: the code and its key) to take the room back after a reload. Outputs: the
+    room's code (the instructor's page's state), the line, the claim."""
     code = rooms.open()
     rooms.show(code, run, cycle, frame, slot)
-    return code, (f"Room **{code}**: students open [this link](?room={code}) (or add `?room={code}` to the page's "
-                  "address) and follow this page's run, cycle, phase and picked token, recorded or live. It ends two "
-                  "hours after this page last moves.")
+    return code, _room_line(code), f"{code}:{rooms.host_key(code)}"
+
+
+def _room_line(code: str, again: bool = False) -> str:
+    said = f"Room **{code}** taken back after a reload: the class follows this page again. " if again else ""
+    return (f"{said}Room **{code}**: students open [this link](?room={code}) (or add `?room={code}` to the page's "
+            "address) and follow this page's run, cycle, phase and picked token, recorded or live. It ends two hours "
+            "after this page last moves; reloaded in this browser, this page takes it back.")
+
+
+def room_reclaimed(h: Handlers, rooms: Rooms, claim: str | None) -> tuple:
+    """On load, the claim this browser kept (`room_opened`): the room taken back by the page that opened it (after a
+    reload, a closed tab), its picture (the run, cycle, phase and token the class sees) shown here again. A claim
+    whose room has ended is dropped. Outputs: the room's code, the room's line, the claim kept, the recorded run
+    and the line above the views (the arrival's, replaced: none), the run outputs, then the prompt, preset, preset
+    note and knobs the run was made with."""
+    code, _, key = str(claim or "").partition(":")
+    code, skip = code.strip().upper(), (gr.skip(),) * (RUN_SIZE + 2 + SETTINGS_SIZE)
+    room = rooms.reclaim(code, key) if code and key else None
+    if room is None:
+        return gr.skip(), gr.skip(), "", *skip
+    run = room.run
+    if run is None or not run.cycles:
+        return code, _room_line(code, True), claim, *skip
+    i = max(0, min(room.cycle, len(run.cycles) - 1))
+    shown = list(h.finished(run, (i, tuple(nav.view_at(run, i, room.frame, room.slot)))))
+    shown[2] = f"Room **{code}** taken back after a reload: the class follows this page again, from this picture."
+    return code, _room_line(code, True), claim, None, "", *shown, *_run_settings(h, run)
+
+
+# The room this browser opened, kept across reloads (`room_reclaimed`); a page that joined a room keeps none.
+ROOM_READ_JS = """() => new URLSearchParams(location.search).has('room') ? '' :
+  (localStorage.getItem('eagleviz-room') || '')"""
+ROOM_KEPT_JS = """(claim) => { if (claim) localStorage.setItem('eagleviz-room', claim);
+  else localStorage.removeItem('eagleviz-room'); return []; }"""
 
 
 def room_shown(rooms: Rooms, code: str | None, run: RunTrace | None, cycle: float, frame: float | None,
