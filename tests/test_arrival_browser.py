@@ -325,6 +325,16 @@ def test_pointing_at_a_tree_node_picks_it_in_every_view(browser, app_url):
         tab.close()
 
 
+def room_opened(teacher) -> tuple[int, str]:
+    """On an instructor's page showing a recorded run: a room opened. Returns the cycle shown and the room's link."""
+    teacher.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Recorded run')", timeout=60_000)
+    k = shown_cycle(teacher)
+    open_accordion(teacher, "Workshop: recorded runs, a link to these settings, projector")
+    teacher.click("#open-room")
+    teacher.wait_for_function(f"() => ({PROSE_JS})('room-text').startsWith('Room')", timeout=60_000)
+    return k, teacher.locator("#room-text a").first.get_attribute("href")
+
+
 def test_a_room_follows_the_instructor_live(browser, app_url):
     """One instructor and three followers: each follower's page shows the instructor's cycle, phase and picked
     token within a second or two of the instructor's click, with no model work; a follower who unticks "Follow"
@@ -334,12 +344,7 @@ def test_a_room_follows_the_instructor_live(browser, app_url):
     teacher = open_page(browser, app_url + "?gallery=story", 1280, 800)
     followers = []
     try:
-        teacher.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Recorded run')", timeout=60_000)
-        k = shown_cycle(teacher)
-        open_accordion(teacher, "Workshop: recorded runs, a link to these settings, projector")
-        teacher.click("#open-room")
-        teacher.wait_for_function(f"() => ({PROSE_JS})('room-text').startsWith('Room')", timeout=60_000)
-        link = teacher.locator("#room-text a").first.get_attribute("href")
+        k, link = room_opened(teacher)
         assert link.startswith("?room=") and len(link) == len("?room=") + 5, link
         shot(teacher, "a10_room_opened.png")
         followers = [open_page(browser, app_url + link, *size) for size in ((1280, 800), (1024, 768), (390, 844))]
@@ -387,12 +392,7 @@ def test_an_instructors_page_reloaded_takes_its_room_back(browser, app_url):
     teacher = open_page(browser, app_url + "?gallery=story", 1280, 800)
     follower = None
     try:
-        teacher.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Recorded run')", timeout=60_000)
-        k = shown_cycle(teacher)
-        open_accordion(teacher, "Workshop: recorded runs, a link to these settings, projector")
-        teacher.click("#open-room")
-        teacher.wait_for_function(f"() => ({PROSE_JS})('room-text').startsWith('Room')", timeout=60_000)
-        link = teacher.locator("#room-text a").first.get_attribute("href")
+        k, link = room_opened(teacher)
         follower = open_page(browser, app_url + link, 1024, 768)
         wait_for_cycle(follower, k)
         teacher.click("#next")
