@@ -415,3 +415,32 @@ def test_an_instructors_page_reloaded_takes_its_room_back(browser, app_url):
         teacher.close()
         if follower is not None:
             follower.close()
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (390, 844)])
+def test_a_student_sees_the_room_they_are_in_and_a_mistyped_code_shows_a_picture(browser, app_url, width, height):
+    """The follow line stays at the window's top wherever the page is scrolled; a code no room has shows a recorded
+    run (no empty views) under its warning, in sight."""
+    teacher = open_page(browser, app_url + "?gallery=story", 1280, 800)
+    tabs = []
+    try:
+        k, link = room_opened(teacher)
+        student = open_page(browser, app_url + link, width, height)
+        tabs.append(student)
+        wait_for_cycle(student, k)
+        student.wait_for_function(f"() => ({RECT_JS})('follow-row').inside", timeout=60_000)
+        student.evaluate("() => document.getElementById('kv-rewind').scrollIntoView()")
+        student.wait_for_timeout(300)
+        assert student.evaluate(RECT_JS, "follow-row")["inside"]          # still there, scrolled down
+        shot(student, f"a12_follow_line_{width}.png")
+        lost = open_page(browser, app_url + "?room=QQQQQ", width, height)
+        tabs.append(lost)
+        lost.wait_for_function(f"() => ({PROSE_JS})('follow-text').includes('is not open')", timeout=60_000)
+        for view in VIEWS:
+            lost.wait_for_function("(id) => document.querySelector('#' + id + ' .js-plotly-plot')?.data?.length > 0",
+                                   arg=view, timeout=60_000)
+        lost.wait_for_function(f"() => ({RECT_JS})('follow-text').inside", timeout=60_000)
+        shot(lost, f"a12_mistyped_room_{width}.png")
+    finally:
+        for tab in [teacher, *tabs]:
+            tab.close()

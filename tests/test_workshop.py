@@ -324,10 +324,27 @@ def test_a_room_gives_each_follower_the_instructors_picture_once_per_move_and_en
         now[0] = 61.0                                     # the instructor gone for longer than the room lives
         assert workshop.room_shown(rooms, code, run, 0, None, None).startswith("\u26a0") and len(rooms) == 0
         ended = await _next(a)
-        assert "not open" in ended[-1] and all(v == gr.skip() for v in ended[:-1])
+        assert "has ended" in ended[-1] and all(v == gr.skip() for v in ended[:-1])   # the last picture stays
         with pytest.raises(StopAsyncIteration):          # and the stream ends
             await _next(a)
         await b.aclose()
+
+    asyncio.run(follow())
+
+
+def test_a_mistyped_room_shows_a_recorded_run_and_says_so():
+    """A code no room has: the page is not left with four empty views; the arrival's recorded run is shown, the
+    line says the room is not open, and the stream ends."""
+    from eagleviz.app.rooms import Rooms
+
+    async def follow():
+        stream = workshop.room_followed(Rooms(), "QQQQQ", True, "a")
+        out = await _next(stream)
+        assert len(out) == workshop.FOLLOW_SIZE and "is not open" in out[-1] and "recorded run" in out[-1]
+        assert out[0].token_ids == gallery.load(workshop.arrival_entry()).token_ids
+        assert out[5].startswith("**Cycle")
+        with pytest.raises(StopAsyncIteration):
+            await _next(stream)
 
     asyncio.run(follow())
 

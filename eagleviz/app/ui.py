@@ -57,6 +57,12 @@ CSS = (OUTPUT_CSS + " #output-text {min-height: 4em} .ev-explain {font-size: 15p
        # never "token s", "speedu p", "3.0 / 0": only the row names wrap
        "#race-result th, #compare-result th, #race-result td:not(:first-child) {white-space: nowrap} "
        ".ev-line p {margin: 0; font-size: 14px} "
+       # A page in a room says so wherever it is scrolled: the follow line stays at the window's top.
+       "#follow-row {position: sticky; top: 0; z-index: 1000; padding: 4px 0; "
+       "background: var(--body-background-fill, white) !important; "
+       "border-bottom: 1px solid var(--border-color-primary)} "
+       "@media (max-width: 640px) {#follow-row {flex-wrap: wrap; gap: 2px} #follow-row > * {flex-basis: 100%} "
+       "#follow-text p {font-size: 13px}} "
        # On a phone, Run follows the prompt on the first screen: the presets and their note move below the output.
        "@media (max-width: 640px) {.column:has(> #preset-note) > .form:has(#preset), "
        ".column:has(> #preset-note) > #preset-note {order: 1}} "

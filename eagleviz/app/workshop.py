@@ -484,6 +484,17 @@ def _dumped(value):
     return value.model_dump() if isinstance(value, (GradioModel, GradioRootModel)) else value
 
 
+def not_followed(components: Sequence[gr.components.Component] | None = None) -> tuple:
+    """What a page that joined no open room shows (`room_followed`'s outputs but the line): the arrival's recorded
+    run at its opening cycle, or nothing new where the gallery has none."""
+    entry = arrival_entry()
+    if entry is None:
+        return (gr.skip(),) * (FOLLOW_SIZE - 1)
+    run = gallery.load(entry)
+    i, view = nav.opening(run)
+    return (run, *sent_once((output_tokens(run), cycle_slider(run, i), summary_figure(run, i), *view), components))
+
+
 async def room_followed(rooms: Rooms, code: str | None, follow: bool, page: str,
                         components: Sequence[gr.components.Component] | None = None) -> AsyncIterator[tuple]:
     """A follower page's stream of the room's pictures (`page`: its session), pushed by the server the moment the
@@ -506,12 +517,18 @@ async def room_followed(rooms: Rooms, code: str | None, follow: bool, page: str,
         return sent_once((output_tokens(run), cycle_slider(run, i), summary_figure(run, i),
                           *nav.view_at(run, i, shown.frame, shown.slot)), components)
 
+    met = False   # whether this stream has met its room open
     async with aclosing(rooms.followed(code, page)) as pushed:   # closed with this stream: the room forgets it
         async for room in pushed:
-            if room is None:
-                yield (*[skip] * (FOLLOW_SIZE - 1),
-                       f"\u26a0 Room {str(code)[:8]} is not open (ended, or mistyped): this page no longer follows.")
+            if room is None:   # ended: the last picture stays; never there: not left empty, a recorded run shown
+                if met:
+                    yield (*[skip] * (FOLLOW_SIZE - 1), f"\u26a0 Room {str(code)[:8]} has ended: this page no "
+                           "longer follows; the instructor's last picture stays.")
+                else:
+                    yield (*not_followed(components), f"\u26a0 Room {str(code)[:8]} is not open (ended, or "
+                           "mistyped): this page does not follow. Below, a recorded run; ask for the room's code again.")
                 return
+            met = True
             if room.run is None or not room.run.cycles:
                 yield (*[skip] * (FOLLOW_SIZE - 1), line)
                 continue
