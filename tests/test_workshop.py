@@ -332,6 +332,29 @@ def test_a_room_gives_each_follower_the_instructors_picture_once_per_move_and_en
     asyncio.run(follow())
 
 
+def test_the_instructors_tour_reaches_the_followers_with_its_words(handlers):
+    """The instructor opens the tour and steps it: each follower's tour opens at the same stop with its words (and
+    the words for the scroll to its view); closed, a follower's own tour is left as it is."""
+    rooms, run, code, _ = _room()
+    tour = 4 + VIEW_SIZE   # the tour's outputs, after run state, output, slider, summary plot and the view
+
+    async def follow():
+        stream = workshop.room_followed(rooms, code, True, "a")
+        first = await _next(stream)
+        assert len(first) == workshop.FOLLOW_SIZE and all(v == gr.skip() for v in first[tour:tour + 4])
+        workshop.room_toured(rooms, code, 1, run)
+        stop, words, section, scroll = (await _next(stream))[tour:tour + 4]
+        assert stop == 1 and words.startswith("### Tour 2") and "Verify (cycle 2)" in words and scroll == words
+        assert isinstance(section, gr.Accordion) and section.open is True
+        workshop.room_toured(rooms, code, None)
+        assert all(v == gr.skip() for v in (await _next(stream))[tour:tour + 4])
+        workshop.room_toured(rooms, code, 2, None)   # no run shown: no tour to follow
+        assert rooms.seen(code).tour is None
+        await stream.aclose()
+
+    asyncio.run(follow())
+
+
 def test_a_mistyped_room_shows_a_recorded_run_and_says_so():
     """A code no room has: the page is not left with four empty views; the arrival's recorded run is shown, the
     line says the room is not open, and the stream ends."""

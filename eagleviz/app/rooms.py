@@ -7,6 +7,7 @@ step away and come back (its "follow" switch).
     Rooms.host_key(code)             the secret the opening page keeps: it takes the room back after a reload
     Rooms.reclaim(code, key)         the room (its picture) for the page that holds its key, or None
     Rooms.show(code, run, ...)       the instructor's page shows this picture now: the room's next version
+    Rooms.toured(code, stop)         the instructor's tour at stop `stop` (None: closed): followers' tours follow it
     Rooms.seen(code)                 the room's picture (a `Shown`), or None for a room that is not (or no longer) there
     Rooms.followed(code, page, ...)  one follower page's room, pushed at each new version (an async iterator)
     Rooms.unfollow(code, page)       that page steps away: its `followed` ends
@@ -51,6 +52,7 @@ class Shown:
     frame: int | None = None
     slot: int | None = None
     cycles: int = 0          # the run's cycles when shown: a live run's growth is a change too
+    tour: int | None = None  # the instructor's tour stop (None: its tour closed)
     version: int = 0
     touched: float = 0.0
     key: str = field(default="", repr=False, compare=False)   # the instructor's secret (`Rooms.reclaim`)
@@ -119,6 +121,22 @@ class Rooms:
             if room.run is not run or (room.cycle, room.frame, room.slot, room.cycles) != picture:
                 room.run = run   # compared by identity: a trace is the instructor's own object, never copied
                 room.cycle, room.frame, room.slot, room.cycles = picture
+                room.version, room.drawn, room.drawing = room.version + 1, None, None
+                self._wake(code)
+            room.touched = self._clock()
+            return True
+
+    def toured(self, code: str | None, stop: int | None) -> bool:
+        """The instructor's tour is at stop `stop` (None: closed): followers see its words and its view next. False
+        when the room has ended."""
+        with self._lock:
+            self._sweep()
+            code = _code(code)
+            room = self._rooms.get(code)
+            if room is None:
+                return False
+            if room.tour != stop:
+                room.tour = stop
                 room.version, room.drawn, room.drawing = room.version + 1, None, None
                 self._wake(code)
             room.touched = self._clock()

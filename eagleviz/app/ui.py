@@ -63,6 +63,9 @@ CSS = (OUTPUT_CSS + " #output-text {min-height: 4em} .ev-explain {font-size: 15p
        "border-bottom: 1px solid var(--border-color-primary)} "
        "@media (max-width: 640px) {#follow-row {flex-wrap: wrap; gap: 2px} #follow-row > * {flex-basis: 100%} "
        "#follow-text p {font-size: 13px}} "
+       # ... and a view scrolled to (the tour's) starts below it
+       "body:has(#follow-row) :is(#cycle-view, #draft-tree, #attention-mask, #accepted-path, #kv-rewind) "
+       "{scroll-margin-top: 96px} "
        # On a phone, Run follows the prompt on the first screen: the presets and their note move below the output.
        "@media (max-width: 640px) {.column:has(> #preset-note) > .form:has(#preset), "
        ".column:has(> #preset-note) > #preset-note {order: 1}} "
@@ -102,7 +105,8 @@ SHOW_VIEWS_JS = """(status) => {
     if (body.evPlacing !== token) return;
     if (looks-- <= 0) return done();
     if (window.scrollY === y) {              // the page is still: the view's top at the window's top?
-      if (Math.abs(view.getBoundingClientRect().top) > 4) { view.scrollIntoView({block: 'start'}); still = 0; }
+      const margin = parseFloat(getComputedStyle(view).scrollMarginTop) || 0;   // below a room's follow line
+      if (Math.abs(view.getBoundingClientRect().top - margin) > 4) { view.scrollIntoView({block: 'start'}); still = 0; }
       else if (++still >= STILL_CHECKS) return done();
     } else still = 0;
     y = window.scrollY;
@@ -426,7 +430,9 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         # The picture is pushed to each follower by its page's one long-lived stream, woken by the room's moves; it is
         # made as Gradio sends it once per move, for every follower (`workshop.sent_once`). The stream waits, it does
         # not work: no limit on how many run at once, and none holds a worker of the queue.
-        pictured = [output, slider, summary_plot, *view]
+        follow_tour = gr.Textbox(visible="hidden", elem_id="follow-tour")   # the instructor's tour words: the scroll
+        pictured = [output, slider, summary_plot, *view, tour_state, tour_md, tour_section, follow_tour]
+        follow_tour.change(None, follow_tour, None, js=workshop.FOLLOW_TOUR_JS)   # a follower: the stop's view shown
 
         async def room_followed(code, on, request: gr.Request):   # an async generator: Gradio streams its updates
             async with aclosing(workshop.room_followed(rooms, code, on, request.session_hash, pictured)) as stream:
@@ -482,16 +488,23 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         phase_timer.tick(nav.phase_tick, [run_state, slider, phase, focus],
                          [phase, *figures, phase_playing, phase_timer, phase_btn], **quiet)
         tour_outputs = [tour_state, tour_md, slider, summary_plot, *view]   # past rewind: on into the next cycle
-        # Each step brings the view it talks about into sight (in slides mode, the one view shown).
-        tour_prev.click(lambda r, i, s, f: nav.tour(r, i, s, -1, f), [run_state, slider, tour_state, focus],
-                        tour_outputs, **quiet).then(None, tour_md, None, js=workshop.TOUR_VIEW_JS)
-        tour_next.click(lambda r, i, s, f: nav.tour(r, i, s, +1, f), [run_state, slider, tour_state, focus],
-                        tour_outputs, **quiet).then(None, tour_md, None, js=workshop.TOUR_VIEW_JS)
+        # Each step brings the view it talks about into sight (in slides mode, the one view shown), and is told to
+        # the room this page opened, if any: its followers' tours open at the same stop, with its words.
+        told = dict(fn=lambda c, s, r: workshop.room_toured(rooms, c, s, r), inputs=[room_code, tour_state, run_state],
+                    outputs=None, queue=False, **quiet)
+        for button, delta in ((tour_prev, -1), (tour_next, +1)):
+            stepped = button.click(lambda r, i, s, f, d=delta: nav.tour(r, i, s, d, f),
+                                   [run_state, slider, tour_state, focus], tour_outputs, **quiet)
+            stepped.then(None, tour_md, None, js=workshop.TOUR_VIEW_JS)
+            stepped.then(**told)
         slides.change(None, slides, None, js=workshop.SLIDES_JS)
         # opened: the figures at the phase its stop talks about (not the finished cycle), its view in sight
-        tour_section.expand(lambda r, i, s, f: nav.tour(r, i, s, 0, f), [run_state, slider, tour_state, focus],
-                            tour_outputs, **quiet).then(None, tour_md, None, js=workshop.TOUR_VIEW_JS)
+        opened_tour = tour_section.expand(lambda r, i, s, f: nav.tour(r, i, s, 0, f),
+                                          [run_state, slider, tour_state, focus], tour_outputs, **quiet)
+        opened_tour.then(None, tour_md, None, js=workshop.TOUR_VIEW_JS)
+        opened_tour.then(**told)
         tour_section.collapse(None, None, None, js=workshop.TOUR_CLOSED_JS)   # closed: the page's full width again
+        tour_section.collapse(lambda c: workshop.room_toured(rooms, c, None), room_code, None, queue=False, **quiet)
         demo.load(None, None, None, js=workshop.TOUR_KEYS_JS)
         demo.load(None, None, None, js=glossary.LINKS_JS)
         demo.load(None, None, None, js=HOVER_PICKS_JS)   # a tree node pointed at is picked, as a click would

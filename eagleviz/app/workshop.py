@@ -106,6 +106,7 @@ _ABOVE_TOUR = f"""(view) => {{
 # only one.
 TOUR_VIEW_JS = f"""(tour) => {{
   const id = ({_TOUR_STOP})(tour), view = document.getElementById(id);
+  delete document.body.evPlacing; delete document.body.dataset.evPlacing;   // the views' placing gives way
   document.body.dataset.evSlide = id;
   {_PLACE_TOUR}
   if (document.body.classList.contains('{SLIDES_CLASS}')) {{
@@ -118,6 +119,12 @@ TOUR_VIEW_JS = f"""(tour) => {{
   }}
   return [];
 }}"""
+# A follower's tour moved with the instructor's: the figures come in the same update and are drawn after it, which
+# moves what is below them; the stop's view is put in sight once they are drawn, and again once the page settles.
+FOLLOW_TOUR_JS = f"""(tour) => {{
+  const latest = () => document.querySelector('#follow-tour textarea')?.value || tour;   // a later stop's, if any
+  for (const ms of [300, 1200]) setTimeout(() => ({TOUR_VIEW_JS})(latest()), ms);
+  return []; }}"""
 # Slides on or off: one view at a time (the tour's stop), drawn again to its new width.
 SLIDES_JS = f"""(on) => {{
   document.body.classList.toggle('{SLIDES_CLASS}', !!on);
@@ -465,7 +472,25 @@ def room_joined(request: gr.Request | None) -> tuple:
     return code, gr.Row(visible=True)
 
 
-FOLLOW_SIZE = 4 + VIEW_SIZE + 1
+FOLLOW_SIZE = 4 + VIEW_SIZE + 4 + 1
+TOUR_SIZE = 4   # a follower's tour: its stop, its words, its section (opened), the words again for the scroll
+
+
+def room_toured(rooms: Rooms, code: str | None, stop: int | None, run: RunTrace | None = None) -> None:
+    """The instructor's tour at stop `stop` (None: closed), told to the room (a page that opened none tells
+    nothing); a tour over no run's cycles is none."""
+    if code:
+        rooms.toured(code, stop if run is not None and run.cycles else None)
+
+
+def toured(run: RunTrace, index: int, stop: int | None) -> tuple:
+    """A follower's tour at the instructor's stop `stop` on cycle `index`: its stop, its words, the section opened,
+    and the words for the scroll to the stop's view (`FOLLOW_TOUR_JS`); nothing where the instructor's is closed
+    (a follower's own tour is left as it is)."""
+    if stop is None:
+        return (gr.skip(),) * TOUR_SIZE
+    words = nav.tour_text(run, index, stop)
+    return stop, words, gr.Accordion(open=True), words
 
 
 def sent_once(values: tuple, components: Sequence[gr.components.Component] | None = None) -> tuple:
@@ -492,7 +517,8 @@ def not_followed(components: Sequence[gr.components.Component] | None = None) ->
         return (gr.skip(),) * (FOLLOW_SIZE - 1)
     run = gallery.load(entry)
     i, view = nav.opening(run)
-    return (run, *sent_once((output_tokens(run), cycle_slider(run, i), summary_figure(run, i), *view), components))
+    return (run, *sent_once((output_tokens(run), cycle_slider(run, i), summary_figure(run, i), *view,
+                             *(gr.skip(),) * TOUR_SIZE), components))
 
 
 async def room_followed(rooms: Rooms, code: str | None, follow: bool, page: str,
@@ -503,7 +529,7 @@ async def room_followed(rooms: Rooms, code: str | None, follow: bool, page: str,
     `sent_once`). It ends when the page unticks "follow" (this same event, `follow` off: the page's stream is
     told to end), when the room ends (the page is told so), or when the page has gone (Gradio drops a stream whose
     reader left at its next update: the room's picture again, unchanged, every `rooms.ALIVE_S`). Outputs: run
-    state, output, slider, summary plot, *view, the follow line."""
+    state, output, slider, summary plot, *view, the tour (`toured`), the follow line."""
     skip = gr.skip()
     if not follow:
         rooms.unfollow(code, page)
@@ -515,7 +541,7 @@ async def room_followed(rooms: Rooms, code: str | None, follow: bool, page: str,
     def draw(shown) -> tuple:   # by the first follower of this version; the others reuse it
         run, i = shown.run, max(0, min(shown.cycle, len(shown.run.cycles) - 1))
         return sent_once((output_tokens(run), cycle_slider(run, i), summary_figure(run, i),
-                          *nav.view_at(run, i, shown.frame, shown.slot)), components)
+                          *nav.view_at(run, i, shown.frame, shown.slot), *toured(run, i, shown.tour)), components)
 
     met = False   # whether this stream has met its room open
     async with aclosing(rooms.followed(code, page)) as pushed:   # closed with this stream: the room forgets it
