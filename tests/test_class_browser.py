@@ -26,6 +26,16 @@ def room_opened(teacher) -> tuple[int, str]:
     return k, teacher.locator("#room-text a").first.get_attribute("href")
 
 
+def class_of_one(browser, app_url):
+    """An instructor's page on a recorded run with a room opened, and one follower (1024 x 768) showing its cycle:
+    (teacher, follower, the cycle, the room's link)."""
+    teacher = open_page(browser, app_url + "?gallery=story", 1280, 800)
+    k, link = room_opened(teacher)
+    follower = open_page(browser, app_url + link, 1024, 768)
+    wait_for_cycle(follower, k)
+    return teacher, follower, k, link
+
+
 def test_a_room_follows_the_instructor_live(browser, app_url):
     """One instructor and three followers: each follower's page shows the instructor's cycle, phase and picked
     token within a second or two of the instructor's click, with no model work; a follower who unticks "Follow"
@@ -80,12 +90,8 @@ def test_a_room_follows_the_instructor_live(browser, app_url):
 def test_an_instructors_page_reloaded_takes_its_room_back(browser, app_url):
     """The instructor's page reloads (a closed laptop lid, a stray F5): it takes its room back with the picture the
     class sees, and its next move reaches the follower again; the class's link and code stay the same."""
-    teacher = open_page(browser, app_url + "?gallery=story", 1280, 800)
-    follower = None
+    teacher, follower, k, link = class_of_one(browser, app_url)
     try:
-        k, link = room_opened(teacher)
-        follower = open_page(browser, app_url + link, 1024, 768)
-        wait_for_cycle(follower, k)
         teacher.click("#next")
         wait_for_cycle(follower, k + 1)
         kept = teacher.evaluate("() => localStorage.getItem('eagleviz-room')")
@@ -104,8 +110,7 @@ def test_an_instructors_page_reloaded_takes_its_room_back(browser, app_url):
         shot(teacher, "a11_room_taken_back.png")
     finally:
         teacher.close()
-        if follower is not None:
-            follower.close()
+        follower.close()
 
 
 @pytest.mark.parametrize("width,height", [(1280, 800), (390, 844)])
@@ -140,12 +145,8 @@ def test_a_student_sees_the_room_they_are_in_and_a_mistyped_code_shows_a_picture
 def test_the_instructors_tour_reaches_the_class_with_its_words_and_view(browser, app_url):
     """The instructor opens the tour and steps it: a follower's tour opens at the same stop, with its words, and
     the stop's view comes into sight there too."""
-    teacher = open_page(browser, app_url + "?gallery=story", 1280, 800)
-    follower = None
+    teacher, follower, k, _ = class_of_one(browser, app_url)
     try:
-        k, link = room_opened(teacher)
-        follower = open_page(browser, app_url + link, 1024, 768)
-        wait_for_cycle(follower, k)
         open_accordion(teacher, TOUR)
         teacher.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Draft (cycle {k})')", timeout=60_000)
         follower.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Draft (cycle {k})')", timeout=60_000)
@@ -157,5 +158,4 @@ def test_the_instructors_tour_reaches_the_class_with_its_words_and_view(browser,
         shot(follower, "a13_follower_tour_1024.png")
     finally:
         teacher.close()
-        if follower is not None:
-            follower.close()
+        follower.close()

@@ -110,33 +110,37 @@ class Rooms:
     def show(self, code: str | None, run: RunTrace | None, cycle: float | None, frame: float | None,
              slot: int | None) -> bool:
         """The instructor's page shows this picture: followers see it next. False when the room has ended."""
-        with self._lock:
-            self._sweep()
-            code = _code(code)
-            room = self._rooms.get(code)
-            if room is None:
+        grown = len(run.cycles) if run is not None else 0   # a live run's new cycles: its text and slider grow
+        picture = (int(cycle or 0), None if frame is None else int(frame), slot, grown)
+
+        def change(room: Shown) -> bool:
+            if room.run is run and (room.cycle, room.frame, room.slot, room.cycles) == picture:
                 return False
-            grown = len(run.cycles) if run is not None else 0   # a live run's new cycles: its text and slider grow
-            picture = (int(cycle or 0), None if frame is None else int(frame), slot, grown)
-            if room.run is not run or (room.cycle, room.frame, room.slot, room.cycles) != picture:
-                room.run = run   # compared by identity: a trace is the instructor's own object, never copied
-                room.cycle, room.frame, room.slot, room.cycles = picture
-                room.version, room.drawn, room.drawing = room.version + 1, None, None
-                self._wake(code)
-            room.touched = self._clock()
+            room.run = run   # compared by identity: a trace is the instructor's own object, never copied
+            room.cycle, room.frame, room.slot, room.cycles = picture
             return True
+
+        return self._moved(code, change)
 
     def toured(self, code: str | None, stop: int | None) -> bool:
         """The instructor's tour is at stop `stop` (None: closed): followers see its words and its view next. False
         when the room has ended."""
+        def change(room: Shown) -> bool:
+            moved, room.tour = room.tour != stop, stop
+            return moved
+
+        return self._moved(code, change)
+
+    def _moved(self, code: str | None, change: Callable[[Shown], bool]) -> bool:
+        """The instructor's page moved: `change(room)` applies it (True where the room changed: a new version, its
+        followers woken). The room is touched either way. False when the room has ended."""
         with self._lock:
             self._sweep()
             code = _code(code)
             room = self._rooms.get(code)
             if room is None:
                 return False
-            if room.tour != stop:
-                room.tour = stop
+            if change(room):
                 room.version, room.drawn, room.drawing = room.version + 1, None, None
                 self._wake(code)
             room.touched = self._clock()
