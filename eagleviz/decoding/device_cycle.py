@@ -228,7 +228,7 @@ class DeviceCycle:
         """Queue a drafted cycle after S committed tokens whose root is `root`, at most `draft_tokens` verified (root
         included): the drafting's replay, then the verification's (selection, step, walk and commit in it). Laps
         `clock` after each; nothing is read. On a GPU it returns before the device is done, so the host can write
-        the last cycle's trace meanwhile (`finish` waits)."""
+        the last cycle's trace meanwhile (`read` waits)."""
         m = min(draft_tokens - 1, self.shape.depth.numel())
         steps = self.steps
         if S + m + 1 > steps.capacity:
@@ -267,20 +267,7 @@ class DeviceCycle:
                                         f"{result.path} ({committed})")
         expected = 1.0 + sum(cands.values[i] for i in reading.kept)
         draft = Draft(cands, tree, levels, expected, decision)
-        rows = launched.rows
-        return Verdict(draft, result, reading.argmax, reading.target_probs, moves,
-                       None if rows is None else rows[:reading.count])
-
-    def finish(self, launched: Launched, text) -> Verdict:
-        """`read`, then `verdict`; laps the cycle's clock after the read (the accept phase: the wait)."""
-        reading = self.read(launched)
-        launched.clock.lap()
-        return self.verdict(launched, reading, text)
-
-    def run(self, feats: torch.Tensor, pend_tokens: list[int], root: int, S: int, draft_tokens: int,
-            clock: PhaseClock, text) -> Verdict:
-        """`launch`, then `finish`: a drafted cycle, read once."""
-        return self.finish(self.launch(feats, pend_tokens, root, S, draft_tokens, clock), text)
+        return Verdict(draft, result, reading.argmax, reading.target_probs, moves, launched.features(reading.count))
 
 
 @dataclass
