@@ -161,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     engine = load_engine(args.model, args.head, dtype=dtype, device=args.device)
     settings = vars(args) | {"dtype": dtype, "out": None if args.out is None else str(args.out)}
-    report = {"provenance": provenance(engine.target.device), "settings": settings}
+    command = "python -m eagleviz.perf.cycle_counts " + " ".join(sys.argv[1:] if argv is None else argv)
+    report = {"provenance": provenance(engine.target.device), "settings": settings, "command": command.strip()}
     for name in args.trees.split(","):
         try:
             report[name], table = counts(engine, args.prompt, TREES[name], args.max_new_tokens, args.repeats)
