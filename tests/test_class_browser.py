@@ -152,9 +152,10 @@ def test_the_instructors_tour_reaches_the_class_with_its_words_and_view(browser,
         follower.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Draft (cycle {k})')", timeout=60_000)
         teacher.click("#tour-next")
         follower.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Verify (cycle {k})')", timeout=60_000)
-        follower.wait_for_timeout(2000)                         # once the page has settled: the mask in sight
-        mask = follower.evaluate(RECT_JS, "attention-mask")
-        assert 60 < mask["top"] < 200, mask                     # below the follow line
+        below_line = f"() => {{ const t = ({RECT_JS})('attention-mask').top; return t > 60 && t < 200; }}"
+        follower.wait_for_function(below_line, timeout=60_000)  # the mask in sight, below the follow line
+        follower.wait_for_timeout(1500)                         # and still there once the page has settled
+        follower.wait_for_function(below_line, timeout=60_000)
         shot(follower, "a13_follower_tour_1024.png")
     finally:
         teacher.close()
