@@ -224,10 +224,17 @@ def test_stop_ends_a_long_run_cleanly(page):
     page.wait_for_function("() => document.querySelector('#status').innerText.startsWith('Running\u2026 cycle')",
                            timeout=RUN_TIMEOUT_MS)
     page.click("#stop")
+    # the page's own words at the click (unless the run's end came first), said before the server hears of it
+    page.wait_for_function(f"() => /^(Stopping after the current cycle|Done: stopped by the user)/"
+                           f".test(({PROSE_JS})('status'))", timeout=10_000)
     page.wait_for_function("() => document.querySelector('#status').innerText.startsWith('Done: stopped by the user')",
                            timeout=60_000)
     assert "\u03c4 =" in page.locator("#summary").inner_text()
     shot(page, "07_stopped.png")
+    done = prose(page, "status")
+    page.click("#stop")           # a Stop after the run's end: nothing to stop, nothing said over "Done"
+    page.wait_for_timeout(1000)
+    assert prose(page, "status") == done
 
 
 # ------------------------------------------------------------------ workshop flows: presets, linked

@@ -145,12 +145,12 @@ def test_errors_are_shown_not_raised(handlers):
 
 def test_stop_finishes_after_the_current_cycle(handlers):
     stop = StopRequest()
-    assert handlers.request_stop(stop) == gr.skip()         # nothing running: nothing to stop
+    assert handlers.request_stop(stop) is False             # nothing running: nothing to stop
     outputs = []
     for out in handlers.run(stop, None, "a prompt", *KNOBS):
         outputs.append(out)
         if out[0] is not None and out[0].cycles and not stop.requested:
-            assert handlers.request_stop(stop).startswith("Stopping")
+            assert handlers.request_stop(stop) is True
     run = outputs[-1][0]
     assert run.stop_reason == "stopped by the user" and outputs[-1][2].startswith("Done: stopped")
     assert len(run.cycles) == 1 and not stop.running

@@ -35,6 +35,7 @@ COST_AWARE_ROW = "EAGLE, cost-aware (the default)"
 
 STREAM_EVERY_S = 0.3      # minimum time between two streamed text updates, times the runs in progress (thirty
                           # runs streaming every cycle would spend the server's time on updates, not on decoding)
+STOPPED = "stopped by the user"
 KNOB_COUNT = 10           # the knobs every handler receives, in Knobs' field order
 RACE_WAITS = ("A run is still going: the race compares a finished run with plain decoding. Press Race again once "
               "the run says Done (or press Stop to end it there).")
@@ -193,6 +194,9 @@ class Handlers:
             with self.pairs.use(name) as hub:
                 stream = stream_run(hub, _prompt(prompt), knobs, self.limits, turns=self.turns)
                 for run, cycle in stream:
+                    if stop.requested:   # heard while the cycle ran: no progress said over the page's "Stopping"
+                        run.stop_reason = STOPPED
+                        break
                     if cycle is None:
                         # the four views of what was shown before (the opening's recorded run) go: the first
                         # cycle's figures, drawn into empty frames, reached the browser sooner
@@ -207,8 +211,8 @@ class Handlers:
                         yield (run, output_tokens(run), self._progress(run), cycle_slider(run, None),
                                *[skip] * (4 + VIEW_SIZE))
                         last = time.perf_counter()
-                    if stop.requested:
-                        run.stop_reason = "stopped by the user"
+                    if stop.requested:   # heard while the page was sent the cycle: no cycle more
+                        run.stop_reason = STOPPED
                         break
         except (UserFacingError, MemoryError) as exc:
             yield (skip, skip, f"\u26a0 {_message(exc)}", *[skip] * (5 + VIEW_SIZE))
@@ -221,12 +225,14 @@ class Handlers:
         yield self.finished(run)
 
     @staticmethod
-    def request_stop(stop: StopRequest):
-        """The Stop button: the running generator finishes after the cycle in progress."""
+    def request_stop(stop: StopRequest) -> bool:
+        """The Stop button: the running generator finishes after the cycle in progress (whether one was running).
+        It writes no status: its answer could reach the page after the run's last one and cover "Done"; the page
+        says "Stopping" itself (`STOPPING_JS`), only over a status that says the run is going."""
         if not stop.running:
-            return gr.skip()
+            return False
         stop.requested = True
-        return "Stopping after the current cycle\u2026"
+        return True
 
     @staticmethod
     def _progress(run: RunTrace) -> str:

@@ -116,6 +116,10 @@ SHOW_VIEWS_JS = """(status) => {
   return [];
 }""".replace("CHECK_MS", str(VIEWS_CHECK_MS)).replace("STILL_CHECKS", str(VIEWS_STILL_CHECKS)).replace(
     "PLACE_MS", str(VIEWS_PLACE_MS))
+# Stop's words, said by the page at the click and only over a status that says a run is going or loading: a
+# server's answer could arrive after the run's "Done" and cover it. The run's own updates replace them.
+STOPPING_JS = """(status) => /^(Running|Loading)/.test(String(status || '')) ?
+  'Stopping after the current cycle\u2026' : status"""
 ARRIVAL_MIN_PX = 640   # px: a narrower window (a phone) opens at the top, Run on its first screen
 # On load: a link to a recorded run's picture or a room brings the views into sight (SHOW_VIEWS_JS); a plain
 # visit, the line inviting Run above the views and the picture under it, unless the visitor has moved already.
@@ -460,8 +464,10 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                             api_name="run", **model)
         ran.then(lambda: "", None, queue_note, queue=False, **quiet)   # no queue now
         ran.then(None, status, None, js=SHOW_VIEWS_JS)                  # done: the views, in sight
-        # Stop skips the queue: it must reach the running generator even when the queue is full.
-        stop_btn.click(h.request_stop, stop, status, queue=False, **quiet)
+        # Stop skips the queue: it must reach the running generator even when the queue is full. Its words are the
+        # page's (STOPPING_JS), so that no answer of the server's can arrive after "Done" and cover it.
+        stop_btn.click(None, status, status, js=STOPPING_JS, queue=False, **quiet)
+        stop_btn.click(h.request_stop, stop, None, queue=False, **quiet)
         # The slider moved by hand (typed, clicked, dragged): the views follow; the slider itself is not an output.
         # A move (a step, a token, a phase too) is told to the instructor's room as the server answers it
         # (`workshop.room_told`), not once the page has drawn it.
