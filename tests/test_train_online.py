@@ -62,6 +62,23 @@ def test_the_schedule_fitted_to_a_time_budget_decays_by_its_end(target, samples,
     assert trainer.fit_schedule(seconds=0, steps_per_s=2.0) == 11  # always one more step
 
 
+def test_a_step_count_is_the_schedule_and_a_resumed_run_goes_on_to_it(target, samples, tmp_path):
+    """--max-steps with --online: no probe, no schedule fitted to the time; the run ends with its steps (long before
+    its minute here) and a resumed run trains on to the new count."""
+    from eagleviz.train.recipe import train
+
+    data = OnlineFeatures(target, samples, max_len=24)
+    cfg = TrainConfig(arch="eagle3", row_len=64, warmup=1, eval_rows=1, eval_every=2, autocast=False)
+    trainer = Trainer(cfg, new_head(target, "eagle3"), _parts(target), data, collect(target, samples[:2], 24), tmp_path)
+    said = []
+    first = train(trainer, 60.0, Budget(minutes=1), said.append, max_steps=3)
+    assert (first["steps"], first["this_run_steps"], first["schedule_steps"]) == (3, 3, 3)
+    assert first["seconds"] < 30 and first["steps_per_s"] > 0 and "3 steps (--max-steps)" in said[0]
+    again = train(trainer, 60.0, Budget(minutes=1), said.append, max_steps=5)
+    assert (again["steps"], again["this_run_steps"], again["schedule_steps"]) == (5, 2, 5)
+    assert lr_at(cfg, 5, trainer.total) == pytest.approx(cfg.lr * cfg.min_lr_ratio)  # decayed by its end
+
+
 def test_budgets_are_checked():
     assert Budget(minutes=25).answer_share == 0.4
     for bad in ({"minutes": 0}, {"minutes": 5, "answer_share": 1.2}, {"minutes": 5, "answer_share": 0.95}):
@@ -111,7 +128,7 @@ def touched(monkeypatch):
 
 
 @pytest.mark.parametrize("given", [["--device", "cuda", "--prepare-only"], ["--online", "--prepare-only"],
-                                   ["--device", "cuda", "--epochs", "3"], ["--online", "--max-steps", "100"],
+                                   ["--device", "cuda", "--epochs", "3"], ["--online", "--epochs", "1"],
                                    ["--device", "cuda:1", "--heldout-answers", "original"]])
 def test_the_staged_runs_options_are_refused_online_before_any_device_is_touched(touched, tmp_path, given):
     """--online (implied by --device cuda) fits its schedule to --minutes, prepares nothing and scores the held-out

@@ -37,7 +37,8 @@ def train_head_parser() -> argparse.ArgumentParser:
                         "what --online always uses)")
     p.add_argument("--epochs", type=int, default=None, help="passes over the data (default 2; not with --online)")
     p.add_argument("--max-steps", type=int, default=None,
-                   help="length of the schedule in steps (overrides --epochs; not with --online)")
+                   help="length of the schedule in steps (overrides --epochs; with --online: instead of the schedule "
+                        "fitted to --minutes, the run ending with its steps unless the time ends it first)")
     p.add_argument("--minutes", type=float, default=None, help="stop (with a checkpoint) after this much training")
     p.add_argument("--lr", type=float, default=6e-4)
     p.add_argument("--warmup", type=int, default=20, help="warmup steps")
@@ -174,18 +175,18 @@ def _run_checks(args) -> None:
 
 def _refuse_staged_only(args) -> None:
     """The staged run's options the online one has no use for, refused in one line rather than ignored, before
-    any device or model is touched: it fits its schedule to --minutes (not --epochs or --max-steps), computes
-    features as it trains (nothing for --prepare-only to build) and draws its curve on the target's own answers
-    to the held-out prompts (--heldout-answers self)."""
-    given = [flag for flag, value in (("--epochs", args.epochs), ("--max-steps", args.max_steps),
-                                      ("--prepare-only", args.prepare_only or None)) if value is not None]
+    any device or model is touched: it fits its schedule to --minutes (not to --epochs; --max-steps, if given, is
+    its length), computes features as it trains (nothing for --prepare-only to build) and draws its curve on the
+    target's own answers to the held-out prompts (--heldout-answers self)."""
+    given = [flag for flag, value in (("--epochs", args.epochs), ("--prepare-only", args.prepare_only or None))
+             if value is not None]
     if args.heldout_answers not in (None, "self"):
         given.append(f"--heldout-answers {args.heldout_answers}")
     if given:
         raise UserFacingError(f"{', '.join(given)}: not for --online (implied by --device cuda), which fits its "
-                              "schedule to --minutes, computes features as it trains and scores the held-out prompts "
-                              "on the target's own answers; drop them, or run the staged recipe on a CPU without "
-                              "--online")
+                              "schedule to --minutes (or --max-steps), computes features as it trains and scores the "
+                              "held-out prompts on the target's own answers; drop them, or run the staged recipe on a "
+                              "CPU without --online")
 
 
 def train_online(args) -> int:

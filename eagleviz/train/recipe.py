@@ -125,21 +125,26 @@ class _StepClock:
         return (len(steady) - 1) / (steady[-1] - steady[0]) if len(steady) > 2 else None
 
 
-def train(trainer: Trainer, seconds: float, budget: Budget, log=print) -> dict:
+def train(trainer: Trainer, seconds: float, budget: Budget, log=print, max_steps: int | None = None) -> dict:
     """Train for `seconds`: a fresh run first probes its step rate on an open schedule, a resumed one reads it
-    from its history; then the schedule is fitted to the time left."""
-    start = time.monotonic()
-    rate = trainer.step / max(trainer.elapsed, 1e-9)  # a resumed run's history
-    if trainer.step == 0:
-        trainer.total = OPEN_SCHEDULE
-        clock = _StepClock()
-        trainer.run(minutes=min(budget.probe_s, seconds / 4) / 60, progress=clock)
-        rate = clock.steps_per_s or trainer.step / max(trainer.elapsed, 1e-9)
-    first = trainer.step
-    # 5% under the measured rate: evaluations and checkpoints the probe may not have met take time too
-    total = trainer.fit_schedule(max(0.0, seconds - (time.monotonic() - start)), 0.95 * rate)
-    log(f"train: {rate:.2f} steps/s measured; schedule fitted to {total} steps")
+    from its history; then the schedule is fitted to the time left. `max_steps`: the schedule is that many steps
+    in all instead (a resumed run goes on to it), and the run ends with them if the time has not ended it first."""
+    start, first, rate = time.monotonic(), trainer.step, None
+    if max_steps is not None:
+        trainer.total = max(max_steps, trainer.step)
+        log(f"train: a schedule of {trainer.total} steps (--max-steps), within {seconds:.0f} s")
+    else:
+        rate = trainer.step / max(trainer.elapsed, 1e-9)  # a resumed run's history
+        if trainer.step == 0:
+            trainer.total = OPEN_SCHEDULE
+            clock = _StepClock()
+            trainer.run(minutes=min(budget.probe_s, seconds / 4) / 60, progress=clock)
+            rate = clock.steps_per_s or trainer.step / max(trainer.elapsed, 1e-9)
+        # 5% under the measured rate: evaluations and checkpoints the probe may not have met take time too
+        total = trainer.fit_schedule(max(0.0, seconds - (time.monotonic() - start)), 0.95 * rate)
+        log(f"train: {rate:.2f} steps/s measured; schedule fitted to {total} steps")
     trainer.run(minutes=max(0.0, seconds - (time.monotonic() - start)) / 60)
+    rate = rate if rate is not None else trainer.step / max(trainer.elapsed, 1e-9)   # --max-steps: the whole run's
     return {"steps": trainer.step, "this_run_steps": trainer.step - first, "schedule_steps": trainer.total,
             "steps_per_s": round(rate, 3), "seconds": round(time.monotonic() - start, 1)}
 
@@ -167,7 +172,7 @@ def run(target, args, dcfg: P.DataConfig, tcfg: TrainConfig, budget: Budget, out
     if args.resume:
         trainer.load()
     seconds = end - budget.eval_share * budget.minutes * 60 - time.monotonic()
-    trained = train(trainer, seconds, budget, log)
+    trained = train(trainer, seconds, budget, log, getattr(args, "max_steps", None))
     tokens = data.num_tokens
     trained["tokens_per_s"] = round(trained["steps_per_s"] * tokens / trainer.rows_per_epoch, 1)
     if tcfg.arch == "eagle3":
