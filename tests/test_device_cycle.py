@@ -300,3 +300,37 @@ def test_on_a_gpu_the_next_cycle_is_launched_before_the_last_is_traced(target, e
     else:  # the cycles that merge a lookup's chain run on the host, launched after the trace before them
         looked = sum(c.lookup_ngram > 0 for c in queued.cycles)
         assert 0 < looked < cycles and events.count("L") == events.count("R") == cycles - looked
+
+
+def test_a_verification_captured_over_one_drafter_is_never_replayed_for_another(engines):
+    """The target's state keeps a drafted cycle's captured verification under the drafter's serial and the tree's
+    shape: a freed drafter's `id` can be a new one's (of another tree), whose drafting the old capture would read
+    with the old shape (a random-weights run on a GPU kept nodes out of order: "parents[1] = 6")."""
+    import gc
+
+    e = engines()
+    tree, other = TREES[0], TreeConfig.create(3, 2, 4, adaptive=False, source="eagle")
+    made = DeviceDrafter(e, 64, tree, Recording())
+    first = made.serial
+    del made
+    gc.collect()
+    again = [DeviceDrafter(e, 64, other, Recording()) for _ in range(8)]  # one may well sit where the first did
+    assert len({d.serial for d in again} | {first}) == 9
+    state = StaticSteps(e.target, 128, e.attn_impl, None, Recording())
+    keys = [device_cycle.DeviceCycle(state, d, other).key(4, 3) for d in again]
+    assert [key[:3] for key in keys] == [(d.serial, other.topk, other.steps) for d in again]
+
+
+def test_a_device_selection_that_is_not_a_tree_is_a_mismatch_not_a_crash(engines, monkeypatch):
+    """The host's books check the device's kept nodes before building the tree from them: nodes out of
+    verification order (a child before its parent) end the run with `DeviceVerdictMismatch`, naming them."""
+    parse = device_cycle.parse
+
+    def reversed_kept(flat, shape, m):
+        parts = list(parse(flat, shape, m))
+        parts[4] = parts[4][::-1]
+        return tuple(parts)
+
+    monkeypatch.setattr(device_cycle, "parse", reversed_kept)
+    with pytest.raises(device_cycle.DeviceVerdictMismatch, match="not a tree in verification order"):
+        engines().generate(PROMPT, TREES[0], SamplingConfig(max_new_tokens=16))

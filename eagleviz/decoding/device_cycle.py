@@ -210,8 +210,10 @@ class DeviceCycle:
         return verification
 
     def key(self, pending: int, m: int) -> tuple:
-        """Under what the target's state keeps the captured verification after a drafting of `pending` rows."""
-        return id(self.drafter), bucket(pending), m
+        """Under what the target's state keeps the captured verification after a drafting of `pending` rows: the
+        drafter whose outputs it reads (by serial: a freed drafter's `id` can be a later one's, of another tree
+        shape, whose drafting a stale capture would read with the old shape), the tree's shape, the bucket."""
+        return self.drafter.serial, self.tree.topk, self.tree.steps, bucket(pending), m
 
     def prepare(self, outputs: dict[int, DraftOut]) -> None:
         """Every verification of this tree shape captured now, one per pending bucket (`outputs`: each bucket's
@@ -258,6 +260,12 @@ class DeviceCycle:
         cands = Candidates()
         levels, decision = rebuild(cands, reading.ids, reading.logprobs, reading.frontiers, self.tree, None, None,
                                    launched.draft_tokens)
+        seen = {-1}
+        for node in reading.kept:   # each kept node after its parent: a tree the host's rules could have kept
+            if not 0 <= node < len(cands.parents) or cands.parents[node] not in seen:
+                raise DeviceVerdictMismatch(f"the device kept nodes {reading.kept}, not a tree in verification "
+                                            f"order over its drafting (parents {cands.parents})")
+            seen.add(node)
         tree = VerifyTree.build(cands, reading.kept, launched.root)
         qs = [1.0] + [math.exp(cands.logprobs[i]) for i in reading.kept]
         result = greedy_verify(tree, reading.argmax, qs, reading.target_probs, text)

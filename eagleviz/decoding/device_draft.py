@@ -22,6 +22,7 @@ graph has one shape); the levels after its stop are discarded, and the decision 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -54,13 +55,18 @@ def grow_ancestors(anc: torch.Tensor, parents: torch.Tensor, eye: torch.Tensor) 
     return torch.cat([anc[parents], eye], dim=1)
 
 
+_SERIALS = itertools.count()
+
+
 class DeviceDrafter:
     """The head's static state for one run of a tree shape (k = topk, `steps`): its KV cache and inputs, and
     one captured drafting per pending-size bucket. `length`/`rewind` are the draft cache's, as the engine
-    keeps them for a `KVCache`."""
+    keeps them for a `KVCache`. `serial`: this drafter's number, never another's (an `id` is reused once its
+    object is freed), under which the target's state keeps the cycles captured over its buffers."""
 
     def __init__(self, engine, capacity: int, tree: TreeConfig, graphs: CudaGraphs | Uncaptured):
         self.engine, self.k, self.steps, self.graphs = engine, tree.topk, tree.steps, graphs
+        self.serial = next(_SERIALS)
         target, c = engine.target, engine.head.config
         self.capacity = capacity
         # capture writes at `capacity` and past it: the largest bucket, or one row and every expansion
