@@ -4,6 +4,7 @@ the page's wiring (eagleviz/app/ui.py), on a tiny random engine (fast, deep acce
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import gradio as gr
 import pytest
@@ -270,7 +271,8 @@ def test_race_divides_only_times_taken_on_this_machine(handlers, hub, finished, 
     path.write_text(json.dumps(data))
     imported = read_trace(path)
     text = handlers.race(imported, "auto")
-    assert "Identical outputs" in text and "No speedup measured" in text and "Press Run" in text
+    assert "Identical outputs" in text and "This run's own row has no speedup" in text and "Press Run" in text
+    assert text.startswith("**Here, now: EAGLE is ")     # the answer comes from the rows timed here, alone
     assert _row(text, "EAGLE, this run's tree")[0].endswith("(timed elsewhere)")
     assert _row(text, "EAGLE, this run's tree")[-1] == ""          # no speedup in its row
     result = race_mod.race(hub.get(), imported)
@@ -480,12 +482,16 @@ def test_the_race_times_the_fastest_tree_and_plain_decoding_and_compares_this_ru
     text = h.race(run, "auto")
     rows = [line for line in text.splitlines() if line.startswith("| EAGLE") or line.startswith("| plain")]
     assert [r.split("|")[1].strip() for r in rows] == ["plain decoding", "EAGLE, cost-aware (the default)",
-                                                       "EAGLE, this CPU's fastest tree",
+                                                       "EAGLE, this server's fastest tree",
                                                        "EAGLE, this run's tree (as it ran)"]
     assert "| \u2264 5 / 4 / 16 |" in rows[1] and "| 4 / 1 / 5 |" in rows[2] and "| 3 / 2 / 6 |" in rows[3]
     assert "timed alone" in text and all(_row(text, r.split("|")[1].strip())[-1].endswith("x") for r in rows)
-    # the verdict, then the table with its baseline first: what sits under the Race button, in sight
-    assert text.startswith("**This run against plain decoding.**") and "Identical outputs" in text.split("|")[0]
+    # the answer and the verdict, then the table with its baseline first: what sits under the Race button, in sight
+    answer, verdict = text.split("\n\n")[:2]
+    best = max(float(_row(text, r.split("|")[1].strip())[-1][:-1]) for r in rows[1:3])   # the rows timed alone
+    assert answer.startswith("**Here, now: EAGLE is ") and f"({best:.2f}x at best: " in answer, answer
+    assert "each run alone" in answer and "plain steps on this server" not in answer   # the tiny hub: no price list
+    assert verdict.startswith("**This run against plain decoding.**") and "Identical outputs" in verdict
     from eagleviz.app.session import fastest_tree
 
     again = generate(hub, "a prompt", Knobs(4, 1, 5, max_new_tokens=10, adaptive=False,
@@ -494,6 +500,28 @@ def test_the_race_times_the_fastest_tree_and_plain_decoding_and_compares_this_ru
     default = generate(hub, "a prompt", Knobs(max_new_tokens=10))  # the cost-aware default: not run twice
     text = h.race(default, "auto")
     assert "EAGLE, cost-aware (the default)" not in text and "(the cost-aware default)" in text
+
+
+def test_the_speed_verdict_is_one_line_from_this_servers_runs_and_price_list(hub):
+    """"Is EAGLE faster here?" in one line: the best run timed here against plain decoding, in one of three words,
+    and why from this server's price list (not a shipped benchmark's) and the run's acceptance."""
+    from eagleviz.app.handlers import speed_verdict
+    from eagleviz.decoding.costs import CostModel
+
+    run = generate(hub, "a prompt", Knobs(3, 2, 6, max_new_tokens=10, adaptive=False))
+    costs = CostModel(verify=((1, 1.0), (16, 4.3)), draft_level=0.3, overhead=0.1, step_ms=12.5)
+    tau, p = run.summary()["tau"], run.summary()["tokens_per_s"]
+
+    def plain_at(ratio: float):   # plain decoding that ran at p / ratio tokens/s
+        return SimpleNamespace(summary=lambda: {"tokens_per_s": p / ratio})
+
+    for ratio, word in ((1.31, "faster than"), (1.02, "about as fast as"), (0.97, "about as fast as"),
+                        (0.6, "slower than")):
+        line = speed_verdict(plain_at(ratio), [("EAGLE, cost-aware (the default)", run)], costs)
+        assert line.startswith(f"**Here, now: EAGLE is {word} plain decoding ({ratio:.2f}x at best: cost-aware")
+        assert "verifying 16 tokens costs 4.3 plain steps on this server" in line and f"\u03c4 = {tau:.2f}" in line
+        assert "\n" not in line
+    assert speed_verdict(plain_at(1.0), [], costs) == ""      # nothing timed here: no answer made up
 
 
 def test_a_typed_knob_value_is_taken_into_the_sliders_range_and_an_empty_box_never_raises():

@@ -15,6 +15,7 @@ import gradio as gr
 
 from eagleviz.app import presets
 from eagleviz.config import TreeConfig
+from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding import race as race_mod
 from eagleviz.errors import UserFacingError
 from eagleviz.app.limits import Limits
@@ -275,9 +276,10 @@ class Handlers:
                     result = race_run(hub, run, attn_impl, self.limits)
                     policy = rerun_with(hub, run, COST_AWARE, attn_impl, self.limits)
                     again = rerun_with(hub, run, fastest.tree, attn_impl, self.limits) if fastest else None
+                costs = hub.get(attn_impl).costs
         except UserFacingError as exc:
             return f"\u26a0 {exc}"
-        return race_text(result, again, fastest, policy)
+        return race_text(result, again, fastest, policy, costs)
 
     def compare(self, stop: StopRequest, pair: str | None, prompt: str, *values) -> tuple:
         """Setting A (the page's knobs) and setting B (A with B's tree, draft source and temperature) run on the
@@ -339,21 +341,53 @@ class Handlers:
             raise gr.Error(_message(exc)) from exc
 
 
+# `speed_verdict`'s words: within this much of plain decoding's speed, EAGLE is "about as fast"
+ABOUT_AS_FAST = 0.05
+
+
+def speed_verdict(plain: RunTrace, timed: list[tuple[str, RunTrace]], costs: CostModel | None, n: int = 16,
+                  alone: bool = True) -> str:
+    """One line that answers "is EAGLE faster here?": the best of the EAGLE runs `timed` on this server now against
+    plain decoding timed with them (`alone`: each run alone, else the page's run as it streamed), and why, from
+    this server's own price list (`costs`, measured where it runs, not a shipped benchmark's) and the best run's
+    acceptance. Empty when nothing was timed here."""
+    p = plain.summary()["tokens_per_s"]
+    rates = [(r.summary()["tokens_per_s"] / p, name, r) for name, r in timed if p > 0]
+    if not rates:
+        return ""
+    best, name, run = max(rates, key=lambda x: x[0])
+    tau = run.summary()["tau"]
+    word = ("faster than" if best >= 1 + ABOUT_AS_FAST else "about as fast as" if best > 1 - ABOUT_AS_FAST
+            else "slower than")
+    why = f"its head's drafts gave \u03c4 = {tau:.2f} tokens a target forward"
+    if costs is not None and costs.step_ms > 0:
+        why = (f"verifying {n} tokens costs {costs.verify_cost(n) / costs.verify_cost(1):.1f} plain steps on this "
+               f"server (its price list, {costs.step_ms:.1f} ms a plain step) and {why}")
+    how = "each run alone" if alone else "this run as it ran, streamed to the page"
+    return (f"**Here, now: EAGLE is {word} plain decoding ({best:.2f}x at best: {name[len('EAGLE, '):]}).** "
+            f"Measured on this server just now, {how}; {why}.")
+
+
 def race_text(result: race_mod.RaceResult, fastest_run: RunTrace | None, fastest: FastestTree | None,
-              policy_run: RunTrace | None = None) -> str:
-    """The race as Markdown: whether the page's run and plain decoding agree (`race.describe`'s verdict), then the
-    speeds of plain decoding, the cost-aware tree, the fastest fixed tree and the page's run, then why a CPU
-    prefers small trees (the verdict and the baseline first: they are what sits under the Race button in sight). A row the page's run already is, is not run twice: its label says so."""
+              policy_run: RunTrace | None = None, costs: CostModel | None = None) -> str:
+    """The race as Markdown: the one-line answer to "is EAGLE faster here?" (`speed_verdict`), whether the page's
+    run and plain decoding agree (`race.describe`'s verdict), then the speeds of plain decoding, the cost-aware
+    tree, the fastest fixed tree and the page's run, then why a CPU prefers small trees (the verdicts and the
+    baseline first: they are what sits under the Race button in sight). A row the page's run already is, is not
+    run twice: its label says so. `costs`: this server's price list."""
     run, plain = result.speculative, result.plain
     p = plain.summary()["tokens_per_s"]
     rows = [(COST_AWARE_ROW, policy_run)] if policy_run is not None else []
-    rows += [("EAGLE, this CPU's fastest tree", fastest_run)] if fastest_run is not None else []
+    here = fastest is not None and not fastest.origin.startswith("shipped")
+    rows += [(f"EAGLE, {'this server' if here else 'the shipped benchmark'}'s fastest tree", fastest_run)] \
+        if fastest_run is not None else []
     mine = tree_of(run)
     own = "EAGLE, this run's tree" + (" (timed elsewhere)" if not result.timed_here else
-                                      " (the fastest here)" if fastest is not None and fastest_run is None
-                                      and mine == fastest.tree else
+                                      (" (the fastest here)" if here else " (the shipped benchmark's fastest)")
+                                      if fastest is not None and fastest_run is None and mine == fastest.tree else
                                       " (the cost-aware default)" if mine == COST_AWARE else
                                       " (as it ran)" if rows else "")
+    alone = rows   # timed alone by the race, other runs waiting
     rows = [("plain decoding", plain), *rows, (own, run)]   # the baseline first: in sight under the button
     lines = ["| | tree | tokens | time (s) | tokens/s | \u03c4 | speedup |", "|---|---|---:|---:|---:|---:|---:|"]
     for name, r in rows:
@@ -370,11 +404,15 @@ def race_text(result: race_mod.RaceResult, fastest_run: RunTrace | None, fastest
              "No `tune` result here: the race times this run's tree and the cost-aware one. " if result.timed_here
              else "")
     if not result.timed_here:
-        where += f"**No speedup measured**: {race_mod.elsewhere(result)} Press Run to make one here. "
+        where += (f"This run's own row has no speedup: {race_mod.elsewhere(result)} Press Run to make one here. "
+                  if alone else f"**No speedup measured**: {race_mod.elsewhere(result)} Press Run to make one here. ")
+    elif alone:
+        where += "This run's own row was timed as it ran, streamed to the page (the others alone). "
+    answer = speed_verdict(plain, alone or ([(own, run)] if result.timed_here else []), costs, alone=bool(alone))
     verdict = race_mod.describe(result).split("\n\n", 2)[2:]  # after describe's table and speedup: the texts
-    # The verdict first, then the table: both under the Race button, in sight; the reasons after them.
-    return ("**This run against plain decoding.** " + "".join(verdict) + "\n\n" + "\n".join(lines) + "\n\n" + where
-            + why_small_trees())
+    # The verdicts first, then the table: under the Race button, in sight; the reasons after them.
+    return ((answer + "\n\n" if answer else "") + "**This run against plain decoding.** " + "".join(verdict) + "\n\n"
+            + "\n".join(lines) + "\n\n" + where + why_small_trees(costs=costs))
 
 
 def _mark(note: str) -> str:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eagleviz.config import LIMITS, SamplingConfig, TreeConfig, tree_token_cap
+from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding.engine import Engine
 from eagleviz.errors import UserFacingError
 from eagleviz.paths import ASSETS
@@ -164,16 +165,23 @@ def fastest_tree(temperature: float = 0.0) -> FastestTree | None:
     return FastestTree(tuned_config(found), found.origin) if found is not None else None
 
 
-def why_small_trees(n: int = 16) -> str:
-    """One line: why a CPU's fastest tree is small, with this machine's measured verification cost (the curve
-    the page's *Measured speed* section draws)."""
-    found = latest_verify_cost()
-    curve = {int(k): float(v) for k, v in found.data["verify_cost"]["relative"].items()} if found else {}
-    if n not in curve:
-        return ("A CPU prefers small trees: every verified token and every draft level costs time here "
-                "(`python -m eagleviz tune --curve-only` measures how much).")
-    return (f"A CPU prefers small trees: here verifying {n} tokens in one forward costs {curve[n]:.1f}x verifying "
-            "one (the verification cost curve under *Measured speed*), and every draft level is another forward of "
+def why_small_trees(n: int = 16, costs: CostModel | None = None) -> str:
+    """One line: why a CPU's fastest tree is small, with the verification cost measured where the page is served
+    (`costs`, the server's price list, when measured), else the curve the page's *Measured speed* section draws
+    (this machine's `tune`, else the shipped benchmark's, named with its CPU)."""
+    if costs is not None and costs.step_ms > 0:
+        cost, where = costs.verify_cost(n) / costs.verify_cost(1), "on this server (its price list)"
+    else:
+        found = latest_verify_cost()
+        curve = {int(k): float(v) for k, v in found.data["verify_cost"]["relative"].items()} if found else {}
+        if n not in curve:
+            return ("A CPU prefers small trees: every verified token and every draft level costs time here "
+                    "(`python -m eagleviz tune --curve-only` measures how much).")
+        cpu = found.data.get("machine", {}).get("cpu", "another CPU")
+        cost, where = curve[n], ("on this machine" if not found.shipped else f"on the shipped benchmark's {cpu}") + (
+            " (the verification cost curve under *Measured speed*)")
+    return (f"A CPU prefers small trees: verifying {n} tokens in one forward costs {cost:.1f}x verifying one {where}, "
+            "and every draft level is another forward of "
             "the head, while deeper guesses are accepted less often; on a GPU verifying 64 tokens costs less than "
             "two plain steps (1.65 ms against ~1.0 ms on an H200: docs/performance.md entry 46), so wide trees can "
             "pay there once the head drafts cheaply.")
