@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 from collections.abc import Callable
 
 from eagleviz.config import SamplingConfig, TreeConfig
@@ -72,14 +73,23 @@ def apply_threads(limits: Limits) -> None:
         torch.set_num_threads(limits.threads)
 
 
+def say(line: str) -> None:
+    """One line of the server's start-up on its console (the work that takes a while says what it is doing)."""
+    print(f"eagleviz: {line}", flush=True)
+
+
 def load_pair(pair: Pair) -> EngineHub:
     """A pair's engine, warmed up, as the hub the page's runs share."""
     model = choose_model() if pair.model in (EMBEDDED, EMBEDDED_HUB_ID) else pair.model
     head = pair.head or default_head(model)  # a Hub id is downloaded by load_engine
-    engine = load_engine(model, head=head, dtype=pair.dtype, device=choose_device(), draft_vocab=pair.draft_vocab)
+    start = time.monotonic()
+    engine = load_engine(model, head=head, dtype=pair.dtype, device=choose_device(), draft_vocab=pair.draft_vocab,
+                         progress=say)
     if not on_zero_gpu():  # on ZeroGPU no GPU exists outside a `spaces.GPU` call: no warm-up there
         # One tiny run so that the first visitor does not pay for one-time initialisation (allocator, kernels).
+        say("warming up: one short run, so that the first visitor does not pay for it")
         engine.generate("Hello", TreeConfig.create(), SamplingConfig(max_new_tokens=4))
+    say(f"{pair.name} ready in {time.monotonic() - start:.0f} s")
     here = os.path.dirname(os.path.abspath(__file__))
     head_path = None if head == RANDOM_HEAD else (os.path.relpath(head, here) if head.startswith(here) else head)
     hub = EngineHub(engine, model_id=pair.model_id, head_path=head_path)

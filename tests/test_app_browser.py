@@ -220,9 +220,14 @@ def test_stop_ends_a_long_run_cleanly(page):
     for knob, value in (("steps", 8), ("topk", 8), ("draft-tokens", 64)):
         set_knob(page, knob, value)
     page.locator("#adaptive input[type=checkbox]").uncheck()
+    # red (Gradio's stop variant) only while the status says a run goes; Race is a plain button, as Stop is at rest
+    red = ("() => getComputedStyle(document.getElementById('stop')).backgroundColor !== "
+           "getComputedStyle(document.getElementById('race')).backgroundColor")
+    assert not page.evaluate(red)                                              # idle: nothing to stop, not red
     page.click("#run")
     page.wait_for_function("() => document.querySelector('#status').innerText.startsWith('Running\u2026 cycle')",
                            timeout=RUN_TIMEOUT_MS)
+    page.wait_for_function(red, timeout=10_000)
     page.click("#stop")
     # the page's own words at the click (unless the run's end came first), said before the server hears of it
     page.wait_for_function(f"() => /^(Stopping after the current cycle|Done: stopped by the user)/"
@@ -232,6 +237,7 @@ def test_stop_ends_a_long_run_cleanly(page):
     assert "\u03c4 =" in page.locator("#summary").inner_text()
     shot(page, "07_stopped.png")
     done = prose(page, "status")
+    page.wait_for_function(f"() => !({red})()", timeout=30_000)                # idle again
     page.click("#stop")           # a Stop after the run's end: nothing to stop, nothing said over "Done"
     page.wait_for_timeout(1000)
     assert prose(page, "status") == done

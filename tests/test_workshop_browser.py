@@ -277,7 +277,12 @@ def test_the_figures_fit_the_layout_normal_and_projector(page, browser, app_url)
     assert_figures_fit(page, "1280 x 800")
     # the projector box turned on, with the figures already drawn: they follow the larger text's layout
     open_accordion(page, "Workshop: recorded runs, a link to these settings, projector")
+    box = page.locator("#projector")
+    box.evaluate("e => e.scrollIntoView({block: 'center'})")
+    before = box.bounding_box()["y"]
     set_projector(page, True)
+    page.wait_for_timeout(500)
+    assert abs(box.bounding_box()["y"] - before) < 40, (before, box.bounding_box())   # the box stays in place
     fits_and_shot(page, "1280 x 800, projector", "draft-tree", "w04_projector_1280.png")
     page.set_viewport_size({"width": 1024, "height": 768})
     fits_and_shot(page, "1024 x 768, projector", "kv-rewind", "w04_projector_1024_kv.png")

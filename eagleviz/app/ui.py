@@ -52,7 +52,16 @@ PHASE_EVERY_S = 0.9
 OUTPUT_CSS = ("#output-text .textfield {font-family: var(--font-mono); font-size: 14px; line-height: 1.7} "
               "#output-text .token.highlighted {margin: 0 1px 0 0; padding: 0 1px} "
               "#output-text .text {white-space: pre-wrap}")
-CSS = (OUTPUT_CSS + " #output-text {min-height: 4em} .ev-explain {font-size: 15px} .ev-limits {font-size: 12px; opacity: 0.8} "
+# While the page's status says a run goes (or loads its model, or stops), Stop is marked so (`data-ev-running`)
+# and drawn red; otherwise as a plain button. (On the button: Gradio copies a stylesheet's rules inside its
+# container, where a rule that starts at body matches nothing.)
+RUNNING_JS = ("(status) => { const on = /^(Running|Loading|Stopping)/.test(String(status || '')), "
+              "stop = document.getElementById('stop'); "
+              "if (stop) { if (on) stop.dataset.evRunning = '1'; else delete stop.dataset.evRunning; } return []; }")
+IDLE_STOP_CSS = ("#stop:not([data-ev-running]) {background: var(--button-secondary-background-fill) !important; "
+                 "color: var(--button-secondary-text-color) !important; "
+                 "border-color: var(--button-secondary-border-color) !important} ")
+CSS = (OUTPUT_CSS + IDLE_STOP_CSS + " #output-text {min-height: 4em} .ev-explain {font-size: 15px} .ev-limits {font-size: 12px; opacity: 0.8} "
        ".ev-bench th, .ev-bench td {white-space: nowrap; padding: 4px 12px} "
        # never "token s", "speedu p", "3.0 / 0": only the row names wrap
        "#race-result th, #compare-result th, #race-result td:not(:first-child) {white-space: nowrap} "
@@ -224,7 +233,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                 preset_note = gr.Markdown(presets.note(first), elem_id="preset-note", elem_classes="ev-line")
                 with gr.Row():
                     run_btn = gr.Button("\u25b6 Run", variant="primary", elem_id="run")
-                    stop_btn = gr.Button("\u25a0 Stop", variant="stop", elem_id="stop")
+                    stop_btn = gr.Button("\u25a0 Stop", variant="stop", elem_id="stop")   # red while a run goes (CSS)
                     race_btn = gr.Button("Race plain decoding", elem_id="race")
                 queue_note = gr.Markdown(elem_id="queue-note")
                 status = gr.Markdown(elem_id="status")
@@ -463,6 +472,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         ran = run_btn.click(run_fn, [stop, pair, prompt, *knobs], run_outputs, show_progress="minimal",
                             api_name="run", **model)
         ran.then(lambda: "", None, queue_note, queue=False, **quiet)   # no queue now
+        status.change(None, status, None, js=RUNNING_JS)   # Stop red while there is a run to stop, not when idle
         ran.then(None, status, None, js=SHOW_VIEWS_JS)                  # done: the views, in sight
         # Stop skips the queue: it must reach the running generator even when the queue is full. Its words are the
         # page's (STOPPING_JS), so that no answer of the server's can arrive after "Done" and cover it.

@@ -41,9 +41,17 @@ LAYOUT_PARAMS = ("projector", "model", "room")   # read here (room: `room_joined
 PROJECTOR_CLASS = "ev-projector"
 # Applied in the browser: Gradio has no server-side switch for the page's CSS classes. Gradio's figures follow
 # their container's width on a window resize only; the zoom changes that width with no resize, so one is
-# announced once the new layout is there (else the figures keep their old width and are cut on the right).
-PROJECTOR_JS = (f"(on) => {{ document.body.classList.toggle('{PROJECTOR_CLASS}', !!on); "
-                "requestAnimationFrame(() => window.dispatchEvent(new Event('resize'))); return []; }")
+# announced once the new layout is there (else the figures keep their old width and are cut on the right). The
+# zoom moves everything: the box just ticked is kept where it was in the window (a closed accordion's box has
+# no place, and nothing moves), not the page's scroll offset.
+PROJECTOR_JS = f"""(on) => {{
+  const box = document.getElementById('projector'), at = () => box ? box.getBoundingClientRect().top : 0;
+  const before = at(), keep = () => {{ if (before) window.scrollBy(0, at() - before); }};
+  document.body.classList.toggle('{PROJECTOR_CLASS}', !!on);
+  keep();
+  requestAnimationFrame(() => {{ window.dispatchEvent(new Event('resize')); requestAnimationFrame(keep); }});
+  return [];
+}}"""
 # The figures' toolbar shows while the pointer is over them, as an instructor's pointer usually is, and would
 # print over their titles: a projected figure is looked at, not zoomed.
 PROJECTOR_CSS = (f"body.{PROJECTOR_CLASS} .gradio-container {{zoom: 1.35}} "
