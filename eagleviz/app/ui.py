@@ -65,6 +65,9 @@ CSS = (OUTPUT_CSS + IDLE_STOP_CSS + " #output-text {min-height: 4em} .ev-explain
        ".ev-bench th, .ev-bench td {white-space: nowrap; padding: 4px 12px} "
        # never "token s", "speedu p", "3.0 / 0": only the row names wrap
        "#race-result th, #compare-result th, #race-result td:not(:first-child) {white-space: nowrap} "
+       # ... and the row names keep a readable width: a table wider than its column scrolls within it
+       "#race-result table, #compare-result table {display: block; overflow-x: auto} "
+       "#race-result td:first-child {min-width: 11em} "
        ".ev-line p {margin: 0; font-size: 14px} "
        # A page in a room says so wherever it is scrolled: the follow line stays at the window's top.
        "#follow-row {position: sticky; top: 0; z-index: 1000; padding: 4px 0; "
@@ -85,7 +88,8 @@ KNOB_DEFAULTS = Knobs(max_new_tokens=presets.PRESET_TOKENS)
 SOURCE_CHOICES = [("EAGLE head", "eagle"), ("prompt lookup", "lookup"), ("both", "eagle+lookup")]
 TEXTBOOK = (5, 4, 16)
 VIEW_MIN_WIDTH = 580      # px: the narrowest a view is drawn; two side by side only where both get this width
-RACING = "Racing: plain decoding, then this CPU's fastest tree, on this run's prompt, each timed alone\u2026"
+RACING = ("Racing: plain decoding, then the cost-aware and the fastest trees, on this run's prompt, each timed "
+          "alone\u2026")
 # Brings the cycle's controls, caption and first views into sight (unless the draft tree already is): after a
 # run, an import or a recorded run (status given: only once it is there, not after a warning), and after a
 # click in the output, which sits a screen above the views. A smooth scroll aims where the view was when it
@@ -181,8 +185,11 @@ def measured_speed() -> SpeedView:
 def tree_origin(fastest) -> str:
     """The line under the tree buttons: each preset brings its tree; the fastest one, where it comes from, and
     why it is small on a CPU."""
-    where = (f"The fastest tree on this CPU, {fastest.label}, is the one `tune` found ({fastest.origin}); the race "
-             "times it." if fastest else "`python -m eagleviz tune` finds this CPU's fastest tree.")
+    where = ("`python -m eagleviz tune` finds this CPU's fastest tree." if not fastest else
+             f"The fastest tree on this CPU, {fastest.label}, is the one `tune` found ({fastest.origin}); the race "
+             "times it." if not fastest.origin.startswith("shipped") else
+             f"The fastest tree {fastest.label} is the one `tune` found on the shipped benchmark's machine "
+             f"({fastest.origin}); `python -m eagleviz tune` finds this CPU's own, and the race times it here.")
     return f"Each preset brings the tree that shows its lesson. {where} {why_small_trees()}"
 
 
@@ -251,7 +258,9 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                 with gr.Row():
                     textbook = gr.Button(f"Textbook tree {' / '.join(map(str, TEXTBOOK))}", size="sm",
                                          elem_id="textbook-tree")
-                    fast_btn = gr.Button(f"Fastest on this CPU: {fastest.label}" if fastest else "Fastest tree: not measured",
+                    fast_btn = gr.Button(("Fastest tree, shipped benchmark: " if fastest.origin.startswith("shipped")
+                                          else "Fastest on this CPU: ") + fastest.label if fastest else
+                                         "Fastest tree: not measured",
                                          size="sm", elem_id="fastest-tree", interactive=fastest is not None)
                 gr.Markdown(tree_origin(fastest), elem_id="default-tree", elem_classes="ev-limits")
                 with gr.Row():
