@@ -34,6 +34,7 @@ def _generate_parser(sub) -> None:
 
 def run_generate(args) -> int:
     from eagleviz.decoding.load import load_engine
+    from eagleviz.perf.provenance import provenance
 
     if not args.prompt.strip():
         raise UserFacingError("the prompt is empty")
@@ -62,7 +63,8 @@ def run_generate(args) -> int:
                           "stop_reason": run.stop_reason, "config": run.config, "dtype": run.dtype,
                           "kv_dtype": run.kv_dtype, "cpu_layer": run.cpu_layer, "weights": run.weights,
                           "attn_impl": run.attn_impl, "head": run.head, "decode": run.decode,
-                          "notes": run.notes}, ensure_ascii=False))
+                          "notes": run.notes, "machine": run.machine,
+                          "provenance": provenance(engine.target.device)}, ensure_ascii=False))
     else:
         print(text)
         mode = "plain" if tree is None else f"EAGLE steps={tree.steps} topk={tree.topk} draft_tokens={tree.draft_tokens}"

@@ -30,6 +30,9 @@ def test_generate_json_and_baseline_agree_in_fp32(tmp_path):
     assert a["kv_dtype"] == trace["kv_dtype"] == "float32"  # an fp32 model keeps fp32 caches
     assert a["cpu_layer"] == trace["cpu_layer"] and a["cpu_layer"] in ("compiled", "torch")
     assert a["decode"] == trace["decode"] == "eager" and a["notes"] == trace["notes"]  # the path taken (a CPU's)
+    # where it ran and with what: the trace's machine line, the commit, the CPU's flags, the versions
+    assert a["machine"] == trace["machine"] and a["provenance"]["gpu"] is None
+    assert set(a["provenance"]) >= {"commit", "dirty", "cpu_model", "cpu_flags", "versions"}
 
 
 @pytest.mark.parametrize("args,message", [
