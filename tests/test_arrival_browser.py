@@ -73,11 +73,13 @@ def tour_stops(tab, k: int):
         yield stop, view
 
 
-@pytest.mark.parametrize("width,height", [(1280, 800), (1024, 768)])
-def test_the_tours_words_are_on_screen_with_the_view_they_describe(browser, app_url, width, height):
+@pytest.mark.parametrize("width,height,projector", [(1280, 800, False), (1024, 768, False), (1024, 768, True)],
+                         ids=["1280", "1024", "1024-projector"])
+def test_the_tours_words_are_on_screen_with_the_view_they_describe(browser, app_url, width, height, projector):
     """Each stop: the view it talks about wholly in the window, the tour's text in the window too and not over
-    the view; past the last stop the tour goes on into the next cycle."""
-    tab = open_page(browser, app_url, width, height)
+    the view; past the last stop the tour goes on into the next cycle. Projecting (larger text, the tour below
+    the views), a view taller than what the tour leaves is drawn smaller, the tour's words in two lines."""
+    tab = open_page(browser, app_url + ("?projector=1" if projector else ""), width, height)
     try:
         arrived(tab)
         k = shown_cycle(tab)
@@ -91,7 +93,7 @@ def test_the_tours_words_are_on_screen_with_the_view_they_describe(browser, app_
             assert 0 <= top and bottom <= height + 1, (stop, top, bottom)
             apart = panel["left"] >= where["right"] - 1 or panel["top"] >= where["bottom"] - 1
             assert apart, (stop, panel, where)                              # beside or below, never over
-            shot(tab, f"a02_tour_{stop + 1}_{width}.png")
+            shot(tab, f"a02_tour_{stop + 1}_{width}{'_projector' if projector else ''}.png")
         tab.click("#tour-next")                                             # on into the next cycle
         wait_for_cycle(tab, k + 1)
         tab.wait_for_function(f"() => ({PROSE_JS})('tour').includes('Draft (cycle {k + 1})')", timeout=60_000)

@@ -79,6 +79,8 @@ TOUR_PANEL_PX = 340
 TOUR_CSS = (".gradio-container {overflow: clip !important} "   # hidden would make it the panel's scroll box
             f"{_OPEN_TOUR} {{position: sticky; bottom: 0; z-index: 30; box-shadow: 0 -6px 16px rgba(0, 0, 0, 0.18)}} "
             f"{_OPEN_TOUR} #tour {{max-height: 22vh; overflow-y: auto}} "
+            # a projector's larger text: the heading and two lines of words (they scroll), the view above them (`_FIT_VIEW`)
+            f"body.{PROJECTOR_CLASS} {_OPEN_TOUR} #tour {{max-height: 6em !important}} "
             "#tour-section #tour h3 {margin: 0 0 4px 0} #tour-section #tour {font-size: 14px} "
             f"body.{TOUR_BESIDE_CLASS} .gradio-container {{padding-right: {TOUR_PANEL_PX + 16}px !important}} "
             # !important: Gradio adds a copy of each rule scoped inside its container, which outranks body's class
@@ -95,10 +97,25 @@ TOUR_CSS = (".gradio-container {overflow: clip !important} "   # hidden would ma
 _PLACE_TOUR = (f"document.body.classList.toggle('{TOUR_BESIDE_CLASS}', "
                "!!document.querySelector('#tour-section > .label-wrap.open') && "
                f"window.innerWidth >= {TOUR_BESIDE_PX} && !document.body.classList.contains('{PROJECTOR_CLASS}'));")
+# Projecting with the tour below the views (not beside them), a view taller than the window above the panel is
+# drawn smaller (CSS zoom) so that it shows whole above the tour's words; every other view at its own size. Called
+# with no view (the tour closed, projecting ended): every view at its own size.
+_FIT_VIEW = f"""(view) => {{
+  for (const id of {list(TOUR_VIEWS)}) {{ const v = document.getElementById(id); if (v && v !== view) v.style.zoom = ''; }}
+  if (!view) return;
+  view.style.zoom = '';
+  const body = document.body, panel = document.getElementById('tour-section');
+  const open = panel && panel.querySelector(':scope > .label-wrap.open');
+  if (!open || !body.classList.contains('{PROJECTOR_CLASS}') || body.classList.contains('{TOUR_BESIDE_CLASS}')) return;
+  const margin = parseFloat(getComputedStyle(view).scrollMarginTop) || 0;   // below a room's follow line
+  const room = window.innerHeight - panel.getBoundingClientRect().height - margin - 8;
+  const height = view.getBoundingClientRect().height;
+  if (height > room && room > 0) view.style.zoom = String(Math.max(0.3, room / height));
+}}"""
 PLACE_TOUR_JS = ("() => { " + _PLACE_TOUR +
-                 " requestAnimationFrame(() => window.dispatchEvent(new Event('resize'))); return []; }")
-TOUR_CLOSED_JS = (f"() => {{ document.body.classList.remove('{TOUR_BESIDE_CLASS}'); "
-                  "requestAnimationFrame(() => window.dispatchEvent(new Event('resize'))); return []; }")
+                 " requestAnimationFrame(() => { window.dispatchEvent(new Event('resize')); requestAnimationFrame(() => "
+                 f"({_FIT_VIEW})(document.getElementById(document.body.dataset.evSlide || ''))); }}); return []; }}")
+
 # A view taller than the window above the panel stuck to its bottom (a phone's, a projector's): its bottom goes to
 # the panel's top, as far as its drawing (Plotly's plot areas) stays whole in the window; its title and legend go
 # above first.
@@ -110,6 +127,8 @@ _ABOVE_TOUR = f"""(view) => {{
   const by = Math.min(box.bottom - top, drawn.length ? Math.min(...drawn) : 0);
   if (top < window.innerHeight && by > 1) window.scrollBy(0, by);
 }}"""
+TOUR_CLOSED_JS = (f"() => {{ document.body.classList.remove('{TOUR_BESIDE_CLASS}'); ({_FIT_VIEW})(null); "
+                  "requestAnimationFrame(() => window.dispatchEvent(new Event('resize'))); return []; }")
 # After a step (`tour`: the tour's text): the view it talks about, in sight above the tour; in slides mode, the
 # only one.
 TOUR_VIEW_JS = f"""(tour) => {{
@@ -119,9 +138,11 @@ TOUR_VIEW_JS = f"""(tour) => {{
   {_PLACE_TOUR}
   if (document.body.classList.contains('{SLIDES_CLASS}')) {{
     requestAnimationFrame(() => {{ window.dispatchEvent(new Event('resize'));
-                                   if (view) view.scrollIntoView({{block: 'start'}}); }});
+                                   requestAnimationFrame(() => {{ ({_FIT_VIEW})(view);
+                                                                 if (view) view.scrollIntoView({{block: 'start'}}); }});
+                                }});
   }} else if (view) {{   // its top at the window's top: the tour's panel is beside it or below it
-    const place = () => {{ view.scrollIntoView({{block: 'start'}}); ({_ABOVE_TOUR})(view); }};
+    const place = () => {{ ({_FIT_VIEW})(view); view.scrollIntoView({{block: 'start'}}); ({_ABOVE_TOUR})(view); }};
     place();
     requestAnimationFrame(() => {{ window.dispatchEvent(new Event('resize')); requestAnimationFrame(place); }});
   }}
