@@ -181,11 +181,19 @@ def test_the_words_a_learner_meets_link_to_the_glossary(browser, app_url, width,
     try:
         pages = len(tab.context.pages)
         # from the intro at the top of the page: the glossary opens at the bottom, its entry in sight and lit
-        tab.locator("#intro a[href='#g-kv']").click()
+        word = tab.locator("#intro a[href='#g-kv']")
+        word.scroll_into_view_if_needed()
+        before = tab.evaluate("() => window.scrollY")
+        word.click()
         tab.wait_for_function(ENTRY_SHOWN_JS, arg="g-kv", timeout=60_000)
         assert "keys and values" in tab.locator("#glossary-text").inner_text()
         assert len(tab.context.pages) == pages                    # no new tab for a word
         shot(tab, f"r04_glossary_entry_{width}.png")
+        # ... and a way back to the word, thousands of pixels up
+        assert tab.evaluate("() => window.scrollY") > before + 1000
+        tab.locator("#glossary-back").click()
+        tab.wait_for_function("(y) => Math.abs(window.scrollY - y) < 8", arg=before, timeout=30_000)
+        assert tab.locator("#glossary-back").is_hidden()
         # from the explanations of a cycle: their first use of a term
         open_accordion(tab, "Explain these four views, with this cycle's numbers")
         link = tab.locator("#explain a[href^='#g-']").first

@@ -4,7 +4,8 @@ linked to it.
     TERMS            the glossary: anchor, name, the ways the page writes the term, its meaning
     markdown()       the glossary section, one anchored entry per term
     link_terms(text) `text` (Markdown) with the first use of each term linked to its entry ("#g-tau")
-    LINKS_JS         on the page: a click on such a link opens the glossary and brings the entry into sight
+    LINKS_JS         on the page: a click on such a link opens the glossary and brings the entry into sight, and
+                     shows a button back to where the word was clicked
 
 The developer's glossary (exact definitions, as the trace records them) is `eagleviz.trace`'s docstring; this one
 says the same things for someone seeing speculative decoding for the first time, and adds the words of the
@@ -17,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 ANCHOR_PREFIX = "g-"
+BACK_ID = "glossary-back"   # the button that returns from an entry to the word that was clicked
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,17 @@ LINKS_JS = f"""() => {{
     const a = e.target.closest && e.target.closest('a[href^="#{ANCHOR_PREFIX}"]');
     if (!a) return;
     e.preventDefault(); e.stopPropagation();
+    // the way back: a button at the window's bottom left returns to where the reader clicked the word
+    const from = window.scrollY;
+    let back = document.getElementById('{BACK_ID}');
+    if (!back) {{
+      back = document.createElement('button');
+      back.id = '{BACK_ID}'; back.type = 'button'; back.textContent = '\u21a9 Back to the text';
+      document.body.appendChild(back);
+    }}
+    back.onclick = () => {{ window.scrollTo({{top: Number(back.dataset.from), behavior: 'smooth'}});
+                           back.hidden = true; }};
+    back.dataset.from = String(from); back.hidden = false;
     const id = a.getAttribute('href').slice(1), head = document.querySelector('#glossary .label-wrap');
     if (head && !head.classList.contains('open')) head.click();
     const show = (tries) => {{
@@ -145,4 +158,8 @@ LINKS_JS = f"""() => {{
   }}, true);
   return [];
 }}"""
-CSS = ".ev-glossary-hit {background: #FFF3C4; transition: background 0.3s} #glossary p {margin: 0 0 8px}"
+CSS = (".ev-glossary-hit {background: #FFF3C4; transition: background 0.3s} #glossary p {margin: 0 0 8px} "
+       f"#{BACK_ID} {{position: fixed; left: 12px; bottom: 12px; z-index: 1100; padding: 6px 12px; "
+       "border-radius: 6px; border: 1px solid #999; background: #fff; color: #222; font-size: 15px; "
+       "box-shadow: 0 2px 8px rgba(0, 0, 0, 0.2); cursor: pointer} "
+       f"#{BACK_ID}[hidden] {{display: none}}")
