@@ -364,7 +364,7 @@ def speed_verdict(plain: RunTrace, timed: list[tuple[str, RunTrace]], costs: Cos
         why = (f"verifying {n} tokens costs {costs.verify_cost(n) / costs.verify_cost(1):.1f} plain steps on this "
                f"server (its price list, {costs.step_ms:.1f} ms a plain step) and {why}")
     how = "each run alone" if alone else "this run as it ran, streamed to the page"
-    return (f"**Here, now: EAGLE is {word} plain decoding ({best:.2f}x at best: {name[len('EAGLE, '):]}).** "
+    return (f"**Here, now: EAGLE is {word} plain decoding ({best:.2f}x at best: {name.removeprefix('EAGLE, ')}).** "
             f"Measured on this server just now, {how}; {why}.")
 
 
@@ -378,7 +378,7 @@ def race_text(result: race_mod.RaceResult, fastest_run: RunTrace | None, fastest
     run, plain = result.speculative, result.plain
     p = plain.summary()["tokens_per_s"]
     rows = [(COST_AWARE_ROW, policy_run)] if policy_run is not None else []
-    here = fastest is not None and not fastest.origin.startswith("shipped")
+    here = fastest is not None and not fastest.shipped
     rows += [(f"EAGLE, {'this server' if here else 'the shipped benchmark'}'s fastest tree", fastest_run)] \
         if fastest_run is not None else []
     mine = tree_of(run)

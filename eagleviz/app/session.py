@@ -153,6 +153,7 @@ class FastestTree:
 
     tree: TreeConfig
     origin: str
+    shipped: bool = False   # the shipped benchmark's result, not this machine's
 
     @property
     def label(self) -> str:
@@ -162,7 +163,7 @@ class FastestTree:
 def fastest_tree(temperature: float = 0.0) -> FastestTree | None:
     """This machine's fastest tree at this temperature (`measured.tuned_tree`), else None (never measured)."""
     found = tuned_tree(temperature)
-    return FastestTree(tuned_config(found), found.origin) if found is not None else None
+    return FastestTree(tuned_config(found), found.origin, found.shipped) if found is not None else None
 
 
 def why_small_trees(n: int = 16, costs: CostModel | None = None) -> str:

@@ -61,7 +61,8 @@ RUNNING_JS = ("(status) => { const on = /^(Running|Loading|Stopping)/.test(Strin
 IDLE_STOP_CSS = ("#stop:not([data-ev-running]) {background: var(--button-secondary-background-fill) !important; "
                  "color: var(--button-secondary-text-color) !important; "
                  "border-color: var(--button-secondary-border-color) !important} ")
-CSS = (OUTPUT_CSS + IDLE_STOP_CSS + " #output-text {min-height: 4em} .ev-explain {font-size: 15px} .ev-limits {font-size: 12px; opacity: 0.8} "
+CSS = (OUTPUT_CSS + IDLE_STOP_CSS + " #output-text {min-height: 4em} .ev-explain {font-size: 15px} "
+       ".ev-limits {font-size: 12px; opacity: 0.8} "
        ".ev-bench th, .ev-bench td {white-space: nowrap; padding: 4px 12px} "
        # never "token s", "speedu p", "3.0 / 0": only the row names wrap
        "#race-result th, #compare-result th, #race-result td:not(:first-child) {white-space: nowrap} "
@@ -187,7 +188,7 @@ def tree_origin(fastest) -> str:
     why it is small on a CPU."""
     where = ("`python -m eagleviz tune` finds this CPU's fastest tree." if not fastest else
              f"The fastest tree on this CPU, {fastest.label}, is the one `tune` found ({fastest.origin}); the race "
-             "times it." if not fastest.origin.startswith("shipped") else
+             "times it." if not fastest.shipped else
              f"The fastest tree {fastest.label} is the one `tune` found on the shipped benchmark's machine "
              f"({fastest.origin}); `python -m eagleviz tune` finds this CPU's own, and the race times it here.")
     return f"Each preset brings the tree that shows its lesson. {where} {why_small_trees()}"
@@ -258,7 +259,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                 with gr.Row():
                     textbook = gr.Button(f"Textbook tree {' / '.join(map(str, TEXTBOOK))}", size="sm",
                                          elem_id="textbook-tree")
-                    fast_btn = gr.Button(("Fastest tree, shipped benchmark: " if fastest.origin.startswith("shipped")
+                    fast_btn = gr.Button(("Fastest tree, shipped benchmark: " if fastest.shipped
                                           else "Fastest on this CPU: ") + fastest.label if fastest else
                                          "Fastest tree: not measured",
                                          size="sm", elem_id="fastest-tree", interactive=fastest is not None)

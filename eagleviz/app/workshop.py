@@ -79,7 +79,8 @@ TOUR_PANEL_PX = 340
 TOUR_CSS = (".gradio-container {overflow: clip !important} "   # hidden would make it the panel's scroll box
             f"{_OPEN_TOUR} {{position: sticky; bottom: 0; z-index: 30; box-shadow: 0 -6px 16px rgba(0, 0, 0, 0.18)}} "
             f"{_OPEN_TOUR} #tour {{max-height: 22vh; overflow-y: auto}} "
-            # a projector's larger text: the heading and two lines of words (they scroll), the view above them (`_FIT_VIEW`)
+            # a projector's larger text: the heading and two lines of words (they scroll), the view above them
+            # (`_FIT_VIEW`)
             f"body.{PROJECTOR_CLASS} {_OPEN_TOUR} #tour {{max-height: 6em !important}} "
             "#tour-section #tour h3 {margin: 0 0 4px 0} #tour-section #tour {font-size: 14px} "
             f"body.{TOUR_BESIDE_CLASS} .gradio-container {{padding-right: {TOUR_PANEL_PX + 16}px !important}} "
@@ -101,20 +102,24 @@ _PLACE_TOUR = (f"document.body.classList.toggle('{TOUR_BESIDE_CLASS}', "
 # drawn smaller (CSS zoom) so that it shows whole above the tour's words; every other view at its own size. Called
 # with no view (the tour closed, projecting ended): every view at its own size.
 _FIT_VIEW = f"""(view) => {{
-  for (const id of {list(TOUR_VIEWS)}) {{ const v = document.getElementById(id); if (v && v !== view) v.style.zoom = ''; }}
+  for (const id of {list(TOUR_VIEWS)}) {{
+    const v = document.getElementById(id); if (v && v !== view) v.style.zoom = '';
+  }}
   if (!view) return;
   view.style.zoom = '';
   const body = document.body, panel = document.getElementById('tour-section');
   const open = panel && panel.querySelector(':scope > .label-wrap.open');
-  if (!open || !body.classList.contains('{PROJECTOR_CLASS}') || body.classList.contains('{TOUR_BESIDE_CLASS}')) return;
+  if (!open || !body.classList.contains('{PROJECTOR_CLASS}')) return;
+  if (body.classList.contains('{TOUR_BESIDE_CLASS}')) return;
   const margin = parseFloat(getComputedStyle(view).scrollMarginTop) || 0;   // below a room's follow line
   const room = window.innerHeight - panel.getBoundingClientRect().height - margin - 8;
   const height = view.getBoundingClientRect().height;
   if (height > room && room > 0) view.style.zoom = String(Math.max(0.3, room / height));
 }}"""
 PLACE_TOUR_JS = ("() => { " + _PLACE_TOUR +
-                 " requestAnimationFrame(() => { window.dispatchEvent(new Event('resize')); requestAnimationFrame(() => "
-                 f"({_FIT_VIEW})(document.getElementById(document.body.dataset.evSlide || ''))); }}); return []; }}")
+                 " requestAnimationFrame(() => { window.dispatchEvent(new Event('resize')); "
+                 f"requestAnimationFrame(() => ({_FIT_VIEW})("
+                 "document.getElementById(document.body.dataset.evSlide || ''))); }); return []; }")
 
 # A view taller than the window above the panel stuck to its bottom (a phone's, a projector's): its bottom goes to
 # the panel's top, as far as its drawing (Plotly's plot areas) stays whole in the window; its title and legend go
