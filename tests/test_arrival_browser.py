@@ -152,14 +152,16 @@ def test_compare_b_starts_from_a_and_follows_it_until_moved(page):
                            timeout=60_000)
     page.wait_for_timeout(1000)                                # the preset's six knobs, copied
     assert b_knobs() == ["4", "4", "12", "0.8"]
-    set_number(page, "b-steps", 2)                             # B moved by hand: it keeps its own
-    page.wait_for_timeout(500)
+    assert prose(page, "b-follows") == "B follows A."
+    set_number(page, "b-steps", 2)                             # B moved by hand: it keeps its own, and says so
+    page.wait_for_function(f"() => ({PROSE_JS})('b-follows').startsWith('B keeps its own')", timeout=30_000)
     set_number(page, "steps", 6)
     page.wait_for_timeout(1000)
     assert b_knobs()[0] == "2"
     page.click("#b-from-a")
     page.wait_for_function("() => document.querySelector('#b-steps input[type=number]').value === '6'",
                            timeout=60_000)
+    assert prose(page, "b-follows") == "B follows A."
     shot(page, "a05_compare_b_from_a.png")
 
 

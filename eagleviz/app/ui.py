@@ -89,6 +89,8 @@ KNOB_DEFAULTS = Knobs(max_new_tokens=presets.PRESET_TOKENS)
 SOURCE_CHOICES = [("EAGLE head", "eagle"), ("prompt lookup", "lookup"), ("both", "eagle+lookup")]
 TEXTBOOK = (5, 4, 16)
 VIEW_MIN_WIDTH = 580      # px: the narrowest a view is drawn; two side by side only where both get this width
+B_FOLLOWS = "B follows A."                                   # Compare's B: what its knobs are now
+B_OWN = "B keeps its own settings; **B = A** follows A again."
 RACING = ("Racing: plain decoding, then the cost-aware and the fastest trees, on this run's prompt, each timed "
           "alone\u2026")
 # Brings the cycle's controls, caption and first views into sight (unless the draft tree already is): after a
@@ -316,6 +318,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                 with gr.Column(scale=1, min_width=160):
                     compare_btn = gr.Button("Compare A and B", elem_id="compare")
                     b_from_a = gr.Button("B = A", elem_id="b-from-a", size="sm")
+                    b_note = gr.Markdown(B_FOLLOWS, elem_id="b-follows", elem_classes="ev-line")
             compare_md = gr.Markdown(elem_id="compare-result")
             with gr.Row():
                 compare_hist = gr.Plot(label="Acceptance histogram", elem_id="compare-histogram", show_label=False,
@@ -487,7 +490,10 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         # Stop skips the queue: it must reach the running generator even when the queue is full. Its words are the
         # page's (STOPPING_JS), so that no answer of the server's can arrive after "Done" and cover it.
         stop_btn.click(None, status, status, js=STOPPING_JS, queue=False, **quiet)
-        stop_btn.click(h.request_stop, stop, None, queue=False, **quiet)
+
+        def stop_asked(request: StopRequest) -> None:   # an event with no outputs returns nothing
+            h.request_stop(request)
+        stop_btn.click(stop_asked, stop, None, queue=False, **quiet)
         # The slider moved by hand (typed, clicked, dragged): the views follow; the slider itself is not an output.
         # A move (a step, a token, a phase too) is told to the instructor's room as the server answers it
         # (`workshop.room_told`), not once the page has drawn it.
@@ -560,10 +566,10 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         b_knobs = [b_steps, b_topk, b_draft, b_temperature, b_adaptive, b_source]
         # B follows A's tree and temperature until one of B's own knobs is moved; B = A makes it follow again.
         a_knobs = [steps, topk, draft_tokens, temperature, adaptive, source]
-        gr.on([b.input for b in b_knobs], lambda: True, None, b_own, queue=False, **quiet)
+        gr.on([b.input for b in b_knobs], lambda: (True, B_OWN), None, [b_own, b_note], queue=False, **quiet)
         gr.on([a.change for a in a_knobs], lambda own, *a: (gr.skip(),) * len(a) if own else a, [b_own, *a_knobs],
               b_knobs, queue=False, trigger_mode="always_last", **quiet)   # a preset moves six knobs: one copy
-        b_from_a.click(lambda *a: (False, *a), a_knobs, [b_own, *b_knobs], queue=False, **quiet)
+        b_from_a.click(lambda *a: (False, B_FOLLOWS, *a), a_knobs, [b_own, b_note, *b_knobs], queue=False, **quiet)
         compare_btn.click(lambda: "Comparing: setting A, then setting B, on this prompt\u2026", None, compare_md,
                           queue=False, **quiet).then(gpu(h.compare), [stop, pair, prompt, *knobs, *b_knobs],
                                                      [compare_md, compare_hist, compare_pos], **model)
