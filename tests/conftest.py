@@ -137,11 +137,16 @@ def app_url():
     """The page served by the embedded SmolLM2 target and the default head, started once for every browser suite:
     each test opens its own tab and makes the runs it needs, so the suites pass alone, together and in any
     order (a suite that needs other settings serves its own page)."""
+    from eagleviz.app.rooms import Rooms
     from eagleviz.app.ui import CSS, build_app
     from eagleviz.decoding.load import load_engine
     from servers import serving
 
-    with serving(build_app(load_engine(), model_id="HuggingFaceTB/SmolLM2-135M-Instruct"), css=CSS) as url:
+    # Rooms whose instructor's page beats each second and is away after five unheard (the defaults' 10 and 25, as
+    # fast): a class test sees an instructor's closed page said to its followers in seconds, not in a minute.
+    rooms = Rooms(here_every_s=1.0, away_after_s=5.0, alive_s=1.0)
+    with serving(build_app(load_engine(), model_id="HuggingFaceTB/SmolLM2-135M-Instruct", rooms=rooms),
+                 css=CSS) as url:
         yield url
 
 

@@ -160,3 +160,27 @@ def test_the_instructors_tour_reaches_the_class_with_its_words_and_view(browser,
     finally:
         teacher.close()
         follower.close()
+
+
+def test_the_instructor_sees_who_follows_and_the_class_hears_when_its_page_closes(browser, app_url):
+    """The instructor's page shows the room's code large, its link written out in full for the projector, and how
+    many pages follow; closed, its followers say so (this server's rooms: away after five unheard seconds, the
+    default 25) and keep the last picture."""
+    teacher, follower, k, link = class_of_one(browser, app_url)
+    code = link.split("=")[1]
+    try:
+        teacher.wait_for_function(f"() => ({PROSE_JS})('room-class') === '1 page follows room {code} now.'",
+                                  timeout=60_000)
+        anchor = teacher.locator("#room-text a").first
+        assert anchor.inner_text() == app_url.rstrip("/") + f"/?room={code}" and anchor.get_attribute("href") == link
+        size = teacher.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#room-text p strong'))"
+                                ".fontSize)")
+        assert size >= 30, size                                 # the code, read off a projector
+        shot(teacher, "a14_room_code_1280.png")
+        teacher.close()
+        follower.wait_for_function(f"() => ({PROSE_JS})('follow-text').includes('not been heard')", timeout=20_000)
+        assert shown_cycle(follower) == k                       # the last picture stays
+        shot(follower, "a14_instructor_away_1024.png")
+    finally:
+        teacher.close()
+        follower.close()

@@ -332,6 +332,62 @@ def test_a_room_gives_each_follower_the_instructors_picture_once_per_move_and_en
     asyncio.run(follow())
 
 
+def test_the_instructor_hears_how_many_follow_and_followers_hear_when_its_page_is_away_and_back(handlers):
+    """The instructor's page beats (`room_heard`): it is told how many pages follow (said again only when that
+    changes); unheard for longer than `AWAY_S`, its followers' line says so at their stream's next beat, with the
+    picture left as it is; its next beat tells them at once that it is back."""
+    now = [0.0]
+    rooms, run, code, line = _room(clock=lambda: now[0], alive_s=0.05)
+    AWAY_S = rooms.away_after_s
+    assert line.startswith(f"Room **{code}**\n\n")                  # the code first, alone: drawn large
+    said, beat = workshop.room_heard(rooms, code, "")
+    assert said == f"**0** pages follow room **{code}** now." and beat == gr.skip()
+
+    async def follow():
+        a = workshop.room_followed(rooms, code, True, "a")
+        b = workshop.room_followed(rooms, code, True, "b")
+        first = await _next(a)
+        await _next(b)
+        assert first[-1].startswith(f"Following room **{code}**")
+        assert workshop.room_heard(rooms, code, said)[0] == f"**2** pages follow room **{code}** now."
+        assert workshop.room_heard(rooms, code, f"**2** pages follow room **{code}** now.")[0] == gr.skip()
+        await b.aclose()
+        assert workshop.room_heard(rooms, code, "")[0] == f"**1** page follows room **{code}** now."
+        now[0] += AWAY_S + 15                                         # the instructor's page unheard
+        away = await _next(a)
+        while away[-1].startswith("Following"):                       # a beat that came before the clock moved
+            away = await _next(a)
+        assert away[-1].startswith("\u26a0") and f"not been heard for {AWAY_S + 15:.0f} s" in away[-1]
+        assert all(v == gr.skip() for v in away[:-1])                  # the last picture stays as it is
+        waiting = asyncio.ensure_future(_next(a, 1.0))
+        await asyncio.sleep(0.01)
+        workshop.room_heard(rooms, code, "")                           # back: said at once, not at the next beat
+        back = await waiting
+        assert back[-1].startswith(f"Following room **{code}**") and all(v == gr.skip() for v in back[:-1])
+        await a.aclose()
+
+    asyncio.run(follow())
+    now[0] += 3 * 3600                                                  # no move for the room's life: it ends
+    said, beat = workshop.room_heard(rooms, code, "")
+    assert "has ended" in said and beat.active is False
+    assert workshop.room_heard(rooms, None, "")[0] == gr.skip()
+
+
+def test_a_rooms_link_is_written_out_at_the_pages_address_for_a_projector():
+    import types
+
+    from eagleviz.app.rooms import Rooms
+
+    def request(referer):
+        return types.SimpleNamespace(headers={"referer": referer} if referer else {})
+
+    assert workshop.page_address(request("https://x.hf.space/?gallery=story#cycle")) == "https://x.hf.space/"
+    assert workshop.page_address(request("")) == "" == workshop.page_address(None)
+    assert workshop.page_address(request("javascript:alert(1)")) == ""
+    code, line, _ = workshop.room_opened(Rooms(), None, 0, None, None, "http://10.0.0.2:7860/")
+    assert f"[http://10.0.0.2:7860/?room={code}](?room={code})" in line
+
+
 def test_the_instructors_tour_reaches_the_followers_with_its_words(handlers):
     """The instructor opens the tour and steps it: each follower's tour opens at the same stop with its words (and
     the words for the scroll to its view); closed, a follower's own tour is left as it is."""

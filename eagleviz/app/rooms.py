@@ -8,6 +8,8 @@ step away and come back (its "follow" switch).
     Rooms.reclaim(code, key)         the room (its picture) for the page that holds its key, or None
     Rooms.show(code, run, ...)       the instructor's page shows this picture now: the room's next version
     Rooms.toured(code, stop)         the instructor's tour at stop `stop` (None: closed): followers' tours follow it
+    Rooms.here(code)                 the instructor's page is still open (its beat): how many pages follow the room
+    Rooms.away_s(room)               how long the instructor's page has not been heard (0 while it is)
     Rooms.seen(code)                 the room's picture (a `Shown`), or None for a room that is not (or no longer) there
     Rooms.followed(code, page, ...)  one follower page's room, pushed at each new version (an async iterator)
     Rooms.unfollow(code, page)       that page steps away: its `followed` ends
@@ -19,7 +21,10 @@ instructor's RunTrace, shared read-only, so a follower does no model work, recor
 run's trace grows while it is shown: a cycle once recorded never changes). The view values of a version are drawn
 once, by the first follower woken, and handed to the others (`Shown.drawn`); those woken while it draws await the
 same drawing (thirty woken at once would otherwise draw it side by side). A room its instructor has left (no
-picture shown for `ttl_s`) ends by itself: its followers are told, once, and their streams end.
+picture shown for `ttl_s`) ends by itself: its followers are told, once, and their streams end. The instructor's
+open page beats every `here_every_s` (`here`): unheard for `away_after_s`, its followers are told it is away (at
+their stream's next beat, within `alive_s`), and told again at once when it is back (defaults: `HERE_EVERY_S`,
+`AWAY_S`, `ALIVE_S`).
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ CODE_LETTERS = "ABCDEFGHJKMNPQRSTUVWXYZ"   # no I, L, O: read aloud and typed fr
 CODE_CHARS = 5
 ROOM_TTL_S = 2 * 3600                      # a room untouched this long (its instructor gone) ends
 MAX_ROOMS = 256                            # a public server is not a room directory: the oldest go first
-ALIVE_S = 30.0                             # a follower's stream says "nothing new" this often (see `followed`)
+ALIVE_S = 20.0                             # a follower's stream says "nothing new" this often (see `followed`)
+HERE_EVERY_S = 10.0                        # the instructor's open page says it is there this often (`here`)
+AWAY_S = 25.0                              # unheard this long, the instructor's page is away (closed, asleep)
 
 
 @dataclass
@@ -55,6 +62,8 @@ class Shown:
     tour: int | None = None  # the instructor's tour stop (None: its tour closed)
     version: int = 0
     touched: float = 0.0
+    heard: float = 0.0       # when the instructor's page was last heard (a move or its beat)
+    back: int = 0            # how often the instructor's page came back after being away (its followers told)
     key: str = field(default="", repr=False, compare=False)   # the instructor's secret (`Rooms.reclaim`)
     drawn: tuple | None = field(default=None, repr=False)
     drawing: asyncio.Future | None = field(default=None, repr=False, compare=False)
@@ -65,8 +74,10 @@ class Rooms:
     followers' streams in its event loop."""
 
     def __init__(self, ttl_s: float = ROOM_TTL_S, clock: Callable[[], float] = time.monotonic,
-                 max_rooms: int = MAX_ROOMS):
-        self.ttl_s, self._clock, self.max_rooms = ttl_s, clock, max_rooms
+                 max_rooms: int = MAX_ROOMS, alive_s: float = ALIVE_S, here_every_s: float = HERE_EVERY_S,
+                 away_after_s: float = AWAY_S):
+        self.ttl_s, self._clock, self.max_rooms, self.alive_s = ttl_s, clock, max_rooms, alive_s
+        self.here_every_s, self.away_after_s = here_every_s, away_after_s
         self._lock = threading.Lock()
         self._rooms: dict[str, Shown] = {}
         # The followers' streams asleep until their room changes, by room: each woken in its own event loop.
@@ -81,7 +92,8 @@ class Rooms:
             while len(self._rooms) >= self.max_rooms:
                 self._end(min(self._rooms, key=lambda c: self._rooms[c].touched))
             code = self._new_code()
-            self._rooms[code] = Shown(touched=self._clock(), key=secrets.token_urlsafe(16))
+            now = self._clock()
+            self._rooms[code] = Shown(touched=now, heard=now, key=secrets.token_urlsafe(16))
             return code
 
     def host_key(self, code: str | None) -> str | None:
@@ -99,7 +111,36 @@ class Rooms:
             if room is None or not key or not secrets.compare_digest(room.key, str(key)):
                 return None
             room.touched = self._clock()
+            self._heard(_code(code), room)
             return room
+
+    def here(self, code: str | None) -> int | None:
+        """The instructor's open page beats (every `HERE_EVERY_S`): it is there, though it may not move for a while.
+        Returns how many pages follow the room now, or None when the room has ended. Does not touch the room: one
+        open page does not keep a room alive past its `ttl_s` of no moves."""
+        with self._lock:
+            self._sweep()
+            code = _code(code)
+            room = self._rooms.get(code)
+            if room is None:
+                return None
+            self._heard(code, room)
+            return sum(1 for c, _ in self._streams if c == code)
+
+    def away_s(self, room: Shown) -> float:
+        """How long the instructor's page of `room` has gone unheard, or 0 while it is heard (within `away_after_s`)."""
+        with self._lock:
+            quiet = self._clock() - room.heard
+        return quiet if quiet > self.away_after_s else 0.0
+
+    def _heard(self, code: str, room: Shown) -> None:
+        """With the lock held: the instructor's page of room `code` was heard; back after being away, its followers
+        are woken to say so."""
+        now = self._clock()
+        if now - room.heard > self.away_after_s:
+            room.back += 1
+            self._wake(code)
+        room.heard = now
 
     def _new_code(self) -> str:
         while True:
@@ -144,6 +185,7 @@ class Rooms:
                 room.version, room.drawn, room.drawing = room.version + 1, None, None
                 self._wake(code)
             room.touched = self._clock()
+            self._heard(code, room)
             return True
 
     def seen(self, code: str | None) -> Shown | None:
@@ -152,13 +194,15 @@ class Rooms:
             self._sweep()
             return self._rooms.get(_code(code))
 
-    async def followed(self, code: str | None, page: str, alive_s: float = ALIVE_S) -> AsyncIterator[Shown | None]:
+    async def followed(self, code: str | None, page: str, alive_s: float | None = None) -> AsyncIterator[Shown | None]:
         """One follower page's room (`page`: its session), pushed: as it is now, then at each new version the moment
-        it is shown; None once when the room has ended (or never was), and then no more. With nothing new for
-        `alive_s`, the room again as it was: its reader may have left (a closed tab ends a Gradio stream at its
-        next update only). It stops when the page steps away (`unfollow`) or follows anew (its newer stream takes
-        over). Yields the room object itself: read it, do not change it."""
+        it is shown, or when the instructor's page is back after being away; None once when the room has ended (or
+        never was), and then no more. With nothing new for `alive_s`, the room again as it was: its reader may have
+        left (a closed tab ends a Gradio stream at its next update only), and the instructor's page may be away.
+        It stops when the page steps away (`unfollow`) or follows anew (its newer stream takes over). `alive_s`: the
+        rooms' own unless given. Yields the room object itself: read it, do not change it."""
         code, loop = _code(code), asyncio.get_running_loop()
+        alive_s = self.alive_s if alive_s is None else alive_s
         key, seen = (code, page), None
         with self._lock:
             ticket = self._streams[key] = next(self._tickets)
@@ -171,14 +215,14 @@ class Rooms:
                     if self._streams.get(key) != ticket:
                         return
                     room = self._rooms.get(code)
-                    asleep = room is not None and room.version == seen
+                    asleep = room is not None and (room.version, room.back) == seen
                     if asleep:
                         self._asleep.setdefault(code, []).append((loop, woken))
                 if room is None:
                     yield None
                     return
                 if not asleep:
-                    seen = room.version
+                    seen = (room.version, room.back)
                     yield room
                 elif not await self._slept(code, loop, woken, alive_s):
                     seen = None   # nothing new for alive_s: the room again, as it is now

@@ -70,6 +70,9 @@ CSS = (OUTPUT_CSS + IDLE_STOP_CSS + " #output-text {min-height: 4em} .ev-explain
        "#race-result table, #compare-result table {display: block; overflow-x: auto} "
        "#race-result td:first-child {min-width: 11em} "
        ".ev-line p {margin: 0; font-size: 14px} "
+       # A room's code, large enough to read off a projector at the back of a room
+       "#room-text p:first-child strong:first-child {font-family: var(--font-mono); font-size: 2.4em; "
+       "letter-spacing: 0.12em} "
        # A page in a room says so wherever it is scrolled: the follow line stays at the window's top.
        "#follow-row {position: sticky; top: 0; z-index: 1000; padding: 4px 0; "
        "background: var(--body-background-fill, white) !important; "
@@ -210,14 +213,15 @@ def as_pairs(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model_
 
 def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model_id: str = "",
               head_path: str | None = None, note: str = "", gpu: Callable[[Callable], Callable] = lambda fn: fn,
-              limits: Limits | None = None) -> gr.Blocks:
+              limits: Limits | None = None, rooms: Rooms | None = None) -> gr.Blocks:
     """The app, with its queue configured. `engine` is an Engine, a factory called once on first use, a ready
     EngineHub, or a PairHub of the operator's model/head pairs. `gpu` wraps the handlers that run the model (on
-    ZeroGPU Spaces: `spaces.GPU`). `limits` defaults to the EAGLEVIZ_* environment (Limits.from_env)."""
+    ZeroGPU Spaces: `spaces.GPU`). `limits` defaults to the EAGLEVIZ_* environment (Limits.from_env); `rooms` to
+    rooms with their default timings (`eagleviz.app.rooms`)."""
     limits = limits or Limits.from_env()
     pairs = as_pairs(engine, model_id, head_path)
     h = Handlers(pairs, limits)
-    rooms = Rooms()   # the rooms a class follows on this server (`eagleviz.app.rooms`)
+    rooms = Rooms() if rooms is None else rooms   # the rooms a class follows on this server (`eagleviz.app.rooms`)
     run_fn, race_fn, api_fn = gpu(h.run), gpu(h.race), gpu(h.api_generate)
     first = presets.PRESETS[0]
     d = presets.knobs(first, KNOB_DEFAULTS)   # the page opens on the first preset, with its branching tree
@@ -297,6 +301,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             with gr.Row():
                 room_btn = gr.Button("Open a room: the class follows this page live", size="sm", elem_id="open-room")
                 room_md = gr.Markdown(elem_id="room-text")
+                room_class = gr.Markdown(elem_id="room-class")   # how many pages follow the room now
+                beat = gr.Timer(rooms.here_every_s, active=False)   # a page with a room says it is there
                 room_claim = gr.Textbox(visible=False, elem_id="room-claim")   # the room this browser opened
             gr.Markdown(limits.describe(), elem_id="limits", elem_classes="ev-limits")
         with gr.Accordion("Compare two settings on this prompt: tokens per cycle, acceptance per position, speed",
@@ -437,16 +443,30 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         # the views; from a link to a recorded run's picture (a room's link), the views.
         # Then the room this browser opened, if it is still there: taken back, its picture shown again (after the
         # arrival's picture, which it replaces).
-        demo.load(opened, None, [*run_outputs, *settings, pair, projector, link_note, recorded]).then(
+        def reclaimed(claim, request: gr.Request):   # the room this browser opened, written out at this page's address
+            return workshop.room_reclaimed(h, rooms, claim, workshop.page_address(request))
+
+        def room_opened(run, index, frame, slot, request: gr.Request):
+            return workshop.room_opened(rooms, run, index, frame, slot, workshop.page_address(request))
+
+        def heard(code, said):
+            return workshop.room_heard(rooms, code, said)
+
+        taken_back = demo.load(opened, None, [*run_outputs, *settings, pair, projector, link_note, recorded]).then(
             invited, recorded, arrival_md, queue=False, **quiet).then(None, status, None, js=ARRIVAL_JS).then(
             None, None, room_claim, js=workshop.ROOM_READ_JS).then(
-            lambda c: workshop.room_reclaimed(h, rooms, c), room_claim,
-            [room_code, room_md, room_claim, recorded, arrival_md, *run_outputs, *settings],
-            queue=False, **quiet).then(None, room_claim, None, js=workshop.ROOM_KEPT_JS)
+            reclaimed, room_claim, [room_code, room_md, room_claim, recorded, arrival_md, *run_outputs, *settings],
+            queue=False, **quiet)
+        taken_back.then(None, room_claim, None, js=workshop.ROOM_KEPT_JS)
         # A room: the instructor's page shows, every page that joined it follows (no model work on theirs).
-        room_btn.click(lambda r, i, f, s: workshop.room_opened(rooms, r, i, f, s), [run_state, slider, phase, focus],
-                       [room_code, room_md, room_claim], queue=False).then(None, room_claim, None,
-                                                                           js=workshop.ROOM_KEPT_JS)
+        # While this page has a room (opened, or taken back), it beats: its followers know it is there, it hears how
+        # many follow.
+        beating = dict(fn=lambda c: gr.Timer(active=bool(c)), inputs=room_code, outputs=beat, queue=False, **quiet)
+        beaten = dict(fn=heard, inputs=[room_code, room_class], outputs=[room_class, beat], queue=False, **quiet)
+        room_btn.click(room_opened, [run_state, slider, phase, focus], [room_code, room_md, room_claim],
+                       queue=False).then(None, room_claim, None, js=workshop.ROOM_KEPT_JS).then(**beating).then(**beaten)
+        taken_back.then(**beating).then(**beaten)
+        beat.tick(**beaten)
         gr.on([slider.change, phase.change, focus.change, status.change],
               lambda c, r, i, f, s: workshop.room_shown(rooms, c, r, i, f, s), [room_code, run_state, slider, phase,
                                                                                  focus], room_md, queue=False, **quiet)

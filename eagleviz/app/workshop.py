@@ -402,23 +402,35 @@ def picture_link(entry: str | None, run: RunTrace | None, index: float, frame: f
 # ---------------------------------------------------------------- a room that follows the instructor, live
 
 
-def room_opened(rooms: Rooms, run: RunTrace | None, cycle: float, frame: float | None, slot: int | None) -> tuple:
-    """The instructor opens a room: its code, the line that gives it to the class (a relative link), and the claim
-    this browser keeps (`ROOM_KEPT_JS`: the code and its key) to take the room back after a reload. Outputs: the
-    room's code (the instructor's page's state), the line, the claim."""
+def room_opened(rooms: Rooms, run: RunTrace | None, cycle: float, frame: float | None, slot: int | None,
+                address: str = "") -> tuple:
+    """The instructor opens a room: its code, the line that gives it to the class (the link written out in full at
+    the page's `address`, `page_address`, where it is known), and the claim this browser keeps (`ROOM_KEPT_JS`: the
+    code and its key) to take the room back after a reload. Outputs: the room's code (the instructor's page's
+    state), the line, the claim."""
     code = rooms.open()
     rooms.show(code, run, cycle, frame, slot)
-    return code, _room_line(code), f"{code}:{rooms.host_key(code)}"
+    return code, _room_line(code, address=address), f"{code}:{rooms.host_key(code)}"
 
 
-def _room_line(code: str, again: bool = False) -> str:
-    said = f"Room **{code}** taken back after a reload: the class follows this page again. " if again else ""
-    return (f"{said}Room **{code}**: students open [this link](?room={code}) (or add `?room={code}` to the page's "
-            "address) and follow this page's run, cycle, phase and picked token, recorded or live. It ends two hours "
-            "after this page last moves; reloaded in this browser, this page takes it back.")
+def page_address(request: gr.Request | None) -> str:
+    """The address of the page that sent `request` (its Referer, without query or fragment), to write a room's link
+    out in full for a projector; "" where the browser did not say."""
+    referer = str(request.headers.get("referer", "")) if request is not None and request.headers else ""
+    address = referer.split("#")[0].split("?")[0]
+    return address if address.startswith(("http://", "https://")) else ""
 
 
-def room_reclaimed(h: Handlers, rooms: Rooms, claim: str | None) -> tuple:
+def _room_line(code: str, again: bool = False, address: str = "") -> str:
+    said = " taken back after a reload: the class follows this page again." if again else ""
+    link = (f"[{address}?room={code}](?room={code})" if address else
+            f"[this link](?room={code}) (or add `?room={code}` to the page's address)")
+    return (f"Room **{code}**{said}\n\nStudents open {link} and follow this page's run, cycle, phase and picked "
+            "token, recorded or live. It ends two hours after this page last moves; reloaded in this browser, this "
+            "page takes it back.")
+
+
+def room_reclaimed(h: Handlers, rooms: Rooms, claim: str | None, address: str = "") -> tuple:
     """On load, the claim this browser kept (`room_opened`): the room taken back by the page that opened it (after a
     reload, a closed tab), its picture (the run, cycle, phase and token the class sees) shown here again. A claim
     whose room has ended is dropped. Outputs: the room's code, the room's line, the claim kept, the recorded run
@@ -431,11 +443,11 @@ def room_reclaimed(h: Handlers, rooms: Rooms, claim: str | None) -> tuple:
         return gr.skip(), gr.skip(), "", *skip
     run = room.run
     if run is None or not run.cycles:
-        return code, _room_line(code, True), claim, *skip
+        return code, _room_line(code, True, address), claim, *skip
     i = max(0, min(room.cycle, len(run.cycles) - 1))
     shown = list(h.finished(run, (i, tuple(nav.view_at(run, i, room.frame, room.slot)))))
     shown[2] = f"Room **{code}** taken back after a reload: the class follows this page again, from this picture."
-    return code, _room_line(code, True), claim, None, "", *shown, *_run_settings(h, run)
+    return code, _room_line(code, True, address), claim, None, "", *shown, *_run_settings(h, run)
 
 
 # The room this browser opened, kept across reloads (`room_reclaimed`); a page that joined a room keeps none.
@@ -569,15 +581,12 @@ async def room_followed(rooms: Rooms, code: str | None, follow: bool, page: str,
         rooms.unfollow(code, page)
         yield (skip,) * FOLLOW_SIZE
         return
-    line = (f"Following room **{str(code)[:8]}**: this page shows the instructor's picture. Untick to explore on "
-            "your own.")
-
     def draw(shown) -> tuple:   # by the first follower of this version; the others reuse it
         run, i = shown.run, max(0, min(shown.cycle, len(shown.run.cycles) - 1))
         return sent_once((output_tokens(run), cycle_slider(run, i), summary_figure(run, i),
                           *nav.view_at(run, i, shown.frame, shown.slot), *toured(run, i, shown.tour)), components)
 
-    met = False   # whether this stream has met its room open
+    met, sent = False, None   # whether this stream has met its room open; the version of the picture it sent
     async with aclosing(rooms.followed(code, page)) as pushed:   # closed with this stream: the room forgets it
         async for room in pushed:
             if room is None:   # ended: the last picture stays; never there: not left empty, a recorded run shown
@@ -588,9 +597,33 @@ async def room_followed(rooms: Rooms, code: str | None, follow: bool, page: str,
                     yield (*not_followed(components), f"\u26a0 Room {str(code)[:8]} is not open (ended, or "
                            "mistyped): this page does not follow. Below, a recorded run; ask for the room's code again.")
                 return
-            met = True
-            if room.run is None or not room.run.cycles:
+            met, line = True, following_line(code, rooms.away_s(room))
+            if room.run is None or not room.run.cycles or room.version == sent:   # its line alone: no new picture
                 yield (*[skip] * (FOLLOW_SIZE - 1), line)
                 continue
             shown = await rooms.drawn(room, draw)
+            sent = shown.version
             yield (shown.run, *shown.drawn, line)
+
+
+def following_line(code: str | None, away_s: float) -> str:
+    """A follower's line: the room it follows, and whether the instructor's page is away (`Rooms.away_s`)."""
+    if away_s:
+        quiet = f"{away_s / 60:.0f} min" if away_s >= 120 else f"{away_s:.0f} s"
+        return (f"\u26a0 Room **{str(code)[:8]}**: the instructor's page has not been heard for {quiet} (closed, or "
+                "its computer asleep). This page keeps its last picture and follows again when it is back.")
+    return (f"Following room **{str(code)[:8]}**: this page shows the instructor's picture. Untick to explore on "
+            "your own.")
+
+
+def room_heard(rooms: Rooms, code: str | None, said: str | None) -> tuple:
+    """The instructor's open page beats (`Rooms.here`, every `rooms.HERE_EVERY_S` while it has a room): its followers
+    know it is there, and it hears how many pages follow. Outputs: the class line (skipped when unchanged), the beat
+    (stopped once the room has ended)."""
+    if not code:
+        return gr.skip(), gr.Timer(active=False)
+    n = rooms.here(code)
+    if n is None:
+        return "\u26a0 This room has ended; open a new one.", gr.Timer(active=False)
+    line = f"**{n}** page{'s' if n != 1 else ''} follow{'s' if n == 1 else ''} room **{code}** now."
+    return (gr.skip() if line == (said or "").strip() else line), gr.skip()
