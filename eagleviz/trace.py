@@ -133,6 +133,15 @@ class OutputToken:
     text: str
     cycle: int          # -1 for the token produced by the prefill
     source: str         # "prefill", "draft" (accepted draft token) or "bonus"
+    # What the token adds to the output's text where its own text is not whole: a byte-level tokenizer spells an
+    # emoji over several tokens, each alone "\ufffd"; the unfinished ones add "" and the one that finishes it the
+    # character. None: its own `text` (every other token, and traces that predate the field).
+    piece: str | None = None
+
+    @property
+    def written(self) -> str:
+        """The token's part of the output's text."""
+        return self.text if self.piece is None else self.piece
 
 
 def numerics(weights: str, dtype: str) -> str:
@@ -179,7 +188,7 @@ class RunTrace:
 
     @property
     def text(self) -> str:
-        return "".join(t.text for t in self.output)
+        return "".join(t.written for t in self.output)
 
     def summary(self) -> dict:
         return summarize(self)

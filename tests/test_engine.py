@@ -782,3 +782,42 @@ def test_a_cycle_of_the_root_alone_decides_as_the_full_acceptance_does(compiled)
                 (full.bonus_token, full.path, full.checks, full.bonus_source)
             assert root_argmax == argmax and root_tprobs == pytest.approx(tprobs, rel=1e-6)
             assert torch.equal(full_gen.get_state(), root_gen.get_state())  # the same draws consumed
+
+
+def test_a_character_spelled_over_byte_tokens_is_written_whole_once_finished():
+    """SmolLM2's byte-level tokenizer spells an emoji over several tokens, each decoded alone as U+FFFD: the run's
+    text is the tokenizer's own decoding of its tokens (never "\ufffd\ufffd"), committed a token at a time or several
+    at once; the token that finishes a character carries it, those before it add nothing and show as parts; a byte
+    no token finishes stays U+FFFD, as the tokenizer writes it; the pieces survive a trace's JSON."""
+    from transformers import AutoTokenizer
+
+    from eagleviz.decoding.engine import Engine, _TokenText
+    from eagleviz.models.loading import embedded_snapshot
+    from eagleviz.visuals.output_text import PART_MARK, output_tokens
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(embedded_snapshot()))
+    except UserFacingError as exc:  # the embedded model package is not installed
+        pytest.skip(str(exc))
+    text = _TokenText(tok, len(tok))
+
+    def written(ids: list[int], at_once: int) -> RunTrace:
+        run = RunTrace(prompt="", prompt_tokens=0, config={}, seed=0, device="cpu", dtype="float32",
+                       attn_impl="torch", model="", head="")
+        for i in range(0, len(ids), at_once):
+            Engine._emit(run, [(t, "draft") for t in ids[i:i + at_once]], i, frozenset(), 10 ** 6, text)
+        return run
+
+    words = "Hi \U0001f985 eagle \U0001f600 \u00e9 \u4e2d\u6587 done"
+    ids = tok.encode(words)
+    assert sum("\ufffd" in tok.decode([t]) for t in ids) >= 4          # the emoji are split into byte tokens
+    for at_once in (1, 3, len(ids)):
+        run = written(ids, at_once)
+        assert run.text == tok.decode(ids) == words, at_once
+    parts = [t.piece for t in run.output]
+    assert parts[1:4] == ["", "", " \U0001f985"] and parts[0] is None
+    shown = [s for s, _ in output_tokens(run)]
+    assert shown[1:4] == [PART_MARK, PART_MARK, " \U0001f985"] and "\ufffd" not in "".join(shown)
+    assert RunTrace.from_json(run.to_json()).text == words
+    stray = [ids[1], tok.encode(" eagle")[0]]                            # a first byte no token finishes
+    assert written(stray, 1).text == tok.decode(stray) and "\ufffd" in tok.decode(stray)

@@ -29,6 +29,7 @@ Inputs go to the device without blocking and phases are timed by CUDA events (`e
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import os
 import time
@@ -79,6 +80,7 @@ def lookup_passed(match: Match) -> str:
 
 
 ROOT_MASK = torch.ones(1, 1, dtype=torch.bool)  # a tree of the root alone: it sees itself (the forward needs none)
+CHAR_TOKENS = 4  # the most tokens one character's UTF-8 bytes span (`_TokenText.piece`)
 REST_BATCH = 16  # the most resting cycles run as one stretch of plain steps (`Engine._rest_steps`)
 
 
@@ -116,6 +118,29 @@ class _TokenText:
     def many(self, tokens: list[int]) -> list[str]:
         texts, n = self._texts, len(self._texts)
         return [texts[t] if 0 <= t < n else self._tok.decode([t]) for t in tokens]
+
+    def piece(self, held: list[int], token: int) -> str | None:
+        """What committing `token` adds to the output's text, after the `held` tokens before it whose bytes began a
+        character they did not finish (a byte-level tokenizer splits an emoji or a CJK character over up to
+        four tokens, each decoded alone as U+FFFD): "" while the character is still unfinished (it waits for the
+        next token, at most CHAR_TOKENS in all), the decoded group once it is, None for a token whose own text
+        is already whole (nothing held)."""
+        if not held and "\ufffd" not in self(token):
+            return None
+        group = [*held, token]
+        joined = self._tok.decode(group)
+        return "" if joined.endswith("\ufffd") and len(group) < CHAR_TOKENS else joined
+
+
+class _Untold:
+    """The text of a run that is not recorded: none."""
+
+    def __call__(self, token: int) -> str:
+        return ""
+
+    @staticmethod
+    def piece(held: list[int], token: int) -> None:
+        return None
 
 
 def runnable_impl(attn_impl: str, device: torch.device | str) -> str:
@@ -394,7 +419,9 @@ class Engine:
               text) -> bool:
         """Append committed tokens with their provenance; True when a stop condition is reached."""
         for token, source in tokens:
-            run.output.append(OutputToken(token=token, text=text(token), cycle=cycle, source=source))
+            held = list(itertools.takewhile(lambda t: t.piece == "", reversed(run.output)))[::-1]
+            run.output.append(OutputToken(token=token, text=text(token), cycle=cycle, source=source,
+                                          piece=text.piece([t.token for t in held], token)))
             if token in eos:
                 run.stop_reason = "eos"
                 return True
@@ -487,7 +514,7 @@ class Engine:
         target, dev = self.target, self.target.device
         gen = torch.Generator(device=dev).manual_seed(sampling.seed)
         tcache = steps.cache  # `capacity`: the run's slots (a static state may hold more)
-        text = self._text if record else (lambda token: "")
+        text = self._text if record else _Untold()
         policy = self.policy(tree_cfg, sampling)
         learned = RunAcceptance(policy.calibration) if policy is not None and self.learn else None
         clocked = RunCosts(policy.costs) if policy is not None and self.ledger else None  # its clock: the prices

@@ -7,7 +7,9 @@ target's own token, "prefill" = the token the prompt's forward produced, "target
 from searching the decoded text. The text keeps its line breaks and indentation: a newline is shown as a
 visible mark followed by the line break itself (the highlighted-text view starts a new line there, and the
 mark keeps a newline-only token visible and clickable), spaces are kept as they are (the page's CSS sets
-`white-space: pre-wrap` and a monospace font), and an empty token is shown as the empty-set sign. The
+`white-space: pre-wrap` and a monospace font), and an empty token is shown as the empty-set sign. A character
+spelled over several byte tokens (an emoji) is shown whole on the token that finishes it, the tokens before it
+as "‹part›". The
 end-of-text token that ended a run (the trace's stop reason "eos": it is the last output token) is shown in
 words, not as the tokenizer's marker (`<|im_end|>`).
 """
@@ -24,6 +26,7 @@ COLOURS = {"accepted draft": "#9CC3E0", "bonus (target)": "#F5CD80", "first toke
 
 NEWLINE = "\u21b5"
 END_MARK = "[end of answer]"
+PART_MARK = "\u2039part\u203a"   # a token holding the first bytes of a character that a later token finishes
 
 
 def is_end(run: RunTrace, i: int) -> bool:
@@ -32,8 +35,12 @@ def is_end(run: RunTrace, i: int) -> bool:
 
 
 def readable(run: RunTrace, i: int) -> str:
-    """Output token i's text, the end-of-text token in words."""
-    return END_MARK if is_end(run, i) else run.output[i].text
+    """Output token i's text, the end-of-text token in words; a token that only begins a character (its bytes
+    finished by a later token: `OutputToken.piece`) as PART_MARK, the one that finishes it as the character."""
+    if is_end(run, i):
+        return END_MARK
+    token = run.output[i]
+    return PART_MARK if token.piece == "" else token.written
 
 
 def shown(text: str) -> str:
