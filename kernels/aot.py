@@ -27,6 +27,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 
 from kernels import layer_ops as lo
+from kernels import layer_products as lp
 from kernels import tree_attention as ta
 
 ARCHS = (80, 90)
@@ -159,6 +160,33 @@ def compile_layer_ops(arch: int, dtype: str, head_dim: int, hidden: int = 576, i
             for name, compiled in (("add_rms_norm", norm), ("rope_store", rope), ("silu_mul", silu))]
 
 
+def compile_layer_products(arch: int, dtype: str, head_dim: int) -> list[AotResult]:
+    """Compile the five-kernel layer's products (`kernels.layer_products`) with their launchers' tiles and
+    Triton's default 4 warps and 3 stages."""
+    ptr, tiles = f"*{dtype}", {"BLOCK_T": lp.BLOCK_T, "BLOCK_K": lp.BLOCK_K, "DOT_PRECISION": "tf32"}
+    qkv = _compile(lp._norm_qkv_rope_kernel,
+                   {"H": ptr, "NW": ptr, "W": ptr, "B": ptr, "Cos": ptr, "Sin": ptr, "Slots": "*i64", "Q": ptr,
+                    "KCache": ptr, "VCache": ptr, "t": "i32", "k_dim": "i32", "eps": "fp32", "stride_h": "i32",
+                    "stride_w": "i32", "stride_cs": "i32", "stride_kh": "i32", "stride_kc": "i32", "hq": "i32",
+                    "hkv": "i32", "HAS_BIAS": "constexpr", "HEAD_DIM": "constexpr", "BLOCK_T": "constexpr",
+                    "BLOCK_K": "constexpr", "DOT_PRECISION": "constexpr"},
+                   {"HAS_BIAS": False, "HEAD_DIM": head_dim} | tiles,
+                   ["H", "NW", "W", "Cos", "Sin", "Q", "KCache", "VCache"], arch, 4, 3)
+    gate = _compile(lp._norm_gate_up_kernel,
+                    {"H": ptr, "NW": ptr, "W": ptr, "Out": ptr, "t": "i32", "k_dim": "i32", "inter": "i32",
+                     "eps": "fp32", "stride_h": "i32", "stride_w": "i32", "stride_o": "i32", "BLOCK_T": "constexpr",
+                     "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "DOT_PRECISION": "constexpr"},
+                    {"BLOCK_N": lp.BLOCK_N_GATE} | tiles, ["H", "NW", "W", "Out"], arch, 4, 3)
+    residual = _compile(lp._matmul_residual_kernel,
+                        {"X": ptr, "W": ptr, "H": ptr, "t": "i32", "k_dim": "i32", "n": "i32", "stride_x": "i32",
+                         "stride_w": "i32", "stride_h": "i32", "BLOCK_T": "constexpr", "BLOCK_N": "constexpr",
+                         "BLOCK_K": "constexpr", "DOT_PRECISION": "constexpr"},
+                        {"BLOCK_N": lp.BLOCK_N} | tiles, ["X", "W", "H"], arch, 4, 3)
+    return [_result(name, compiled, arch, dtype, head_dim, lp.BLOCK_T, block_n, 4, 3)
+            for name, compiled, block_n in (("norm_qkv_rope", qkv, head_dim // 2), ("norm_gate_up", gate, lp.BLOCK_N_GATE),
+                                            ("matmul_residual", residual, lp.BLOCK_N))]
+
+
 def compile_all(archs=ARCHS, dtypes=DTYPES, head_dims=HEAD_DIMS, rows=ROWS) -> list[AotResult]:
     """Every distinct default tiling the given row counts select, plus the merge kernel, per target."""
     results = []
@@ -168,6 +196,7 @@ def compile_all(archs=ARCHS, dtypes=DTYPES, head_dims=HEAD_DIMS, rows=ROWS) -> l
                     for r in configs.values() for static in (False, True)]
         results.append(compile_merge(arch, dtype, head_dim))
         results += compile_layer_ops(arch, dtype, head_dim)
+        results += compile_layer_products(arch, dtype, head_dim)
     return results
 
 

@@ -282,6 +282,96 @@ def test_fused_layer_kernels_bring_a_plain_step_to_nine_launches_a_layer(fused_t
     assert total <= FUSED_PER_LAYER * layers_n + FIXED, (ops.work.most_common(), launches)
 
 
+PRODUCTS_PER_LAYER = 5  # with kernels.layer_products and the Triton attention: its docstring
+
+
+@pytest.fixture(scope="module")
+def wide_heads():
+    """A tiny model whose heads are 32 wide (the five-kernel layer's RoPE holds a head's halves as tl.dot tiles:
+    SmolLM2's are 64), on PyTorch's operations and on the five-kernel layer in Triton's interpreter."""
+    from eagleviz.models.synthetic import random_hf_model
+    from tiny import TinyTokenizer
+
+    if not interpreting():
+        pytest.skip("the layer kernels run on a CPU only in Triton's interpreter (TRITON_INTERPRET=1)")
+    shape = {"model_type": "llama", "vocab_size": 32, "hidden_size": 128, "intermediate_size": 160,
+             "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+             "max_position_embeddings": 256, "tie_word_embeddings": False}
+    hf = random_hf_model(shape, 3)
+    return (TargetModel(hf, TinyTokenizer(), "tiny-wide", fused=False),
+            TargetModel(hf, TinyTokenizer(), "tiny-wide", fused=False, layer_kernels="products"))
+
+
+@torch.inference_mode()
+def test_the_five_kernel_layer_gives_the_eager_forwards_results(wide_heads):
+    target, products = wide_heads
+    assert products.layer_products and not target.layer_products
+    steps = StaticSteps(products, 96, "triton", (0, 2), Recording(warmup=0, freeze=False))
+    ref = target.new_cache(96)
+    mask = ancestor_mask(torch.tensor([-1, 0, 0, 1, 1, 2]))
+    cases = [([3, 4, 5, 6, 7], list(range(5)), causal(5, "cpu")), ([9], [5], None),
+             ([1, 2, 3, 4, 5, 6], [6, 7, 7, 8, 8, 8], mask)]
+    for tokens, pos, m in cases:
+        want = target.forward(torch.tensor(tokens), torch.tensor(pos), ref, m, feature_layers=(0, 2))
+        got = steps.forward(tokens, pos, m)
+        assert torch.allclose(got.logits, want.logits, atol=1e-4, rtol=0)
+        assert torch.allclose(got.features, want.features, atol=1e-4, rtol=0)
+    assert torch.allclose(steps.cache.k[:, :, :ref.length], ref.k[:, :, :ref.length], atol=1e-5, rtol=0)
+    assert torch.allclose(steps.cache.v[:, :, :ref.length], ref.v[:, :, :ref.length], atol=1e-5, rtol=0)
+
+
+@torch.inference_mode()
+def test_the_five_kernel_layer_is_five_launches_a_layer(wide_heads, launches, monkeypatch):
+    from kernels import layer_products as lp
+
+    products = wide_heads[1]
+    for name in ("norm_qkv_rope", "matmul_residual", "norm_gate_up"):
+        def counted(*args, _fn=getattr(lp, name), _name=name, **kwargs):
+            launches[_name] += 1
+            with _disable_current_modes():
+                return _fn(*args, **kwargs)
+        monkeypatch.setattr(lp, name, counted)
+    ops = Ops()
+    steps = StaticSteps(products, 96, "triton", None, Recording(warmup=0, freeze=False))
+    steps.forward([1, 2], [0, 1], causal(2, "cpu"))
+    steps.forward([3], [2], None)
+    launches.clear()
+    with ops:
+        steps.forward([4], [3], None)
+    layers_n = products.num_layers
+    assert launches == {"norm_qkv_rope": layers_n, "matmul_residual": 2 * layers_n, "norm_gate_up": layers_n,
+                        "attention": layers_n, "add_rms_norm": 1}
+    assert ops.work["linear.default"] == 1 and ops.items == 0          # the LM head: every other product fused
+    total = sum(ops.work.values()) + sum(launches.values())
+    assert total <= PRODUCTS_PER_LAYER * layers_n + FIXED, (ops.work.most_common(), launches)
+
+
+@torch.inference_mode()
+def test_greedy_eagle_on_the_five_kernel_layer_writes_plain_decodings_tokens(wide_heads):
+    """fp32 on the five-kernel layer: EAGLE's greedy tokens are plain decoding's, the default tree and a fixed
+    one, and both are PyTorch's eager plain decoding's."""
+    target, products = wide_heads
+    sampling = SamplingConfig(max_new_tokens=16)
+    outputs = {}
+    for name, model, decode in (("eager", target, "eager"), ("products", products, "static")):
+        e = engine(model, decode, Recording(warmup=0, freeze=False))
+        ids = e.encode_prompt(PROMPT)
+        for tree in (None, TreeConfig.create(), TreeConfig.create(3, 2, 6, adaptive=False)):
+            run = e.new_run(PROMPT, ids, tree, sampling)
+            for _ in e.plain(ids, sampling, run) if tree is None else e.speculate(ids, tree, sampling, run):
+                pass
+            outputs[name, tree is None] = outputs.get((name, tree is None), []) + [run.token_ids]
+    runs = [ids for v in outputs.values() for ids in v]
+    assert all(r == runs[0] for r in runs) and len(runs[0]) == 16, outputs
+
+
+def test_the_five_kernel_layer_is_refused_in_words_where_it_cannot_run(target, monkeypatch):
+    with pytest.raises(ValueError, match="multiple of 32"):
+        TargetModel(target.hf, target.tokenizer, target.name, fused=False, layer_kernels="products")
+    monkeypatch.setenv("EAGLEVIZ_LAYER_KERNELS", "products")           # asked by the environment: taken if it can
+    assert not TargetModel(target.hf, target.tokenizer, target.name, fused=False).layer_products
+
+
 @pytest.mark.parametrize("decode", ["static", "eager"])
 @pytest.mark.parametrize("tree", [None, TreeConfig.create(5, 4, 16, adaptive=False), TreeConfig.create()],
                          ids=["plain", "fixed", "default"])

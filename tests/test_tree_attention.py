@@ -250,7 +250,9 @@ def test_ahead_of_time_build_for_ampere_and_hopper_has_no_spills():
               f"BLOCK_N={r['block_n']:<3} warps={r['num_warps']} registers={r['registers']:<3} "
               f"spills={r['stack_bytes'] + r['local_bytes']}B")
     # eager launches, a captured step's, and the fused layer kernels (kernels/layer_ops.py)
-    for kernel in ("tree_attention", "tree_attention_static", "add_rms_norm", "rope_store", "silu_mul"):
+    # and the five-kernel layer's products (kernels/layer_products.py)
+    for kernel in ("tree_attention", "tree_attention_static", "add_rms_norm", "rope_store", "silu_mul",
+                   "norm_qkv_rope", "norm_gate_up", "matmul_residual"):
         combos = {(r["arch"], r["dtype"], r["head_dim"]) for r in results if r["kernel"] == kernel}
         assert combos == set(itertools.product((80, 90), ("fp16", "bf16"), (64, 128))), kernel
     assert all(r["cubin_bytes"] > 0 for r in results)

@@ -13,6 +13,7 @@ Llama, Mistral, Qwen2 (q/k/v biases live in the Linear modules) and Qwen3 (per-h
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 
@@ -25,14 +26,15 @@ from eagleviz.models.dense import Dense
 from eagleviz.models.quantized import QuantDense, weight_names
 from eagleviz.models.layers import (AttentionWeights, StepFrame, attention_dtype, cached_attention, rms_norm,
                                     step_attention, swiglu_mlp)
-from kernels import cpu_ops, layer_ops, quant_ops, stack_ops
+from kernels import cpu_ops, layer_ops, layer_products, quant_ops, stack_ops
 from kernels.quant_ops import QuantWeight
-from kernels.tree_attention import interpreting, resolve_impl
+from kernels.tree_attention import attention_static, interpreting, resolve_impl
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # How products from weight blocks take their inputs: quantized per block of 32 to int8 and multiplied in
 # integers (llama.cpp's scheme), or as fp32 rows (`kernels/quant_ops.c`)
 ACTIVATIONS = ("int8", "fp32")
+LAYER_KERNELS_ENV = "EAGLEVIZ_LAYER_KERNELS"   # "products": a GPU's steps run the five-kernel layer (`_layer_products`)
 BLOCKS_MAX_ROWS = 256  # the largest tree (config.LIMITS) and most prompts: see `TargetModel.forward`
 
 
@@ -63,7 +65,7 @@ class TargetModel:
     def __init__(self, hf_model: nn.Module, tokenizer, name: str, pack: bool | None = None,
                  kv_dtype: torch.dtype | None = None, fused: bool | None = None,
                  blocks: dict[str, QuantWeight] | None = None, activations: str = "int8", stack: bool | None = None,
-                 layer_kernels: bool | None = None):
+                 layer_kernels: bool | str | None = None):
         if activations not in ACTIVATIONS:
             raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
         self.activations = activations
@@ -104,7 +106,8 @@ class TargetModel:
         self.kv_dtype = kv_dtype or (torch.float32 if self.ops else attention_dtype(
             self.dtype, self.device, self.num_heads, self.num_kv_heads, self.head_dim))
         self._stack = self._block_stack(stack)
-        self.layer_kernels = self._layer_kernels(layer_kernels)
+        self.layer_kernels = self._layer_kernels(bool(layer_kernels) if layer_kernels is not None else None)
+        self.layer_products = self._layer_products(layer_kernels)
 
     def _layer_kernels(self, wanted: bool | None) -> bool:
         """Whether `step` runs each layer's small operations as Triton kernels (`kernels.layer_ops`): None on a
@@ -118,6 +121,27 @@ class TargetModel:
         if wanted and reasons:
             raise ValueError("the fused layer kernels cannot run: " + "; ".join(reasons))
         return wanted is not False and not reasons
+
+    def _layer_products(self, wanted: bool | str | None) -> bool:
+        """Whether `step` runs each layer as five kernels, the products with their norms, RoPE, cache writes,
+        SwiGLU gate and residual adds fused in (`kernels.layer_products`): "products" insists (a ValueError naming
+        why not); None takes them where EAGLEVIZ_LAYER_KERNELS=products asks and the model allows; otherwise the
+        9-kernel layer of `kernels.layer_ops` (until a GPU's measurement says which is faster)."""
+        asked = wanted == "products" or (wanted is None and os.environ.get(LAYER_KERNELS_ENV, "") == "products")
+        if not asked:
+            return False
+        dense = [d for i in range(len(self._layers)) for d in (self._attn[i].qkv, self._attn[i].o_proj,
+                                                                  self._gate_up[i], self._down[i])]
+        reasons = [why for bad, why in (
+            (not self.layer_kernels, "the layer kernels do not run here (a CUDA GPU, or Triton's interpreter)"),
+            (any(not isinstance(d, Dense) for d in dense), "a product is not a dense weight"),
+            (any(d.bias is not None for d in dense[1::4] + dense[2::4] + dense[3::4] if isinstance(d, Dense)),
+             "the o, gate/up or down products have a bias"),
+            (self.head_dim % 32 != 0, f"the head size {self.head_dim} is not a multiple of 32"),
+        ) if bad]
+        if reasons and wanted == "products":
+            raise ValueError("the five-kernel layer cannot run: " + "; ".join(reasons))
+        return not reasons
 
     def _block_stack(self, stack: bool | None) -> stack_ops.Stack | None:
         """From blocks with the compiled layer: the decoder stack in one C call (`kernels.stack_ops`, bitwise
@@ -255,10 +279,38 @@ class TargetModel:
         The same layer operations as `forward`'s eager path, in the same order; with `layer_kernels`, its
         small operations fused into Triton kernels (`kernels.layer_ops`: 9 kernels a layer)."""
         frame = StepFrame.for_step(prefix, tree_mask, cache.capacity, impl)
+        if self.layer_products:
+            return self._products_step(ids, positions, cache, frame, impl, feature_layers)
         fused = self.layer_kernels
         return self._stack_forward(ids, positions, slice(None), feature_layers,
                                    lambda i, x, cos, sin: step_attention(self._attn[i], x, cos, sin, cache, i,
                                                                          frame, impl, fused), fused)
+
+    def _products_step(self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, frame: StepFrame, impl: str,
+                       feature_layers: tuple[int, ...] | None) -> TargetOutput:
+        """`step` with each layer as five kernels (`kernels.layer_products`): the input norm, q/k/v product, RoPE
+        and cache writes; the attention; the o product with its residual add; the second norm, gate/up product and
+        SwiGLU gate; the down product with its residual add. The residual stream h is updated in place."""
+        h = self._embed(ids)
+        cos, sin = self._rotary(h, positions[None])
+        cos, sin, t = cos[0], sin[0], h.shape[0]
+        captured = {}
+        for i, layer in enumerate(self._layers):
+            if feature_layers is not None and i in feature_layers:
+                captured[i] = h.clone()
+            a = self._attn[i]
+            q = layer_products.norm_qkv_rope(h, layer.input_layernorm.weight, a.qkv.weight, a.qkv.bias, cos, sin,
+                                             cache.k[i], cache.v[i], frame.slots, a.num_heads, a.num_kv_heads,
+                                             self.eps)
+            keys, values = cache.view(i, cache.capacity)
+            out = attention_static(q.to(keys.dtype), keys, values, frame.prefix, frame.mask, impl=impl,
+                                   tree_len=frame.tree_len)
+            layer_products.matmul_residual(out.to(h.dtype).reshape(t, a.num_heads * a.head_dim), a.o_proj.weight, h)
+            act = layer_products.norm_gate_up(h, layer.post_attention_layernorm.weight, self._gate_up[i].weight,
+                                              self.eps)
+            layer_products.matmul_residual(act, self._down[i].weight, h)
+        normed = layer_ops.add_rms_norm(h, None, self._norm.weight, self.eps)
+        return self._outputs(normed, captured, slice(None), feature_layers)
 
     def _stack_forward(self, ids: torch.Tensor, positions: torch.Tensor, logit_rows: slice | None,
                        feature_layers: tuple[int, ...] | None, attend, fused: bool = False) -> TargetOutput:
