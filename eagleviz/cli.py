@@ -118,6 +118,10 @@ def _delegate(name: str, rest: list[str]) -> int:
         from eagleviz.perf import int8_accuracy
 
         entry = int8_accuracy.main
+    elif name == "diagnose-head":
+        from eagleviz.train import diagnose
+
+        entry = diagnose.main
     else:
         from eagleviz.perf import tune
 
@@ -131,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     _generate_parser(sub)
     _delegating_parser(sub, "train-head", "train an EAGLE draft head for a target model")
     _delegating_parser(sub, "eval-head", "measure a draft head: tau, n-alpha, top-1 accuracy")
+    _delegating_parser(sub, "diagnose-head", "where a head's guesses miss: by MT-bench category, turn and position")
     _delegating_parser(sub, "hot-tokens", "rank a head's draft vocabulary by frequency (its hot-tokens.json)")
     _delegating_parser(sub, "calibrate", "fit how often the target accepts what the head believes (calibration.json)")
     _delegating_parser(sub, "bench", "speed against plain decoding and peers, side by side")
@@ -145,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 DELEGATED = ("train-head", "eval-head", "hot-tokens", "calibrate", "bench", "ceiling", "tune", "gpu-check", "export-bundle",
-             "fingerprint", "lossless", "int8-accuracy")
+             "fingerprint", "lossless", "int8-accuracy", "diagnose-head")
 
 
 def _one_line(message, category, filename, lineno, line=None) -> str:
