@@ -299,6 +299,37 @@ def test_the_figures_fit_the_layout_normal_and_projector(page, browser, app_url)
         tab.close()
 
 
+DARK_JS = """() => { const svg = document.querySelector('#draft-tree .main-svg');
+  const rgb = getComputedStyle(document.querySelector('gradio-app')).backgroundColor.match(/\\d+/g).map(Number);
+  return {dark: document.body.classList.contains('dark'), filter: svg ? getComputedStyle(svg).filter : '',
+          light: rgb[0] + rgb[1] + rgb[2]}; }"""
+
+
+def test_dark_turns_the_page_and_its_figures_dark_and_a_dark_link_opens_ticked(page, browser, app_url):
+    """For a projector in a dim room: the page in Gradio's dark theme and the figures dark with it (inverted, hues
+    kept); untick, and both are light again; a page opened at `?__theme=dark` shows the box ticked."""
+    open_accordion(page, "Workshop: recorded runs, a link to these settings, projector")
+    light = page.evaluate(DARK_JS)
+    assert not light["dark"] and "invert" not in light["filter"] and light["light"] > 600
+    page.locator("#dark input[type=checkbox]").click()
+    page.wait_for_function("() => document.body.classList.contains('dark')", timeout=30_000)
+    dark = page.evaluate(DARK_JS)
+    assert "invert" in dark["filter"] and dark["light"] < 200, dark
+    page.evaluate("() => document.getElementById('draft-tree').scrollIntoView()")
+    shot(page, "w04_dark_1280.png")
+    page.locator("#dark input[type=checkbox]").click()
+    page.wait_for_function("() => !document.body.classList.contains('dark')", timeout=30_000)
+    assert "invert" not in page.evaluate(DARK_JS)["filter"]
+    tab = browser.new_page(viewport={"width": 1024, "height": 768})
+    try:
+        tab.goto(app_url + "?__theme=dark")
+        tab.wait_for_selector("#run", timeout=60_000)
+        open_accordion(tab, "Workshop: recorded runs, a link to these settings, projector")
+        tab.wait_for_function("() => document.querySelector('#dark input[type=checkbox]').checked", timeout=30_000)
+    finally:
+        tab.close()
+
+
 # ------------------------------------------------------------------ 6. Race during a run
 
 def test_race_during_a_run_is_refused_in_plain_words(page):

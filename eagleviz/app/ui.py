@@ -85,7 +85,7 @@ CSS = (OUTPUT_CSS + IDLE_STOP_CSS + " #output-text {min-height: 4em} .ev-explain
        # On a phone, Run follows the prompt on the first screen: the presets and their note move below the output.
        "@media (max-width: 640px) {.column:has(> #preset-note) > .form:has(#preset), "
        ".column:has(> #preset-note) > #preset-note {order: 1}} "
-       + workshop.PROJECTOR_CSS + " " + workshop.SLIDES_CSS + " " + workshop.TOUR_CSS + " " + glossary.CSS)
+       + workshop.PROJECTOR_CSS + " " + workshop.DARK_CSS + " " + workshop.SLIDES_CSS + " " + workshop.TOUR_CSS + " " + glossary.CSS)
 VIEW_CONCURRENCY = 4      # light events (stepping, knobs, import) of different users served side by side
 CACHE_TTL_S = 3600        # Gradio deletes its cached files (uploads, downloads) after this long
 KNOB_DEFAULTS = Knobs(max_new_tokens=presets.PRESET_TOKENS)
@@ -293,7 +293,9 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             with gr.Row():
                 recorded = gr.Dropdown(workshop.gallery_choices(), value=None, elem_id="gallery", scale=3,
                                        label="Recorded runs: replay instantly, no model work (no queue)")
-                projector = gr.Checkbox(False, label="Projector: large text", elem_id="projector", scale=1)
+                with gr.Column(scale=1, min_width=160):
+                    projector = gr.Checkbox(False, label="Projector: large text", elem_id="projector")
+                    dark = gr.Checkbox(False, label="Dark, figures too", elem_id="dark")
             with gr.Row():
                 link_btn = gr.Button("Link to what is shown: these settings, a recorded run's picture", size="sm",
                                      elem_id="link")
@@ -493,6 +495,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         # Unticked: this page's stream ends; ticked again: a new one starts with the room's picture at once. Heard
         # while the page's stream runs ("multiple"): it runs as long as the page follows.
         follow.input(**followed)
+        dark.input(None, dark, None, js=workshop.DARK_JS)   # a page opened dark (`?__theme=dark`) says so below
+        demo.load(None, None, dark, js=workshop.DARK_READ_JS)
         projector.change(None, projector, None, js=workshop.PROJECTOR_JS).then(None, None, None,
                                                                               js=workshop.PLACE_TOUR_JS)
         run_btn.click(h.announce, stop, queue_note, queue=False, **quiet)

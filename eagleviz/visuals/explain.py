@@ -36,7 +36,7 @@ def tree_text(cycle: CycleTrace, tree_cfg: dict | None = None) -> str:
             f"**{c.candidates} candidates** over {depth} levels.{knobs} Reranking by cumulative draft "
             f"probability kept the best **{c.verified}** (closed under ancestors), so the target verifies "
             f"{c.verified + 1} tokens with the root in one forward; {c.pruned} were pruned and never cost the "
-            f"target anything. Darker nodes are less likely under the draft.")
+            f"target anything. A node's colour is its cumulative draft probability, on the scale above the tree.")
 
 
 def mask_text(cycle: CycleTrace) -> str:
