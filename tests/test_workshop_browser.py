@@ -265,6 +265,18 @@ def fits_and_shot(page, where: str, elem_id: str, name: str) -> None:
     shot(page, name)
 
 
+# The smallest label drawn in a figure, in screen pixels (its font size times the zoom of every box around it),
+# and its text: hidden labels (Plotly's or the projector's CSS) are not drawn.
+SMALLEST_LABEL_JS = """(id) => { let least = [1e9, ''];
+  for (const t of document.getElementById(id).querySelectorAll('svg text')) {
+    const st = getComputedStyle(t);
+    if (st.display === 'none' || st.visibility === 'hidden' || !t.textContent.trim()) continue;
+    if (t.getBoundingClientRect().height === 0) continue;
+    let z = 1; for (let e = t; e; e = e.parentElement) { const v = parseFloat(getComputedStyle(e).zoom); if (v) z *= v; }
+    const px = parseFloat(st.fontSize) * z; if (px < least[0]) least = [px, t.textContent]; }
+  return least; }"""
+
+
 def set_projector(page, on: bool) -> None:
     page.locator("#projector input[type=checkbox]").click()
     page.wait_for_function("(on) => document.body.classList.contains('ev-projector') === on", arg=on,
@@ -295,6 +307,12 @@ def test_the_figures_fit_the_layout_normal_and_projector(page, browser, app_url)
         tab.wait_for_function(f"() => ({PROSE_JS})('status').startsWith('Recorded run')", timeout=60_000)
         assert tab.evaluate("() => document.body.classList.contains('ev-projector')")
         fits_and_shot(tab, "1024 x 768, ?projector=1", "draft-tree", "w04_projector_link_1024.png")
+        tab.goto(app_url + "?projector=1")                     # the arrival: a cycle of 32 cache chips in a row
+        tab.wait_for_function(f"() => ({PROSE_JS})('status').includes('Press')", timeout=60_000)
+        for view in ("draft-tree", "attention-mask", "accepted-path", "kv-rewind"):   # read from the back row
+            tab.wait_for_function("(id) => document.querySelector('#' + id + ' svg text')", arg=view, timeout=60_000)
+            px, text = tab.evaluate(SMALLEST_LABEL_JS, view)
+            assert px >= 12, (view, px, text)
     finally:
         tab.close()
 

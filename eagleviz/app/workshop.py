@@ -52,15 +52,18 @@ PROJECTOR_JS = f"""(on) => {{
   requestAnimationFrame(() => {{ window.dispatchEvent(new Event('resize')); requestAnimationFrame(keep); }});
   return [];
 }}"""
-# The figures' toolbar shows while the pointer is over them, as an instructor's pointer usually is, and would
-# print over their titles: a projected figure is looked at, not zoomed.
 # Dark: Gradio's own dark theme (its `dark` class on the body, as `?__theme=dark` sets it), and the figures with
 # it: their white drawing inverted, hues turned back (accepted blue, rejected orange and the bonus star keep their
 # colours; the probability scale's lightness flips, its colour bar with it). For a projector in a dim room.
 DARK_JS = "(on) => { document.body.classList.toggle('dark', !!on); return []; }"
 DARK_READ_JS = "() => document.body.classList.contains('dark')"
 DARK_CSS = "body.dark .js-plotly-plot .main-svg {filter: invert(0.9) hue-rotate(180deg)}"
+# The figures' toolbar shows while the pointer is over them, as an instructor's pointer usually is, and would
+# print over their titles: a projected figure is looked at, not zoomed.
+# Projected, a chip's label Plotly shrank to fit its chip under 9 px would be under 12 px on the wall: hidden
+# (its hover still names it), as Plotly hides those under 8 px everywhere (`visuals.style.CHIP_TEXT`).
 PROJECTOR_CSS = (f"body.{PROJECTOR_CLASS} .gradio-container {{zoom: 1.35}} "
+                 f"body.{PROJECTOR_CLASS} .js-plotly-plot text.bartext[style*='font-size: 8'] {{display: none}} "
                  f"body.{PROJECTOR_CLASS} #output-text {{font-size: 20px}} "
                  f"body.{PROJECTOR_CLASS} .js-plotly-plot .modebar-container {{display: none}}")
 RUN_SIZE = 8 + VIEW_SIZE
