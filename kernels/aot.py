@@ -26,6 +26,7 @@ import tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 
+from kernels import draft_select as ds
 from kernels import layer_ops as lo
 from kernels import layer_products as lp
 from kernels import tree_attention as ta
@@ -187,6 +188,17 @@ def compile_layer_products(arch: int, dtype: str, head_dim: int) -> list[AotResu
                                             ("matmul_residual", residual, lp.BLOCK_N))]
 
 
+def compile_draft_select(arch: int, k: int = 8) -> AotResult:
+    """Compile a draft level's children (`kernels.draft_select`) for topk `k`, with a draft vocabulary's map."""
+    compiled = _compile(ds._log_softmax_topk_kernel,
+                        {"Logits": "*fp32", "D2T": "*i64", "Values": "*fp32", "Ids": "*i64", "v": "i32",
+                         "stride_l": "i32", "stride_o": "i32", "K": "constexpr", "K_PAD": "constexpr",
+                         "HAS_MAP": "constexpr", "BLOCK_V": "constexpr"},
+                        {"K": k, "K_PAD": triton.next_power_of_2(k), "HAS_MAP": True, "BLOCK_V": ds.BLOCK_V},
+                        ["Logits", "D2T", "Values", "Ids"], arch, 4, 1)
+    return _result("log_softmax_topk", compiled, arch, "fp32", 0, 1, ds.BLOCK_V, 4, 1)
+
+
 def compile_all(archs=ARCHS, dtypes=DTYPES, head_dims=HEAD_DIMS, rows=ROWS) -> list[AotResult]:
     """Every distinct default tiling the given row counts select, plus the merge kernel, per target."""
     results = []
@@ -197,6 +209,7 @@ def compile_all(archs=ARCHS, dtypes=DTYPES, head_dims=HEAD_DIMS, rows=ROWS) -> l
         results.append(compile_merge(arch, dtype, head_dim))
         results += compile_layer_ops(arch, dtype, head_dim)
         results += compile_layer_products(arch, dtype, head_dim)
+    results += [compile_draft_select(arch) for arch in archs]
     return results
 
 

@@ -24,7 +24,7 @@ from eagleviz.decoding.drafting import causal
 from eagleviz.decoding.engine import Engine
 from eagleviz.decoding.policy import HeadRest, Ledger
 from eagleviz.decoding.steps import decode_path
-from eagleviz.models.draft import random_head
+from eagleviz.models.draft import DraftHead, random_head
 from eagleviz.models.host import counting_reads
 from eagleviz.models.static import BUCKETS, StaticSteps, StepOutput, Uncaptured, bucket, capacity_bucket
 from eagleviz.models.target import TargetModel
@@ -365,6 +365,53 @@ def test_greedy_eagle_on_the_five_kernel_layer_writes_plain_decodings_tokens(wid
     assert all(r == runs[0] for r in runs) and len(runs[0]) == 16, outputs
 
 
+def drafted_on(models, head: DraftHead, tree: TreeConfig, arch: str, launches: Counter) -> tuple[list, list, list]:
+    """The same head's captured drafting over each of `models` (their engines' `DeviceDrafter`), three pending
+    positions: what each drafted (ids, log-probabilities, frontiers), its kernels (PyTorch's operations that do
+    work, plus each Triton launch counted) and whether the engine's head ran the layer kernels."""
+    from eagleviz.decoding.device_draft import DeviceDrafter
+
+    drafted, kernels, fused = [], [], []
+    for model in models:
+        e = Engine(model, head, "random", decode="static", compiled_sampling=False, ledger=False)
+        fused.append(e.head.layer_kernels)
+        drafter = DeviceDrafter(e, 96, tree, Recording(warmup=0, freeze=False))
+        c = e.head.config
+        feats = torch.randn(3, c.feature_size if arch == "eagle3" else c.hidden_size, dtype=model.dtype,
+                            generator=torch.Generator().manual_seed(0))
+        drafter.draft(feats, [5, 6, 7])  # the bucket's capture
+        drafter.reset()
+        launches.clear()
+        with Ops() as ops:
+            drafted.append(drafter.draft(feats, [5, 6, 7]))
+        kernels.append(sum(ops.work.values()) + sum(launches.values()))
+    return drafted, kernels, fused
+
+
+@pytest.mark.parametrize("arch", ["eagle1", "eagle3"])
+def test_the_heads_children_in_one_kernel_draft_what_pytorch_drafts(wide_heads, arch, launches, monkeypatch):
+    """Where the target runs the five-kernel layer, each drafted level's children (log-softmax, top-k, target ids)
+    are one kernel (`kernels.draft_select`): the same tokens, log-probabilities (to rounding) and frontiers as
+    PyTorch's operations, one launch a level, and fewer kernels a drafting."""
+    from kernels import draft_select
+
+    def counted(*args, _fn=draft_select.log_softmax_topk, **kwargs):
+        launches["log_softmax_topk"] += 1
+        with _disable_current_modes():
+            return _fn(*args, **kwargs)
+
+    monkeypatch.setattr(draft_select, "log_softmax_topk", counted)
+    target, products = wide_heads
+    head, tree = random_head(target, arch, seed=1, std=0.5), TreeConfig.create(4, 2, 8, adaptive=False)
+    drafted, kernels, _ = drafted_on((target, products), head, tree, arch, launches)
+    (ids, logprobs, fronts), (f_ids, f_logprobs, f_fronts) = drafted
+    assert f_ids == ids and f_fronts == fronts
+    assert all(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-4) for a, b in zip(logprobs, f_logprobs))
+    assert launches["log_softmax_topk"] == tree.steps
+    print(f"{arch}: {kernels[0]} kernels a drafting on PyTorch's operations, {kernels[1]} on the layer products")
+    assert kernels[1] < kernels[0], kernels
+
+
 def test_the_five_kernel_layer_is_refused_in_words_where_it_cannot_run(target, monkeypatch):
     with pytest.raises(ValueError, match="multiple of 32"):
         TargetModel(target.hf, target.tokenizer, target.name, fused=False, layer_kernels="products")
@@ -511,23 +558,9 @@ def test_the_heads_levels_on_the_layer_kernels_draft_what_pytorch_drafts_in_fewe
     drafting runs the head's norms, RoPE with its cache writes and SwiGLU gate as the same Triton kernels
     (`DraftHead._stack_fused`): the tokens, log-probabilities (to rounding) and frontiers PyTorch's operations
     draft, in fewer kernels a drafting (PyTorch's operations that do work, plus each Triton launch)."""
-    from eagleviz.decoding.device_draft import DeviceDrafter
-
     head, tree = random_head(target, arch, seed=1, std=0.5), TreeConfig.create(4, 2, 8, adaptive=False)
-    drafted, kernels = [], []
-    for model in (target, fused_target):
-        e = Engine(model, head, "random", decode="static", compiled_sampling=False, ledger=False)
-        assert e.head.layer_kernels == (model is fused_target)
-        drafter = DeviceDrafter(e, 96, tree, Recording(warmup=0, freeze=False))
-        c = e.head.config
-        feats = torch.randn(3, c.feature_size if arch == "eagle3" else c.hidden_size, dtype=model.dtype,
-                            generator=torch.Generator().manual_seed(0))
-        drafter.draft(feats, [5, 6, 7])  # the bucket's capture
-        drafter.reset()
-        launches.clear()
-        with Ops() as ops:
-            drafted.append(drafter.draft(feats, [5, 6, 7]))
-        kernels.append(sum(ops.work.values()) + sum(launches.values()))
+    drafted, kernels, fused = drafted_on((target, fused_target), head, tree, arch, launches)
+    assert fused == [False, True]
     (ids, logprobs, fronts), (f_ids, f_logprobs, f_fronts) = drafted
     assert f_ids == ids and f_fronts == fronts
     # a random head's log-probabilities run to -2e5 by the last level: rounding is relative

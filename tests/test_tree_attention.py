@@ -255,6 +255,7 @@ def test_ahead_of_time_build_for_ampere_and_hopper_has_no_spills():
                    "norm_qkv_rope", "norm_gate_up", "matmul_residual"):
         combos = {(r["arch"], r["dtype"], r["head_dim"]) for r in results if r["kernel"] == kernel}
         assert combos == set(itertools.product((80, 90), ("fp16", "bf16"), (64, 128))), kernel
+    assert {r["arch"] for r in results if r["kernel"] == "log_softmax_topk"} == {80, 90}   # kernels/draft_select.py
     assert all(r["cubin_bytes"] > 0 for r in results)
     assert [r for r in results if r["stack_bytes"] + r["local_bytes"]] == []
     assert proc.returncode == 0

@@ -31,6 +31,7 @@ import torch
 from eagleviz.config import TreeConfig
 from eagleviz.models.host import to_device, to_host
 from eagleviz.models.static import BUCKETS, CudaGraphs, StepInputs, Uncaptured, bucket, capture_or_fall_back
+from kernels import draft_select
 
 
 @dataclass
@@ -115,6 +116,9 @@ class DeviceDrafter:
         eye = torch.eye(k, dtype=torch.bool, device=dev)
 
         def children(hs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            if target.layer_products:   # the GPU's fused kernels, asked for: the children in one kernel too
+                values, ids = draft_select.log_softmax_topk(head.logits(hs, target.unembed), k, head.target_offsets())
+                return ids, values
             logp = torch.log_softmax(head.logits(hs, target.unembed), dim=-1)
             values, draft_ids = torch.topk(logp, k, dim=-1)
             return head.to_target_ids(draft_ids), values

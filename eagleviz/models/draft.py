@@ -397,9 +397,14 @@ class DraftHead(nn.Module):
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Map draft-vocabulary ids to target ids (identity for EAGLE-1 and full-vocabulary EAGLE-3)."""
+        offsets = self.target_offsets()
+        return draft_ids if offsets is None else draft_ids + offsets[draft_ids]
+
+    def target_offsets(self) -> torch.Tensor | None:
+        """d2t: target id = draft id + d2t[draft id]; None where the draft vocabulary is the target's."""
         if self.config.arch == "eagle1" or self.config.draft_vocab_size == self.config.vocab_size:
-            return draft_ids
-        return draft_ids + self.d2t[draft_ids]
+            return None
+        return self.d2t
 
 
 def random_head(target, arch: str = "eagle1", seed: int = 0, num_layers: int = 1, std: float = 0.02) -> DraftHead:
