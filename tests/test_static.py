@@ -304,8 +304,11 @@ def wide_heads():
 
 @torch.inference_mode()
 def test_the_five_kernel_layer_gives_the_eager_forwards_results(wide_heads):
+    from eagleviz.perf.bench import layer_kernels
+
     target, products = wide_heads
     assert products.layer_products and not target.layer_products
+    assert (layer_kernels(products), layer_kernels(target)) == ("products", "torch")   # what a bench JSON says
     steps = StaticSteps(products, 96, "triton", (0, 2), Recording(warmup=0, freeze=False))
     ref = target.new_cache(96)
     mask = ancestor_mask(torch.tensor([-1, 0, 0, 1, 1, 2]))

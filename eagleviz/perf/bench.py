@@ -521,7 +521,14 @@ def machine_info(engine) -> dict:
             "kv_dtype": str(engine.target.kv_dtype).removeprefix("torch."), "device": str(engine.target.device),
             "cpu_layer": "compiled" if engine.target.ops is not None else "torch", "weights": engine.target.weights,
             "model": engine.target.name, "head": engine.head_name, "decode": engine.decode,
-            "attn_impl": engine.attn_impl, "notes": list(engine.notes)} | provenance(engine.target.device)
+            "attn_impl": engine.attn_impl, "layer_kernels": layer_kernels(engine.target),
+            "notes": list(engine.notes)} | provenance(engine.target.device)
+
+
+def layer_kernels(target) -> str:
+    """How a GPU's steps run a target layer: "products" (five Triton kernels, `kernels/layer_products.py`),
+    "small" (nine, `kernels/layer_ops.py`) or "torch" (PyTorch's operations: a CPU, or a model they do not fit)."""
+    return "products" if target.layer_products else "small" if target.layer_kernels else "torch"
 
 
 def decode_lines(result: dict, asked: str) -> list[str]:
