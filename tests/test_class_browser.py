@@ -184,3 +184,32 @@ def test_the_instructor_sees_who_follows_and_the_class_hears_when_its_page_close
     finally:
         teacher.close()
         follower.close()
+
+
+def test_a_student_who_steps_on_their_own_is_told_where_the_instructor_is_and_rejoins(browser, app_url):
+    """A follower clicks Next on its own page: it stops following (the switch unticked), keeps its own picture,
+    and its line says which cycle the instructor is on, as the instructor moves; ticking Follow brings the
+    instructor's picture back."""
+    teacher, follower, k, _ = class_of_one(browser, app_url)
+    try:
+        follower.locator("#next").scroll_into_view_if_needed()
+        follower.click("#next")
+        wait_for_cycle(follower, k + 1)
+        follower.wait_for_function(f"() => ({PROSE_JS})('follow-text').startsWith('You stepped away')",
+                                   timeout=30_000)
+        assert not follower.locator("#follow input[type=checkbox]").is_checked()
+        assert f"on cycle {k}." in follower.evaluate(PROSE_JS, "follow-text")
+        teacher.locator("#next").scroll_into_view_if_needed()
+        teacher.click("#next")
+        wait_for_cycle(teacher, k + 1)
+        teacher.click("#next")
+        wait_for_cycle(teacher, k + 2)
+        follower.wait_for_function(f"() => ({PROSE_JS})('follow-text').includes('on cycle {k + 2}.')", timeout=30_000)
+        assert shown_cycle(follower) == k + 1                   # its own picture, not the instructor's
+        shot(follower, "a15_stepped_away_1024.png")
+        follower.locator("#follow input[type=checkbox]").click()
+        wait_for_cycle(follower, k + 2)                         # rejoined: the instructor's picture
+        follower.wait_for_function(f"() => ({PROSE_JS})('follow-text').startsWith('Following room')", timeout=30_000)
+    finally:
+        teacher.close()
+        follower.close()

@@ -373,6 +373,33 @@ def test_the_instructor_hears_how_many_follow_and_followers_hear_when_its_page_i
     assert workshop.room_heard(rooms, None, "")[0] == gr.skip()
 
 
+def test_a_follower_that_moves_its_own_picture_is_told_where_the_instructor_is_and_rejoins(handlers):
+    """A following page steps, slides or picks on its own: its switch is unticked, its picture left to it, and its
+    line says where the instructor is, again at each of the instructor's moves; ticked again, the room's picture
+    comes back at once. A page that follows nothing is left alone."""
+    rooms, run, code, _ = _room()
+
+    async def follow():
+        stream = workshop.room_followed(rooms, code, True, "page")
+        await _next(stream)
+        assert workshop.stepped_away(rooms, code, True, "page") is False          # the switch, unticked
+        away = await _next(stream)
+        assert away[-1].startswith(f"You stepped away from room **{code}**: the instructor is on cycle 2")
+        assert all(v == gr.skip() for v in away[:-1])                            # the page's own picture stays
+        workshop.room_stepped(rooms, code, run, 2, +1)
+        moved = await _next(stream)
+        assert "on cycle 3" in moved[-1] and all(v == gr.skip() for v in moved[:-1])
+        again = workshop.room_followed(rooms, code, True, "page")               # ticked again: a new stream
+        assert (await _next(again))[5].startswith("**Cycle 3**") and not rooms.is_away(code, "page")
+        await again.aclose()
+        await stream.aclose()
+
+    asyncio.run(follow())
+    assert workshop.stepped_away(rooms, code, False, "page") == gr.skip()         # not following: nothing
+    assert workshop.stepped_away(rooms, None, True, "page") == gr.skip()
+    assert workshop.stepped_away(rooms, code, True, "never-joined") == gr.skip()
+
+
 def test_a_rooms_link_is_written_out_at_the_pages_address_for_a_projector():
     import types
 

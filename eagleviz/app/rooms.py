@@ -13,6 +13,8 @@ step away and come back (its "follow" switch).
     Rooms.seen(code)                 the room's picture (a `Shown`), or None for a room that is not (or no longer) there
     Rooms.followed(code, page, ...)  one follower page's room, pushed at each new version (an async iterator)
     Rooms.unfollow(code, page)       that page steps away: its `followed` ends
+    Rooms.step_away(code, page)      that page moved its own picture: its `followed` tells where the room is instead
+    Rooms.is_away(code, page)        whether it did (until it follows anew)
     await Rooms.drawn(room, draw)    the room's picture drawn once per version, for every follower
 
 A follower's page holds one long-lived stream (`followed`) that is woken the moment the room moves: no page asks
@@ -83,6 +85,7 @@ class Rooms:
         # The followers' streams asleep until their room changes, by room: each woken in its own event loop.
         self._asleep: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
         self._streams: dict[tuple[str, str], int] = {}   # (room, page): the ticket of that page's newest stream
+        self._away: set[tuple[str, str]] = set()   # (room, page): a follower that moved its own picture
         self._tickets = itertools.count()
 
     def open(self) -> str:
@@ -206,6 +209,7 @@ class Rooms:
         key, seen = (code, page), None
         with self._lock:
             ticket = self._streams[key] = next(self._tickets)
+            self._away.discard(key)   # following anew: the picture again
             self._wake(code)   # the page's earlier stream, if any, ends
         try:
             while True:
@@ -215,14 +219,15 @@ class Rooms:
                     if self._streams.get(key) != ticket:
                         return
                     room = self._rooms.get(code)
-                    asleep = room is not None and (room.version, room.back) == seen
+                    asleep = room is not None and (room.version, room.back, key in self._away) == seen
                     if asleep:
                         self._asleep.setdefault(code, []).append((loop, woken))
                 if room is None:
                     yield None
                     return
                 if not asleep:
-                    seen = (room.version, room.back)
+                    with self._lock:
+                        seen = (room.version, room.back, key in self._away)
                     yield room
                 elif not await self._slept(code, loop, woken, alive_s):
                     seen = None   # nothing new for alive_s: the room again, as it is now
@@ -230,6 +235,7 @@ class Rooms:
             with self._lock:
                 if self._streams.get(key) == ticket:
                     del self._streams[key]
+                    self._away.discard(key)
 
     async def _slept(self, code: str, loop: asyncio.AbstractEventLoop, woken: asyncio.Event, alive_s: float) -> bool:
         """A stream asleep on room `code` until woken (True) or for `alive_s` (False)."""
@@ -248,6 +254,22 @@ class Rooms:
         with self._lock:
             if self._streams.pop((_code(code), page), None) is not None:
                 self._wake(_code(code))
+
+    def step_away(self, code: str | None, page: str) -> bool:
+        """Page `page`, following room `code`, moved its own picture (a step, the slider, a token): its stream
+        stops pushing the room's picture and tells where the room is instead, at once and at each move, until the
+        page follows anew. False where the page has no stream on the room."""
+        key = (_code(code), page)
+        with self._lock:
+            if key not in self._streams:
+                return False
+            self._away.add(key)
+            self._wake(key[0])
+            return True
+
+    def is_away(self, code: str | None, page: str) -> bool:
+        with self._lock:
+            return (_code(code), page) in self._away
 
     async def drawn(self, room: Shown, draw: Callable[[Shown], tuple]) -> Shown:
         """The room's picture as it is now (a copy of `room`) with its view values, `draw(copy)`, drawn once per

@@ -537,6 +537,13 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             return workshop.room_picked(rooms, code, run, index, frame, evt)
 
         tokens.select(picked, [run_state, slider, phase, room_code], [focus, *figures], **quiet)
+
+        def stepped_away(code, on, request: gr.Request):   # a follower's own move: it stops following, and says so
+            return workshop.stepped_away(rooms, code, on, request.session_hash)
+
+        gr.on([slider.input, first_btn.click, prev_btn.click, next_btn.click, play_btn.click, output.select,
+               tokens.select, phase.release, phase_btn.click], stepped_away, [joined, follow], follow, queue=False,
+              **quiet)
         phase.release(lambda r, i, f, s, c: workshop.room_phased(rooms, c, r, i, f, s),
                       [run_state, slider, phase, focus, room_code], figures, **quiet)
         phase_btn.click(nav.phase_play, [run_state, slider, phase, phase_playing],

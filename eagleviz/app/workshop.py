@@ -607,6 +607,9 @@ async def room_followed(rooms: Rooms, code: str | None, follow: bool, page: str,
                            "mistyped): this page does not follow. Below, a recorded run; ask for the room's code again.")
                 return
             met, line = True, following_line(code, rooms.away_s(room))
+            if rooms.is_away(code, page):   # the page moved its own picture: where the room is, in words
+                yield (*[skip] * (FOLLOW_SIZE - 1), stepped_away_line(code, room))
+                continue
             if room.run is None or not room.run.cycles or room.version == sent:   # its line alone: no new picture
                 yield (*[skip] * (FOLLOW_SIZE - 1), line)
                 continue
@@ -623,6 +626,23 @@ def following_line(code: str | None, away_s: float) -> str:
                 "its computer asleep). This page keeps its last picture and follows again when it is back.")
     return (f"Following room **{str(code)[:8]}**: this page shows the instructor's picture. Untick to explore on "
             "your own.")
+
+
+def stepped_away_line(code: str | None, room) -> str:
+    """A follower's line once it moved its own picture: where the instructor is now, and how to rejoin."""
+    where = f"on cycle {room.cycle}" if room.run is not None and room.run.cycles else "not showing a run yet"
+    return (f"You stepped away from room **{str(code)[:8]}**: the instructor is {where}. Tick **Follow the "
+            "instructor** to rejoin.")
+
+
+def stepped_away(rooms: Rooms, code: str | None, following: bool, page: str):
+    """A page that follows a room moved its own picture (a step, the slider, a token, a phase, play): it stops
+    following, its follow line saying where the instructor is (`Rooms.step_away`). Output: the follow switch,
+    unticked (ticking it again rejoins: a new stream, the room's picture at once); nothing for a page that
+    follows no room."""
+    if code and following and rooms.step_away(code, page):
+        return False
+    return gr.skip()
 
 
 def room_heard(rooms: Rooms, code: str | None, said: str | None) -> tuple:
