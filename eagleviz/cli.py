@@ -119,7 +119,7 @@ def _delegate(name: str, rest: list[str]) -> int:
 
         entry = int8_accuracy.main
     elif name == "diagnose-head":
-        from eagleviz.train import diagnose
+        from eagleviz.perf import diagnose
 
         entry = diagnose.main
     else:

@@ -1,11 +1,12 @@
-"""eagleviz/train/diagnose.py: the splits of first-guess acceptance and tau, on hand-made accept lengths and on a
+"""eagleviz/perf/diagnose.py: the splits of first-guess acceptance and tau, on hand-made accept lengths and on a
 tiny chat model's real runs (both turns, the second after the first answer; a journal that resumes)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from eagleviz.train import diagnose as dg
+from eagleviz.perf import diagnose as dg
 from tiny import tiny_engine
 
 
@@ -54,5 +55,18 @@ def test_both_turns_of_each_question_run_and_an_interrupted_diagnosis_resumes(tm
     assert not journal.exists()                                      # closed once done
     assert set(result["category"]) == {"coding", "math"} and set(result["turn"]) == {"1", "2"}
     assert all(result["turn"][t]["cycles"] > 0 for t in ("1", "2"))
-    assert result["presets"]["1 2 3"]["cycles"] > 0 and result["tree"] == [5, 1, 6]
+    assert result["prompts"]["1 2 3"]["cycles"] > 0 and result["tree"] == [5, 1, 6]
     json.dumps(result)
+
+
+def test_the_committed_extra_prompts_are_the_pages_presets():
+    """`assets/bench/diagnose-prompts.jsonl`, which the committed diagnosis ran (perf may not import the app):
+    the presets' prompts, in their order."""
+    from eagleviz.app import presets
+    from eagleviz.prompts import load_prompts
+
+    path = Path(__file__).resolve().parents[1] / "assets" / "bench" / "diagnose-prompts.jsonl"
+    assert load_prompts(str(path)) == [p.prompt for p in presets.PRESETS]
+    result = json.loads((path.parent / "head-diagnosis.json").read_text())
+    assert "--prompts assets/bench/diagnose-prompts.jsonl" in result["command"]
+    assert list(result["prompts"]) == [p.prompt[:60] for p in presets.PRESETS]

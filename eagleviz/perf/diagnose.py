@@ -9,9 +9,10 @@ decoding's; every cycle's accept length is kept, and from them:
                tree's first level pays on)
     tau        tokens committed per cycle (accepted + the bonus)
 
-split by MT-bench category and turn, by where in the answer the cycle began (`POSITIONS`), and on the page's
-presets' prompts. Each question goes to a journal beside --out as it finishes (an interrupted run resumes), with
-progress and an ETA. `assets/bench/head-diagnosis.json` is the committed result; `docs/training.md` quotes it.
+split by MT-bench category and turn, by where in the answer the cycle began (`POSITIONS`), and on the prompts of
+--prompts (`assets/bench/diagnose-prompts.jsonl`: the page's presets' prompts, which `tests/test_diagnose.py`
+holds equal to them). Each question goes to a journal beside --out as it finishes (an interrupted run resumes),
+with progress and an ETA. `assets/bench/head-diagnosis.json` is the committed result; `docs/training.md` quotes it.
 """
 
 from __future__ import annotations
@@ -81,17 +82,17 @@ def by_position(lengths: list[list[int]]) -> dict:
     return {f"{p}-{'' if e is None else e - 1}": summary([buckets[p]]) for p, e in zip(POSITIONS, ends)}
 
 
-def diagnose(engine, questions: list[dict], presets: list[str], tokens: int, journal: Path | None = None,
+def diagnose(engine, questions: list[dict], prompts: list[str], tokens: int, journal: Path | None = None,
              progress=print) -> dict:
-    """Every question's two turns (resumed from `journal`), then the presets' prompts; the splits above."""
+    """Every question's two turns (resumed from `journal`), then `prompts` (one turn each); the splits above."""
     from eagleviz.perf.bench import machine_info
 
     header = {"questions": [q["question_id"] for q in questions], "tokens": tokens, "head": engine.head_name,
-              "presets": presets}
+              "prompts": prompts}
     log = Journal(journal, header, "diagnose-head", progress)
     done = log.run(len(questions), lambda i: question(engine, questions[i]["turns"], tokens))
-    preset_runs = [[c.accept_length for c in chain_run(engine, engine.encode_prompt(p), p, tokens).cycles]
-                   for p in presets]
+    prompt_runs = [[c.accept_length for c in chain_run(engine, engine.encode_prompt(p), p, tokens).cycles]
+                   for p in prompts]
     categories = sorted({q["category"] for q in questions})
     turn = {t: [q[t] for q in done if len(q) > t] for t in (0, 1)}
     result = {
@@ -102,7 +103,7 @@ def diagnose(engine, questions: list[dict], presets: list[str], tokens: int, jou
                                               if meta["category"] == c and len(q) > t]) for t in (0, 1)}
                      for c in categories},
         "position": {str(t + 1): by_position(turn[t]) for t in (0, 1)},
-        "presets": {p[:60]: summary([r]) for p, r in zip(presets, preset_runs)},
+        "prompts": {p[:60]: summary([r]) for p, r in zip(prompts, prompt_runs)},
         "machine": machine_info(engine)}
     log.close()
     return result
@@ -114,18 +115,21 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m eagleviz diagnose-head", description=__doc__.splitlines()[0])
     p.add_argument("--questions", type=int, default=80, help="the first N MT-bench questions (80: all)")
     p.add_argument("--tokens", type=int, default=128, help="new tokens per turn")
+    p.add_argument("--prompts", default=None,
+                   help="more prompts, one turn each: a file (.jsonl with a \"prompt\" field, or one a line); the "
+                        "committed result's are assets/bench/diagnose-prompts.jsonl, the page's presets'")
     p.add_argument("--out", type=Path, default=None,
                    help="write the result there (assets/bench/head-diagnosis.json is the committed one)")
     add_model_args(p)
     args = p.parse_args(argv)
-    from eagleviz.app import presets
-    from eagleviz.prompts import mtbench_path
+    from eagleviz.prompts import load_prompts, mtbench_path
 
     rows = [json.loads(line) for line in mtbench_path().read_text().splitlines() if line.strip()]
     engine = load_engine(args.model, args.head, args.dtype, args.device, args.attn_impl, kv_dtype=args.kv_dtype,
                          weights=args.weights, decode=args.decode)
     journal = args.out.with_suffix(".journal.jsonl") if args.out else None
-    result = diagnose(engine, rows[:args.questions], [p.prompt for p in presets.PRESETS], args.tokens, journal)
+    extra = load_prompts(args.prompts) if args.prompts else []
+    result = diagnose(engine, rows[:args.questions], extra, args.tokens, journal)
     result["command"] = "python -m eagleviz diagnose-head " + " ".join(argv)
     text = json.dumps(result, indent=1)
     if args.out:
