@@ -197,7 +197,9 @@ def test_a_student_who_steps_on_their_own_is_told_where_the_instructor_is_and_re
         wait_for_cycle(follower, k + 1)
         follower.wait_for_function(f"() => ({PROSE_JS})('follow-text').startsWith('You stepped away')",
                                    timeout=30_000)
-        assert not follower.locator("#follow input[type=checkbox]").is_checked()
+        # the switch is the move's own answer; the line above came by the page's stream, and may come first
+        follower.wait_for_function("() => !document.querySelector('#follow input[type=checkbox]').checked",
+                                   timeout=30_000)
         assert f"on cycle {k}." in follower.evaluate(PROSE_JS, "follow-text")
         teacher.locator("#next").scroll_into_view_if_needed()
         teacher.click("#next")
