@@ -230,22 +230,17 @@ def matmul_residual(x: torch.Tensor, w: torch.Tensor, h: torch.Tensor) -> torch.
 
 # ------------------------------------------------------------------------------------- torch references
 
-def _rms_norm_torch(h: torch.Tensor, norm_w: torch.Tensor, eps: float) -> torch.Tensor:
-    hf = h.float()
-    return norm_w * (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)).to(h.dtype)
-
-
 def norm_qkv_rope_torch(h, norm_w, w, b, cos, sin, k_cache, v_cache, slots, hq, hkv, eps) -> torch.Tensor:
-    from kernels.layer_ops import rope_store_torch
+    from kernels.layer_ops import add_rms_norm_torch, rope_store_torch
 
-    qkv = torch.nn.functional.linear(_rms_norm_torch(h, norm_w, eps), w, b)
+    qkv = torch.nn.functional.linear(add_rms_norm_torch(h, None, norm_w, eps), w, b)
     return rope_store_torch(qkv, cos, sin, k_cache, v_cache, slots, hq, hkv)
 
 
 def norm_gate_up_torch(h, norm_w, w, eps) -> torch.Tensor:
-    from kernels.layer_ops import silu_mul_torch
+    from kernels.layer_ops import add_rms_norm_torch, silu_mul_torch
 
-    return silu_mul_torch(torch.nn.functional.linear(_rms_norm_torch(h, norm_w, eps), w))
+    return silu_mul_torch(torch.nn.functional.linear(add_rms_norm_torch(h, None, norm_w, eps), w))
 
 
 def matmul_residual_torch(x, w, h) -> torch.Tensor:
