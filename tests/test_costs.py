@@ -167,3 +167,35 @@ def test_a_runs_clock_scales_the_price_list_towards_what_its_phases_take():
     for _ in range(50):
         cheap.observe(16, 0, forward_ms=10.0, draft_ms=0.0)  # a 16-token forward as quick as one: at most 4x off
     assert cheap.scales() == (pytest.approx(1 / costs.RunCosts.LIMIT), 1.0)
+
+
+def test_a_loaded_engine_measures_its_prices_when_a_cost_aware_tree_first_needs_them(monkeypatch):
+    """Plain decoding and a fixed tree price nothing, so they measure nothing; the first cost-aware run measures
+    once, before its clock starts (its wall time leaves the measurement out), and the engine's copies share the
+    list."""
+    import time
+
+    import eagleviz.decoding.load as load
+    from eagleviz.config import SamplingConfig, TreeConfig
+    from tiny import CPU_COSTS, tiny_target
+
+    measured, took = [], 2.0
+
+    def measure(engine, progress=None):
+        measured.append(engine.head_name)
+        time.sleep(took)
+        return CPU_COSTS
+
+    monkeypatch.setattr(load, "load_target", lambda *args, **kwargs: tiny_target("llama", vocab=16))
+    monkeypatch.setattr(load, "load_or_measure", measure)
+    engine = load.load_engine("random", "random")
+    sampling = SamplingConfig(max_new_tokens=6)
+    engine.generate("abc", None, sampling, chat=False)
+    engine.generate("abc", TreeConfig.create(3, 2, 4, adaptive=False), sampling, chat=False)
+    assert measured == [] and not engine.prices.known
+    run = engine.generate("abc", TreeConfig.create(3, 2, 4), sampling, chat=False)
+    assert measured == ["random (untrained)"] and engine.costs is CPU_COSTS
+    assert run.wall_s < took, run.wall_s  # measured before the run's clock started
+    copy = engine.with_attention("torch")
+    copy.generate("abc", TreeConfig.create(3, 2, 4), sampling, chat=False)
+    assert len(measured) == 1 and copy.costs is CPU_COSTS

@@ -354,7 +354,7 @@ def test_greedy_eagle_on_the_five_kernel_layer_writes_plain_decodings_tokens(wid
     """fp32 on the five-kernel layer: EAGLE's greedy tokens are plain decoding's, the default tree and a fixed
     one, and both are PyTorch's eager plain decoding's."""
     target, products = wide_heads
-    sampling = SamplingConfig(max_new_tokens=16)
+    sampling = SamplingConfig(max_new_tokens=10)  # several cycles of each tree (in Triton's interpreter)
     outputs = {}
     for name, model, decode in (("eager", target, "eager"), ("products", products, "static")):
         e = engine(model, decode, Recording(warmup=0, freeze=False))
@@ -365,7 +365,7 @@ def test_greedy_eagle_on_the_five_kernel_layer_writes_plain_decodings_tokens(wid
                 pass
             outputs[name, tree is None] = outputs.get((name, tree is None), []) + [run.token_ids]
     runs = [ids for v in outputs.values() for ids in v]
-    assert all(r == runs[0] for r in runs) and len(runs[0]) == 16, outputs
+    assert all(r == runs[0] for r in runs) and len(runs[0]) == 10, outputs
 
 
 def drafted_on(models, head: DraftHead, tree: TreeConfig, arch: str, launches: Counter) -> tuple[list, list, list]:

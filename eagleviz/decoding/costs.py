@@ -17,7 +17,10 @@ cost-aware tree grows big; on a small CPU every token has a price (here, from we
 3.3-4.1 steps), so it stays small and often is a chain. `measure` times these on the engine it is given (1-3 s
 for the embedded model on this idle 2-core CPU, as `tune --costs` prints: one prefill, a few forwards per size,
 short plain, speculative and resting runs); `load_or_measure` keeps the result per model, dtype, device and
-thread count under the cache directory.
+thread count under the cache directory. An engine loaded for use (`eagleviz.decoding.load.load_engine`) holds
+its list as `Prices`: read or measured when a cost-aware tree first needs it, so plain decoding and SGLang's
+fixed trees measure nothing (on a CPU running fp32 or bf16 without packed weights the measurement takes
+25-60 s).
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ import bisect
 import hashlib
 import json
 import statistics
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 
@@ -359,3 +364,26 @@ def load_or_measure(engine, progress=None, fresh: bool = False) -> CostModel:
     tmp.write_text(json.dumps(costs.to_dict(), indent=1))
     tmp.replace(path)
     return costs
+
+
+class Prices:
+    """An engine's price list: given, or got by `obtain` (`load_or_measure`) the first time it is asked for and
+    kept. One holder is shared by an engine's copies (`Engine.with_attention`, ...), as the list itself was;
+    runs that ask for it at once wait for one measurement."""
+
+    def __init__(self, given: CostModel | Callable[[], CostModel]):
+        self._list = given if isinstance(given, CostModel) else None
+        self._obtain = None if self._list is not None else given
+        self._lock = threading.Lock()
+
+    @property
+    def known(self) -> bool:
+        """Whether the list is at hand (given, or obtained already): asking for it then costs nothing."""
+        return self._list is not None
+
+    def get(self) -> CostModel:
+        if self._list is None:
+            with self._lock:
+                if self._list is None:
+                    self._list = self._obtain()
+        return self._list

@@ -47,7 +47,7 @@ from eagleviz.models.static import CudaGraphs, EagerSteps, StatePool, StaticStep
 from eagleviz.models.target import TargetModel, TargetOutput
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
 from eagleviz.decoding.calibration import HeadCalibration, RunAcceptance
-from eagleviz.decoding.costs import CostModel, RunCosts
+from eagleviz.decoding.costs import CostModel, Prices, RunCosts
 from eagleviz.decoding.device_cycle import DeviceCycle, fits
 from eagleviz.decoding.device_draft import DeviceDrafter
 from eagleviz.decoding.steps import decode_path, draft_state, prepared, release, static_states, target_steps
@@ -167,7 +167,8 @@ class Engine:
     which every run's trace carries.
 
     A cost-aware tree (`TreeConfig.adaptive`) prices its choices with `costs` (what verification and drafting
-    cost here, `eagleviz.decoding.costs`; default: a flat, GPU-like list) and values its nodes with
+    cost here, `eagleviz.decoding.costs`; default: a flat, GPU-like list; a `Prices` holder is asked for its
+    list by the first run of a cost-aware tree, before that run's clock starts) and values its nodes with
     `calibration` (the head's, `eagleviz.decoding.calibration`; default: EAGLE-2's assumption), which each run
     corrects by the acceptance it observes as it goes (`RunAcceptance`; `learn` False keeps the table as it is,
     the reference of an A/B run), and whose drafted cycles the run's own clock judges against a resting one
@@ -191,14 +192,14 @@ class Engine:
     def __init__(self, target: TargetModel, head: DraftHead | None, head_name: str = "", attn_impl: str = "auto",
                  pack: bool | None = None,
                  kernel_check: Callable[[torch.device, torch.dtype], KernelCheck] | None = None,
-                 costs: CostModel | None = None, calibration: HeadCalibration | None = None,
+                 costs: CostModel | Prices | None = None, calibration: HeadCalibration | None = None,
                  prefix_cache: bool = True, compiled_sampling: bool = True, learn: bool = True,
                  decode: str = "auto", ledger: bool = True, device_cycle: bool = True):
         self.target, self.head_name = target, head_name
         self.learn, self.ledger, self.device_cycle = learn, ledger, device_cycle
         self.head = None if head is None else head.for_drafting(pack, target.ops, target.block_ops,
                                                                  target.activations == "int8", target.layer_kernels)
-        self.costs = costs or CostModel.flat()
+        self.prices = costs if isinstance(costs, Prices) else Prices(costs or CostModel.flat())
         self.calibration = calibration or HeadCalibration.identity()
         self._kernel_check = kernel_check
         self.attn_impl, self.notes = self._attention(attn_impl)
@@ -278,10 +279,17 @@ class Engine:
         finally:
             release(self, None, *states)
 
-    def with_policy(self, costs: CostModel | None = None, calibration: HeadCalibration | None = None) -> Engine:
+    @property
+    def costs(self) -> CostModel:
+        """The price list of the engine's cost-aware trees (measured now if its `prices` wait to be)."""
+        return self.prices.get()
+
+    def with_policy(self, costs: CostModel | Prices | None = None,
+                    calibration: HeadCalibration | None = None) -> Engine:
         """The same engine pricing and valuing its cost-aware trees with these (None: keep the current)."""
         other = copy.copy(self)
-        other.costs = costs or self.costs
+        if costs is not None:
+            other.prices = costs if isinstance(costs, Prices) else Prices(costs)
         other.calibration = calibration or self.calibration
         return other
 
@@ -496,6 +504,7 @@ class Engine:
         if use_head and tree_cfg.topk > self.head.config.draft_vocab_size:
             raise UserFacingError(f"topk {tree_cfg.topk} is more than the {self.head.config.draft_vocab_size} tokens "
                                   "the head drafts among (--draft-vocab): lower topk or draft among more tokens")
+        self.policy(tree_cfg, sampling)  # a price list still to be measured is measured now, not inside the run
         start = time.perf_counter()
         capacity = self._capacity(len(prompt_ids), sampling, tree_cfg)
         steps = target_steps(self, capacity, self.feature_layers if use_head else None)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from eagleviz.config import SOURCES, TreeConfig
 from eagleviz.decoding import calibration
-from eagleviz.decoding.costs import load_or_measure
+from eagleviz.decoding.costs import Prices, load_or_measure
 from eagleviz.decoding.engine import Engine, runnable_impl
 from eagleviz.decoding.steps import DECODE_PATHS, decode_path
 from eagleviz.errors import UserFacingError
@@ -61,8 +61,9 @@ def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "au
     hot-tokens.json); None uses DEFAULT_HOT_SIZE when the head ships a ranking, 0 the whole draft vocabulary.
     The engine's cost-aware trees value nodes with the head's calibration (calibration.json, or the table
     fitted for a target computing from blocks: `calibration.file_for`; EAGLE-2's assumption without one) and
-    price them with this machine's costs, measured once and kept (`eagleviz.decoding.costs`; `progress` hears
-    when they are measured). weights: how the target's linears compute
+    price them with this machine's costs, measured once and kept (`eagleviz.decoding.costs`), read or measured
+    when a cost-aware tree first needs them (`Prices`: plain decoding and fixed trees measure nothing; `progress`
+    hears when they are measured). weights: how the target's linears compute
     (`eagleviz.models.loading.choose_weights`). decode: how the target's steps run (`Engine`'s decode:
     CUDA graphs on a GPU by default)."""
     try:  # before minutes of loading
@@ -83,7 +84,8 @@ def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "au
                         decode=decode)
     except ValueError as exc:  # e.g. the Triton kernel asked for on a CPU, a damaged calibration.json
         raise UserFacingError(str(exc)) from exc
-    engine = engine.with_policy(costs=load_or_measure(engine, progress))
+    unpriced = engine
+    engine = engine.with_policy(costs=Prices(lambda: load_or_measure(unpriced, progress)))
     if engine.decode == "graphs":  # captured now, not inside the first runs
         if progress is not None:
             progress("capturing the CUDA graphs of plain decoding and of the default tree")
