@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import importlib.util
 import sys
@@ -93,6 +94,51 @@ def test_a_zero_gpu_start_without_cuda_serves_the_page(monkeypatch):
     with serving(demo) as url:
         with urllib.request.urlopen(url, timeout=30) as page:
             assert page.status == 200 and b"eagleviz" in page.read().lower()
+
+
+
+def test_on_zero_gpu_the_price_list_is_measured_inside_the_first_gpu_call(monkeypatch):
+    """ZeroGPU where PyTorch reports a GPU (as it does once `spaces` is imported): the start-up measures no price
+    list (no GPU exists outside `spaces.GPU`); the first cost-aware run measures it inside its GPU call, once."""
+    from eagleviz.decoding.costs import Prices
+    from servers import client, serving
+    from tiny import CPU_COSTS, tiny_engine
+
+    inside, measured = [False], []
+
+    def gpu(duration):
+        def wrap(fn):
+            @functools.wraps(fn)  # as `spaces.GPU` does: Gradio reads the handler's parameters
+            def call(*args, **kwargs):
+                inside[0] = True
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    inside[0] = False
+            return call
+        return wrap
+
+    def measure():
+        measured.append(inside[0])
+        return CPU_COSTS
+
+    fake = types.ModuleType("spaces")
+    fake.__spec__ = importlib.machinery.ModuleSpec("spaces", loader=None)
+    fake.GPU = gpu
+    monkeypatch.setitem(sys.modules, "spaces", fake)
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    engine = tiny_engine("llama", vocab=8).with_policy(costs=Prices(measure))
+    devices = []
+    monkeypatch.setattr(app, "load_engine", lambda model, head, device, **_: devices.append(device) or engine)
+    monkeypatch.setattr(app, "settle_memory", lambda: None)
+    demo = app.create_app()
+    assert devices == ["cuda"] and measured == []
+    with serving(demo) as url:
+        api = client(url)
+        for _ in range(2):
+            api.predict("abc", 3, 2, 6, 0.0, 1.0, 6, 0, api_name="/generate")  # the default tree: cost-aware
+    assert measured == [True]
 
 
 HUB_LIMIT = 10 * 2**20   # the Hub refuses plain files above this size
