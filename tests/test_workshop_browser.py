@@ -194,8 +194,11 @@ def test_results_appear_where_the_visitor_looks(page):
     try:
         for k in range(3):
             page.evaluate("window.scrollTo(0, 0)")
+            before = page.evaluate(PROSE_JS, "focus-text")
             page.locator("#output-text .token").nth(-2 - 2 * k).click()
-            page.wait_for_timeout(6000)   # what takes 0.7 s on an idle page takes seconds at this pace
+            # the click's answer landed (what takes 0.7 s on an idle page takes seconds at this pace), then the
+            # views placed
+            page.wait_for_function(f"(b) => ({PROSE_JS})('focus-text') !== b", arg=before, timeout=60_000)
             wait_in_sight(page, "cycle-caption", timeout_ms=60_000)
             assert abs(page.evaluate(RECT_JS, "cycle-view")[0]) <= 4, page.evaluate(RECT_JS, "cycle-view")
     finally:
