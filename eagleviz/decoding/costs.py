@@ -19,8 +19,8 @@ for the embedded model on this idle 2-core CPU, as `tune --costs` prints: one pr
 short plain, speculative and resting runs); `load_or_measure` keeps the result per model, dtype, device and
 thread count under the cache directory. An engine loaded for use (`eagleviz.decoding.load.load_engine`) holds
 its list as `Prices`: read or measured when a cost-aware tree first needs it, so plain decoding and SGLang's
-fixed trees measure nothing (on a CPU running fp32 or bf16 without packed weights the measurement takes
-25-60 s).
+fixed trees measure nothing (in the test suite's runs the measurement took 6-9 s from weight blocks, 26-42 s in
+dense fp32 and 63 s in bf16 held to AVX2, without packed weights).
 """
 
 from __future__ import annotations
@@ -357,7 +357,8 @@ def load_or_measure(engine, progress=None, fresh: bool = False) -> CostModel:
         except (OSError, ValueError, KeyError, TypeError):
             pass
     if progress:
-        progress("measuring what verification and drafting cost on this machine (once, a few seconds)")
+        progress("measuring what verification and drafting cost on this machine (once for this model, dtype and "
+                 "thread count: seconds from weight blocks, up to a minute without them)")
     costs = measure(engine)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{id(costs)}")
@@ -367,8 +368,8 @@ def load_or_measure(engine, progress=None, fresh: bool = False) -> CostModel:
 
 
 class Prices:
-    """An engine's price list: given, or got by `obtain` (`load_or_measure`) the first time it is asked for and
-    kept. One holder is shared by an engine's copies (`Engine.with_attention`, ...), as the list itself was;
+    """An engine's price list: given, or got by calling `given` (`load_or_measure`) the first time it is asked
+    for, and kept. One holder is shared by an engine's copies (`Engine.with_attention`, ...), as the list itself was;
     runs that ask for it at once wait for one measurement."""
 
     def __init__(self, given: CostModel | Callable[[], CostModel]):
