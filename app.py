@@ -85,7 +85,9 @@ def load_pair(pair: Pair) -> EngineHub:
     start = time.monotonic()
     engine = load_engine(model, head=head, dtype=pair.dtype, device=choose_device(), draft_vocab=pair.draft_vocab,
                          progress=say)
-    if not on_zero_gpu():  # on ZeroGPU no GPU exists outside a `spaces.GPU` call: no warm-up there
+    if not on_zero_gpu():  # on ZeroGPU no GPU exists outside a `spaces.GPU` call: no warm-up there (the price list
+        # is measured inside the first cost-aware run's call)
+        engine.prices.get()  # the price list, read from the cache or measured now (its progress line comes first)
         # One tiny run so that the first visitor does not pay for one-time initialisation (allocator, kernels).
         say("warming up: one short run, so that the first visitor does not pay for it")
         engine.generate("Hello", TreeConfig.create(), SamplingConfig(max_new_tokens=4))
