@@ -21,7 +21,7 @@ CONFIGS = {"chain": TreeConfig.create(5, 1, 6, adaptive=False), "tree": TreeConf
            "cost-aware": TreeConfig.create(5, 4, 16, source="eagle"),
            "cost-aware+lookup": TreeConfig.create(5, 4, 16, source="eagle+lookup")}
 NEW_TOKENS = int(os.environ.get("EAGLEVIZ_LOSSLESS_TOKENS", "32"))
-PROMPTS, MORE = 4, 16  # the default run's MT-bench prompts (the blocks path, test_lossless_blocks, checks 8), then the slow test's
+PROMPTS, MORE = 4, 16  # the default run's MT-bench prompts (test_lossless_blocks checks 8), then the slow test's
 TIE = 1e-4
 
 

@@ -19,8 +19,8 @@ for the embedded model on this idle 2-core CPU, as `tune --costs` prints: one pr
 short plain, speculative and resting runs); `load_or_measure` keeps the result per model, dtype, device and
 thread count under the cache directory. An engine loaded for use (`eagleviz.decoding.load.load_engine`) holds
 its list as `Prices`: read or measured when a cost-aware tree first needs it, so plain decoding and SGLang's
-fixed trees measure nothing (in the test suite's runs the measurement took 6-9 s from weight blocks, 26-42 s in
-dense fp32 and 63 s in bf16 held to AVX2, without packed weights).
+fixed trees measure nothing (`tune --costs` measures it afresh: seconds from weight blocks, tens of seconds
+without them).
 """
 
 from __future__ import annotations
