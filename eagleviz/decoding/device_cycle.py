@@ -1,4 +1,4 @@
-"""A drafted cycle of SGLang's fixed tree, greedy, decided on the device and read once.
+"""A greedy drafted cycle, of SGLang's fixed tree or the cost-aware one, decided on the device and read once.
 
 Over static steps the host path waits twice in a drafted cycle: for the drafting (every level's tokens and
 scores, from which it chooses the verified nodes and builds their mask) and for the verdict (the target's
@@ -11,7 +11,10 @@ own tensors, in the host's order and ties, so nothing is read until the cycle is
                to the lower id, which is `tree.priority`'s order, since a fixed tree's value exp(score) is
                monotone in the score and ids grow with depth); verification order (depth, then score, then
                id: `tree.rerank`'s); slot parents, positions and the ancestor mask, written straight into the
-               verification step's inputs
+               verification step's inputs. A cost-aware tree's: the levels it keeps and the number of nodes
+               that pays best, from the policy's numbers the host wrote (`device_policy`), padded to the
+               `draft_tokens - 1` the step was captured for with slots nobody sees and no walk reaches (the
+               root alone, where no node pays: then the root's row comes from that step, not a one-token one)
     verify     the target's step over the tree (the bucket's `StaticSteps.step_fn`, its inputs already written)
     accept     the greedy walk (`verify.greedy_verify`): from the root, the child whose token is the target's
                argmax at its parent, level by level; the bonus is the argmax where the walk stops
@@ -39,7 +42,9 @@ import torch
 
 from eagleviz.config import TreeConfig
 from eagleviz.decoding.device_draft import DeviceDrafter, DraftOut
-from eagleviz.decoding.drafting import Draft, rebuild
+from eagleviz.decoding.device_policy import PAD_PARENT, PolicyBlock, choose, values
+from eagleviz.decoding.drafting import Draft, rebuild, verified
+from eagleviz.decoding.policy import TreePolicy
 from eagleviz.decoding.tree import Candidates, VerifyTree
 from eagleviz.decoding.verify import VerifyResult, greedy_verify
 from eagleviz.models.host import PhaseClock, to_host
@@ -111,10 +116,32 @@ def select(out: DraftOut, shape: Shape, m: int) -> Selection:
     score, parent = scores_and_parents(out, shape)
     best = torch.sort(score, descending=True, stable=True).indices[:m]
     kept = best[torch.sort(shape.depth[best], stable=True).indices]  # by depth, then as ranked
+    return _selection(out, shape, kept, parent)
+
+
+def select_costed(out: DraftOut, shape: Shape, m: int, block: PolicyBlock) -> tuple[Selection, torch.Tensor]:
+    """A cost-aware tree's nodes (`drafting.grow` with a policy, no lookup): of at most m, the number and the
+    levels the policy in `block` chooses (`device_policy.choose`), in verification order, then padding up to m
+    (slots whose parent is PAD_PARENT: in the step, seen by nobody; in the walk, never reached). Returns the
+    selection and the choice (3,) float64: the size, the levels kept, the rate."""
+    score, parent = scores_and_parents(out, shape)
+    kept_levels, size, rate, kept = choose(values(score, block), score, shape.depth, out.frontiers, shape.k,
+                                           shape.steps, m, block)
+    sel = _selection(out, shape, kept, parent, size)
+    return sel, torch.cat([size.double(), kept_levels.double(), rate])
+
+
+def _selection(out: DraftOut, shape: Shape, kept: torch.Tensor, parent: torch.Tensor,
+               size: torch.Tensor | None = None) -> Selection:
+    """The kept candidates (m,) in verification order with their target ids, depths and slot parents; given
+    `size` (1,), the slots past it are padding (parent PAD_PARENT)."""
+    m = kept.numel()
     slot = torch.zeros_like(parent)
     slot[kept] = torch.arange(1, m + 1, device=kept.device)
     up = parent[kept]
     slots = torch.where(up < 0, torch.zeros_like(up), slot[up.clamp(min=0)])
+    if size is not None:
+        slots = torch.where(torch.arange(m, device=kept.device) < size, slots, PAD_PARENT)
     parents = torch.cat([torch.full((1,), -1, dtype=torch.int64, device=kept.device), slots])
     return Selection(kept, out.ids[kept], shape.depth[kept], parents)
 
@@ -175,12 +202,13 @@ class Verdict:
 
 
 class DeviceCycle:
-    """One run's drafted cycles of a fixed tree at T = 0 over static steps: the drafting (the head's graph),
-    then the selection, the verification, the walk and the commit as one more (`verification`), and one read
-    of the cycle's record."""
+    """One run's drafted cycles at T = 0 over static steps: the drafting (the head's graph), then the selection,
+    the verification, the walk and the commit as one more (`verification`), and one read of the cycle's record.
+    `costed`: a cost-aware tree's (its choices from the policy the drafter's `PolicyBlock` holds, written at each
+    launch), else SGLang's fixed tree."""
 
-    def __init__(self, steps: StaticSteps, drafter: DeviceDrafter, tree: TreeConfig):
-        self.steps, self.drafter, self.tree = steps, drafter, tree
+    def __init__(self, steps: StaticSteps, drafter: DeviceDrafter, tree: TreeConfig, costed: bool = False):
+        self.steps, self.drafter, self.tree, self.costed = steps, drafter, tree, costed
         self.shape = Shape.of(tree.topk, tree.steps, steps.target.device)
 
     def verification(self, out: DraftOut, m: int) -> Callable[[], tuple[torch.Tensor, torch.Tensor | None]]:
@@ -195,8 +223,11 @@ class DeviceCycle:
         prefix, ids = views[0], views[1]
         step = steps.step_fn(bucket(t))
 
+        block = self.drafter.policy
+        fixed = torch.tensor([m, depth, 0.0], dtype=torch.float64, device=prefix.device)  # size, levels, no rate
+
         def verification() -> tuple[torch.Tensor, torch.Tensor | None]:
-            sel = select(out, shape, m)
+            sel, choice = select_costed(out, shape, m, block) if self.costed else (select(out, shape, m), fixed)
             write_tree(sel, views, depth)
             verified = step()
             logits, argmax = verified.logits[:t], verified.argmax[:t]
@@ -204,7 +235,7 @@ class DeviceCycle:
             path, n = accept_greedy(argmax, ids[:t], sel.parents, depth)
             steps.cache.commit_moves(prefix, path)
             rows = None if verified.features is None else verified.features.index_select(0, path.clamp(max=m))
-            parts = (path, n, argmax, probs, sel.kept, out.ids, out.logprobs, out.frontiers)
+            parts = (path, n, argmax, probs, sel.kept, out.ids, out.logprobs, out.frontiers, choice)
             return torch.cat([p.reshape(-1).to(torch.float64) for p in parts]), rows
 
         return verification
@@ -213,7 +244,7 @@ class DeviceCycle:
         """Under what the target's state keeps the captured verification after a drafting of `pending` rows: the
         drafter whose outputs it reads (by serial: a freed drafter's `id` can be a later one's, of another tree
         shape, whose drafting a stale capture would read with the old shape), the tree's shape, the bucket."""
-        return self.drafter.serial, self.tree.topk, self.tree.steps, bucket(pending), m
+        return self.drafter.serial, self.tree.topk, self.tree.steps, bucket(pending), m, self.costed
 
     def prepare(self, outputs: dict[int, DraftOut]) -> None:
         """Every verification of this tree shape captured now, one per pending bucket (`outputs`: each bucket's
@@ -226,15 +257,20 @@ class DeviceCycle:
             steps.cycle_replay(self.key(b, m), lambda: self.verification(out, m))
 
     def launch(self, feats: torch.Tensor, pend_tokens: list[int], root: int, S: int, draft_tokens: int,
-               clock: PhaseClock) -> Launched:
+               clock: PhaseClock, policy: TreePolicy | None = None) -> Launched:
         """Queue a drafted cycle after S committed tokens whose root is `root`, at most `draft_tokens` verified (root
         included): the drafting's replay, then the verification's (selection, step, walk and commit in it). Laps
         `clock` after each; nothing is read. On a GPU it returns before the device is done, so the host can write
-        the last cycle's trace meanwhile (`read` waits)."""
+        the last cycle's trace meanwhile (`read` waits). A cost-aware tree's `policy` is written to the device
+        first, where it changed."""
         m = min(draft_tokens - 1, self.shape.depth.numel())
         steps = self.steps
         if S + m + 1 > steps.capacity:
             raise ValueError(f"a tree of {m + 1} tokens after {S} slots overflows the state's {steps.capacity}")
+        if self.costed:
+            if policy is None:
+                raise ValueError("a cost-aware tree's cycle is launched with its policy")
+            self.drafter.policy.write(policy)
         n = len(pend_tokens)
         out = self.drafter.launch(feats, pend_tokens)
         clock.lap()
@@ -243,7 +279,7 @@ class DeviceCycle:
                   if n <= BUCKETS[-1] and self.drafter.graphs.captured else self.verification(out, m))
         record, rows = replay()
         clock.lap()
-        return Launched(root, S, draft_tokens, m, record, rows, clock, self.drafter.length)
+        return Launched(root, S, draft_tokens, m, record, rows, clock, self.drafter.length, policy)
 
     def read(self, launched: Launched) -> Reading:
         """The launched cycle's one read: its record, parsed. Nothing else waits for the device."""
@@ -255,11 +291,14 @@ class DeviceCycle:
         cache's still holds the expansion: the engine rewinds it); the candidates, the tree and the walk's checks
         rebuilt for the trace, the walk checked against the device's. On a GPU the next cycle is running by now:
         none of this is on its way."""
-        S, path = launched.S, reading.path
+        S, path, policy = launched.S, reading.path, launched.policy
         moves = self.steps.cache.settle(S, [S + s for s in path])
         cands = Candidates()
-        levels, decision = rebuild(cands, reading.ids, reading.logprobs, reading.frontiers, self.tree, None, None,
-                                   launched.draft_tokens)
+        levels, decision = rebuild(cands, reading.ids, reading.logprobs, reading.frontiers, self.tree,
+                                   None if policy is None else policy.calibration.path_accept, policy,
+                                   launched.draft_tokens, reading.levels if self.costed else None)
+        if self.costed:
+            decision = f"{decision} {verified(len(reading.kept), len(cands), reading.rate)}"
         seen = {-1}
         for node in reading.kept:   # each kept node after its parent: a tree the host's rules could have kept
             if not 0 <= node < len(cands.parents) or cands.parents[node] not in seen:
@@ -274,7 +313,7 @@ class DeviceCycle:
             raise DeviceVerdictMismatch(f"the device accepted slots {path} ({reading.committed}), the host's walk "
                                         f"{result.path} ({committed})")
         expected = 1.0 + sum(cands.values[i] for i in reading.kept)
-        draft = Draft(cands, tree, levels, expected, decision)
+        draft = Draft(cands, tree, levels, expected, decision.strip())
         return Verdict(draft, result, reading.argmax, reading.target_probs, moves, launched.features(reading.count))
 
 
@@ -291,6 +330,7 @@ class Launched:
     rows: torch.Tensor | None
     clock: PhaseClock
     draft_length: int  # the draft cache's length after the drafting (its expansion included)
+    policy: TreePolicy | None = None  # a cost-aware tree's, as written for this cycle
 
     def features(self, count: int) -> torch.Tensor | None:
         """The first `count` accepted rows' features (the head's next input), on the device."""
@@ -300,7 +340,8 @@ class Launched:
 @dataclass(frozen=True)
 class Reading:
     """A launched cycle's record as the host reads it (`parse`'s fields): the accepted slots (root first), their
-    count, the target's argmax and its probability per slot, the kept candidates, the drafting; and what the
+    count, the target's argmax and its probability per verified slot, the kept candidates, the drafting, the
+    levels kept and the expected rate (a cost-aware tree's choice; a fixed tree's: every level, 0); and what the
     cycle commits, which is all the next cycle's launch needs."""
 
     path: list[int]
@@ -311,6 +352,8 @@ class Reading:
     ids: list[int]
     logprobs: list[float]
     frontiers: list[int]
+    levels: int
+    rate: float
 
     @property
     def committed(self) -> list[int]:
@@ -321,15 +364,17 @@ class Reading:
 
 def parse(flat: list[float], shape: Shape, m: int) -> tuple:
     """A cycle's record read back: the accepted slots (root first), their count, the target's argmax and its
-    probability at each of the m + 1 slots, the kept candidate ids, and the drafting (ids, log-probabilities,
-    frontiers: `drafting.rebuild`'s input)."""
+    probability at each verified slot, the kept candidate ids (the m slots' first `size`: the rest padded a
+    cost-aware tree's step), the drafting (ids, log-probabilities, frontiers: `drafting.rebuild`'s input), the
+    levels kept and the rate."""
     k, steps, c = shape.k, shape.steps, shape.depth.numel()
-    sizes = (steps + 1, 1, m + 1, m + 1, m, c, c, (steps - 1) * k)
+    sizes = (steps + 1, 1, m + 1, m + 1, m, c, c, (steps - 1) * k, 3)
     parts, at = [], 0
     for size in sizes:
         parts.append(flat[at:at + size])
         at += size
-    path, (count,), argmax, tprobs, kept, ids, logprobs, frontiers = parts
-    count = int(count)
-    return ([int(s) for s in path[:count]], count, [int(a) for a in argmax], tprobs, [int(i) for i in kept],
-            [int(i) for i in ids], logprobs, [int(f) for f in frontiers])
+    path, (count,), argmax, tprobs, kept, ids, logprobs, frontiers, (size, levels, rate) = parts
+    count, t = int(count), int(size) + 1
+    return ([int(s) for s in path[:count]], count, [int(a) for a in argmax[:t]], tprobs[:t],
+            [int(i) for i in kept[:t - 1]], [int(i) for i in ids], logprobs, [int(f) for f in frontiers], int(levels),
+            rate)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from eagleviz.config import TreeConfig
+from eagleviz.decoding.device_policy import PolicyBlock
 from eagleviz.models.host import to_device, to_host
 from eagleviz.models.static import BUCKETS, CudaGraphs, StepInputs, Uncaptured, bucket, capture_or_fall_back
 from kernels import draft_select
@@ -76,6 +77,8 @@ class DeviceDrafter:
         self.inputs = StepInputs(target.device)
         width = c.feature_size if c.arch == "eagle3" else c.hidden_size
         self.features = torch.zeros(BUCKETS[-1], width, dtype=target.dtype, device=target.device)
+        # a cost-aware tree's numbers, read by its cycles' captured verifications (`device_policy`)
+        self.policy = PolicyBlock(tree.steps, tree.topk, target.device)
         self._replays: dict[int, Callable[[], DraftOut]] = {}
         self.fallback = ""
 

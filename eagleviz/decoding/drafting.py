@@ -79,10 +79,7 @@ def grow(engine, feats: torch.Tensor | None, pend_tokens: list[int], dcache: KVC
         if levels:  # the same cycle without the head: its lookup chain alone, nothing drafted
             alone = _lookup_values(match, calibration) if match is not None else []
             head_paid = choice.rate > policy.budget(alone, 0, draft_tokens - 1).rate
-        verdict = (ROOT_ALONE if size == 0 else
-                   f"{size} of {len(cands)} candidates verified: there the expected tokens per plain step peak "
-                   f"({choice.rate:.2f}).")
-        decision = f"{decision} {verdict}".strip()
+        decision = f"{decision} {verified(size, len(cands), choice.rate)}".strip()
     kept = rerank(cands, size, order)
     expected = 1.0 + sum(cands.values[i] for i in kept)
     return Draft(cands, VerifyTree.build(cands, kept, root), levels, expected, decision,
@@ -131,6 +128,12 @@ def _head_levels(engine, cands: Candidates, feats, pend_tokens, dcache, cfg: Tre
     return levels, _drafted(levels, policy)
 
 
+def verified(size: int, candidates: int, rate: float) -> str:
+    """A cost-aware tree's choice of `size` nodes of `candidates`, at `rate` expected tokens per plain step."""
+    return (ROOT_ALONE if size == 0 else f"{size} of {candidates} candidates verified: there the expected tokens per "
+            f"plain step peak ({rate:.2f}).")
+
+
 def _stops(policy: TreePolicy | None, cands: Candidates, frontier: list[int], levels: int, draft_tokens: int,
            cfg: TreeConfig) -> bool:
     """Whether a cost-aware tree stops before expanding `frontier` (another level not expected to pay)."""
@@ -163,16 +166,17 @@ def _add_level(engine, cands: Candidates, parents: list[int], hs: torch.Tensor, 
 
 
 def rebuild(cands: Candidates, ids: list[int], logprobs: list[float], frontiers: list[int], cfg: TreeConfig,
-            value, policy: TreePolicy | None, draft_tokens: int) -> tuple[int, str]:
+            value, policy: TreePolicy | None, draft_tokens: int, kept: int | None = None) -> tuple[int, str]:
     """The host's `Candidates` from one device drafting: the root's children, then each expansion as the
     device made it, as `_head_levels` adds them (same ids, scores, values). A cost-aware policy stops where
-    the host path would (its rule reads only the levels before). Returns the levels kept and the decision."""
+    the host path would (its rule reads only the levels before), or after the `kept` levels where the device
+    applied that rule (`device_policy.levels`). Returns the levels kept and the decision."""
     k = cfg.topk
     level = cands.add_children(-1, ids[:k], logprobs[:k], value)
     levels, at = 1, k
     for s in range(1, cfg.steps):
         frontier = [level[r] for r in frontiers[(s - 1) * k:s * k]]
-        if _stops(policy, cands, frontier, levels, draft_tokens, cfg):
+        if (levels == kept) if kept is not None else _stops(policy, cands, frontier, levels, draft_tokens, cfg):
             return levels, _stopped(levels, f" (the device drafted all {cfg.steps} in one call; the levels after "
                                             "were discarded)")
         level = []

@@ -19,10 +19,12 @@ The accepted path's target features and the bonus token become the next cycle's 
 How the target's steps run is the engine's `decode` path (`decode_path`): on a CPU the forward over a run's
 own cache (eager), the host drafting level by level; on a GPU the target's steps over a static state replayed
 from CUDA graphs (`eagleviz.models.static`), and the head's every level drafted in one captured call
-(`eagleviz.decoding.device_draft`). There the host waits for the device twice a greedy cycle: the drafting's
-tokens and scores, and the verdict (the target's argmax and its probability at every slot); once a plain
-step, and once a drafted cycle of a fixed tree at T = 0, whose choice of verified nodes, verification, walk and
-commit run on the device after the drafting as one more captured function (`eagleviz.decoding.device_cycle`).
+(`eagleviz.decoding.device_draft`). There the host waits for the device once a plain step, and once a greedy
+drafted cycle without a lookup's chain to merge, fixed or cost-aware: its choice of verified nodes (a cost-aware
+tree's from the price list and calibration the host writes to the device: `eagleviz.decoding.device_policy`),
+verification, walk and commit run after the drafting as one more captured function
+(`eagleviz.decoding.device_cycle`); twice a sampled or lookup cycle: the drafting's tokens and scores, and the
+verdict (the target's argmax and its probability at every slot).
 Inputs go to the device without blocking and phases are timed by CUDA events (`eagleviz.models.host`).
 """
 
@@ -49,6 +51,7 @@ from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, T
 from eagleviz.decoding.calibration import HeadCalibration, RunAcceptance
 from eagleviz.decoding.costs import CostModel, Prices, RunCosts
 from eagleviz.decoding.device_cycle import DeviceCycle, fits
+from eagleviz.decoding.device_policy import PolicyBlock
 from eagleviz.decoding.device_draft import DeviceDrafter
 from eagleviz.decoding.steps import decode_path, draft_state, prepared, release, static_states, target_steps
 from eagleviz.decoding.drafting import ROOT_ALONE, causal, grow, lookup_worth
@@ -185,9 +188,9 @@ class Engine:
     the most likely tokens, the draw; the same tokens for the same seed); `compiled_sampling` False keeps
     PyTorch's operations, the reference of an A/B run.
 
-    Over static steps (a GPU) a fixed tree's greedy drafted cycle is chosen, verified and walked on the device and
-    read once (`eagleviz.decoding.device_cycle`); `device_cycle` False chooses and walks on the host, reading
-    the drafting and the verdict apart, the reference of an A/B run."""
+    Over static steps (a GPU) a greedy drafted cycle (a fixed or a cost-aware tree's, no lookup chain) is chosen,
+    verified and walked on the device and read once (`eagleviz.decoding.device_cycle`); `device_cycle` False
+    chooses and walks on the host, reading the drafting and the verdict apart, the reference of an A/B run."""
 
     def __init__(self, target: TargetModel, head: DraftHead | None, head_name: str = "", attn_impl: str = "auto",
                  pack: bool | None = None,
@@ -237,10 +240,18 @@ class Engine:
         return other
 
     def with_device_cycle(self, on: bool) -> Engine:
-        """The same engine (target, head and pool shared) with a fixed tree's greedy drafted cycle decided on the
-        device (`on`) or on the host, the reference of an A/B run."""
+        """The same engine (target, head and pool shared) with a greedy drafted cycle decided on the device (`on`)
+        or on the host, the reference of an A/B run."""
         other = copy.copy(self)
         other.device_cycle = on
+        return other
+
+    def with_ledger(self, on: bool) -> Engine:
+        """The same engine (target, head and pool shared) whose cost-aware runs keep their books by the clock
+        (`on`: a head that does not pay rests) or keep none (the head drafts every cycle: what a count of drafted
+        cycles or a comparison of two paths' choices needs)."""
+        other = copy.copy(self)
+        other.ledger = on
         return other
 
     @property
@@ -256,7 +267,7 @@ class Engine:
     @torch.inference_mode()
     def prepare(self, slots: int, tree: TreeConfig | None = None) -> int:
         """Capture now, before any timed run, every graph a run of at most `slots` target slots replays (plain
-        decoding's, and given `tree` its drafting's and, for a fixed tree, its drafted cycle's), rather than at
+        decoding's, and given `tree` its drafting's and its drafted cycle's verification), rather than at
         each one's first use inside a run; the states go back to the pool, where the runs lease them. Returns how
         many were captured (0 on the eager path, which captures none)."""
         if self.decode == "eager":
@@ -273,8 +284,7 @@ class Engine:
                 state.prepare()
             if dcache is not None:
                 outputs = dcache.prepare()
-                if not tree.adaptive:
-                    DeviceCycle(steps, dcache, tree).prepare(outputs)
+                DeviceCycle(steps, dcache, tree, costed=tree.adaptive).prepare(outputs)
             return prepared(*states) - before
         finally:
             release(self, None, *states)
@@ -551,8 +561,9 @@ class Engine:
             lookup_rest.left = lookups.span()
         captures = static_states(steps, dcache)  # else no cycle can capture: `prepared` is not asked
         queued_cycle = None  # a device cycle launched while the one before was traced
-        on_device = (DeviceCycle(steps, dcache, tree_cfg) if self.device_cycle and isinstance(dcache, DeviceDrafter)
-                     and policy is None and sampling.greedy else None)
+        on_device = (DeviceCycle(steps, dcache, tree_cfg, costed=policy is not None)
+                     if self.device_cycle and isinstance(dcache, DeviceDrafter) and sampling.greedy
+                     and (policy is None or PolicyBlock.holds(policy)) else None)
         batches = rest_batch > 1  # resting cycles in stretches
         worth: dict[tuple[int, int, int], bool] = {}  # `lookup_worth` by (n-gram, tokens, budget), this policy's
 
@@ -665,7 +676,7 @@ class Engine:
             if on_device is not None and match is None and fits(budget):  # chosen, verified and walked on the
                 # device, read once (a lookup's chain is merged on the host); maybe launched while the last cycle's
                 # trace was written
-                launched = queued_cycle or on_device.launch(feats[0], pend_tokens, root, S, budget, clock)
+                launched = queued_cycle or on_device.launch(feats[0], pend_tokens, root, S, budget, clock, policy)
                 if (launched.S, launched.root, launched.draft_tokens) != (S, root, budget):
                     raise RuntimeError(f"a cycle launched ahead at {launched.S} is not the cycle at {S}")
                 queued_cycle, clock = None, launched.clock
@@ -675,17 +686,20 @@ class Engine:
                 clock.lap()
                 if index is not None:
                     index.extend(reading.committed)
-                if steps.queued:  # a GPU: the next cycle queued before this one's books and trace are written (when
-                    # it too is a device cycle: no lookup match, a tree that fits), so the host writes them while the
-                    # device computes
+                if steps.queued and policy is None:  # a GPU: the next cycle queued before this one's books and
+                    # trace are written (when it too is a device cycle: no lookup match, a tree that fits), so the
+                    # host writes them while the device computes (a cost-aware tree's next cycle waits for the books:
+                    # they decide whether its head rests and with what prices and values it chooses)
                     queued_cycle = self._launch_ahead(on_device, launched.features(reading.count), reading.committed,
                                                       S + reading.count, capacity, tree_cfg, index, len(run.output),
                                                       sampling.max_new_tokens)
                 verdict = on_device.verdict(launched, reading, text)
                 draft, result, argmax, tprobs = verdict.draft, verdict.result, verdict.argmax, verdict.target_probs
-                tree, alone, root_top, moves = draft.tree, False, [], verdict.moves
+                tree, root_top, moves = draft.tree, [], verdict.moves
+                alone = len(tree) == 1  # a cost-aware tree's drafting that was not worth verifying
+                forecast_paid = not alone  # (greedy: whether any of the head's nodes was worth verifying)
                 positions = [S + d for d in tree.depths]
-                mask = tree.mask() if record else None
+                mask = tree.mask() if record and not alone else None
             else:
                 draft = grow(self, feats[0], pend_tokens, dcache, tree_cfg, root, budget, policy, match, run_head)
                 tree = draft.tree
@@ -716,12 +730,12 @@ class Engine:
                     result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, gen,
                                                                       text)
                     root_top = [] if root_probs is None else self._root_top(root_probs, text)
-                if learned is not None and learned.observe(
-                        tree.node_ids[1:], {tree.node_ids[s] for s in result.path}, draft.cands.parents,
-                        draft.cands.sources, draft.cands.scores, draft.lookup_ngram):
-                    policy = TreePolicy(policy.costs, learned.table())  # the next cycle values its nodes by it
-                    worth.clear()
                 clock.lap()
+            if learned is not None and learned.observe(
+                    tree.node_ids[1:], {tree.node_ids[s] for s in result.path}, draft.cands.parents,
+                    draft.cands.sources, draft.cands.scores, draft.lookup_ngram):
+                policy = TreePolicy(policy.costs, learned.table())  # the next cycle values its nodes by it
+                worth.clear()
             # 4) rewind KV (a device cycle's: its walk moved the path's slots, rewound above)
             draft_before = S if run_head else (dcache.length if use_head else S)
             if verdict is None:

@@ -1,8 +1,10 @@
 """What a decode asks of the device, counted: per plain token and per drafted cycle, the graph replays, the
 stream, event and device waits, the copies and the eager kernel launches that torch's profiler records, the
 synchronising operations torch's sync debug mode reports (the calls that make the host wait without saying so),
-and the wall milliseconds a token or a drafted cycle takes, a fixed tree's cycle decided on the device and on the
-host (`Engine.with_device_cycle`), interleaved. A run's first step (its prefill) is left out of every count.
+and the wall milliseconds a token or a drafted cycle takes, a tree's cycle decided on the device and on the host
+(`Engine.with_device_cycle`), interleaved. A run's first step (its prefill) is left out of every count. The
+cost-aware tree ("default": the app's, without the context's lookups) runs without its clock's books
+(`Engine.with_ledger`), so its head drafts every cycle.
 
     python -m eagleviz.perf.cycle_counts --model BUNDLE --device cuda --out counts.json
 
@@ -46,7 +48,7 @@ def units(run, tree: TreeConfig | None, skipped: int) -> int:
     """What a run did after its first `skipped` steps: tokens (plain) or drafted cycles."""
     if tree is None:
         return len(run.output) - skipped
-    return sum(len(c.tokens) > 1 for c in run.cycles[skipped:])
+    return sum(c.draft_levels > 0 for c in run.cycles[skipped:])
 
 
 def after_first(engine, prompt: str, tree: TreeConfig | None, sampling: SamplingConfig, around) -> tuple:
@@ -111,6 +113,8 @@ def counts(engine, prompt: str, tree: TreeConfig | None, max_new_tokens: int, re
     interleaved: for a tree, the device cycle and the host's, `Engine.with_device_cycle`)."""
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)
     cuda = engine.target.device.type == "cuda"
+    if tree is not None and tree.adaptive:
+        engine = engine.with_ledger(False)
     engine.prepare(kv_slots(len(engine.encode_prompt(prompt)), max_new_tokens, tree), tree)
     arms = {"device": engine} if tree is None else {"device": engine, "host": engine.with_device_cycle(False)}
     for arm in arms.values():
@@ -137,7 +141,8 @@ def counts(engine, prompt: str, tree: TreeConfig | None, max_new_tokens: int, re
 
 TREES = {"plain": None,
          "fixed-6-8-64": TreeConfig.create(steps=6, topk=8, draft_tokens=64, adaptive=False),
-         "fixed-5-4-16": TreeConfig.create(adaptive=False)}
+         "fixed-5-4-16": TreeConfig.create(adaptive=False),
+         "default": TreeConfig.create(source="eagle")}
 
 
 def _parser() -> argparse.ArgumentParser:

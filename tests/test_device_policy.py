@@ -1,0 +1,114 @@
+"""eagleviz/decoding/device_policy.py: a cost-aware tree's choices on the device (the levels kept, the number of
+nodes verified, which and in what order) against the host's rules (`drafting.rebuild`'s stopping rule,
+`TreePolicy.budget`, `tree.priority` and `tree.rerank`) on thousands of random draftings, price lists and
+calibrations, with tied log-probabilities, tied bins and -inf scores: bit for bit, rates included."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from eagleviz.config import TreeConfig
+from eagleviz.decoding.calibration import EDGES, IDENTITY, Calibration
+from eagleviz.decoding.costs import CostModel
+from eagleviz.decoding.device_cycle import Shape, ancestor_rows, scores_and_parents, select_costed
+from eagleviz.decoding.device_policy import PAD_PARENT, PolicyBlock, budget, choose, values
+from eagleviz.decoding.drafting import rebuild
+from eagleviz.decoding.policy import TreePolicy
+from eagleviz.decoding.tree import Candidates, VerifyTree, priority, rerank
+from test_device_cycle import random_draft
+
+CPU = torch.device("cpu")
+
+
+def random_policy(rng: random.Random) -> TreePolicy:
+    """A price list from a GPU's nearly flat curve to a CPU's steep one, and a calibration: EAGLE-2's identity or a
+    table of few distinct bins (ties), its child rates falling with rank."""
+    sizes = sorted(rng.sample(range(2, 70), rng.randint(0, 4)))
+    slope = rng.choice([0.005, 0.05, 0.3, 1.0])
+    verify = ((1, 1.0),) + tuple((n, 1.0 + slope * (n - 1) * rng.uniform(0.5, 1.5)) for n in sizes)
+    verify = tuple(sorted(dict(verify).items()))
+    costs = CostModel(verify=verify, draft_level=rng.choice([0.0, 0.02, 0.1, 0.4]), overhead=rng.uniform(0, 0.3),
+                      draft_fixed=rng.choice([0.0, 0.1, 0.5]), rest=rng.choice([None, 1.0, 1.2]))
+    if rng.random() < 0.3:
+        return TreePolicy(costs, IDENTITY)
+    levels = [rng.choice([0.0, 0.05, 0.2, 0.5, 0.8, 1.0]) for _ in range(len(EDGES) + 1)]
+    child = sorted((rng.choice([0.0, 0.1, 0.3, 0.6, 0.9]) for _ in range(4)), reverse=True)
+    return TreePolicy(costs, Calibration(edges=EDGES, accept=tuple(sorted(levels)), child=tuple(child)))
+
+
+def host_choice(out, k: int, steps: int, m: int, policy: TreePolicy):
+    """What `drafting.grow` keeps of the same drafting with this policy and no lookup: the candidates, the levels,
+    the budget and the kept nodes in verification order."""
+    cands = Candidates()
+    tree = TreeConfig(steps, k, m + 1)
+    levels, _ = rebuild(cands, out.ids.tolist(), out.logprobs.tolist(), out.frontiers.tolist(), tree,
+                        policy.calibration.path_accept, policy, m + 1)
+    order = priority(cands)
+    choice = policy.budget([cands.values[i] for i in order], levels, m)
+    return cands, levels, choice, rerank(cands, choice.size, order)
+
+
+@pytest.mark.parametrize("k,steps", [(1, 1), (1, 4), (2, 3), (3, 4), (4, 5), (8, 3)])
+def test_the_device_chooses_the_hosts_levels_size_rate_and_nodes(k, steps):
+    rng = random.Random(k * 10 + steps)
+    shape = Shape.of(k, steps, CPU)
+    block = PolicyBlock(steps, k, CPU)
+    stops = sizes = 0
+    for trial in range(250):
+        out = random_draft(rng, k, steps)
+        policy = random_policy(rng)
+        block.write(policy)
+        m = rng.randint(1, min(63, shape.depth.numel()))
+        cands, levels, choice, kept = host_choice(out, k, steps, m, policy)
+        score, _ = scores_and_parents(out, shape)
+        value = values(score, block)
+        got_levels, size, rate, ranked = choose(value, score, shape.depth, out.frontiers, k, steps, m, block)
+        assert int(got_levels) == levels, trial
+        assert int(size) == choice.size, trial
+        assert float(rate) == choice.rate, trial
+        assert ranked[:choice.size].tolist() == kept, trial
+        assert value[:len(cands)].tolist() == cands.values
+        sel, record = select_costed(out, shape, m, block)
+        tree = VerifyTree.build(cands, kept, root_token=7)
+        t = len(tree)
+        assert sel.parents[:t].tolist() == tree.parents and sel.tokens[:t - 1].tolist() == tree.tokens[1:]
+        assert (sel.parents[t:] == PAD_PARENT).all()
+        assert torch.equal(ancestor_rows(sel.parents, steps)[:t, :t], tree.mask())
+        assert record.tolist() == [choice.size, levels, choice.rate]
+        stops += levels < steps
+        sizes += 0 < choice.size < m
+    if steps > 1:
+        assert stops and sizes  # the rule stopped early and verified fewer than it could in some trials
+
+
+def test_a_budget_is_the_hosts_on_any_values_with_padding():
+    rng = random.Random(7)
+    block = PolicyBlock(4, 2, CPU)
+    for _ in range(500):
+        policy = random_policy(rng)
+        block.write(policy)
+        vals = sorted((rng.choice([0.0, 0.1, 0.25, 0.5, 0.9, 1.0]) for _ in range(rng.randint(0, 40))), reverse=True)
+        levels, valid = rng.randint(0, 4), rng.randint(0, len(vals))
+        padded = torch.tensor(vals + [0.7] * 5, dtype=torch.float64)[:len(vals) + (5 if vals else 0)]
+        size, rate = budget(padded, torch.tensor([levels]), block, valid=torch.tensor([valid]))
+        want = policy.budget(vals[:valid], levels, 64)
+        assert (int(size), float(rate)) == (want.size, want.rate)
+
+
+def test_a_block_is_written_once_per_policy():
+    block = PolicyBlock(3, 2, CPU)
+    policy = random_policy(random.Random(1))
+    block.write(policy)
+    block.tensor.fill_(0.5)
+    block.write(policy)  # the same policy: no write
+    assert (block.tensor == 0.5).all()
+    block.write(TreePolicy(policy.costs, policy.calibration))
+    assert block.draft.tolist() == [policy.costs.draft_cost(n) for n in range(4)]
+    assert block.child.tolist() == [policy.calibration.child_accept(j) for j in range(2)]
+    odd = Calibration(edges=(-1.0, 0.0), accept=(0.1, 0.2, 0.3))
+    assert not PolicyBlock.holds(TreePolicy(policy.costs, odd))
+    with pytest.raises(ValueError, match="bin edges"):
+        block.write(TreePolicy(policy.costs, odd))
