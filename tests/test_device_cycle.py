@@ -29,7 +29,7 @@ from eagleviz.models.host import counting_reads
 from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.static import BUCKETS, StaticSteps
 from eagleviz.models.target import TargetModel
-from tiny import Recording, tiny_target
+from tiny import Counting, Recording, tiny_target
 
 PROMPT = "12345 1234 123"
 LOGPROBS = (0.0, -0.25, -0.5, -1.0, -1.0, -2.0, -math.inf)  # few values: ties within and across levels
@@ -272,26 +272,9 @@ def test_nothing_after_the_read_touches_the_device(engines, monkeypatch, tree):
     assert [fields(c) for c in poisoned.cycles] == [fields(c) for c in clean.cycles]
 
 
-class Counting(Recording):
-    """`Recording` that counts the replays of what it captured."""
-
-    def __init__(self):
-        super().__init__()
-        self.replays = 0
-
-    def capture(self, fn):
-        replay = super().capture(fn)
-
-        def counted():
-            self.replays += 1
-            return replay()
-
-        return counted
-
-
 def test_a_drafted_cycle_replays_two_captures_all_made_before_the_run(target):
     """The head's drafting, then the selection, verification, walk and commit: two replays a drafted cycle, one a
-    cycle that did not draft. `Engine.prepare` captures every graph first: the runs capture nothing (plain
+    cycle that did not draft, one the prompt's prefill. `Engine.prepare` captures every graph first: the runs capture nothing (plain
     decoding's, the fixed tree's, and the cost-aware tree's, whose cycles choose on the device too)."""
     made: list[Counting] = []
     e = Engine(target, random_head(target, "eagle3", seed=1, std=0.5), "random", decode="static",
@@ -308,7 +291,8 @@ def test_a_drafted_cycle_replays_two_captures_all_made_before_the_run(target):
         if tree is not None:
             drafted = sum(c.draft_levels > 0 for c in run.cycles)
             assert drafted > 2
-            assert sum(g.replays for g in made) - replays == 2 * drafted + len(run.cycles) - drafted
+            assert sum(g.replays for g in made) - replays == 1 + 2 * drafted + len(run.cycles) - drafted  # 1: the
+            # prefill's (the prompt after the chat's opening: one chunk)
     assert e.with_decode("eager").prepare(512, fixed) == 0
 
 

@@ -141,6 +141,47 @@ def test_on_zero_gpu_the_price_list_is_measured_inside_the_first_gpu_call(monkey
     assert measured == [True]
 
 
+def test_on_zero_gpu_the_kernel_self_check_runs_inside_the_first_gpu_call(monkeypatch):
+    """ZeroGPU: an engine built at start-up on the GPU PyTorch reports (none is attached yet) chooses its attention
+    (`auto`: the Triton kernel's self-check against PyTorch's) when its first run attends, inside that run's
+    `spaces.GPU` call, once; off ZeroGPU it chooses as it is built."""
+    import torch
+
+    from eagleviz.config import SamplingConfig, TreeConfig
+    from eagleviz.decoding.engine import Engine
+    from eagleviz.models.draft import random_head
+    from kernels.self_check import KernelCheck
+    from tiny import tiny_target
+
+    where: list[str] = []
+
+    def check(device, dtype):
+        where.append(f"{device.type}, {'inside' if inside else 'outside'} the GPU call")
+        return KernelCheck(False, None, "the kernel was not run here (a test's self-check)")
+
+    t = tiny_target(vocab=8)
+    head = random_head(t, "eagle1", seed=1)
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    inside = False
+    with monkeypatch.context() as m:  # the engine is built where PyTorch says a GPU is (ZeroGPU at start-up)
+        m.setattr(type(t), "device", property(lambda self: torch.device("cuda")))
+        engine = Engine(t, head, "random", kernel_check=check)
+        view = engine.with_attention("auto")
+    assert where == []
+    inside = True  # a run inside `spaces.GPU`: its steps ask for the attention (here they run on the CPU)
+    run = view.generate("abc", TreeConfig.create(3, 2, 4), SamplingConfig(max_new_tokens=4))
+    assert where == ["cuda, inside the GPU call"] and view.attn_impl == "torch"
+    assert "the kernel was not run here (a test's self-check)" in run.notes
+    view.generate("abc", None, SamplingConfig(max_new_tokens=4))
+    assert len(where) == 1
+    monkeypatch.delenv("SPACES_ZERO_GPU")
+    inside = False
+    with monkeypatch.context() as m:
+        m.setattr(type(t), "device", property(lambda self: torch.device("cuda")))
+        Engine(t, head, "random", kernel_check=check)
+    assert where[1:] == ["cuda, outside the GPU call"]
+
+
 HUB_LIMIT = 10 * 2**20   # the Hub refuses plain files above this size
 
 

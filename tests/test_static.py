@@ -32,7 +32,7 @@ from eagleviz.models import layers
 from kernels import layer_ops
 from kernels import tree_attention as ta
 from kernels.tree_attention import ancestor_mask, interpreting
-from tiny import CPU_COSTS, Recording, tiny_target
+from tiny import CPU_COSTS, Counting, Recording, tiny_target
 
 PROMPT = "12345 1234 123"
 
@@ -569,3 +569,45 @@ def test_the_heads_levels_on_the_layer_kernels_draft_what_pytorch_drafts_in_fewe
     levels = tree.steps  # one head step encodes the pending positions (its last row drafts level 0), one a level
     assert launches["silu_mul"] == launches["rope_store"] == levels * head.config.num_layers
     assert kernels[0] - kernels[1] >= 10 * levels, kernels  # 223 -> 171 (EAGLE-1), 292 -> 184 (EAGLE-3)
+
+
+@pytest.mark.parametrize("arch", ["eagle1", "eagle3"])
+def test_a_static_prefill_replays_the_captured_steps_chunk_by_chunk(target, monkeypatch, arch):
+    """Over static steps the prompt after the chat opening runs as the state's captured steps, a causal chain of at
+    most BUCKETS[-1] tokens each (a prompt past the largest bucket in two): no eager forward of the target, one
+    replay a chunk, nothing captured in the run after `Engine.prepare`; the first token and the prompt's features
+    (the head's first input) are the eager prefill's."""
+    prompt = "0123456789 " * 8  # ~90 tokens after the opening: chunks of 64 and the rest
+    runs = {}
+    for decode in ("static", "eager"):
+        e = Engine(target, random_head(target, arch, seed=1, std=0.5), "random", decode=decode,
+                   compiled_sampling=False)
+        made: list[Counting] = []
+        e.make_graphs = lambda: made.append(Counting()) or made[-1]
+        ids = e.encode_prompt(prompt)
+        n = len(ids) - e.prefix.covers(ids)
+        assert n > BUCKETS[-1]
+        tree = TreeConfig.create(3, 2, 4, adaptive=False, source="eagle")
+        e.prepare(512, tree)
+        eager_calls, forward = [], type(target).forward
+
+        def counted(self, *args, **kwargs):
+            eager_calls.append(args[0].numel())
+            return forward(self, *args, **kwargs)
+
+        monkeypatch.setattr(type(target), "forward", counted)
+        run = e.new_run(prompt, ids, tree, SamplingConfig(max_new_tokens=1))
+        before = sum(g.replays for g in made)
+        steps = e.speculate(ids, tree, SamplingConfig(max_new_tokens=1), run)
+        for _ in steps:
+            pass
+        monkeypatch.setattr(type(target), "forward", forward)
+        replays = sum(g.replays for g in made) - before
+        drafted = e.generate(prompt, tree, SamplingConfig(max_new_tokens=6)).cycles[0]  # from the prompt's features
+        runs[decode] = run, eager_calls, replays, drafted
+    (static, static_calls, replays, a), (eager, eager_calls, _, b) = runs["static"], runs["eager"]
+    assert static_calls == [] and eager_calls == [n]
+    assert replays == 2  # the prompt's two chunks, then the run ends at its first token
+    assert static.output[0].token == eager.output[0].token
+    assert [(x.token, x.parent) for x in a.nodes] == [(x.token, x.parent) for x in b.nodes]
+    assert [x.prob for x in a.nodes] == pytest.approx([x.prob for x in b.nodes], rel=1e-4)

@@ -124,6 +124,23 @@ class Recording:
         return replay
 
 
+class Counting(Recording):
+    """`Recording` that counts the replays of what it captured."""
+
+    def __init__(self):
+        super().__init__()
+        self.replays = 0
+
+    def capture(self, fn):
+        replay = super().capture(fn)
+
+        def counted():
+            self.replays += 1
+            return replay()
+
+        return counted
+
+
 def _flatten(out) -> tuple[list, tuple]:
     """A step's result (a dataclass of tensors, or a pytree) as tensors and how to rebuild it."""
     if dataclasses.is_dataclass(out):

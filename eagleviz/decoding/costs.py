@@ -29,7 +29,6 @@ import bisect
 import hashlib
 import json
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -38,6 +37,7 @@ from functools import cached_property
 import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.decoding.once import Once
 from eagleviz.decoding.steps import release, target_steps
 from eagleviz.paths import cache_dir
 from kernels import capability
@@ -367,24 +367,13 @@ def load_or_measure(engine, progress=None, fresh: bool = False) -> CostModel:
     return costs
 
 
-class Prices:
+class Prices(Once[CostModel]):
     """An engine's price list: given, or got by calling `given` (`load_or_measure`) the first time it is asked
-    for, and kept. One holder is shared by an engine's copies (`Engine.with_attention`, ...), as the list itself was;
-    runs that ask for it at once wait for one measurement."""
+    for, and kept (`once.Once`). One holder is shared by an engine's copies (`Engine.with_attention`, ...), as the
+    list itself was; runs that ask for it at once wait for one measurement."""
 
     def __init__(self, given: CostModel | Callable[[], CostModel]):
-        self._list = given if isinstance(given, CostModel) else None
-        self._obtain = None if self._list is not None else given
-        self._lock = threading.Lock()
-
-    @property
-    def known(self) -> bool:
-        """Whether the list is at hand (given, or obtained already): asking for it then costs nothing."""
-        return self._list is not None
-
-    def get(self) -> CostModel:
-        if self._list is None:
-            with self._lock:
-                if self._list is None:
-                    self._list = self._obtain()
-        return self._list
+        if isinstance(given, CostModel):
+            super().__init__(given)
+        else:
+            super().__init__(obtain=given)

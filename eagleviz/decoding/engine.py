@@ -45,25 +45,27 @@ from eagleviz.errors import UserFacingError
 from eagleviz.models.host import PhaseClock, count_read, to_device, to_host
 from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.draft import DraftHead
-from eagleviz.models.static import CudaGraphs, EagerSteps, StatePool, StaticSteps, StepOutput, Uncaptured
+from eagleviz.models.static import BUCKETS, CudaGraphs, EagerSteps, StatePool, StaticSteps, StepOutput, Uncaptured
 from eagleviz.models.target import TargetModel, TargetOutput
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
 from eagleviz.decoding.calibration import HeadCalibration, RunAcceptance
 from eagleviz.decoding.costs import CostModel, Prices, RunCosts
 from eagleviz.decoding.device_cycle import DeviceCycle, fits
-from eagleviz.decoding.device_policy import PolicyBlock
 from eagleviz.decoding.device_draft import DeviceDrafter
-from eagleviz.decoding.steps import decode_path, draft_state, prepared, release, static_states, target_steps
+from eagleviz.decoding.device_policy import PolicyBlock
 from eagleviz.decoding.drafting import ROOT_ALONE, causal, grow, lookup_worth
 from eagleviz.decoding.lookup import Foresight, Match, SuffixIndex
+from eagleviz.decoding.once import Once
 from eagleviz.decoding.policy import HeadRest, Ledger, TreePolicy
 from eagleviz.decoding.prefix import Prefix, PrefixCache, chat_prefix
+from eagleviz.decoding.steps import (decode_path, draft_state, prepared, release, static_states, target_steps,
+                                     zero_gpu)
 from eagleviz.decoding.tree import Candidates, VerifyTree
 from eagleviz.decoding.verify import (VerifyResult, draw, draw_and_top, draw_index, drawn, greedy_verify,
                                       sample_verify, sampling_probs, top_tokens)
 from eagleviz.paths import cache_dir
 from kernels import capability, sample_ops
-from kernels.self_check import KernelCheck, choose_attention
+from kernels.self_check import AttentionChoice, KernelCheck, choose_attention
 from kernels.tree_attention import resolve_impl
 
 PHASES = ("draft", "verify", "accept", "rewind")
@@ -205,9 +207,8 @@ class Engine:
         self.prices = costs if isinstance(costs, Prices) else Prices(costs or CostModel.flat())
         self.calibration = calibration or HeadCalibration.identity()
         self._kernel_check = kernel_check
-        self.attn_impl, self.notes = self._attention(attn_impl)
-        self.decode, decode_notes = decode_path(decode, target.device)
-        self.notes = list(self.notes) + decode_notes
+        self._choice = self._attention(attn_impl)
+        self.decode, self._decode_notes = decode_path(decode, target.device)
         # static states lent to runs and kept between them (graphs are captured once per state and bucket)
         self.pool = StatePool()
         arch = head.config.arch if head is not None else "eagle1"
@@ -217,25 +218,41 @@ class Engine:
         self.sample_ops = (sample_ops.load(cache_dir() / "kernels")
                            if compiled_sampling and target.device.type == "cpu" else None)
 
-    def _attention(self, attn_impl: str) -> tuple[str, list[str]]:
-        runnable_impl(attn_impl, self.target.device)
-        choice = choose_attention(attn_impl, self.target.device, self.target.kv_dtype, self._kernel_check)
-        return choice.impl, choice.notes
+    def _attention(self, attn_impl: str) -> Once[AttentionChoice]:
+        """The attention `attn_impl` chooses here (a ValueError now where it cannot run on this device). `auto` on
+        CUDA runs the Triton kernel's self-check: now, except on a ZeroGPU Space, where no GPU exists before a
+        run's `spaces.GPU` call: there the first run that attends makes the choice, inside its call."""
+        device = self.target.device
+        runnable_impl(attn_impl, device)
+
+        def choose() -> AttentionChoice:
+            return choose_attention(attn_impl, device, self.target.kv_dtype, self._kernel_check)
+
+        later = attn_impl == "auto" and device.type == "cuda" and zero_gpu()
+        return Once(obtain=choose) if later else Once(choose())
+
+    @property
+    def attn_impl(self) -> str:
+        """The attention implementation the engine's runs attend with (chosen at the first run's need on ZeroGPU)."""
+        return self._choice.get().impl
+
+    @property
+    def notes(self) -> list[str]:
+        """What a run's trace says of how this engine runs: the attention's fallback, if any, and the decode path."""
+        return list(self._choice.get().notes) + self._decode_notes
 
     def with_attention(self, attn_impl: str) -> Engine:
         """The same target and drafting head (shared, not copied) with another attention implementation; a
         ValueError where it cannot run on this device."""
         other = copy.copy(self)
-        other.attn_impl, notes = self._attention(attn_impl)
-        other.notes = list(notes) + decode_path(self.decode, self.target.device)[1]
+        other._choice = self._attention(attn_impl)
         return other
 
     def with_decode(self, decode: str) -> Engine:
         """The same target and drafting head (shared) with its steps run another way (`decode_path`), and a
         pool of its own; a ValueError where that path cannot run on this device."""
         other = copy.copy(self)
-        other.decode, notes = decode_path(decode, self.target.device)
-        other.notes = [n for n in self.notes if n not in decode_path(self.decode, self.target.device)[1]] + notes
+        other.decode, other._decode_notes = decode_path(decode, self.target.device)
         other.pool = StatePool()
         return other
 
@@ -365,22 +382,43 @@ class Engine:
             raise UserFacingError(f"the prompt has {n_prompt} tokens; the model's context limit is {limit}")
         return min(limit, kv_slots(n_prompt, sampling.max_new_tokens, tree))
 
-    def _prefill(self, ids: list[int], cache: KVCache, sampling: SamplingConfig, gen: torch.Generator,
-                 run: RunTrace, features: bool = False):
+    def _prefill(self, ids: list[int], steps: EagerSteps | StaticSteps, sampling: SamplingConfig,
+                 gen: torch.Generator, run: RunTrace, features: bool = False):
         """Target forward over the prompt after the chat prefix (copied from the engine's `PrefixCache`):
         returns the first new token and (given `features`) the prompt's features, which the draft head reads.
-        Records in `run` how many prompt tokens came from the cache."""
+        Records in `run` how many prompt tokens came from the cache. Over static steps (a GPU) the rest of the
+        prompt runs as the captured steps of BUCKETS[-1] tokens or fewer, a causal chain each (a step of the
+        largest bucket for every full chunk): a few replays, not an eager forward's ~1,000 launches a chunk."""
+        cache = steps.cache
         reused = self.prefix.covers(ids)
         prefix = self.prefix.get(self.attn_impl, self._encode_prefix) if reused else None
         if prefix is not None:
             prefix.copy_into(cache)
-        x = torch.tensor(ids[reused:], device=self.target.device)
-        out = self.target.forward(x, torch.arange(reused, len(ids), device=x.device), cache,
-                                  causal(len(ids) - reused, x.device), logit_rows=slice(-1, None),
-                                  feature_layers=self.feature_layers if features else None, impl=self.attn_impl)
         run.prefill_reused = reused
-        feats = out.features if prefix is None or not features else torch.cat([prefix.features, out.features])
-        return self._choose(out.logits[0], sampling, gen), feats
+        if isinstance(steps, StaticSteps):
+            logits, argmax, rows = self._prefill_steps(ids[reused:], reused, steps, features)
+        else:
+            x = torch.tensor(ids[reused:], device=self.target.device)
+            out = self.target.forward(x, torch.arange(reused, len(ids), device=x.device), cache,
+                                      causal(len(ids) - reused, x.device), logit_rows=slice(-1, None),
+                                      feature_layers=self.feature_layers if features else None, impl=self.attn_impl)
+            logits, argmax, rows = out.logits[0], None, out.features
+        feats = rows if prefix is None or not features else torch.cat([prefix.features, rows])
+        return self._choose(logits, sampling, gen, argmax), feats
+
+    @staticmethod
+    def _prefill_steps(ids: list[int], start: int, steps: StaticSteps, features: bool):
+        """The prompt's tokens `ids` at positions start, start + 1, ... through the static state's steps, in chunks
+        of at most BUCKETS[-1]: the last row's logits and argmax, and (given `features`) every row's features,
+        copied (a step's outputs are rewritten by its bucket's next step)."""
+        largest, rows = BUCKETS[-1], []
+        for at in range(0, len(ids), largest):
+            chunk = ids[at:at + largest]
+            n = len(chunk)
+            out = steps.forward(chunk, list(range(start + at, start + at + n)), causal(n, "cpu") if n > 1 else None)
+            if features and out.features is not None:
+                rows.append(out.features.clone())
+        return out.logits[-1], out.argmax[-1], torch.cat(rows) if rows else None
 
     def _encode_prefix(self, ids: list[int]) -> Prefix:
         cache = self.target.new_cache(len(ids))
@@ -465,7 +503,7 @@ class Engine:
                capacity: int, start: float) -> Iterator[OutputToken]:
         gen = torch.Generator(device=self.target.device).manual_seed(sampling.seed)
         cache, text, eos, limit = steps.cache, self._text, self.target.eos_token_ids, sampling.max_new_tokens
-        token, _ = self._prefill(prompt_ids, cache, sampling, gen, run)
+        token, _ = self._prefill(prompt_ids, steps, sampling, gen, run)
         run.prefill_ms = (time.perf_counter() - start) * 1e3
         done = self._emit(run, [(token, "prefill")], -1, eos, limit, text)
 
@@ -539,7 +577,7 @@ class Engine:
         learned = RunAcceptance(policy.calibration) if policy is not None and self.learn else None
         clocked = RunCosts(policy.costs) if policy is not None and self.ledger else None  # its clock: the prices
 
-        root, prompt_feats = self._prefill(prompt_ids, tcache, sampling, gen, run, use_head)
+        root, prompt_feats = self._prefill(prompt_ids, steps, sampling, gen, run, use_head)
         feats = [prompt_feats]  # the features of the positions the head has not encoded yet, in pieces
         run.prefill_ms = (time.perf_counter() - start) * 1e3
         pend_tokens = list(prompt_ids[1:]) + [root]

@@ -23,6 +23,12 @@ from eagleviz.trace import RunTrace
 DECODE_PATHS = ("auto", "graphs", "static", "eager")
 
 
+def zero_gpu() -> bool:
+    """Whether this process serves a ZeroGPU Space (SPACES_ZERO_GPU set): a GPU is attached only inside each
+    `spaces.GPU` call, never at start-up."""
+    return bool(os.environ.get("SPACES_ZERO_GPU"))
+
+
 def decode_path(path: str, device: torch.device | str) -> tuple[str, list[str]]:
     """The step path `path` resolves to on `device`, and the notes a run's trace carries about it. 'auto': CUDA
     graphs on CUDA, except on a ZeroGPU Space (SPACES_ZERO_GPU set), whose GPU is attached per call, so neither a
@@ -37,7 +43,7 @@ def decode_path(path: str, device: torch.device | str) -> tuple[str, list[str]]:
     if path == "auto":
         if device.type != "cuda":
             return "eager", []
-        if os.environ.get("SPACES_ZERO_GPU"):
+        if zero_gpu():
             return "eager", ["On a ZeroGPU Space the GPU is attached per call, so each run decodes eagerly over its "
                              "own cache (no CUDA graphs, which could not outlive the call)."]
         path = "graphs"
