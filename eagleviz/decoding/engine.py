@@ -14,7 +14,11 @@ Each cycle:
     4) rewind  target: compact the accepted path's slots to [S, S + accept_length]; draft: drop the
                expansion slots (EAGLE's stable-KV rule: the draft cache only holds positions encoded from
                target features)
-The accepted path's target features and the bonus token become the next cycle's `pending`.
+The accepted path's target features and the bonus token become the next cycle's `pending`. In the code a cycle
+is its phases, each a method over the run's state (`_Speculation`): `_plan` (does the head draft, do the lookups
+look), then `_resting` (a stretch of cycles that verify the root alone, as plain decoding's steps) or `_drafted`
+(`_on_device` or `_on_host` for phases 1-3, `_rewound` for 4 and the trace, `_keep_books` for the next cycle's
+inputs and the run's ledgers).
 
 How the target's steps run is the engine's `decode` path (`decode_path`): on a CPU the forward over a run's
 own cache (eager), the host drafting level by level; on a GPU the target's steps over a static state replayed
@@ -36,6 +40,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -50,10 +55,10 @@ from eagleviz.models.target import TargetModel, TargetOutput
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
 from eagleviz.decoding.calibration import HeadCalibration, RunAcceptance
 from eagleviz.decoding.costs import CostModel, Prices, RunCosts
-from eagleviz.decoding.device_cycle import DeviceCycle, fits
+from eagleviz.decoding.device_cycle import DeviceCycle, Launched, fits
 from eagleviz.decoding.device_draft import DeviceDrafter
 from eagleviz.decoding.device_policy import PolicyBlock
-from eagleviz.decoding.drafting import ROOT_ALONE, causal, grow, lookup_worth
+from eagleviz.decoding.drafting import ROOT_ALONE, Draft, causal, grow, lookup_worth
 from eagleviz.decoding.lookup import Foresight, Match, SuffixIndex
 from eagleviz.decoding.once import Once
 from eagleviz.decoding.policy import HeadRest, Ledger, TreePolicy
@@ -102,6 +107,97 @@ class RestStep(NamedTuple):
     end: float
     features: torch.Tensor | None  # the step's features row (the head's input)
     captured: bool           # the step captured a graph (its time is the capture's: the ledgers leave it out)
+
+
+@dataclass
+class _Speculation:
+    """One speculative run between its cycles (`Engine._speculate`): what it runs with, and its state: the features
+    and tokens the head has not encoded yet, the next root, the policy as the run's clock and its own acceptance
+    move it, the rests and ledgers that decide whether the head and the context's lookups run, a device cycle
+    launched ahead. A cycle's phases read and write it; nothing else does."""
+
+    tree: TreeConfig
+    sampling: SamplingConfig
+    run: RunTrace
+    record: bool
+    steps: EagerSteps | StaticSteps
+    dcache: KVCache | DeviceDrafter | None
+    capacity: int  # the run's slots (a static state may hold more)
+    start: float
+    rest_batch: int
+    use_head: bool
+    gen: torch.Generator
+    text: Callable[[int], str]
+    captures: bool  # whether a cycle can capture a graph (a static state: `prepared` can grow)
+    on_device: DeviceCycle | None
+    feats: list[torch.Tensor]  # the features of the positions the head has not encoded yet, in pieces
+    pend_tokens: list[int]     # ... and their tokens
+    root: int
+    index: SuffixIndex | Foresight | None  # the context's lookups
+    policy: TreePolicy | None
+    learned: RunAcceptance | None
+    clocked: RunCosts | None
+    ledger: Ledger | None
+    lookups: Ledger | None
+    rest: HeadRest = field(default_factory=HeadRest)
+    lookup_rest: HeadRest = field(default_factory=HeadRest)
+    lookup_probe: bool = False  # the next lookup cycle after a rest is a probe
+    cycle: int = 0
+    done: bool = False
+    queued: Launched | None = None  # a device cycle launched while the one before was traced
+    worth: dict[tuple[int, int, int], bool] = field(default_factory=dict)  # `lookup_worth` by (n-gram, tokens,
+    # budget), under this policy
+
+    def worthy(self, match: Match, budget: int) -> bool:
+        """Whether a cycle without the head would verify any of the match's tokens (`drafting.lookup_worth`)."""
+        key = (match.ngram, len(match.tokens), budget)
+        if key not in self.worth:
+            self.worth[key] = lookup_worth(self.policy, match, budget)
+        return self.worth[key]
+
+    def reprice(self, policy: TreePolicy) -> None:
+        """The policy the next cycles choose by (the run's clock or its own acceptance changed it)."""
+        self.policy = policy
+        self.worth.clear()
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a cycle after S committed tokens runs (`Engine._plan`): its clock, its budget, whether it times a plain
+    step (`reference`), whether the lookups rest, the match it verifies or passed over, whether the head drafts
+    and first encodes a backlog."""
+
+    S: int
+    clock: PhaseClock
+    began: float  # perf_counter at its start
+    ready: int    # the graphs captured before it (`prepared`)
+    budget: int
+    reference: bool
+    resting_lookups: bool
+    match: Match | None
+    passed: Match | None
+    run_head: bool
+    backlog: bool
+
+
+@dataclass(frozen=True)
+class _Verified:
+    """A drafted cycle's draft, verification and acceptance, on the device or the host: the host's step outputs
+    (`out`), or a device cycle's moves, accepted rows and draft-cache length as its read left them."""
+
+    draft: Draft
+    result: VerifyResult
+    argmax: list[int]
+    target_probs: list
+    root_top: list
+    alone: bool                      # the root alone was verified
+    mask: torch.Tensor | None        # the tree's (None: not recorded)
+    clock: PhaseClock
+    forecast_paid: bool = True       # whether the head's guesses were worth verifying (the rest's rule)
+    out: StepOutput | None = None
+    moves: list | None = None
+    features: torch.Tensor | None = None
+    draft_length: int | None = None
 
 
 class _TokenText:
@@ -568,282 +664,315 @@ class Engine:
     def _speculate(self, prompt_ids: list[int], tree_cfg: TreeConfig, sampling: SamplingConfig, run: RunTrace,
                    record: bool, index_of, steps: EagerSteps | StaticSteps, dcache: KVCache | DeviceDrafter | None,
                    capacity: int, start: float, rest_batch: int) -> Iterator[CycleTrace]:
+        """The run's cycles, each in its phases: the plan (what runs: the head, a lookup's chain, or the root
+        alone), then a stretch of resting cycles (`_resting`) or one drafted cycle (`_drafted`: draft, verify,
+        accept on the device or the host, rewind, trace, books)."""
+        r = self._begin(prompt_ids, tree_cfg, sampling, run, record, index_of, steps, dcache, capacity, start,
+                        rest_batch)
+        while not r.done:
+            S = steps.cache.length
+            if capacity - 1 - S < 1:  # the slots plain decoding would still fill: it stops at the same length
+                run.stop_reason = "context"
+                break
+            plan = self._plan(r, S)
+            if not plan.run_head and plan.match is None:  # nothing to verify but the root: a plain step
+                yield from self._resting(r, plan)
+            else:
+                yield self._drafted(r, plan)
+
+    def _begin(self, prompt_ids: list[int], tree_cfg: TreeConfig, sampling: SamplingConfig, run: RunTrace,
+               record: bool, index_of, steps: EagerSteps | StaticSteps, dcache: KVCache | DeviceDrafter | None,
+               capacity: int, start: float, rest_batch: int) -> _Speculation:
+        """The prefill, and the run's state before its first cycle: the policy, its books and the rests they
+        impose from the start (a sampled run's head and lookups start in doubt)."""
         use_head = tree_cfg.source != "lookup"
-        target, dev = self.target, self.target.device
-        gen = torch.Generator(device=dev).manual_seed(sampling.seed)
-        tcache = steps.cache  # `capacity`: the run's slots (a static state may hold more)
+        gen = torch.Generator(device=self.target.device).manual_seed(sampling.seed)
         text = self._text if record else _Untold()
         policy = self.policy(tree_cfg, sampling)
-        learned = RunAcceptance(policy.calibration) if policy is not None and self.learn else None
-        clocked = RunCosts(policy.costs) if policy is not None and self.ledger else None  # its clock: the prices
-
         root, prompt_feats = self._prefill(prompt_ids, steps, sampling, gen, run, use_head)
-        feats = [prompt_feats]  # the features of the positions the head has not encoded yet, in pieces
         run.prefill_ms = (time.perf_counter() - start) * 1e3
-        pend_tokens = list(prompt_ids[1:]) + [root]
         index = index_of(list(prompt_ids) + [root]) if tree_cfg.source != "eagle" else None
-        done = self._emit(run, [(root, "prefill")], -1, target.eos_token_ids, sampling.max_new_tokens, text)
-        cycle = 0
-        rest = HeadRest()  # a cost-aware tree rests a head whose drafting keeps not paying for itself
-        ledger = (Ledger.for_run(sampling.greedy, policy.head_pays(tree_cfg.topk, tree_cfg.steps,
-                                                                   tree_cfg.draft_tokens - 1))
-                  if use_head and policy is not None and self.ledger else None)  # ... as its clock sees it
-        if ledger is not None and ledger.losing():  # in doubt: the run starts resting
-            rest.left = rest.most = ledger.span()
-        # the context's lookups judged by the same clock: their cycles (the head not run) against resting ones;
-        # sampled, in doubt from the start as the head is
-        lookups = (Ledger.for_run(sampling.greedy, lookups=True)
-                   if index is not None and policy is not None and self.ledger else None)
-        lookup_rest, lookup_probe = HeadRest(), False  # the next lookup cycle after a rest is a probe
-        if lookups is not None and lookups.losing():
-            lookup_rest.left = lookups.span()
-        captures = static_states(steps, dcache)  # else no cycle can capture: `prepared` is not asked
-        queued_cycle = None  # a device cycle launched while the one before was traced
-        on_device = (DeviceCycle(steps, dcache, tree_cfg, costed=policy is not None)
-                     if self.device_cycle and isinstance(dcache, DeviceDrafter) and sampling.greedy
-                     and (policy is None or PolicyBlock.holds(policy)) else None)
-        batches = rest_batch > 1  # resting cycles in stretches
-        worth: dict[tuple[int, int, int], bool] = {}  # `lookup_worth` by (n-gram, tokens, budget), this policy's
+        books = self.ledger and policy is not None
+        r = _Speculation(
+            tree=tree_cfg, sampling=sampling, run=run, record=record, steps=steps, dcache=dcache, capacity=capacity,
+            start=start, rest_batch=rest_batch, use_head=use_head, gen=gen, text=text,
+            captures=static_states(steps, dcache),  # else no cycle can capture: `prepared` is not asked
+            on_device=(DeviceCycle(steps, dcache, tree_cfg, costed=policy is not None)
+                       if self.device_cycle and isinstance(dcache, DeviceDrafter) and sampling.greedy
+                       and (policy is None or PolicyBlock.holds(policy)) else None),
+            feats=[prompt_feats], pend_tokens=list(prompt_ids[1:]) + [root], root=root, index=index, policy=policy,
+            learned=RunAcceptance(policy.calibration) if policy is not None and self.learn else None,
+            clocked=RunCosts(policy.costs) if books else None,  # its clock: the prices
+            # a cost-aware tree rests a head whose drafting keeps not paying for itself, as its clock sees it
+            ledger=(Ledger.for_run(sampling.greedy, policy.head_pays(tree_cfg.topk, tree_cfg.steps,
+                                                                     tree_cfg.draft_tokens - 1))
+                    if use_head and books else None),
+            # the context's lookups judged by the same clock: their cycles (the head not run) against resting ones;
+            # sampled, in doubt from the start as the head is
+            lookups=Ledger.for_run(sampling.greedy, lookups=True) if index is not None and books else None)
+        if r.ledger is not None and r.ledger.losing():  # in doubt: the run starts resting
+            r.rest.left = r.rest.most = r.ledger.span()
+        if r.lookups is not None and r.lookups.losing():
+            r.lookup_rest.left = r.lookups.span()
+        r.done = self._emit(run, [(root, "prefill")], -1, self.target.eos_token_ids, sampling.max_new_tokens, text)
+        return r
 
-        def worthy(match: Match, budget: int) -> bool:
-            key = (match.ngram, len(match.tokens), budget)
-            if key not in worth:
-                worth[key] = lookup_worth(policy, match, budget)
-            return worth[key]
+    def _plan(self, r: _Speculation, S: int) -> _Plan:
+        """Phase 0 of a cycle after S committed tokens: whether the head drafts (not while it rests, nor in a cycle
+        that times a plain step), whether the context's lookups look and what they found (near the context limit, a
+        tree cut to the room left)."""
+        clock = PhaseClock(self.target.device)  # on CUDA: events, read once at the end of the cycle
+        began = time.perf_counter()  # the ledger's clock: the whole cycle
+        ready = prepared(r.steps, r.dcache) if r.captures else 0
+        budget = min(r.tree.draft_tokens, r.capacity - 1 - S)
+        reference = r.ledger is not None and r.ledger.wants_reference()  # a plain step, timed
+        looks = r.index is not None and budget > 1 and not reference
+        resting_lookups = looks and r.lookups is not None and not r.lookup_rest.head_runs()
+        r.lookup_probe = r.lookup_probe or resting_lookups
+        match = r.index.match(min(r.tree.steps, budget - 1)) if looks and not resting_lookups else None
+        run_head = r.use_head and (r.policy is None or (not reference and r.rest.head_runs()))
+        passed = None
+        if match is not None and not run_head and r.policy is not None and not r.worthy(match, budget):
+            passed, match = match, None  # its tokens alone not worth verifying: `grow` would verify the root
+        return _Plan(S, clock, began, ready, budget, reference, resting_lookups, match, passed, run_head,
+                     backlog=run_head and len(r.pend_tokens) > r.tree.steps + 1)  # the head first encodes what it
+        # skipped
+
+    def _resting(self, r: _Speculation, p: _Plan) -> Iterator[CycleTrace]:
+        """Cycles that verify the root alone: a plain step each, through plain decoding's own calls, and only a plain
+        step's bookkeeping. The cycles after the first rest too while the head rests on and the lookups rest or find
+        no match worth verifying: up to `rest_batch` of them run as plain decoding's loop. While the lookups look,
+        each step's token is indexed and the next cycle's match looked up as that cycle would (`no_lookup`): a
+        stretch ends before a cycle whose match is worth verifying, and the cycles that pass one over say so (docs
+        entry 43). On a CPU their traces are written after the last, together rather than each after a forward has
+        swept the caches (1.000-1.007x one cycle at a time: docs/performance.md entry 40); on a GPU each trace is
+        written while the next step runs (`_rest_steps`)."""
+        ahead, passes, indexed = 0, [p.passed], [0]
+        looking = r.index is not None and not p.resting_lookups
+        if r.rest_batch > 1 and not p.reference:
+            ahead = min(r.rest.left if r.use_head else r.rest_batch, r.lookup_rest.left if p.resting_lookups else
+                        r.rest_batch, r.rest_batch - 1)
 
         def no_lookup(bonus: int, S: int) -> bool:
             """In a stretch of resting cycles while the lookups look: the stretch's latest token indexed (`indexed`
             counts them), whether the next cycle would rest too (no match worth verifying; one that is not, passed
             over, in `passes`)."""
-            index.extend([bonus])
+            r.index.extend([bonus])
             indexed[0] += 1
-            budget = min(tree_cfg.draft_tokens, capacity - 1 - S)
-            match = index.match(min(tree_cfg.steps, budget - 1)) if budget > 1 else None
-            if match is not None and (policy is None or worthy(match, budget)):
+            budget = min(r.tree.draft_tokens, r.capacity - 1 - S)
+            match = r.index.match(min(r.tree.steps, budget - 1)) if budget > 1 else None
+            if match is not None and (r.policy is None or r.worthy(match, budget)):
                 return False
             passes.append(match)
             return True
-        while not done:
-            S = tcache.length
-            room = capacity - 1 - S  # the slots plain decoding would still fill: it stops at the same length
-            if room < 1:
-                run.stop_reason = "context"
-                break
-            clock = PhaseClock(dev)  # on CUDA: events, read once at the end of the cycle
-            began = time.perf_counter()  # the ledger's clock: the whole cycle
-            ready = prepared(steps, dcache) if captures else 0
-            # 1) draft (near the context limit, a tree cut to the room left)
-            budget = min(tree_cfg.draft_tokens, room)
-            reference = ledger is not None and ledger.wants_reference()  # a plain step, timed
-            looks = index is not None and budget > 1 and not reference
-            resting_lookups = looks and lookups is not None and not lookup_rest.head_runs()
-            lookup_probe = lookup_probe or resting_lookups
-            match = index.match(min(tree_cfg.steps, budget - 1)) if looks and not resting_lookups else None
-            run_head = use_head and (policy is None or (not reference and rest.head_runs()))
-            backlog = run_head and len(pend_tokens) > tree_cfg.steps + 1  # the head first encodes what it skipped
-            forecast_paid, passed = True, None
-            if match is not None and not run_head and policy is not None:
-                if not worthy(match, budget):  # its tokens alone not worth verifying: `grow` would verify the root
-                    passed, match = match, None
-            if not run_head and match is None:  # nothing to verify but the root: a plain step, through plain
-                # decoding's own calls, and only a plain step's bookkeeping. The cycles after it rest too while the
-                # head rests on and the lookups rest or find no match worth verifying: up to `rest_batch` of them run
-                # as plain decoding's loop. While the lookups look, each step's token is indexed and the next cycle's
-                # match looked up as that cycle would (`no_lookup`): a stretch ends before a cycle whose match is
-                # worth verifying, and the cycles that pass one over say so (docs entry 43). On a CPU their traces are
-                # written after the last, together rather than each after a forward has swept the caches
-                # (1.000-1.007x one cycle at a time: docs/performance.md entry 40); on a GPU each trace is
-                # written while the next step runs (`_rest_steps`)
-                ahead, passes, indexed = 0, [passed], [0]
-                looking = index is not None and not resting_lookups
-                if batches and not reference:
-                    ahead = min(rest.left if use_head else rest_batch, lookup_rest.left if resting_lookups else
-                                rest_batch, rest_batch - 1)
-                rows = self._rest_steps(1 + ahead, S, root, steps, sampling, gen, clock, began, target.eos_token_ids,
-                                        sampling.max_new_tokens - len(run.output), capacity - 1,
-                                        no_lookup if looking and ahead else None)
-                together = not captures and not steps.queued  # a CPU's own path: the forwards back to back, then
-                # the traces and the books of all, handed back after the last (not each after whatever the caller
-                # ran between two: another model's forward in `bench --lockstep` made each trace cost 5-10x)
-                written: list[CycleTrace] = []
-                for k, row in enumerate(list(rows) if together else rows):
-                    if k:  # the counts the skipped decisions would have made
-                        rest.head_runs()
-                        lookup_rest.head_runs()
-                    passed = passes[k] if k < len(passes) else None
-                    decision = ROOT_ALONE if policy is not None else ""
-                    if passed is not None:
-                        decision = f"{lookup_passed(passed)} {decision}"
-                    if use_head:  # the head rests (a fixed tree's head always drafts)
-                        decision = REFERENCE_NOTE if reference else f"{rest.note()} {decision}"
-                    if resting_lookups:
-                        decision = f"{decision} {LOOKUP_DOUBT_NOTE if lookups.doubt else LOOKUP_REST_NOTE}".strip()
-                    trace = self._rest_trace(cycle, row, dcache.length if use_head else row.S, text, record,
-                                             decision, 0 if passed is None else passed.ngram)
-                    root = trace.bonus_token
-                    if use_head:  # the head's cache still waits for this position, encoded when it next runs
-                        feats.append(row.features)
-                        pend_tokens.append(root)
-                    if index is not None and k >= indexed[0]:  # (`no_lookup` indexed the stretch's tokens so far)
-                        index.extend(trace.committed)
-                    run.cycles.append(trace)
-                    if not row.captured:  # the unit the ledgers judge the others by
-                        ms = (row.end - row.start) * 1e3
-                        if ledger is not None:
-                            ledger.observe(ms, 1, False, True)
-                        if lookups is not None:
-                            lookups.observe(ms, 1, False, True)
-                        if clocked is not None:
-                            clocked.rest(trace.timings_ms["verify"])
-                    done = self._emit(run, [(root, "bonus")], cycle, target.eos_token_ids, sampling.max_new_tokens,
-                                      text)
-                    cycle += 1
-                    if together:
-                        written.append(trace)
-                        continue
-                    run.wall_s = time.perf_counter() - start
-                    yield trace
-                run.wall_s = time.perf_counter() - start
-                yield from written
-                continue
-            if run_head and len(feats) > 1:  # the positions a resting head skipped, joined once
-                feats = [torch.cat(feats)]
-            if queued_cycle is not None and not (on_device is not None and match is None and fits(budget)):
-                raise RuntimeError("a cycle launched ahead is not the one this run takes next")
-            verdict = None
-            if on_device is not None and match is None and fits(budget):  # chosen, verified and walked on the
-                # device, read once (a lookup's chain is merged on the host); maybe launched while the last cycle's
-                # trace was written
-                launched = queued_cycle or on_device.launch(feats[0], pend_tokens, root, S, budget, clock, policy)
-                if (launched.S, launched.root, launched.draft_tokens) != (S, root, budget):
-                    raise RuntimeError(f"a cycle launched ahead at {launched.S} is not the cycle at {S}")
-                queued_cycle, clock = None, launched.clock
-                reading = on_device.read(launched)  # the cycle's one wait
-                clock.lap()  # accept: walked on the device (the host's replay, for the trace, is the trace's work)
-                dcache.rewind(S)  # the target's cache was rewound by the device's commit, the length set by `verdict`
-                clock.lap()
-                if index is not None:
-                    index.extend(reading.committed)
-                if steps.queued and policy is None:  # a GPU: the next cycle queued before this one's books and
-                    # trace are written (when it too is a device cycle: no lookup match, a tree that fits), so the
-                    # host writes them while the device computes (a cost-aware tree's next cycle waits for the books:
-                    # they decide whether its head rests and with what prices and values it chooses)
-                    queued_cycle = self._launch_ahead(on_device, launched.features(reading.count), reading.committed,
-                                                      S + reading.count, capacity, tree_cfg, index, len(run.output),
-                                                      sampling.max_new_tokens)
-                verdict = on_device.verdict(launched, reading, text)
-                draft, result, argmax, tprobs = verdict.draft, verdict.result, verdict.argmax, verdict.target_probs
-                tree, root_top, moves = draft.tree, [], verdict.moves
-                alone = len(tree) == 1  # a cost-aware tree's drafting that was not worth verifying
-                forecast_paid = not alone  # (greedy: whether any of the head's nodes was worth verifying)
-                positions = [S + d for d in tree.depths]
-                mask = tree.mask() if record and not alone else None
-            else:
-                draft = grow(self, feats[0], pend_tokens, dcache, tree_cfg, root, budget, policy, match, run_head)
-                tree = draft.tree
-                if use_head and policy is not None:
-                    if run_head:
-                        # sampled, a head rests when its drafting is not expected to pay; greedy, only when none of
-                        # its nodes was worth verifying (the stricter rule lost there: docs/performance.md entry
-                        # 27); at either, also when the cycle took longer than its tokens are worth here (`Ledger`)
-                        forecast_paid = (draft.head_paid if not sampling.greedy else
-                                         any(draft.cands.sources[n] != "lookup" for n in tree.node_ids[1:]))
-                    elif reference:
-                        draft.decision = REFERENCE_NOTE
-                    else:
-                        draft.decision = f"{rest.note()} {draft.decision}".strip()
-                clock.lap()
-                # 2) verify (inputs sent without blocking: the host does not wait for the draft's kernels here)
-                positions = [S + d for d in tree.depths]
-                alone = len(tree) == 1  # the lookup's candidates not worth verifying
-                mask = ROOT_MASK if alone else tree.mask()
-                out = steps.forward(tree.tokens, positions, None if alone else mask)
-                clock.lap()
-                # 3) accept (the one read of the target's verdict the host needs)
-                if alone:  # nothing to accept, no distribution to keep for a replay
-                    result, argmax, tprobs = self._accept_root(out.logits[0], sampling, gen,
-                                                               None if out.argmax is None else out.argmax[0])
-                    root_top = []
-                else:
-                    result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, gen,
-                                                                      text)
-                    root_top = [] if root_probs is None else self._root_top(root_probs, text)
-                clock.lap()
-            if learned is not None and learned.observe(
-                    tree.node_ids[1:], {tree.node_ids[s] for s in result.path}, draft.cands.parents,
-                    draft.cands.sources, draft.cands.scores, draft.lookup_ngram):
-                policy = TreePolicy(policy.costs, learned.table())  # the next cycle values its nodes by it
-                worth.clear()
-            # 4) rewind KV (a device cycle's: its walk moved the path's slots, rewound above)
-            draft_before = S if run_head else (dcache.length if use_head else S)
-            if verdict is None:
-                moves = tcache.commit_path(S, [S + s for s in result.path])
-                expansion_len = dcache.length if run_head else draft_before
-                if run_head:
-                    dcache.rewind(S)
-                clock.lap()
-            else:
-                expansion_len = launched.draft_length
-            accepted = [tree.tokens[s] for s in result.path[1:]]
-            committed = accepted + [result.bonus_token]
-            if index is not None and verdict is None:
-                index.extend(committed)
-            trace = CycleTrace(
-                index=cycle, nodes=self._nodes(draft.cands, tree, text) if record else [],
-                verify_nodes=tree.node_ids, tokens=tree.tokens, texts=[text(t) for t in tree.tokens],
-                parents=tree.parents, positions=positions,
-                mask=([[1]] if alone else mask.int().tolist()) if record else [],
-                target_tokens=argmax,
-                target_texts=[text(t) for t in argmax], target_probs=tprobs, checks=result.checks,
-                path=result.path, bonus_token=result.bonus_token, bonus_text=text(result.bonus_token),
-                bonus_source=result.bonus_source, accept_length=len(accepted), committed=committed,
-                kv_target=KVMap(before=S, appended=list(range(S, S + len(tree))), moves=moves,
-                                after=tcache.length),
-                kv_draft=KVMap(before=draft_before, appended=list(range(draft_before, expansion_len)), moves=[],
-                               after=draft_before),
-                timings_ms=clock.read(PHASES),
-                root_top=root_top, expected_accept=draft.expected - 1.0, draft_levels=draft.levels,
-                decision=draft.decision, lookup_ngram=draft.lookup_ngram)
-            path_feats = None
-            if use_head:  # the root alone's row is itself: no gather
-                if verdict is not None:
-                    path_feats = verdict.features
-                elif not alone:
-                    path_feats = out.features[to_device(trace.path, dev)]
-                else:  # a static step's outputs are rewritten by the next step of its size
-                    path_feats = out.features.clone() if steps.reuses_outputs else out.features
-            if run_head or not use_head:
-                feats, pend_tokens = [path_feats], list(committed)
-            else:  # the head rested: its cache still waits for these positions, encoded when it next runs
-                feats.append(path_feats)
-                pend_tokens.extend(committed)
-            root = trace.bonus_token
+
+        eos, sampling, run = self.target.eos_token_ids, r.sampling, r.run
+        rows = self._rest_steps(1 + ahead, p.S, r.root, r.steps, sampling, r.gen, p.clock, p.began, eos,
+                                sampling.max_new_tokens - len(run.output), r.capacity - 1,
+                                no_lookup if looking and ahead else None)
+        together = not r.captures and not r.steps.queued  # a CPU's own path: the forwards back to back, then the
+        # traces and the books of all, handed back after the last (not each after whatever the caller ran between
+        # two: another model's forward in `bench --lockstep` made each trace cost 5-10x)
+        written: list[CycleTrace] = []
+        for k, row in enumerate(list(rows) if together else rows):
+            if k:  # the counts the skipped decisions would have made
+                r.rest.head_runs()
+                r.lookup_rest.head_runs()
+            passed = passes[k] if k < len(passes) else None
+            decision = ROOT_ALONE if r.policy is not None else ""
+            if passed is not None:
+                decision = f"{lookup_passed(passed)} {decision}"
+            if r.use_head:  # the head rests (a fixed tree's head always drafts)
+                decision = REFERENCE_NOTE if p.reference else f"{r.rest.note()} {decision}"
+            if p.resting_lookups:
+                decision = f"{decision} {LOOKUP_DOUBT_NOTE if r.lookups.doubt else LOOKUP_REST_NOTE}".strip()
+            trace = self._rest_trace(r.cycle, row, r.dcache.length if r.use_head else row.S, r.text, r.record,
+                                     decision, 0 if passed is None else passed.ngram)
+            r.root = trace.bonus_token
+            if r.use_head:  # the head's cache still waits for this position, encoded when it next runs
+                r.feats.append(row.features)
+                r.pend_tokens.append(r.root)
+            if r.index is not None and k >= indexed[0]:  # (`no_lookup` indexed the stretch's tokens so far)
+                r.index.extend(trace.committed)
             run.cycles.append(trace)
-            # by the wall clock: on a GPU the phases' events leave out the host's work; a cycle that captured a
-            # graph is no evidence (its capture is paid once)
-            ms = (time.perf_counter() - began) * 1e3 if not captures or prepared(steps, dcache) == ready else None
-            if ledger is not None:
-                winning = ledger.observe(ms, len(committed), run_head, alone) if ms is not None else True
-                if run_head:
-                    rest.most = ledger.span()
-                    rest.record(forecast_paid and winning, losing=not winning)
-            if clocked is not None and ms is not None:  # the price list against this run's phases
-                t = trace.timings_ms
-                if alone:
-                    clocked.rest(t["verify"])
-                if clocked.observe(len(trace.tokens), 0 if backlog else trace.draft_levels, t["verify"], t["draft"]):
-                    policy = TreePolicy(clocked.costs(), policy.calibration)
-                    worth.clear()
-            if lookups is not None and ms is not None and not run_head:
-                looked_up = not alone  # the root and the lookup's candidates, the head not run
-                if not lookups.observe(ms, len(committed), looked_up, alone, lookup_probe if looked_up else None):
-                    lookup_rest.left = lookups.span()
-                lookup_probe = lookup_probe and alone
-            done = self._emit(run, [(t, "draft") for t in committed[:-1]] + [(root, "bonus")], cycle,
-                              target.eos_token_ids, sampling.max_new_tokens, text)
-            run.wall_s = time.perf_counter() - start
-            cycle += 1
+            if not row.captured:  # the unit the ledgers judge the others by
+                ms = (row.end - row.start) * 1e3
+                if r.ledger is not None:
+                    r.ledger.observe(ms, 1, False, True)
+                if r.lookups is not None:
+                    r.lookups.observe(ms, 1, False, True)
+                if r.clocked is not None:
+                    r.clocked.rest(trace.timings_ms["verify"])
+            r.done = self._emit(run, [(r.root, "bonus")], r.cycle, eos, sampling.max_new_tokens, r.text)
+            r.cycle += 1
+            if together:
+                written.append(trace)
+                continue
+            run.wall_s = time.perf_counter() - r.start
             yield trace
+        run.wall_s = time.perf_counter() - r.start
+        yield from written
+
+    def _drafted(self, r: _Speculation, p: _Plan) -> CycleTrace:
+        """A cycle that verifies a tree (the head's, a lookup's chain, or both): draft, verify and accept on the
+        device or the host, then the rewind, the trace and the books."""
+        if p.run_head and len(r.feats) > 1:  # the positions a resting head skipped, joined once
+            r.feats = [torch.cat(r.feats)]
+        device = r.on_device is not None and p.match is None and fits(p.budget)
+        if r.queued is not None and not device:
+            raise RuntimeError("a cycle launched ahead is not the one this run takes next")
+        v = self._on_device(r, p) if device else self._on_host(r, p)
+        draft, tree, result = v.draft, v.draft.tree, v.result
+        if r.learned is not None and r.learned.observe(
+                tree.node_ids[1:], {tree.node_ids[s] for s in result.path}, draft.cands.parents,
+                draft.cands.sources, draft.cands.scores, draft.lookup_ngram):
+            r.reprice(TreePolicy(r.policy.costs, r.learned.table()))  # the next cycle values its nodes by it
+        trace = self._rewound(r, p, v)
+        self._keep_books(r, p, v, trace)
+        return trace
+
+    def _on_device(self, r: _Speculation, p: _Plan) -> _Verified:
+        """Draft, verify and accept chosen, verified and walked on the device, read once (a lookup's chain is merged
+        on the host); maybe launched while the last cycle's trace was written. On a GPU, a fixed tree's next cycle
+        is launched right after the read."""
+        S, on_device = p.S, r.on_device
+        launched = r.queued or on_device.launch(r.feats[0], r.pend_tokens, r.root, S, p.budget, p.clock, r.policy)
+        if (launched.S, launched.root, launched.draft_tokens) != (S, r.root, p.budget):
+            raise RuntimeError(f"a cycle launched ahead at {launched.S} is not the cycle at {S}")
+        r.queued, clock = None, launched.clock
+        reading = on_device.read(launched)  # the cycle's one wait
+        clock.lap()  # accept: walked on the device (the host's replay, for the trace, is the trace's work)
+        r.dcache.rewind(S)  # the target's cache was rewound by the device's commit, the length set by `verdict`
+        clock.lap()
+        if r.index is not None:
+            r.index.extend(reading.committed)
+        if r.steps.queued and r.policy is None:  # a GPU: the next cycle queued before this one's books and trace
+            # are written (when it too is a device cycle: no lookup match, a tree that fits), so the host writes
+            # them while the device computes (a cost-aware tree's next cycle waits for the books: they decide
+            # whether its head rests and with what prices and values it chooses)
+            r.queued = self._launch_ahead(on_device, launched.features(reading.count), reading.committed,
+                                          S + reading.count, r.capacity, r.tree, r.index, len(r.run.output),
+                                          r.sampling.max_new_tokens)
+        verdict = on_device.verdict(launched, reading, r.text)
+        tree = verdict.draft.tree
+        alone = len(tree) == 1  # a cost-aware tree's drafting that was not worth verifying
+        return _Verified(verdict.draft, verdict.result, verdict.argmax, verdict.target_probs, [], alone,
+                         tree.mask() if r.record and not alone else None, clock,
+                         forecast_paid=not alone,  # (greedy: whether any of the head's nodes was worth verifying)
+                         moves=verdict.moves, features=verdict.features, draft_length=launched.draft_length)
+
+    def _on_host(self, r: _Speculation, p: _Plan) -> _Verified:
+        """Draft (`grow`: the head level by level or in one device call, a lookup's chain merged, the policy's
+        choice), verify (one forward of the tree: inputs sent without blocking, the host does not wait for the
+        draft's kernels) and accept (the one read of the target's verdict the host needs)."""
+        sampling, clock, forecast_paid = r.sampling, p.clock, True
+        draft = grow(self, r.feats[0], r.pend_tokens, r.dcache, r.tree, r.root, p.budget, r.policy, p.match,
+                     p.run_head)
+        tree = draft.tree
+        if r.use_head and r.policy is not None:
+            if p.run_head:
+                # sampled, a head rests when its drafting is not expected to pay; greedy, only when none of its
+                # nodes was worth verifying (the stricter rule lost there: docs/performance.md entry 27); at
+                # either, also when the cycle took longer than its tokens are worth here (`Ledger`)
+                forecast_paid = (draft.head_paid if not sampling.greedy else
+                                 any(draft.cands.sources[n] != "lookup" for n in tree.node_ids[1:]))
+            elif p.reference:
+                draft.decision = REFERENCE_NOTE
+            else:
+                draft.decision = f"{r.rest.note()} {draft.decision}".strip()
+        clock.lap()
+        positions = [p.S + d for d in tree.depths]
+        alone = len(tree) == 1  # the lookup's candidates not worth verifying
+        mask = ROOT_MASK if alone else tree.mask()
+        out = r.steps.forward(tree.tokens, positions, None if alone else mask)
+        clock.lap()
+        if alone:  # nothing to accept, no distribution to keep for a replay
+            result, argmax, tprobs = self._accept_root(out.logits[0], sampling, r.gen,
+                                                       None if out.argmax is None else out.argmax[0])
+            root_top = []
+        else:
+            result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, r.gen, r.text)
+            root_top = [] if root_probs is None else self._root_top(root_probs, r.text)
+        clock.lap()
+        return _Verified(draft, result, argmax, tprobs, root_top, alone, mask, clock, forecast_paid, out=out)
+
+    def _rewound(self, r: _Speculation, p: _Plan, v: _Verified) -> CycleTrace:
+        """Phase 4, the rewind (the accepted path's slots compacted, the draft's expansion dropped; a device cycle's
+        were moved by its walk and rewound at its read), and the cycle's trace."""
+        S, tree, result, tcache = p.S, v.draft.tree, v.result, r.steps.cache
+        draft_before = S if p.run_head else (r.dcache.length if r.use_head else S)
+        moves, expansion_len = v.moves, v.draft_length
+        if moves is None:
+            moves = tcache.commit_path(S, [S + s for s in result.path])
+            expansion_len = r.dcache.length if p.run_head else draft_before
+            if p.run_head:
+                r.dcache.rewind(S)
+            v.clock.lap()
+        accepted = [tree.tokens[s] for s in result.path[1:]]
+        committed = accepted + [result.bonus_token]
+        if r.index is not None and v.out is not None:  # (a device cycle's were indexed at its read)
+            r.index.extend(committed)
+        text, record, draft = r.text, r.record, v.draft
+        return CycleTrace(
+            index=r.cycle, nodes=self._nodes(draft.cands, tree, text) if record else [],
+            verify_nodes=tree.node_ids, tokens=tree.tokens, texts=[text(t) for t in tree.tokens],
+            parents=tree.parents, positions=[S + d for d in tree.depths],
+            mask=([[1]] if v.alone else v.mask.int().tolist()) if record else [],
+            target_tokens=v.argmax,
+            target_texts=[text(t) for t in v.argmax], target_probs=v.target_probs, checks=result.checks,
+            path=result.path, bonus_token=result.bonus_token, bonus_text=text(result.bonus_token),
+            bonus_source=result.bonus_source, accept_length=len(accepted), committed=committed,
+            kv_target=KVMap(before=S, appended=list(range(S, S + len(tree))), moves=moves, after=tcache.length),
+            kv_draft=KVMap(before=draft_before, appended=list(range(draft_before, expansion_len)), moves=[],
+                           after=draft_before),
+            timings_ms=v.clock.read(PHASES),
+            root_top=v.root_top, expected_accept=draft.expected - 1.0, draft_levels=draft.levels,
+            decision=draft.decision, lookup_ngram=draft.lookup_ngram)
+
+    def _keep_books(self, r: _Speculation, p: _Plan, v: _Verified, trace: CycleTrace) -> None:
+        """After a drafted cycle: the head's next input (the accepted path's features and tokens, or, where it
+        rested, these positions added to what it has not encoded), the ledgers and the price list by the cycle's
+        clock, the rests they impose, and the committed tokens written out."""
+        run, steps, committed = r.run, r.steps, trace.committed
+        path_feats = None
+        if r.use_head:  # the root alone's row is itself: no gather
+            if v.out is None:
+                path_feats = v.features
+            elif not v.alone:
+                path_feats = v.out.features[to_device(trace.path, self.target.device)]
+            else:  # a static step's outputs are rewritten by the next step of its size
+                path_feats = v.out.features.clone() if steps.reuses_outputs else v.out.features
+        if p.run_head or not r.use_head:
+            r.feats, r.pend_tokens = [path_feats], list(committed)
+        else:  # the head rested: its cache still waits for these positions, encoded when it next runs
+            r.feats.append(path_feats)
+            r.pend_tokens.extend(committed)
+        r.root = trace.bonus_token
+        run.cycles.append(trace)
+        # by the wall clock: on a GPU the phases' events leave out the host's work; a cycle that captured a graph is
+        # no evidence (its capture is paid once)
+        ms = ((time.perf_counter() - p.began) * 1e3 if not r.captures or prepared(steps, r.dcache) == p.ready
+              else None)
+        if r.ledger is not None:
+            winning = r.ledger.observe(ms, len(committed), p.run_head, v.alone) if ms is not None else True
+            if p.run_head:
+                r.rest.most = r.ledger.span()
+                r.rest.record(v.forecast_paid and winning, losing=not winning)
+        if r.clocked is not None and ms is not None:  # the price list against this run's phases
+            t = trace.timings_ms
+            if v.alone:
+                r.clocked.rest(t["verify"])
+            if r.clocked.observe(len(trace.tokens), 0 if p.backlog else trace.draft_levels, t["verify"], t["draft"]):
+                r.reprice(TreePolicy(r.clocked.costs(), r.policy.calibration))
+        if r.lookups is not None and ms is not None and not p.run_head:
+            looked_up = not v.alone  # the root and the lookup's candidates, the head not run
+            if not r.lookups.observe(ms, len(committed), looked_up, v.alone, r.lookup_probe if looked_up else None):
+                r.lookup_rest.left = r.lookups.span()
+            r.lookup_probe = r.lookup_probe and v.alone
+        r.done = self._emit(run, [(t, "draft") for t in committed[:-1]] + [(r.root, "bonus")], r.cycle,
+                            self.target.eos_token_ids, r.sampling.max_new_tokens, r.text)
+        run.wall_s = time.perf_counter() - r.start
+        r.cycle += 1
 
     def _launch_ahead(self, on_device: DeviceCycle, features: torch.Tensor | None, committed: list[int], S: int,
                       capacity: int, tree_cfg: TreeConfig, index, written: int, limit: int):
