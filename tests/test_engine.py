@@ -13,7 +13,7 @@ from scipy.stats import chisquare
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.decoding.costs import CostModel
-from eagleviz.decoding.engine import PHASES, REFERENCE_NOTE
+from eagleviz.decoding.engine import PHASES, REFERENCE_NOTE, Engine
 from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import DraftConfig, DraftHead
 from eagleviz.decoding.policy import Ledger, TreePolicy
@@ -176,7 +176,7 @@ def test_resting_cycles_run_as_a_stretch_of_plain_steps_and_trace_as_one_at_a_ti
     from eagleviz.models.static import EagerSteps
 
     monkeypatch.setattr(Ledger, "for_run", classmethod(  # rest from the start
-        lambda cls, greedy, pays=True, lookups=False: cls(doubt=True, lookups=lookups)))
+        lambda cls, greedy, pays=True, lookups=False, gpu=False: cls(doubt=True, lookups=lookups)))
     engine = tiny_engine("llama", vocab=64, seed=4)
     sampling, tree = SamplingConfig(temperature=temperature, max_new_tokens=50, seed=7), TreeConfig.create()
     events = []
@@ -215,7 +215,7 @@ def test_while_the_lookups_look_resting_cycles_run_as_stretches_that_end_before_
     from eagleviz.models.static import EagerSteps
 
     monkeypatch.setattr(Ledger, "for_run", classmethod(
-        lambda cls, greedy, pays=True, lookups=False: cls(doubt=not lookups, lookups=lookups)))  # the head rests
+        lambda cls, greedy, pays=True, lookups=False, gpu=False: cls(doubt=not lookups, lookups=lookups)))  # the head rests
     monkeypatch.setattr(Ledger, "LOOKUP_EVIDENCE", 10 ** 6)
     steep = CostModel(verify=((1, 0.97), (2, 1.30), (4, 1.99), (16, 6.39)), draft_level=0.134, overhead=0.143,
                       rest=1.0)
@@ -262,7 +262,7 @@ def test_where_a_step_returns_before_its_kernels_finish_the_next_is_launched_bef
     from eagleviz.models.static import EagerSteps
 
     monkeypatch.setattr(Ledger, "for_run", classmethod(  # rest from the start
-        lambda cls, greedy, pays=True, lookups=False: cls(doubt=True, lookups=lookups)))
+        lambda cls, greedy, pays=True, lookups=False, gpu=False: cls(doubt=True, lookups=lookups)))
     engine = tiny_engine("llama", vocab=64, seed=4)
     sampling, tree = SamplingConfig(temperature=temperature, max_new_tokens=50, seed=7), TreeConfig.create()
     events, queued = [], [False]
@@ -821,3 +821,13 @@ def test_a_character_spelled_over_byte_tokens_is_written_whole_once_finished():
     assert RunTrace.from_json(run.to_json()).text == words
     stray = [ids[1], tok.encode(" eagle")[0]]                            # a first byte no token finishes
     assert written(stray, 1).text == tok.decode(stray) and "\ufffd" in tok.decode(stray)
+
+
+def test_on_a_gpu_a_sampled_runs_head_drafts_from_its_first_cycle(monkeypatch):
+    """At T > 0 a CPU's run starts with its head in doubt (resting); a GPU's drafts from the first cycle where its
+    price list says the head pays (`Ledger.for_run`'s `gpu`; here the flat, GPU-like default list)."""
+    engine = tiny_engine("llama", vocab=8, seed=0)
+    tree, sampling = TreeConfig.create(3, 2, 4, source="eagle"), SamplingConfig(temperature=1.0, max_new_tokens=12)
+    assert all(c.draft_levels == 0 for c in engine.generate("abc", tree, sampling).cycles)
+    monkeypatch.setattr(Engine, "queued", property(lambda self: True))  # (what a CUDA engine says)
+    assert engine.generate("abc", tree, sampling).cycles[0].draft_levels > 0

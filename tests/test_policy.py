@@ -184,6 +184,15 @@ def test_a_greedy_run_starts_in_doubt_where_the_prices_say_the_heads_average_gue
     assert Ledger.for_run(greedy=False, pays=True).doubt
 
 
+def test_on_a_gpu_a_sampled_runs_head_drafts_from_the_start_where_its_prices_say_it_pays():
+    """A GPU's sampled run: its head is judged by the price list at its temperature as a greedy run's is (in doubt
+    only where drafting is not expected to pay); its lookups, sampled, start in doubt everywhere."""
+    assert not Ledger.for_run(greedy=False, pays=True, gpu=True).doubt
+    assert Ledger.for_run(greedy=False, pays=False, gpu=True).doubt
+    assert Ledger.for_run(greedy=False, pays=True, gpu=False).doubt
+    assert Ledger.for_run(greedy=False, lookups=True).doubt
+
+
 def test_the_lookups_ledger_gives_its_verdict_after_two_drafted_cycles_the_heads_after_four():
     """A run meets a few lookup matches (4-11 in 128 tokens on MT-bench at T = 0), so the ledger of the context's
     lookups judges them after LOOKUP_EVIDENCE = 2 cycles: two lookup cycles that each took 1.5 resting cycles for

@@ -114,7 +114,7 @@ def test_the_pages_runs_take_one_cycle_a_turn_resting_ones_too(monkeypatch, queu
     from eagleviz.models.static import EagerSteps
 
     monkeypatch.setattr(Ledger, "for_run", classmethod(  # the head rests
-        lambda cls, greedy, pays=True, lookups=False: cls(doubt=True, lookups=lookups)))
+        lambda cls, greedy, pays=True, lookups=False, gpu=False: cls(doubt=True, lookups=lookups)))
     engine = tiny_engine("llama", vocab=64)
     hub = EngineHub(engine, model_id="tiny")
     forwards, per_turn = [], []

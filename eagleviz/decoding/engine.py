@@ -705,7 +705,7 @@ class Engine:
             clocked=RunCosts(policy.costs) if books else None,  # its clock: the prices
             # a cost-aware tree rests a head whose drafting keeps not paying for itself, as its clock sees it
             ledger=(Ledger.for_run(sampling.greedy, policy.head_pays(tree_cfg.topk, tree_cfg.steps,
-                                                                     tree_cfg.draft_tokens - 1))
+                                                                     tree_cfg.draft_tokens - 1), gpu=self.queued)
                     if use_head and books else None),
             # the context's lookups judged by the same clock: their cycles (the head not run) against resting ones;
             # sampled, in doubt from the start as the head is

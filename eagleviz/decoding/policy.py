@@ -157,7 +157,7 @@ class Ledger:
     run meets a few lookup matches (on MT-bench at T = 0, 4-11 in 128 tokens), so waiting for four left most of a
     losing run's lookup cycles judged too late (docs/performance.md entry 43).
 
-    `doubt` (a sampled run, or a greedy one whose head is not expected to pay on this machine's prices:
+    `doubt` (a sampled run off a GPU, or a run whose head is not expected to pay on this machine's prices:
     `Ledger.for_run`): the head starts the run judged losing. At T > 0 a head is
     accepted far less often and most of a run's cycles rest anyway, so the drafted cycles a fresh verdict needs
     (the first of them encoding the whole prompt) were most of what speculation lost there: the head rests
@@ -183,11 +183,13 @@ class Ledger:
     lookups: bool = False  # the ledger of the context's lookups (its verdict after LOOKUP_EVIDENCE drafted cycles)
 
     @classmethod
-    def for_run(cls, greedy: bool, pays: bool = True, lookups: bool = False) -> Ledger:
+    def for_run(cls, greedy: bool, pays: bool = True, lookups: bool = False, gpu: bool = False) -> Ledger:
         """A run's ledger of its head, or of its lookups (`lookups`): greedy, the source drafts from the start where
         it is expected to pay on average (`pays`: `TreePolicy.head_pays`); sampled, or where it is not, it is in
-        doubt."""
-        return cls(doubt=not (greedy and pays), lookups=lookups)
+        doubt. On a GPU (`gpu`) a sampled run's head is judged as a greedy one's, by the price list at its
+        temperature: there a drafting costs a fraction of a step, and a head in doubt for its first 150 cycles never
+        drafted in a 128-token run (docs/performance.md entry 46)."""
+        return cls(doubt=not ((greedy or gpu) and pays), lookups=lookups)
 
     def wants_reference(self) -> bool:
         """Whether this cycle should rest to time a plain step (the run's second cycle, then every
