@@ -332,6 +332,31 @@ def test_a_room_gives_each_follower_the_instructors_picture_once_per_move_and_en
     asyncio.run(follow())
 
 
+def test_a_follower_is_sent_only_what_changed_in_its_picture(handlers):
+    """A phase picked within a cycle leaves the run, the output, the slider and the summary plot as they were: the
+    follower is sent the views that changed and skips the rest (a figure sent is redrawn whole by its browser); a
+    cycle moved sends the slider and the summary again."""
+    from eagleviz.app.navigation import VIEW_SIZE
+
+    rooms, run, code, _ = _room()
+    skip = gr.skip()
+
+    async def follow():
+        a = workshop.room_followed(rooms, code, True, "a")
+        first = await _next(a)
+        assert all(v != skip for v in first[:4])
+        workshop.room_shown(rooms, code, run, 2, 0, None)   # the same cycle, its first phase
+        phase = await _next(a)
+        assert phase[:4] == (skip, skip, skip, skip)
+        assert any(v != skip for v in phase[4:4 + VIEW_SIZE])
+        workshop.room_shown(rooms, code, run, 3, 0, None)   # another cycle
+        cycle = await _next(a)
+        assert cycle[0] == skip and cycle[2] != skip and cycle[3] != skip  # the same run; the slider, the summary
+        await a.aclose()
+
+    asyncio.run(follow())
+
+
 def test_the_instructor_hears_how_many_follow_and_followers_hear_when_its_page_is_away_and_back(handlers):
     """The instructor's page beats (`room_heard`): it is told how many pages follow (said again only when that
     changes); unheard for longer than `AWAY_S`, its followers' line says so at their stream's next beat, with the

@@ -596,6 +596,7 @@ async def room_followed(rooms: Rooms, code: str | None, follow: bool, page: str,
                           *nav.view_at(run, i, shown.frame, shown.slot), *toured(run, i, shown.tour)), components)
 
     met, sent = False, None   # whether this stream has met its room open; the version of the picture it sent
+    last = None               # ... and its values
     async with aclosing(rooms.followed(code, page)) as pushed:   # closed with this stream: the room forgets it
         async for room in pushed:
             if room is None:   # ended: the last picture stays; never there: not left empty, a recorded run shown
@@ -614,8 +615,33 @@ async def room_followed(rooms: Rooms, code: str | None, follow: bool, page: str,
                 yield (*[skip] * (FOLLOW_SIZE - 1), line)
                 continue
             shown = await rooms.drawn(room, draw)
-            sent = shown.version
-            yield (shown.run, *shown.drawn, line)
+            sent, values = shown.version, (shown.run, *shown.drawn)
+            yield (*unchanged_skipped(values, last), line)
+            last = values
+
+
+def unchanged_skipped(values: tuple, last: tuple | None) -> tuple:
+    """A follower's next picture without what it shows already (`gr.skip()`): a phase or a token picked within a
+    cycle leaves the output, the slider and the summary plot as they were, and each figure sent is redrawn whole by
+    the follower's browser. `last`: the values this page was sent last (None: nothing yet)."""
+    if last is None:
+        return values
+    return tuple(gr.skip() if _same(v, w) else v for v, w in zip(values, last, strict=True))
+
+
+def _same(value, before) -> bool:
+    """Whether a follower shows `value` already: the same object or an equal value; a component sent as an update,
+    made with the same arguments."""
+    if value is before:
+        return True
+    if type(value) is not type(before):
+        return False
+    if isinstance(value, gr.blocks.Block):
+        value, before = getattr(value, "constructor_args", value), getattr(before, "constructor_args", before)
+    try:
+        return bool(value == before)
+    except (TypeError, ValueError):  # a value without a plain equality: sent again
+        return False
 
 
 def following_line(code: str | None, away_s: float) -> str:
