@@ -39,9 +39,9 @@ def test_a_fixed_trees_drafted_cycles_are_counted_after_the_first_and_both_arms_
 
 def test_the_cost_aware_trees_drafted_cycles_are_counted_with_its_head_drafting_each():
     e = engine().with_ledger(True)  # (the count turns the books off itself)
-    tree = TreeConfig.create(source="eagle")
-    out, _ = counts(e, PROMPT, tree, 20, repeats=1)
-    full = e.with_ledger(False).generate(PROMPT, tree, SamplingConfig(max_new_tokens=20))
+    tree = TreeConfig.create(3, 2, 4, source="eagle")
+    out, _ = counts(e, PROMPT, tree, 10, repeats=1)
+    full = e.with_ledger(False).generate(PROMPT, tree, SamplingConfig(max_new_tokens=10))
     assert out["cycles"] == len(full.cycles) and out["units"] == len(full.cycles) - 1 > 1  # every cycle drafted
     assert out["tau"]["device"] == out["tau"]["host"]
 
