@@ -9,11 +9,12 @@ import random
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from eagleviz.config import TreeConfig
 from eagleviz.decoding.calibration import EDGES, IDENTITY, Calibration
 from eagleviz.decoding.costs import CostModel
-from eagleviz.decoding.device_cycle import Shape, ancestor_rows, scores_and_parents, select_costed
+from eagleviz.decoding.device_cycle import Shape, ancestor_rows, scores_and_parents, select, select_costed
 from eagleviz.decoding.device_policy import PAD_PARENT, PolicyBlock, budget, choose, values
 from eagleviz.decoding.drafting import rebuild
 from eagleviz.decoding.policy import TreePolicy
@@ -112,3 +113,34 @@ def test_a_block_is_written_once_per_policy():
     assert not PolicyBlock.holds(TreePolicy(policy.costs, odd))
     with pytest.raises(ValueError, match="bin edges"):
         block.write(TreePolicy(policy.costs, odd))
+
+
+class _Operations(TorchDispatchMode):
+    """Counts the operations that do work (on a GPU, a kernel each inside the verification's graph)."""
+
+    FREE = ("view", "slice", "select.int", "expand", "alias", "detach", "unsqueeze", "reshape", "_unsafe_view",
+            "lift_fresh")
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += not any(free in str(func) for free in self.FREE)
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_cost_aware_choice_costs_a_few_hundred_operations_in_the_verifications_graph():
+    """What choosing on the device adds to a drafted cycle's second graph, for the default 5/4/16: the fixed tree's
+    selection is ~50 operations, the cost-aware choice (every level's stopping rule, the budget, the priority) ~350,
+    each a kernel launch on a GPU (~1.3 us each inside a graph: ~0.4 ms a cycle, docs/performance.md entry 48).
+    The bound fails when the choice grows per candidate or per level beyond today's."""
+    rng = random.Random(0)
+    out, shape, block = random_draft(rng, 4, 5), Shape.of(4, 5, CPU), PolicyBlock(5, 4, CPU)
+    block.write(random_policy(rng))
+    with _Operations() as fixed:
+        select(out, shape, 15)
+    with _Operations() as costed:
+        select_costed(out, shape, 15, block)
+    print(f"selection: {fixed.count} operations fixed, {costed.count} cost-aware")
+    assert fixed.count <= 60 and costed.count <= 400
