@@ -13,6 +13,7 @@ import random
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from eagleviz.config import SamplingConfig, TreeConfig, kv_slots
 from eagleviz.decoding.calibration import EDGES, Calibration, HeadCalibration
@@ -378,3 +379,66 @@ def test_a_device_selection_that_is_not_a_tree_is_a_mismatch_not_a_crash(engines
     monkeypatch.setattr(device_cycle, "parse", reversed_kept)
     with pytest.raises(device_cycle.DeviceVerdictMismatch, match="not a tree in verification order"):
         engines().generate(PROMPT, TREES[0], SamplingConfig(max_new_tokens=16))
+
+
+class _Outside(TorchDispatchMode):
+    """Counts the operations that do work (views are free) outside the graphs' replays: the host's own launches,
+    copies and reads, which a GPU runs eagerly between its two replays."""
+
+    FREE = ("view", "slice", "select", "expand", "alias", "detach", "unsqueeze", "reshape", "_unsafe_view",
+            "lift_fresh")
+
+    def __init__(self):
+        super().__init__()
+        self.count, self.replaying = 0, False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func).removeprefix("aten.")
+        self.count += not self.replaying and not any(name.startswith(free) for free in self.FREE)
+        return func(*args, **(kwargs or {}))
+
+
+class _Marking(Recording):
+    """`Recording` whose replays tell `_Outside` that they are the graph's work."""
+
+    def __init__(self, outside: _Outside):
+        super().__init__()
+        self.outside = outside
+
+    def capture(self, fn):
+        replay = super().capture(fn)
+
+        def marked():
+            self.outside.replaying = True
+            try:
+                return replay()
+            finally:
+                self.outside.replaying = False
+
+        return marked
+
+
+def test_a_drafted_cycle_outside_its_replays_runs_a_few_operations_for_any_tree(target):
+    """Outside its two replays a drafted cycle runs a few operations (the inputs' staging and copies, the record's
+    read, the trace's mask unpacked from bits 62 columns at a time): 15-23 for 3 levels of 2 children or 6 of 8,
+    fixed or cost-aware, so nothing per candidate, per slot or per level runs eagerly (on a GPU, a kernel or a
+    host operation each, outside a graph). A 64-slot tree's trace mask was a Python loop of ~130 operations."""
+    outside = _Outside()
+    e = engine(target, device_cycle=True, ledger=False)
+    e.make_graphs = lambda: _Marking(outside)
+    sampling = SamplingConfig(max_new_tokens=16)
+    ids = e.encode_prompt(PROMPT)
+    trees = {"3/2/4": TREES[1], "6/8/64": TREES[2], "cost-aware": TreeConfig.create(source="eagle")}
+    per_cycle = {}
+    for name, tree in trees.items():
+        e.prepare(kv_slots(len(ids), 16, tree), tree)
+        run = e.new_run(PROMPT, ids, tree, sampling)
+        counts = []
+        with outside:
+            for cycle in e.speculate(ids, tree, sampling, run):
+                counts.append((outside.count, cycle.draft_levels > 0))
+        drafted = [now - before for (before, _), (now, was) in zip(counts, counts[1:]) if was]
+        assert len(drafted) >= 3, name
+        per_cycle[name] = sorted(set(drafted))
+    print(f"operations outside the replays, a drafted cycle: {per_cycle}")
+    assert max(max(counts) for counts in per_cycle.values()) <= 25

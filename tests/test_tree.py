@@ -89,12 +89,12 @@ def test_chain_when_topk_is_one():
 
 
 def test_the_mask_equals_the_kernels_ancestor_mask_at_every_size():
-    """`VerifyTree.mask` builds rows from bits up to 62 slots and defers to `ancestor_mask` beyond: both agree on
-    random trees of 1 to 100 slots, and a parent after its child is refused."""
+    """`VerifyTree.mask` builds rows from bits, unpacked 62 columns at a time: the kernels' `ancestor_mask` agrees
+    on random trees of 1 to 130 slots (one, two and three words a row), and a parent after its child is refused."""
     from kernels.tree_attention import ancestor_mask
 
     rng = random.Random(4)
-    for size in list(range(1, 70)) + [100]:
+    for size in list(range(1, 70)) + [100, 124, 125, 130]:
         parents = [-1] + [rng.randrange(s) for s in range(1, size)]
         tree = VerifyTree(node_ids=list(range(size)), tokens=[0] * size, parents=parents, depths=[0] * size)
         assert torch.equal(tree.mask(), ancestor_mask(torch.tensor(parents))), size

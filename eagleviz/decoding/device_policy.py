@@ -27,12 +27,42 @@ which can move a choice only between rates equal to ~1e-16.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from eagleviz.decoding.calibration import EDGES
 from eagleviz.models.static import BUCKETS
 
 PAD_PARENT = -2  # a padding slot's parent: no walk reaches it (a walk's slots are >= 0)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The fixed facts `levels` reads for a drafting of `steps` levels of k children, made once (a capture cannot
+    copy a host list to the device): per level L = 1 .. steps - 1,
+
+        within  (steps - 1, C) bool: candidate c has depth <= L (ids grow with depth: c < k + (L - 1) k^2)
+        starts  ((steps - 1) k,): the first id of the level expansion L grew from, for each of its frontier rows
+        levels  (3 (steps - 1),): the levels drafted in each of `levels`' rows (now L, then L + 1, L + 2)
+        twice   (steps - 1,) bool: whether two more levels exist after L"""
+
+    within: torch.Tensor
+    starts: torch.Tensor
+    levels: torch.Tensor
+    twice: torch.Tensor
+
+    @classmethod
+    def of(cls, steps: int, k: int, device: torch.device) -> Rows:
+        count = [k + (level - 1) * k * k for level in range(1, steps)]
+        first = [0 if level == 1 else k + (level - 2) * k * k for level in range(1, steps)]
+        ids = torch.arange(k + (steps - 1) * k * k)
+        now = list(range(1, steps))
+        return cls(within=(ids[None, :] < torch.tensor(count, dtype=torch.int64)[:, None]).to(device),
+                   starts=torch.tensor([f for f in first for _ in range(k)], dtype=torch.int64).to(device),
+                   levels=torch.tensor(now + [n + 1 for n in now] + [min(n + 2, steps) for n in now],
+                                     dtype=torch.int64).to(device),
+                   twice=torch.tensor([n <= steps - 2 for n in now], dtype=torch.bool).to(device))
 
 
 class PolicyBlock:
@@ -44,6 +74,8 @@ class PolicyBlock:
         overhead, rest, identity (1,) each: a drafted cycle's overhead, a resting cycle's price, 1.0 where the
                  calibration is EAGLE-2's identity
         edges    (E,), accept (E + 1,): the calibration's bins; child (k,): child_accept(0 .. k - 1)
+
+    and the shape's `Rows` for `levels`.
 
     `written`: the policy (`policy.TreePolicy`, not imported: the price list's module leases the drafters whose
     block this is) the block holds; a run replaces its policy whenever its clock or its acceptance changes it, so
@@ -62,6 +94,7 @@ class PolicyBlock:
             at += size
         (self.draft, self.verify, self.overhead, self.rest, self.identity, self.edges, self.accept,
          self.child) = views
+        self.rows = Rows.of(steps, topk, device)
         self.written = None
 
     @staticmethod
@@ -120,33 +153,34 @@ def budget(best_first: torch.Tensor, levels: torch.Tensor, block: PolicyBlock,
 def levels(value: torch.Tensor, frontiers: torch.Tensor, k: int, steps: int, max_size: int,
            block: PolicyBlock) -> torch.Tensor:
     """The drafted levels a cost-aware tree keeps (1,) int64: `drafting.rebuild`'s stopping rule over every
-    level the device drafted. value (C,): the candidates' values, level by level; frontiers ((steps - 1) k,): each
-    expansion's rows of the level before."""
-    dev = value.device
-    more = []
-    for level in range(1, steps):  # would another level after `level` pay (`TreePolicy.another_level`)?
-        n = k + (level - 1) * k * k  # the candidates of depth <= level
-        start = 0 if level == 1 else k + (level - 2) * k * k
-        so_far = torch.sort(value[:n], descending=True).values
-        now = budget(so_far[:max_size], _level(level, dev), block)[1]
-        front = value.index_select(0, start + frontiers[(level - 1) * k:level * k])
-        kids = (front[:, None] * block.child[None, :]).reshape(-1)
-        added, go_on = kids, torch.zeros(1, dtype=torch.bool, device=dev)
-        for extra in range(1, min(2, steps - level) + 1):  # one level, and two: a level can pay only via the next
-            merged = torch.sort(torch.cat([so_far, added]), descending=True).values[:max_size]
-            go_on = go_on | (budget(merged, _level(level + extra, dev), block)[1] > now)
-            if extra == 1 and steps - level >= 2:
-                parents = torch.sort(kids, descending=True).values[:k]
-                added = torch.cat([kids, (parents[:, None] * block.child[None, :]).reshape(-1)])
-        more.append(go_on)
-    kept = torch.ones(1, dtype=torch.int64, device=dev)
-    if more:
-        kept = kept + torch.cumprod(torch.cat(more).long(), dim=0).sum(dim=0, keepdim=True)
-    return kept
+    level the device drafted, all levels at once. value (C,): the candidates' values, level by level; frontiers
+    ((steps - 1) k,): each expansion's rows of the level before.
 
-
-def _level(n: int, device: torch.device) -> torch.Tensor:
-    return torch.full((1,), n, dtype=torch.int64, device=device)
+    For each level L < K, `another_level` compares the best rate of the candidates of depth <= L ("now") with
+    the best rate after one more level (their frontier's children predicted by the child rates) and after two
+    (the best k of those children expanded once more): three sets of values per level, one row each of a matrix
+    padded with -inf (which sorts last and gives a rate of -inf, so `budget`'s argmax never takes it). One sort,
+    one running sum and one argmax decide every level: the sorted values, hence the float64 sums, are the ones
+    the host's per-level sorts give, bit for bit."""
+    if steps < 2:
+        return torch.ones(1, dtype=torch.int64, device=value.device)
+    rows = block.rows
+    fronts = value.index_select(0, rows.starts + frontiers).reshape(steps - 1, k)
+    kids = (fronts[:, :, None] * block.child).reshape(steps - 1, k * k)
+    best_kids = torch.sort(kids, dim=1, descending=True).values[:, :k]
+    grand = (best_kids[:, :, None] * block.child).reshape(steps - 1, k * k)
+    so_far = torch.where(rows.within, value, -torch.inf)  # (steps - 1, C)
+    gone = torch.full_like(kids, -torch.inf)
+    sets = torch.cat([torch.cat([so_far, gone, gone], dim=1), torch.cat([so_far, kids, gone], dim=1),
+                      torch.cat([so_far, kids, grand], dim=1)])
+    best = torch.sort(sets, dim=1, descending=True).values[:, :max_size]
+    draft = block.draft.index_select(0, rows.levels)[:, None]
+    rates = (1.0 + torch.cumsum(best, dim=1)) / (draft + block.verify[2:best.shape[1] + 2] + block.overhead)
+    top = rates.max(dim=1).values[:, None]  # the best rate (a max's value is the first best's)
+    resting = 1.0 / (draft + block.rest)
+    rate = torch.where(top > resting, top, resting)[:, 0].reshape(3, steps - 1)
+    go_on = (rate[1] > rate[0]) | ((rate[2] > rate[0]) & rows.twice)
+    return 1 + torch.cumprod(go_on.long(), dim=0).sum(dim=0, keepdim=True)
 
 
 def priority(value: torch.Tensor, score: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernels.tree_attention import ancestor_mask
+WORD = 62  # a mask row's bits unpacked from one int64 at a time
 
 
 @dataclass
@@ -110,16 +110,20 @@ class VerifyTree:
 
     def mask(self) -> torch.Tensor:
         """(T, T) bool: slot i may attend to slot j iff j is an ancestor of i or i itself. Each row's bits are its
-        parent's plus its own, unpacked in one pass (a drafted cycle builds one; `ancestor_mask` past 62 slots)."""
-        t = len(self.parents)
-        if t > 62:
-            return ancestor_mask(torch.tensor(self.parents))
+        parent's plus its own (a Python integer of T bits), unpacked WORD columns at a time: a few operations
+        whatever the tree's shape (a drafted cycle's trace builds one)."""
         rows: list[int] = []
         for s, p in enumerate(self.parents):
             if not (p == -1 if s == 0 else 0 <= p < s):
                 raise ValueError(f"parents must be topological from a root at slot 0; parents[{s}] = {p}")
             rows.append((rows[p] if p >= 0 else 0) | 1 << s)
-        return ((torch.tensor(rows)[:, None] >> torch.arange(t)) & 1) != 0
+        t = len(rows)
+        parts = []
+        for at in range(0, t, WORD):
+            width = min(WORD, t - at)
+            bits = torch.tensor([(r >> at) & ((1 << width) - 1) for r in rows])
+            parts.append(((bits[:, None] >> torch.arange(width)) & 1) != 0)
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
     def children(self) -> list[list[int]]:
         """children[s]: the slots whose parent is s, in slot order (best draft score first)."""
