@@ -602,3 +602,19 @@ def test_the_mask_names_every_row():
     mask = nav.view_values(run, cycle)[7]
     assert len(mask.layout.yaxis.tickvals) == run.cycles[cycle].num_tree_tokens == 16
     assert sum("<b>" in t for t in mask.layout.yaxis.ticktext) == len(run.cycles[cycle].path)
+
+
+def test_compare_b_follows_a_in_the_page_without_a_request(hub):
+    """B's knobs copy A's, B's own input lets go and "B = A" follows again, all in the browser: a copy made by the
+    server and answered late (a busy server) landed over a value typed into B since."""
+    demo = build_app(hub)
+    ids = {c.get("props", {}).get("elem_id"): c["id"] for c in demo.config["components"]}
+    b = {ids[e] for e in ("b-steps", "b-topk", "b-draft-tokens", "b-temperature", "b-adaptive", "b-source")}
+    a = {ids[e] for e in ("steps", "topk", "draft-tokens", "temperature", "adaptive", "draft-source")}
+    deps = demo.config["dependencies"]
+    writes_b = [d for d in deps if b & set(d["outputs"])]
+    own = [d for d in deps if {(t, "input") for t in b} & {tuple(t) for t in d["targets"]}]
+    assert len(writes_b) == 2 and len(own) == 1            # the copy and B = A; B's own input writes its note
+    for d in writes_b + own:
+        assert not d["backend_fn"] and d["js"], d["targets"]
+    assert any({(t, "change") for t in a} <= {tuple(t) for t in d["targets"]} for d in writes_b)

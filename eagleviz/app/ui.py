@@ -21,6 +21,7 @@ the queue: `limits.active_runs` runs in progress at once, taking turns at the mo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from contextlib import aclosing
 
@@ -94,6 +95,10 @@ TEXTBOOK = (5, 4, 16)
 VIEW_MIN_WIDTH = 580      # px: the narrowest a view is drawn; two side by side only where both get this width
 B_FOLLOWS = "B follows A."                                   # Compare's B: what its knobs are now
 B_OWN = "B keeps its own settings; **B = A** follows A again."
+B_KNOBS = 6  # steps, top-k, draft tokens, temperature, adaptive, source: A's and B's in the same order
+B_OWN_JS = f"() => {json.dumps(B_OWN)}"
+B_COPY_JS = f"(note, ...knobs) => note === {json.dumps(B_OWN)} ? knobs.slice({B_KNOBS}) : knobs.slice(0, {B_KNOBS})"
+B_FROM_A_JS = f"(...a) => [{json.dumps(B_FOLLOWS)}, ...a]"
 RACING = ("Racing: plain decoding, then the cost-aware and the fastest trees, on this run's prompt, each timed "
           "alone\u2026")
 # Brings the cycle's controls, caption and first views into sight (unless the draft tree already is): after a
@@ -229,7 +234,6 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
     with gr.Blocks(title="eagleviz: EAGLE speculative decoding", delete_cache=(CACHE_TTL_S, CACHE_TTL_S)) as demo:
         run_state, tour_state, stop = gr.State(None), gr.State(0), gr.State(StopRequest())
         playing, phase_playing, focus = gr.State(False), gr.State(False), gr.State(None)
-        b_own = gr.State(False)   # B's knobs moved by hand: B no longer follows A
         room_code, joined = gr.State(None), gr.State(None)   # the room this page opened, the room it joined
         gr.Markdown(glossary.link_terms(INTRO) + (f"\n\n{note}" if note else ""), elem_id="intro")
         link_note = gr.Markdown(elem_id="link-note")  # what a shared link could not restore, at the top
@@ -597,10 +601,10 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         b_knobs = [b_steps, b_topk, b_draft, b_temperature, b_adaptive, b_source]
         # B follows A's tree and temperature until one of B's own knobs is moved; B = A makes it follow again.
         a_knobs = [steps, topk, draft_tokens, temperature, adaptive, source]
-        gr.on([b.input for b in b_knobs], lambda: (True, B_OWN), None, [b_own, b_note], queue=False, **quiet)
-        gr.on([a.change for a in a_knobs], lambda own, *a: (gr.skip(),) * len(a) if own else a, [b_own, *a_knobs],
-              b_knobs, queue=False, trigger_mode="always_last", **quiet)   # a preset moves six knobs: one copy
-        b_from_a.click(lambda *a: (False, B_FOLLOWS, *a), a_knobs, [b_own, b_note, *b_knobs], queue=False, **quiet)
+        # All in the page, no request: a copy answered by a busy server could land over a value typed into B since.
+        gr.on([b.input for b in b_knobs], None, None, b_note, js=B_OWN_JS)
+        gr.on([a.change for a in a_knobs], None, [b_note, *a_knobs, *b_knobs], b_knobs, js=B_COPY_JS)
+        b_from_a.click(None, a_knobs, [b_note, *b_knobs], js=B_FROM_A_JS)
         compare_btn.click(lambda: "Comparing: setting A, then setting B, on this prompt\u2026", None, compare_md,
                           queue=False, **quiet).then(gpu(h.compare), [stop, pair, prompt, *knobs, *b_knobs],
                                                      [compare_md, compare_hist, compare_pos], **model)
