@@ -26,6 +26,20 @@ def room_opened(teacher) -> tuple[int, str]:
     return k, teacher.locator("#room-text a").first.get_attribute("href")
 
 
+def read_back(teacher, link: str) -> None:
+    """The room's QR code as the page draws it, photographed and decoded (zxing-cpp, the test extra): the full link."""
+    import io
+
+    zxing = pytest.importorskip("zxingcpp", reason="zxing-cpp (the test extra) decodes the room's QR code")
+    from PIL import Image
+
+    code = teacher.locator("#room-text img")
+    code.scroll_into_view_if_needed()
+    assert code.evaluate("i => i.naturalWidth") > 0
+    read = zxing.read_barcodes(Image.open(io.BytesIO(code.screenshot())))
+    assert [r.text for r in read] == [link]
+
+
 def class_of_one(browser, app_url):
     """An instructor's page on a recorded run with a room opened, and one follower (1024 x 768) showing its cycle:
     (teacher, follower, the cycle, the room's link)."""
@@ -48,6 +62,7 @@ def test_a_room_follows_the_instructor_live(browser, app_url):
         k, link = room_opened(teacher)
         assert link.startswith("?room=") and len(link) == len("?room=") + 5, link
         shot(teacher, "a10_room_opened.png")
+        read_back(teacher, app_url.split("?")[0].rstrip("/") + "/" + link)
         followers = [open_page(browser, app_url + link, *size) for size in ((1280, 800), (1024, 768), (390, 844))]
         for tab in followers:
             wait_for_cycle(tab, k)

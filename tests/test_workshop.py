@@ -276,6 +276,26 @@ def _room(**kw):
     return rooms, run, code, line
 
 
+def test_a_rooms_line_shows_a_qr_code_of_its_full_link_where_the_pages_address_is_known():
+    """For a projector: the link written out in full and drawn as a QR code that reads back as that link
+    (`eagleviz.app.qr`); a page whose address the browser did not send gets the relative link and no code."""
+    import base64
+    import re
+
+    from eagleviz.app import qr
+    from eagleviz.app.rooms import Rooms
+
+    rooms = Rooms()
+    code, line, _ = workshop.room_opened(rooms, gallery.load("story"), 0, None, None, address="http://10.0.0.7:7860/")
+    link = f"http://10.0.0.7:7860/?room={code}"
+    assert f"[{link}](?room={code})" in line
+    (uri,) = re.findall(r"!\[A QR code of the room's link: scan it to join room \w+\]\((data:image/svg\+xml;base64,[^)]+)\)",
+                        line)
+    assert uri == qr.data_uri(link) and base64.b64decode(uri.split(",")[1]).startswith(b"<svg")
+    _, bare, _ = workshop.room_opened(rooms, gallery.load("story"), 0, None, None)
+    assert "data:image" not in bare and "(?room=" in bare
+
+
 def test_the_instructors_page_reloaded_takes_its_room_back_with_its_picture(handlers):
     """The claim the opening browser keeps takes the room back after a reload: the room's code in the page's state,
     the room's picture (its run, cycle, phase and token) shown again; a wrong key, a code alone or an ended room

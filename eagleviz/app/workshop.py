@@ -25,7 +25,7 @@ import plotly.graph_objects as go
 from gradio.components.plot import PlotData
 from gradio.data_classes import GradioModel, GradioRootModel
 
-from eagleviz.app import gallery, presets, share
+from eagleviz.app import gallery, presets, qr, share
 from eagleviz.app.rooms import Rooms
 from eagleviz.errors import UserFacingError
 from eagleviz.app.handlers import Handlers, cycle_slider, knobs_from
@@ -434,9 +434,12 @@ def _room_line(code: str, again: bool = False, address: str = "") -> str:
     said = " taken back after a reload: the class follows this page again." if again else ""
     link = (f"[{address}?room={code}](?room={code})" if address else
             f"[this link](?room={code}) (or add `?room={code}` to the page's address)")
+    target = f"{address}?room={code}"
+    scan = (f"\n\n![A QR code of the room's link: scan it to join room {code}]({qr.data_uri(target)})"
+            if address and qr.fits(target) else "")   # (no code for a link without the page's address)
     return (f"Room **{code}**{said}\n\nStudents open {link} and follow this page's run, cycle, phase and picked "
             "token, recorded or live. It ends two hours after this page last moves; reloaded in this browser, this "
-            "page takes it back.")
+            f"page takes it back.{scan}")
 
 
 def room_reclaimed(h: Handlers, rooms: Rooms, claim: str | None, address: str = "") -> tuple:
