@@ -13,7 +13,8 @@ presets (each with its own tree), the fastest tree and a cost-aware tree. A user
 update that brings the first cycle's views (status "Running... cycle"); its run is done at the final update
 ("Done: ..."); a user without one is counted as lost. Prints one JSON object: the medians, 90th percentiles
 and maxima of both times, the number done, the CPU seconds the server and the clients used while they ran,
-and each user's row.
+each user's row, and where it was measured (the command, the date, the machine and what its CPU was held to:
+`where_measured`).
 
 Each client first opens the page (its load event, which creates the visitor's session, as a browser does
 when the page opens), then all press Run together. The clients run in this process, on the same machine as
@@ -280,6 +281,19 @@ def measure(url: str, users: int, tokens: int, server_pid: int | None = None, tr
             **({"server_log": server_log(trace, t0)} if trace is not None else {}), "rows": results}
 
 
+def where_measured(argv: list[str] | None) -> dict:
+    """The command, the date, the machine (`eagleviz.perf.provenance`) and what the server's CPU was held to: the
+    variables that make an AVX-512 machine run as an AVX2-only one (`EAGLEVIZ_CPU=avx2` and PyTorch's own), which
+    the started server inherits."""
+    from eagleviz.perf.provenance import provenance
+    from kernels import capability
+
+    held = {k: os.environ[k] for k in ("EAGLEVIZ_CPU", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if k in os.environ}
+    args = sys.argv[1:] if argv is None else argv
+    return {"command": " ".join(["python scripts/measure_concurrency.py", *args]), "date": time.strftime("%Y-%m-%d"),
+            "held": held, "cpu": capability.detect().describe(), "machine": provenance()}
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--users", type=int, default=30)
@@ -310,6 +324,7 @@ def main(argv: list[str] | None = None) -> None:
             proc.terminate()
             proc.wait(timeout=30)
     result["active_runs"] = args.active_runs if args.active_runs is not None else "server default"
+    result |= where_measured(argv)
     text = json.dumps(result, indent=1)
     if args.out:
         args.out.write_text(text + "\n")

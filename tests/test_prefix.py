@@ -2,6 +2,7 @@
 attention implementation, copied into each run's cache; the split prefill computes what the whole one does,
 speculation stays lossless on it, and a run gives the same tokens whether the prefix was encoded before it."""
 
+import dataclasses
 import itertools
 import threading
 
@@ -10,7 +11,7 @@ import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.decoding.drafting import causal
-from eagleviz.decoding.prefix import Prefix, PrefixCache, chat_prefix
+from eagleviz.decoding.prefix import Prefix, PrefixCache, Prompt, PromptCache, chat_prefix
 from eagleviz.trace import RunTrace
 from eagleviz.visuals.explain import summary_text
 from tiny import CPU_COSTS, ChatTinyTokenizer, tiny_engine
@@ -143,3 +144,62 @@ def test_the_trace_records_and_the_summary_says_what_the_prefix_cache_gave():
     older = trace.to_dict()
     del older["prefill_reused"]
     assert RunTrace.from_dict(older).prefill_reused == 0
+
+
+def _fields(trace) -> list:
+    """Every cycle's tree, checks, probabilities and tokens as the trace holds them (not its timings)."""
+    return [{k: v for k, v in dataclasses.asdict(c).items() if k != "timings_ms"} for c in trace.cycles]
+
+
+@pytest.mark.parametrize("model_type,arch", [("llama", "eagle1"), ("qwen3", "eagle3")])
+def test_a_kept_prompt_skips_its_prefill_and_gives_the_same_run_bit_for_bit(model_type, arch, monkeypatch):
+    """`Engine.with_prompt_cache`: the second run of a prompt runs no forward of the target for its prefill (its
+    keys, values, features and first logits are the first run's), and every cycle is the first run's, greedy and
+    sampled, plain and speculative; another prompt, or the same one with another attention, is prefilled."""
+    def alike(e):   # no run moves the next one's choices (its clock, what it learned)
+        e = e.with_ledger(False)
+        e.learn = False
+        return e
+
+    engine = alike(tiny_engine(model_type, arch, vocab=64, chat=True)).with_prompt_cache(4)
+    forwards = []
+    forward = type(engine.target).forward
+    monkeypatch.setattr(type(engine.target), "forward", lambda self, x, pos, *a, **k: forwards.append(int(pos[0])) or
+                        forward(self, x, pos, *a, **k))   # where each forward starts: a prefill's, after the opening
+    for sampling in (SamplingConfig(max_new_tokens=16), SamplingConfig(temperature=1.0, max_new_tokens=16, seed=5)):
+        for tree in (None, TREES[0], TREES[1]):
+            ids = engine.encode_prompt("abcd")
+            cold_engine = alike(tiny_engine(model_type, arch, vocab=64, chat=True))   # keeps no prompt
+            cold = run(cold_engine, "abcd", tree, sampling)
+            first = run(engine, "abcd", tree, sampling)
+            forwards.clear()
+            warm = run(engine, "abcd", tree, sampling)
+            assert len(engine.prefix.ids) not in forwards and warm.prefill_reused == len(ids)
+            assert warm.token_ids == first.token_ids == cold.token_ids, (sampling, tree)
+            assert _fields(warm) == _fields(first) == _fields(cold), (sampling, tree)
+    forwards.clear()
+    other = run(engine, "abce", TREES[0], SamplingConfig(max_new_tokens=4))
+    assert other.prefill_reused == len(engine.prefix.ids) and forwards   # a prompt not kept: prefilled
+    assert len(engine.prompts) == 2
+
+
+def test_the_prompt_cache_keeps_the_most_recent_and_prefers_features():
+    cache = PromptCache(2)
+    t = torch.zeros(1, 1, 3, 2)
+
+    def prompt(features: bool) -> Prompt:
+        return Prompt(t, t, torch.ones(3, 4) if features else None, torch.zeros(8))
+
+    cache.put("torch", [1], prompt(False))
+    assert cache.get("torch", [1], features=False) is not None and cache.get("torch", [1], features=True) is None
+    cache.put("torch", [1], prompt(True))
+    cache.put("torch", [1], prompt(False))   # a plain run's prompt does not replace one with features
+    assert cache.get("torch", [1], features=True) is not None and cache.get("triton", [1], features=False) is None
+    cache.put("torch", [2], prompt(True))
+    cache.get("torch", [1], features=False)   # used: [2] is now the least recent
+    cache.put("torch", [3], prompt(True))
+    assert len(cache) == 2 and cache.get("torch", [2], features=False) is None
+    assert cache.get("torch", [1], features=False) is not None
+    none = PromptCache()
+    none.put("torch", [1], prompt(True))
+    assert len(none) == 0 and tiny_engine(chat=True).prompts.entries == 0   # an engine keeps none unless asked

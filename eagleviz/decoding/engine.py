@@ -62,7 +62,7 @@ from eagleviz.decoding.drafting import ROOT_ALONE, Draft, causal, grow, lookup_w
 from eagleviz.decoding.lookup import Foresight, Match, SuffixIndex
 from eagleviz.decoding.once import Once
 from eagleviz.decoding.policy import HeadRest, Ledger, TreePolicy
-from eagleviz.decoding.prefix import Prefix, PrefixCache, chat_prefix
+from eagleviz.decoding.prefix import Prefix, PrefixCache, Prompt, PromptCache, chat_prefix
 from eagleviz.decoding.steps import (decode_path, draft_state, prepared, release, static_states, target_steps,
                                      zero_gpu)
 from eagleviz.decoding.tree import Candidates, VerifyTree
@@ -280,7 +280,8 @@ class Engine:
     `eagleviz.decoding.load.load_engine` gives both: this machine's measured costs and the head's file.
 
     Every prefill starts from the chat template's opening encoded once (`eagleviz.decoding.prefix`;
-    `prefix_cache` False encodes each prompt whole, the reference of an A/B run).
+    `prefix_cache` False encodes each prompt whole, the reference of an A/B run); `with_prompt_cache` keeps the
+    last few prompts whole, so that a prompt run again on a CPU skips its prefill (the app's engine does).
 
     On a CPU the target's distribution is read in C where it can be compiled (`kernels.sample_ops`: argmax,
     the most likely tokens, the draw; the same tokens for the same seed); `compiled_sampling` False keeps
@@ -310,6 +311,7 @@ class Engine:
         arch = head.config.arch if head is not None else "eagle1"
         self.feature_layers = target.eagle3_layers if arch == "eagle3" else None
         self.prefix = PrefixCache(chat_prefix(self.encode_prompt) if prefix_cache and self.uses_chat() else ())
+        self.prompts = PromptCache()  # whole prompts kept: none unless asked (`with_prompt_cache`)
         self._text = _TokenText(target.tokenizer, target.vocab_size)
         self.sample_ops = (sample_ops.load(cache_dir() / "kernels")
                            if compiled_sampling and target.device.type == "cpu" else None)
@@ -357,6 +359,14 @@ class Engine:
         or on the host, the reference of an A/B run."""
         other = copy.copy(self)
         other.device_cycle = on
+        return other
+
+    def with_prompt_cache(self, entries: int) -> Engine:
+        """The same engine (target, head and pool shared) keeping the `entries` most recently prefilled prompts whole
+        (`eagleviz.decoding.prefix.PromptCache`): a prompt run again, on a CPU, skips its prefill, with the same
+        tokens bit for bit. 0 keeps none (the default: a benchmark's repeated prompts are prefilled each time)."""
+        other = copy.copy(self)
+        other.prompts = PromptCache(entries)
         return other
 
     def with_ledger(self, on: bool) -> Engine:
@@ -485,13 +495,18 @@ class Engine:
         Records in `run` how many prompt tokens came from the cache. Over static steps (a GPU) the rest of the
         prompt runs as the captured steps of BUCKETS[-1] tokens or fewer, a causal chain each (a step of the
         largest bucket for every full chunk): a few replays, not an eager forward's ~1,000 launches a chunk."""
-        cache = steps.cache
+        cache, eager = steps.cache, not isinstance(steps, StaticSteps)
+        kept = self.prompts.get(self.attn_impl, ids, features) if eager else None
+        if kept is not None:  # the whole prompt as a prefill of it left it (`with_prompt_cache`)
+            kept.copy_into(cache)
+            run.prefill_reused = len(ids)
+            return self._choose(kept.logits.clone(), sampling, gen), kept.features.clone() if features else None
         reused = self.prefix.covers(ids)
         prefix = self.prefix.get(self.attn_impl, self._encode_prefix) if reused else None
         if prefix is not None:
             prefix.copy_into(cache)
         run.prefill_reused = reused
-        if isinstance(steps, StaticSteps):
+        if not eager:
             logits, argmax, rows = self._prefill_steps(ids[reused:], reused, steps, features)
         else:
             x = torch.tensor(ids[reused:], device=self.target.device)
@@ -500,6 +515,8 @@ class Engine:
                                       feature_layers=self.feature_layers if features else None, impl=self.attn_impl)
             logits, argmax, rows = out.logits[0], None, out.features
         feats = rows if prefix is None or not features else torch.cat([prefix.features, rows])
+        if eager:
+            self.prompts.put(self.attn_impl, ids, Prompt.of(cache, feats if features else None, logits))
         return self._choose(logits, sampling, gen, argmax), feats
 
     @staticmethod

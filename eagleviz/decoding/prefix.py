@@ -6,14 +6,20 @@ SGLang's radix cache does this for any prefix that requests share; here it is th
     chat_prefix(encode)      the token ids every prompt encoded through the chat template starts with
     PrefixCache              that prefix's encoded form, per attention implementation, computed on first use
     Prefix                   one encoded prefix: keys, values (the target cache's layout) and features
+    PromptCache              whole prompts, as a prefill left them (`Prompt`: the prefix's fields and the last
+                             position's logits), the most recently used few kept: a class that presses Run on the
+                             same preset prefills it once (the app keeps 16; an engine keeps none unless asked,
+                             so a benchmark's repeated prompts are prefilled every time)
 
 The prefill always splits where the prefix ends, the first time too, so a run's numbers do not depend on
-whether the prefix was encoded before it: the same prompt gives the same tokens, bit for bit, cold or warm.
+whether the prefix was encoded before it: the same prompt gives the same tokens, bit for bit, cold or warm. A
+prompt taken whole from the `PromptCache` is what its first prefill computed, so the same holds for it.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -84,3 +90,56 @@ class PrefixCache:
             if entry is None:
                 entry = self._entries[impl] = encode(list(self.ids))
             return entry
+
+
+@dataclass(frozen=True)
+class Prompt(Prefix):
+    """A whole prompt as its prefill left it: keys, values and features (None where the run read none: plain
+    decoding) of every position, and the logits (V,) at the last, from which the first token is chosen."""
+
+    logits: torch.Tensor
+
+    @classmethod
+    def of(cls, cache: KVCache, features: torch.Tensor | None, logits: torch.Tensor) -> Prompt:
+        """The prompt in `cache`'s filled slots, copied (the run goes on writing into its cache)."""
+        n = cache.length
+        return cls(cache.k[:, :, :n].clone(), cache.v[:, :, :n].clone(),
+                   None if features is None else features.clone(), logits.clone())
+
+
+class PromptCache:
+    """The `entries` most recently prefilled prompts, per attention implementation (0: none kept). Thread-safe."""
+
+    def __init__(self, entries: int = 0):
+        self.entries = entries
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[tuple, Prompt] = OrderedDict()
+
+    def get(self, impl: str, ids: list[int], features: bool) -> Prompt | None:
+        """The prompt `ids` prefilled before with attention `impl` (with its features, where `features` asks for
+        them), now the most recently used; None where it is not kept."""
+        with self._lock:
+            key = (impl, tuple(ids))
+            found = self._kept.get(key)
+            if found is None or (features and found.features is None):
+                return None
+            self._kept.move_to_end(key)
+            return found
+
+    def put(self, impl: str, ids: list[int], prompt: Prompt) -> None:
+        """Keep `prompt` (unless one with features is kept for it already and this one has none), dropping the
+        least recently used past `entries`."""
+        if not self.entries:
+            return
+        with self._lock:
+            key = (impl, tuple(ids))
+            kept = self._kept.get(key)
+            if kept is not None and kept.features is not None and prompt.features is None:
+                return
+            self._kept[key] = prompt
+            self._kept.move_to_end(key)
+            while len(self._kept) > self.entries:
+                self._kept.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._kept)
