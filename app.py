@@ -34,7 +34,6 @@ from eagleviz.app.ui import CSS, build_app
 
 VIEW_THREADS = 16     # worker threads beyond the active runs' (light events, the queue's own calls)
 GPU_SECONDS = 120     # ZeroGPU time requested per call: a 256-token run on a small GPU takes a few seconds
-PROMPTS_KEPT = 16     # prompts kept whole after their prefill: a class pressing Run on one preset prefills it once
 
 
 def gpu_wrapper() -> Callable[[Callable], Callable]:
@@ -84,8 +83,9 @@ def load_pair(pair: Pair) -> EngineHub:
     model = choose_model() if pair.model in (EMBEDDED, EMBEDDED_HUB_ID) else pair.model
     head = pair.head or default_head(model)  # a Hub id is downloaded by load_engine
     start = time.monotonic()
+    # A class pressing Run on one preset prefills its prompt once (EAGLEVIZ_PROMPTS_KEPT prompts kept whole).
     engine = load_engine(model, head=head, dtype=pair.dtype, device=choose_device(), draft_vocab=pair.draft_vocab,
-                         progress=say).with_prompt_cache(PROMPTS_KEPT)
+                         progress=say).with_prompt_cache(Limits.from_env().prompts_kept)
     if not on_zero_gpu():  # on ZeroGPU no GPU exists outside a `spaces.GPU` call: no warm-up there (the price list
         # is measured inside the first cost-aware run's call)
         engine.prices.get()  # the price list, read from the cache or measured now (its progress line comes first)

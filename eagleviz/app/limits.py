@@ -11,6 +11,8 @@
     EAGLEVIZ_ACTIVE_RUNS        32     runs in progress at once, taking turns at the model cycle by cycle
                                        (eagleviz/app/scheduler.py); 1 serves runs first come, first served
     EAGLEVIZ_QUEUE_SIZE         64     requests waiting; beyond it Gradio refuses a request ("Queue is full")
+    EAGLEVIZ_PROMPTS_KEPT       16     prompts kept whole after their prefill (a prompt run again skips it, with the
+                                       same tokens); 0 keeps none
     EAGLEVIZ_THREADS            ""     torch threads per process (unset: torch's default, one per core); on a
                                        shared machine give each concurrent run its own core (docs/operations.md)
 
@@ -52,6 +54,7 @@ class Limits:
     active_runs: int = 32
     queue_size: int = 64
     threads: int | None = None
+    prompts_kept: int = 16
 
     @classmethod
     def from_env(cls) -> Limits:
@@ -65,7 +68,8 @@ class Limits:
                    concurrency=_env_int("EAGLEVIZ_CONCURRENCY", d.concurrency),
                    active_runs=_env_int("EAGLEVIZ_ACTIVE_RUNS", d.active_runs),
                    queue_size=_env_int("EAGLEVIZ_QUEUE_SIZE", d.queue_size),
-                   threads=_env_int("EAGLEVIZ_THREADS", 0) or None)
+                   threads=_env_int("EAGLEVIZ_THREADS", 0) or None,
+                   prompts_kept=_env_int("EAGLEVIZ_PROMPTS_KEPT", d.prompts_kept, lo=0))
 
     @property
     def max_upload_bytes(self) -> int:
