@@ -282,16 +282,17 @@ def measure(url: str, users: int, tokens: int, server_pid: int | None = None, tr
 
 
 def where_measured(argv: list[str] | None) -> dict:
-    """The command, the date, the machine (`eagleviz.perf.provenance`) and what the server's CPU was held to: the
-    variables that make an AVX-512 machine run as an AVX2-only one (`EAGLEVIZ_CPU=avx2` and PyTorch's own), which
-    the started server inherits."""
+    """The command, the date, the machine (`eagleviz.perf.provenance`), what the server's CPU was held to (the
+    variables that make an AVX-512 machine run as an AVX2-only one: `EAGLEVIZ_CPU=avx2` and PyTorch's own) and the
+    other EAGLEVIZ_ settings (`eagleviz.app.limits`), which the started server inherits."""
     from eagleviz.perf.provenance import provenance
     from kernels import capability
 
     held = {k: os.environ[k] for k in ("EAGLEVIZ_CPU", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if k in os.environ}
+    server = {k: v for k, v in os.environ.items() if k.startswith("EAGLEVIZ_") and k != "EAGLEVIZ_CPU"}
     args = sys.argv[1:] if argv is None else argv
     return {"command": " ".join(["python scripts/measure_concurrency.py", *args]), "date": time.strftime("%Y-%m-%d"),
-            "held": held, "cpu": capability.detect().describe(), "machine": provenance()}
+            "held": held, "server_env": server, "cpu": capability.detect().describe(), "machine": provenance()}
 
 
 def main(argv: list[str] | None = None) -> None:
