@@ -200,6 +200,12 @@ def test_the_prompt_cache_keeps_the_most_recent_and_prefers_features():
     cache.put("torch", [3], prompt(True))
     assert len(cache) == 2 and cache.get("torch", [2], features=False) is None
     assert cache.get("torch", [1], features=False) is not None
+    small = PromptCache(8, max_bytes=2 * prompt(True).nbytes)   # bytes bound too: two of these, not three
+    for i in range(3):
+        small.put("torch", [i], prompt(True))
+    assert len(small) == 2 and small.nbytes == 2 * prompt(True).nbytes and small.get("torch", [0], False) is None
+    small.put("torch", [9], Prompt(t, t, torch.ones(300, 4), torch.zeros(8)))   # larger than all: not kept
+    assert len(small) == 2 and small.get("torch", [9], False) is None
     none = PromptCache()
     none.put("torch", [1], prompt(True))
     assert len(none) == 0 and tiny_engine(chat=True).prompts.entries == 0   # an engine keeps none unless asked

@@ -11,8 +11,8 @@
     EAGLEVIZ_ACTIVE_RUNS        32     runs in progress at once, taking turns at the model cycle by cycle
                                        (eagleviz/app/scheduler.py); 1 serves runs first come, first served
     EAGLEVIZ_QUEUE_SIZE         64     requests waiting; beyond it Gradio refuses a request ("Queue is full")
-    EAGLEVIZ_PROMPTS_KEPT       16     prompts kept whole after their prefill (a prompt run again skips it, with the
-                                       same tokens); 0 keeps none
+    EAGLEVIZ_PROMPTS_KEPT       16     prompts kept whole after their prefill, in at most 256 MB (a prompt run again
+                                       skips it, with the same tokens); 0 keeps none
     EAGLEVIZ_THREADS            ""     torch threads per process (unset: torch's default, one per core); on a
                                        shared machine give each concurrent run its own core (docs/operations.md)
 

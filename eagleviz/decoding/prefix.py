@@ -27,6 +27,8 @@ import torch
 
 from eagleviz.models.kv_cache import KVCache
 
+PROMPT_BYTES = 256 * 2**20  # what kept prompts may hold in all (2,000 tokens of SmolLM2's fp32 cache: ~0.1 GB)
+
 # Two user messages that differ from their first character: their token ids agree exactly on the opening
 PROBES = ("x", "0")
 
@@ -99,6 +101,10 @@ class Prompt(Prefix):
 
     logits: torch.Tensor
 
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in (self.k, self.v, self.features, self.logits) if t is not None)
+
     @classmethod
     def of(cls, cache: KVCache, features: torch.Tensor | None, logits: torch.Tensor) -> Prompt:
         """The prompt in `cache`'s filled slots, copied (the run goes on writing into its cache)."""
@@ -108,12 +114,19 @@ class Prompt(Prefix):
 
 
 class PromptCache:
-    """The `entries` most recently prefilled prompts, per attention implementation (0: none kept). Thread-safe."""
+    """The `entries` most recently prefilled prompts, per attention implementation, in at most `max_bytes` (0
+    entries: none kept; a prompt larger than `max_bytes` is not kept). Thread-safe."""
 
-    def __init__(self, entries: int = 0):
-        self.entries = entries
+    def __init__(self, entries: int = 0, max_bytes: int = PROMPT_BYTES):
+        self.entries, self.max_bytes = entries, max_bytes
         self._lock = threading.Lock()
         self._kept: OrderedDict[tuple, Prompt] = OrderedDict()
+        self._bytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes the kept prompts hold."""
+        return self._bytes
 
     def get(self, impl: str, ids: list[int], features: bool) -> Prompt | None:
         """The prompt `ids` prefilled before with attention `impl` (with its features, where `features` asks for
@@ -128,18 +141,21 @@ class PromptCache:
 
     def put(self, impl: str, ids: list[int], prompt: Prompt) -> None:
         """Keep `prompt` (unless one with features is kept for it already and this one has none), dropping the
-        least recently used past `entries`."""
-        if not self.entries:
+        least recently used past `entries` or `max_bytes`."""
+        if not self.entries or prompt.nbytes > self.max_bytes:
             return
         with self._lock:
             key = (impl, tuple(ids))
             kept = self._kept.get(key)
             if kept is not None and kept.features is not None and prompt.features is None:
                 return
+            if kept is not None:
+                self._bytes -= kept.nbytes
             self._kept[key] = prompt
             self._kept.move_to_end(key)
-            while len(self._kept) > self.entries:
-                self._kept.popitem(last=False)
+            self._bytes += prompt.nbytes
+            while len(self._kept) > self.entries or self._bytes > self.max_bytes:
+                self._bytes -= self._kept.popitem(last=False)[1].nbytes
 
     def __len__(self) -> int:
         return len(self._kept)
