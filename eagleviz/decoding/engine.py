@@ -492,7 +492,8 @@ class Engine:
                  gen: torch.Generator, run: RunTrace, features: bool = False):
         """Target forward over the prompt after the chat prefix (copied from the engine's `PrefixCache`):
         returns the first new token and (given `features`) the prompt's features, which the draft head reads.
-        Records in `run` how many prompt tokens came from the cache. Over static steps (a GPU) the rest of the
+        Records in `run` how many prompt tokens came from the cache. On the eager path a prompt the engine keeps
+        whole (`with_prompt_cache`) runs no forward: its cache, features and first logits are copied. Over static steps (a GPU) the rest of the
         prompt runs as the captured steps of BUCKETS[-1] tokens or fewer, a causal chain each (a step of the
         largest bucket for every full chunk): a few replays, not an eager forward's ~1,000 launches a chunk."""
         cache, eager = steps.cache, not isinstance(steps, StaticSteps)
@@ -515,7 +516,7 @@ class Engine:
                                       feature_layers=self.feature_layers if features else None, impl=self.attn_impl)
             logits, argmax, rows = out.logits[0], None, out.features
         feats = rows if prefix is None or not features else torch.cat([prefix.features, rows])
-        if eager:
+        if eager and self.prompts.entries:
             self.prompts.put(self.attn_impl, ids, Prompt.of(cache, feats if features else None, logits))
         return self._choose(logits, sampling, gen, argmax), feats
 
