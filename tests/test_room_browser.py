@@ -169,6 +169,31 @@ def test_the_tour_shows_each_view_it_talks_about_steps_with_the_arrows_and_makes
         tab.close()
 
 
+def test_shift_and_the_arrows_step_the_cycle_and_p_plays_it(browser, app_url):
+    """A projected page driven from the keyboard: Shift with the right or left arrow steps the cycle (not while the
+    prompt takes the keys), P starts the cycles playing and P again pauses them."""
+    from test_workshop_browser import wait_for_cycle
+
+    tab = open_picture(browser, app_url, "?gallery=story")
+    try:
+        k = int(tab.evaluate(f"() => /Cycle (\\d+)/.exec(({PROSE_JS})('cycle-caption'))[1]"))
+        arrow(tab, "Shift+ArrowRight")
+        wait_for_cycle(tab, k + 1)
+        arrow(tab, "Shift+ArrowLeft")
+        wait_for_cycle(tab, k)
+        tab.locator("#prompt textarea").focus()
+        tab.keyboard.press("Shift+ArrowRight")   # selects text in the prompt, nothing else
+        tab.wait_for_timeout(1000)
+        wait_for_cycle(tab, k)
+        arrow(tab, "p")
+        tab.wait_for_function("() => document.getElementById('play').innerText.includes('Pause')", timeout=30_000)
+        arrow(tab, "p")
+        tab.wait_for_function("() => document.getElementById('play').innerText.includes('Play cycles')",
+                              timeout=30_000)
+    finally:
+        tab.close()
+
+
 # The entry's paragraph: lit, and its top inside the window.
 ENTRY_SHOWN_JS = ("(id) => { const a = document.getElementById(id), p = a && a.closest('p'); if (!p) return false; "
                   "const b = p.getBoundingClientRect(); return p.classList.contains('ev-glossary-hit') && b.height > 0 "

@@ -180,16 +180,22 @@ SLIDES_CSS = " ".join(
     f"body.{SLIDES_CLASS}[data-ev-slide='{shown}'] :is({', '.join('#' + v for v in TOUR_VIEWS if v != shown)}) "
     "{display: none !important}" for shown in TOUR_VIEWS)
 # Left and right arrows step the tour; with the tour closed, the first opens it at the stop it shows (its figures at
-# that stop's phase). Not where the focus is where arrows type or move something: a text box, a slider, a list, a
-# radio group (a ticked checkbox, Slides among them, takes no arrows: they go on stepping).
+# that stop's phase). With Shift they step the cycle (the views' own back and forward buttons), and P plays the
+# cycles: a projected page is driven from the keyboard. Not where the focus is where keys type or move something: a
+# text box, a slider, a list, a radio group (a ticked checkbox, Slides among them, takes no arrows: they go on).
 TOUR_KEYS_JS = """() => {
   document.addEventListener('keydown', (e) => {
-    if (!['ArrowLeft', 'ArrowRight'].includes(e.key) || e.altKey || e.ctrlKey || e.metaKey || e.shiftKey) return;
+    if (e.altKey || e.ctrlKey || e.metaKey) return;
     const t = e.target;
-    const arrowsMove = t && (t.isContentEditable || ['TEXTAREA', 'SELECT'].includes(t.tagName) ||
-                             (t.tagName === 'INPUT' && t.type !== 'checkbox'));
-    if (arrowsMove) return;
+    const typing = t && (t.isContentEditable || ['TEXTAREA', 'SELECT'].includes(t.tagName) ||
+                         (t.tagName === 'INPUT' && t.type !== 'checkbox'));
+    const arrow = ['ArrowLeft', 'ArrowRight'].includes(e.key);
+    if (typing || !(arrow || (e.key === 'p' && !e.shiftKey))) return;
     e.preventDefault();
+    if (!arrow || e.shiftKey) {   // the cycle: back, forward, play
+      document.getElementById(!arrow ? 'play' : e.key === 'ArrowRight' ? 'next' : 'prev')?.click();
+      return;
+    }
     const b = document.getElementById(e.key === 'ArrowRight' ? 'tour-next' : 'tour-prev');
     if (b && b.offsetParent !== null) b.click();
     else document.querySelector('#tour-section .label-wrap')?.click();
