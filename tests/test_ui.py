@@ -618,3 +618,16 @@ def test_compare_b_follows_a_in_the_page_without_a_request(hub):
     for d in writes_b + own:
         assert not d["backend_fn"] and d["js"], d["targets"]
     assert any({(t, "change") for t in a} <= {tuple(t) for t in d["targets"]} for d in writes_b)
+
+
+def test_the_picture_and_the_handout_are_made_in_the_page_from_the_four_views(hub):
+    """The two buttons over the explanations run in the browser (no request: a follower's page and a busy server
+    make them alike) and read the four views the page has, under their element ids."""
+    from eagleviz.app import handout
+
+    demo = build_app(hub)
+    ids = {c.get("props", {}).get("elem_id"): c["id"] for c in demo.config["components"]}
+    assert {v for v, _ in handout.VIEWS} <= ids.keys() and {"cycle-slider", "cycle-caption", "summary"} <= ids.keys()
+    for button, js in (("picture", handout.PICTURE_JS), ("handout", handout.HANDOUT_JS)):
+        (dep,) = [d for d in demo.config["dependencies"] if [ids[button], "click"] in map(list, d["targets"])]
+        assert not dep["backend_fn"] and dep["js"] == js and dep["outputs"] == [ids["handout-note"]]

@@ -28,6 +28,7 @@ from contextlib import aclosing
 import gradio as gr
 
 from eagleviz.app import glossary
+from eagleviz.app import handout
 from eagleviz.app import navigation as nav
 from eagleviz.app import presets
 from eagleviz.app import workshop
@@ -378,6 +379,11 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                 tour_next = gr.Button("Tour next \u25b6", elem_id="tour-next", size="sm", min_width=120)
                 slides = gr.Checkbox(False, label="Slides: one view, full width", elem_id="slides", min_width=160)
         with gr.Accordion("Explain these four views, with this cycle's numbers", open=False, elem_id="explain"):
+            with gr.Row(equal_height=True):
+                picture_btn = gr.Button("Save the four views as a picture (PNG)", elem_id="picture", size="sm",
+                                        min_width=200)
+                handout_btn = gr.Button("Print a one-page handout", elem_id="handout", size="sm", min_width=200)
+                handout_md = gr.Markdown(elem_id="handout-note", elem_classes="ev-line", min_width=240)
             with gr.Row():
                 tree_md = gr.Markdown(elem_classes="ev-explain")
                 mask_md = gr.Markdown(elem_classes="ev-explain")
@@ -574,6 +580,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         tour_section.collapse(lambda c: workshop.room_toured(rooms, c, None), room_code, None, queue=False, **quiet)
         demo.load(None, None, None, js=workshop.TOUR_KEYS_JS)
         demo.load(None, None, None, js=glossary.LINKS_JS)
+        picture_btn.click(None, None, handout_md, js=handout.PICTURE_JS)   # made in the browser: no request
+        handout_btn.click(None, None, handout_md, js=handout.HANDOUT_JS)
         demo.load(None, None, None, js=HOVER_PICKS_JS)   # a tree node pointed at is picked, as a click would
         # The tour's text names the cycle shown: a run (an import, a recorded run) opens on the tour's first step,
         # and a cycle moved to keeps the tour's step. Read from the slider once its own value has changed.
