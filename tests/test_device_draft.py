@@ -33,6 +33,17 @@ def engine(target, decode: str, arch: str = "eagle1") -> Engine:
     return e
 
 
+# A cumulative draft log-probability below this is a node the head all but rules out (p < 1e-30): a random head's
+# logits reach ~1e4 there, where the two paths' products, added in other orders, part by ~0.3% (-17616 against
+# -17660 on an AVX2-only EPYC). Whether such a node is expanded or kept is compared exactly, its score not.
+NEVER = math.log(1e-30)
+
+
+def agree(host: float, device: float) -> bool:
+    """Two cumulative draft scores equal to rounding, or both of nodes the head rules out."""
+    return math.isclose(host, device, rel_tol=2e-3, abs_tol=2e-3) or max(host, device) < NEVER
+
+
 @pytest.mark.parametrize("arch", ["eagle1", "eagle3"])
 @pytest.mark.parametrize("tree", [TreeConfig.create(1, 3, 4, adaptive=False), TreeConfig.create(4, 2, 8, adaptive=False),
                                   TreeConfig.create(6, 3, 30, adaptive=False, source="eagle"), TreeConfig.create()],
@@ -49,7 +60,7 @@ def test_drafting_on_the_device_grows_the_hosts_trees(target, arch, tree):
     for a, b in zip(host.cycles, device.cycles):
         assert [(n.token, n.parent, n.expanded, n.kept) for n in a.nodes] == \
                [(n.token, n.parent, n.expanded, n.kept) for n in b.nodes]
-        assert all(math.isclose(m.score, n.score, rel_tol=2e-3, abs_tol=2e-3) for m, n in zip(a.nodes, b.nodes))
+        assert all(agree(m.score, n.score) for m, n in zip(a.nodes, b.nodes))
         assert a.draft_levels == b.draft_levels and a.path == b.path
         if "stopped" in a.decision:
             assert "the device drafted all" in b.decision
