@@ -15,7 +15,7 @@ from eagleviz.config import TreeConfig
 from eagleviz.decoding.calibration import EDGES, IDENTITY, Calibration
 from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding.device_cycle import Shape, ancestor_rows, scores_and_parents, select, select_costed
-from eagleviz.decoding.device_policy import PAD_PARENT, PolicyBlock, budget, choose, values
+from eagleviz.decoding.device_policy import PAD_PARENT, PolicyBlock, choose, rates, values
 from eagleviz.decoding.drafting import rebuild
 from eagleviz.decoding.policy import TreePolicy
 from eagleviz.decoding.tree import Candidates, VerifyTree, priority, rerank
@@ -86,17 +86,23 @@ def test_the_device_chooses_the_hosts_levels_size_rate_and_nodes(k, steps):
 
 
 def test_a_budget_is_the_hosts_on_any_values_with_padding():
+    """Rows of values best first, each with its own levels and count of values (the rest padding), all budgeted at
+    once: each row's size and rate are the host's for that row alone."""
     rng = random.Random(7)
     block = PolicyBlock(4, 2, CPU)
-    for _ in range(500):
+    for _ in range(150):
         policy = random_policy(rng)
         block.write(policy)
-        vals = sorted((rng.choice([0.0, 0.1, 0.25, 0.5, 0.9, 1.0]) for _ in range(rng.randint(0, 40))), reverse=True)
-        levels, valid = rng.randint(0, 4), rng.randint(0, len(vals))
-        padded = torch.tensor(vals + [0.7] * 5, dtype=torch.float64)[:len(vals) + (5 if vals else 0)]
-        size, rate = budget(padded, torch.tensor([levels]), block, valid=torch.tensor([valid]))
-        want = policy.budget(vals[:valid], levels, 64)
-        assert (int(size), float(rate)) == (want.size, want.rate)
+        width = rng.randint(0, 40)
+        rows = [sorted((rng.choice([0.0, 0.1, 0.25, 0.5, 0.9, 1.0]) for _ in range(width)), reverse=True)
+                for _ in range(rng.randint(1, 5))]
+        levels = [rng.randint(0, 4) for _ in rows]
+        valid = [rng.randint(0, width) for _ in rows]
+        padded = torch.tensor([vals[:n] + [0.7] * (width - n) for vals, n in zip(rows, valid)], dtype=torch.float64)
+        size, rate = rates(padded.reshape(len(rows), width), torch.tensor(levels), block, valid=torch.tensor(valid))
+        for i, (vals, level, n) in enumerate(zip(rows, levels, valid)):
+            want = policy.budget(vals[:n], level, 64)
+            assert (int(size[i]), float(rate[i])) == (want.size, want.rate)
 
 
 def test_a_block_is_written_once_per_policy():

@@ -13,8 +13,9 @@ verification (`eagleviz.decoding.device_cycle`):
     levels   for each drafted level L < K, `another_level` over the candidates of depth <= L with the frontier
              the drafting expanded (its children predicted one and two levels on); the levels kept are those up
              to the first L that says no (all K where none does), as the host's `drafting.rebuild` stops
-    budget   rates (1 + the running sum of the values, best first) / (draft(L) + verify(m + 1) + overhead) for
-             every m, the first best kept where it beats a resting cycle's 1 / (draft(L) + rest), else m = 0
+    rates    (1 + the running sum of the values, best first) / (draft(L) + verify(m + 1) + overhead) for
+             every m, the first best kept where it beats a resting cycle's 1 / (draft(L) + rest), else m = 0:
+             the budget of the kept levels, and each of `levels`' comparisons (one row each)
     select   `tree.priority`'s order (value, then score, then depth and id: stable sorts), the first m of it
              (closed under ancestors: a child's value never exceeds its parent's and ties go to the parent), in
              verification order, padded to the captured step's size with slots no walk reaches
@@ -131,23 +132,26 @@ def values(score: torch.Tensor, block: PolicyBlock) -> torch.Tensor:
     return torch.where(block.identity > 0, torch.exp(score.clamp(max=0.0)), table)
 
 
-def budget(best_first: torch.Tensor, levels: torch.Tensor, block: PolicyBlock,
-           valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """`TreePolicy.budget` over values best first (M,) (already cut to the most that may be verified), after
-    `levels` (1,) drafted levels; `valid` (1,): how many of them are values (the rest padding), None: all.
-    Returns the size (1,) int64 (0: the root alone) and the best rate (1,) in tokens per plain step."""
-    m = best_first.numel()
+def rates(best_first: torch.Tensor, levels: torch.Tensor, block: PolicyBlock,
+          valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`TreePolicy.budget` for each row of values best first (R, M) (already cut to the most that may be
+    verified), the row's tree drafted `levels` (R,) levels deep; `valid` (R,): how many of a row's values are
+    values (the rest padding), None: all. Per row: the size (R,) int64 (0: the root alone, a resting cycle
+    pays more) and the best rate (R,) in tokens per plain step,
+        (1 + value_1 + ... + value_m) / (draft(levels) + verify(m + 1) + overhead)   against   1 / (draft + rest),
+    the first of equal rates (the host keeps the smaller m), and the resting rate only where it is strictly lower."""
+    r, m = best_first.shape
     draft = block.draft.index_select(0, levels)
     resting = 1.0 / (draft + block.rest)
     if m == 0:
-        return torch.zeros(1, dtype=torch.int64, device=draft.device), resting
-    rates = (1.0 + torch.cumsum(best_first, dim=0)) / (draft + block.verify[2:m + 2] + block.overhead)
+        return torch.zeros(r, dtype=torch.int64, device=draft.device), resting
+    rate = (1.0 + torch.cumsum(best_first, dim=1)) / (draft[:, None] + block.verify[2:m + 2] + block.overhead)
     if valid is not None:
-        rates = torch.where(torch.arange(m, device=rates.device) < valid, rates, -torch.inf)
-    at = torch.argmax(rates, dim=0, keepdim=True)  # the first of equal rates: the host keeps the smaller m
-    best = rates.index_select(0, at)
+        rate = torch.where(torch.arange(m, device=rate.device) < valid[:, None], rate, -torch.inf)
+    at = torch.argmax(rate, dim=1, keepdim=True)  # torch's argmax takes the first of equal values
+    best = rate.gather(1, at)[:, 0]
     pays = best > resting
-    return torch.where(pays, at + 1, 0), torch.where(pays, best, resting)
+    return torch.where(pays, at[:, 0] + 1, 0), torch.where(pays, best, resting)
 
 
 def levels(value: torch.Tensor, frontiers: torch.Tensor, k: int, steps: int, max_size: int,
@@ -174,11 +178,7 @@ def levels(value: torch.Tensor, frontiers: torch.Tensor, k: int, steps: int, max
     sets = torch.cat([torch.cat([so_far, gone, gone], dim=1), torch.cat([so_far, kids, gone], dim=1),
                       torch.cat([so_far, kids, grand], dim=1)])
     best = torch.sort(sets, dim=1, descending=True).values[:, :max_size]
-    draft = block.draft.index_select(0, rows.levels)[:, None]
-    rates = (1.0 + torch.cumsum(best, dim=1)) / (draft + block.verify[2:best.shape[1] + 2] + block.overhead)
-    top = rates.max(dim=1).values[:, None]  # the best rate (a max's value is the first best's)
-    resting = 1.0 / (draft + block.rest)
-    rate = torch.where(top > resting, top, resting)[:, 0].reshape(3, steps - 1)
+    rate = rates(best, rows.levels, block)[1].reshape(3, steps - 1)
     go_on = (rate[1] > rate[0]) | ((rate[2] > rate[0]) & rows.twice)
     return 1 + torch.cumprod(go_on.long(), dim=0).sum(dim=0, keepdim=True)
 
@@ -199,7 +199,7 @@ def choose(value: torch.Tensor, score: torch.Tensor, depth: torch.Tensor, fronti
     inside = depth <= kept
     ranked = priority(torch.where(inside, value, -1.0), score)[:max_size]  # values are >= 0: the cut ones last
     count = inside.sum(dim=0, keepdim=True)
-    size, rate = budget(value.index_select(0, ranked), kept, block, valid=count)
+    size, rate = rates(value.index_select(0, ranked)[None], kept, block, valid=count)
     verified = torch.arange(ranked.numel(), device=value.device) < size
     order = torch.sort(torch.where(verified, depth.index_select(0, ranked), steps + 1), stable=True).indices
     return kept, size, rate, ranked.index_select(0, order)
