@@ -59,8 +59,10 @@ test: $(STAMP) browser
 test-avx2: $(STAMP)
 	EAGLEVIZ_CPU=avx2 $(PY) -m pytest -q -m "not slow" $(PARALLEL) $(if $(TESTS),$(TESTS),tests)
 
-test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow --durations=15
+# The slow suites: long sweeps, and what the default run leaves out to stay near half an hour (tests/conftest.py,
+# LEFT_TO_SLOW: browser scenarios and sizes among them, hence Chromium).
+test-slow: $(STAMP) browser
+	$(PY) -m pytest -q -m slow $(PARALLEL) --durations=15
 
 # A Hugging Face Space built as the Hub builds it, offline (README, "Deploying to a Hugging Face Space").
 rehearsal: $(STAMP) browser

@@ -75,6 +75,66 @@ def pytest_configure(config):
     os.environ["EAGLEVIZ_CACHE"] = os.environ["EAGLEVIZ_CACHE_FOR_TESTS"] = str(fresh)
 
 
+# What the default run (`make test`, CI) leaves to `make test-slow`, so that it stays near half an hour on a 2-core
+# AVX2-only EPYC: the longest end-to-end scenarios, each with a shorter test of the same parts left in the default
+# run, and the browser tests' second and third screen sizes where the first exercises the same controls. Seconds
+# per test measured there (`pytest --durations=0`, 2026-11-29); ~1,900 s of the default run's ~5,300.
+LEFT_TO_SLOW = (
+    "test_workshop_browser.py::test_results_appear_where_the_visitor_looks",  # 219 s: a run, a race, slowed clicks
+    "test_workshop_browser.py::test_the_queue_notice_counts_only_runs_that_exist_and_goes_when_the_run_is_done",
+    "test_workshop_browser.py::test_a_learner_reads_plain_words_not_internals",
+    "test_workshop_browser.py::test_an_edited_preset_lets_go_a_click_restores_it_and_an_import_restores_its_settings",
+    "test_workshop_browser.py::test_the_figures_fit_the_layout_normal_and_projector",
+    "test_workshop_browser.py::test_dark_turns_the_page_and_its_figures_dark_and_a_dark_link_opens_ticked",
+    "test_workshop_browser.py::test_race_during_a_run_is_refused_in_plain_words",
+    "test_workshop_flow_browser.py::test_a_class_from_preset_to_a_shared_picture",  # 97 s; rooms: test_class_browser
+    "test_class_browser.py::test_an_instructors_page_reloaded_takes_its_room_back",
+    "test_class_browser.py::test_a_student_sees_the_room_they_are_in_and_a_mistyped_code_shows_a_picture[390-844]",
+    "test_class_browser.py::test_a_student_who_steps_on_their_own_is_told_where_the_instructor_is_and_rejoins",
+    "test_class_browser.py::test_the_instructors_tour_reaches_the_class_with_its_words_and_view",
+    "test_app_browser.py::test_a_code_answer_keeps_its_line_breaks_and_its_tokens_stay_clickable",
+    "test_app_browser.py::test_the_page_at_other_sizes",
+    "test_app_browser.py::test_an_output_token_opens_the_cycle_that_committed_it",
+    "test_arrival_browser.py::test_word_tokens_keep_their_labels_in_the_mask_the_kv_cache_and_the_path[390-844]",
+    "test_arrival_browser.py::test_word_tokens_keep_their_labels_in_the_mask_the_kv_cache_and_the_path[1024-768]",
+    "test_arrival_browser.py::test_the_tours_words_are_on_screen_with_the_view_they_describe[1024]",
+    "test_room_browser.py::test_the_tour_shows_each_view_it_talks_about_steps_with_the_arrows_and_makes_slides[390-844]",
+    "test_room_browser.py::test_the_words_a_learner_meets_link_to_the_glossary[390-844]",
+    "test_screens_browser.py::test_the_draft_trees_labels_stay_apart_while_the_phases_play[390-844]",
+    "test_screens_browser.py::test_the_kv_cells_keep_legible_labels[story-390-844]",
+    "test_screens_browser.py::test_the_kv_cells_keep_legible_labels[counting-390-844]",
+    "test_screens_browser.py::test_a_plain_visits_first_screen_shows_the_picture_and_the_line_inviting_run[1024-768]",
+    "test_figures_browser.py::test_the_story_presets_accepted_path_at_t_0_8_is_readable",
+    "test_handout_browser.py::test_the_handout_is_one_printed_page_of_the_four_views_and_their_explanations[?gallery",
+    # the bare machine: gpu-check on random weights and on the bundle stay; the bundle's other commands and the
+    # training lease's rehearsal (205 s) are the slow run's
+    "test_bare_box.py::test_training_on_a_bare_machine_runs_every_stage_and_resumes",
+    "test_bare_box.py::test_tune_runs_on_the_bundle_and_saves_its_tree",
+    "test_bare_box.py::test_bench_runs_on_the_bundle_and_writes_its_results_without_a_figure",
+    "test_bare_box.py::test_ceiling_runs_on_the_bundle_and_writes_its_results",
+    # the large tree's bitwise and MT-bench runs (the chain and the default tree stay; `eagleviz lossless` covers 80
+    # prompts, every tree, and tests/test_numerics.py holds it to today's numerics)
+    "test_lossless_blocks.py::test_greedy_eagle_is_plain_greedy_decoding_bit_for_bit[large]",
+    "test_lossless_smollm.py::test_greedy_eagle_equals_greedy_decoding_on_mtbench[large]",
+    "test_cycle_counts.py::test_a_fixed_trees_drafted_cycles_are_counted_after_the_first_and_both_arms_decode_the_same",
+)
+
+
+def _left(name: str, entry: str) -> bool:
+    """Whether LEFT_TO_SLOW's `entry` names the test `name` (file::test[params]): a test without parameters names
+    all its parameter sets, "[...]" one set, and "[..." (unclosed) the sets it starts."""
+    if "[" not in entry:
+        return name.split("[")[0] == entry
+    return name == entry or (not entry.endswith("]") and name.startswith(entry))
+
+
+def pytest_itemcollected(item):
+    """Marks `slow` what LEFT_TO_SLOW names, before `-m` selects."""
+    name = item.nodeid.rsplit("/", 1)[-1]
+    if any(_left(name, entry) for entry in LEFT_TO_SLOW):
+        item.add_marker(pytest.mark.slow)
+
+
 def pytest_collection_modifyitems(config, items):
     skips = []
     if not _has_triton():
