@@ -169,6 +169,26 @@ def test_a_runs_clock_scales_the_price_list_towards_what_its_phases_take():
     assert cheap.scales() == (pytest.approx(1 / costs.RunCosts.LIMIT), 1.0)
 
 
+
+def test_a_head_that_drafts_every_level_in_one_call_pays_for_all_of_them_whatever_a_tree_keeps():
+    """A GPU's captured drafting runs all K levels; a cost-aware tree that keeps L of them has paid for K. Priced so,
+    keeping fewer levels saves no drafting, a run's clock (which times the whole drafting) compares it with the
+    whole price, not L levels' (where it would take the head for up to 4x dearer than listed), and the list stays
+    itself through the clock's scaling and a round trip."""
+    base = costs.CostModel(verify=((1, 1.0), (16, 1.3)), draft_level=0.1, overhead=0.1, draft_fixed=0.2)
+    five = base.drafting_at_once(5)
+    assert [base.draft_cost(n) for n in range(6)] == pytest.approx([0.0, 0.3, 0.4, 0.5, 0.6, 0.7])
+    assert [five.draft_cost(n) for n in range(6)] == pytest.approx([0.0] + [0.7] * 5)
+    assert five.scaled(1.0, 2.0).draft_cost(1) == pytest.approx(1.4)
+    assert costs.CostModel.from_dict(five.to_dict()) == five and five.verify_cost(16) == base.verify_cost(16)
+    scales = []
+    for listed in (base, five):  # five levels drafted in 0.7 of a one-token forward, as listed; two kept
+        run = costs.RunCosts(listed, weight=1e-9)
+        run.rest(10.0)
+        run.observe(3, 2, forward_ms=10.0, draft_ms=7.0)
+        scales.append(run.scales()[1])
+    assert scales == pytest.approx([0.7 / 0.4, 1.0])
+
 def test_a_loaded_engine_measures_its_prices_when_a_cost_aware_tree_first_needs_them(monkeypatch):
     """Plain decoding and a fixed tree price nothing, so they measure nothing; the first cost-aware run measures
     once, before its clock starts (its wall time leaves the measurement out), and the engine's copies share the

@@ -20,8 +20,10 @@ from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding import device_cycle
 from eagleviz.decoding.device_cycle import Shape, accept_greedy, ancestor_rows, fits, select
 from eagleviz.decoding.device_draft import DeviceDrafter, DraftOut
+from eagleviz.decoding.device_policy import PolicyBlock
 from eagleviz.decoding.drafting import rebuild
 from eagleviz.decoding.engine import Engine
+from eagleviz.decoding.policy import TreePolicy
 from eagleviz.decoding.tree import Candidates, VerifyTree, rerank
 from eagleviz.decoding.verify import greedy_verify
 from eagleviz.models.draft import random_head
@@ -237,6 +239,28 @@ def test_a_cost_aware_cycle_on_the_device_writes_the_host_paths_trace_and_reads_
             assert any(c.draft_levels > 0 and len(c.tokens) == 1 for c in device.cycles)
     elif arch == "eagle1":
         assert sum(c.accept_length for c in device.cycles) >= 3  # (this random head's guesses are taken at times)
+
+
+def test_over_static_steps_a_tree_keeping_fewer_levels_pays_for_every_level_the_device_drafted(target, engines,
+                                                                                               monkeypatch):
+    """Over static steps the head drafts all K levels in one captured call, whatever a cost-aware tree keeps: the
+    block the device chooses from and the host path's policy over the same drafter price keeping L levels as
+    drafting K (`CostModel.drafting_at_once`); an eager engine, which drafts level by level, prices the levels it
+    drafts."""
+    tree, blocks, hosts = TreeConfig.create(source="eagle"), [], []
+    write, budget = PolicyBlock.write, TreePolicy.budget
+    monkeypatch.setattr(PolicyBlock, "write", lambda self, policy: (blocks.append(self), write(self, policy))[1])
+    monkeypatch.setattr(TreePolicy, "budget", lambda self, *a: (hosts.append(self.costs), budget(self, *a))[1])
+    eager = Engine(target, random_head(target, "eagle1", seed=2, std=0.05), "random", decode="eager",
+                   compiled_sampling=False, ledger=False)
+    for e in (engines("eagle1", True, (2, 0.05)), engines("eagle1", False, (2, 0.05)), eager):
+        blocks.clear(), hosts.clear()
+        e.with_policy(costs=STEEP).generate(PROMPT, tree, SamplingConfig(max_new_tokens=8))
+        whole, device = e is not eager, e is not eager and e.device_cycle
+        assert bool(blocks) == device and bool(hosts) != device  # (a cycle is chosen on one side or the other)
+        for block in blocks:
+            assert block.draft.tolist() == pytest.approx([0.0] + [STEEP.draft_cost(tree.steps)] * tree.steps)
+        assert {c.draft_cost(1) for c in hosts} <= {STEEP.draft_cost(tree.steps) if whole else STEEP.draft_cost(1)}
 
 
 def test_cycles_with_a_lookup_take_the_host_path_and_the_others_the_device(engines):

@@ -25,10 +25,12 @@ def target() -> TargetModel:
     return TargetModel(t.hf, t.tokenizer, t.name, fused=False)
 
 
-def engine(target, decode: str, arch: str = "eagle1") -> Engine:
-    """Without the run's clock (`Ledger`): the two paths take different times, and it rests the head by time."""
+def engine(target, decode: str, arch: str = "eagle1", steps: int = 0) -> Engine:
+    """Without the run's clock (`Ledger`): the two paths take different times, and it rests the head by time. A
+    cost-aware tree of `steps` levels is priced as the static path prices it (every level drafted in one call:
+    `CostModel.drafting_at_once`), on the eager path too, so that both choose alike."""
     e = Engine(target, random_head(target, arch, seed=1, std=0.5), "random", decode=decode, compiled_sampling=False,
-               costs=CPU_COSTS, ledger=False)
+               costs=CPU_COSTS.drafting_at_once(steps), ledger=False)
     e.make_graphs = Recording
     return e
 
@@ -53,7 +55,8 @@ def test_drafting_on_the_device_grows_the_hosts_trees(target, arch, tree):
     policy's levels and the output are the host's, for both head architectures, sampled (T = 1: more cycles,
     more varied trees); where a cost-aware policy stops early the decision says the device drafted on."""
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=40, seed=3)
-    runs = {decode: engine(target, decode, arch).generate(PROMPT, tree, sampling) for decode in ("eager", "static")}
+    runs = {decode: engine(target, decode, arch, tree.steps).generate(PROMPT, tree, sampling)
+            for decode in ("eager", "static")}
     host, device = runs["eager"], runs["static"]
     assert [o.token for o in device.output] == [o.token for o in host.output]
     assert len(device.cycles) == len(host.cycles) > 10

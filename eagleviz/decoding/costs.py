@@ -68,6 +68,7 @@ class CostModel:
     rest: float | None = None               # a cycle of the root alone, no drafting (None: verify(1) + overhead)
     sampled_overhead: float | None = None   # `overhead` at T > 0 (None: the same)
     sampled_rest: float | None = None       # `rest` at T > 0 (None: the same)
+    at_once: int = 0  # levels the head drafts in one call whatever a tree keeps (`drafting_at_once`); 0: level by level
 
     def __post_init__(self):
         if not self.verify or any(n2 <= n1 for (n1, _), (n2, _) in zip(self.verify, self.verify[1:])):
@@ -95,8 +96,16 @@ class CostModel:
         return self.verify_cost(1) + self.overhead if self.rest is None else self.rest
 
     def draft_cost(self, levels: int) -> float:
-        """Plain steps that `levels` draft levels cost in one cycle (0 when the head does not draft)."""
-        return self.draft_fixed + levels * self.draft_level if levels > 0 else 0.0
+        """Plain steps that a cycle keeping `levels` draft levels pays for its drafting (0 when the head does not
+        draft): each level drafted, all `at_once` of them where one call drafts them whatever the tree keeps."""
+        return self.draft_fixed + max(levels, self.at_once) * self.draft_level if levels > 0 else 0.0
+
+    def drafting_at_once(self, levels: int) -> CostModel:
+        """The prices of a head that drafts `levels` levels in one call (a GPU's captured drafting:
+        `eagleviz.decoding.device_draft`) of which a cost-aware tree keeps the first L: those L cost all `levels`,
+        so keeping fewer saves verification, never drafting, and a run's clock, which times the whole drafting,
+        compares it with its whole price."""
+        return replace(self, at_once=levels)
 
     def verify_cost(self, n: int) -> float:
         table = self._table
@@ -149,7 +158,7 @@ class CostModel:
         optional = {k: None if d.get(k) is None else float(d[k]) for k in ("rest", "sampled_overhead", "sampled_rest")}
         return cls(verify=tuple((int(n), float(c)) for n, c in d["verify"]), draft_level=float(d["draft_level"]),
                    overhead=float(d["overhead"]), step_ms=float(d.get("step_ms", 0.0)), source=str(d["source"]),
-                   draft_fixed=float(d.get("draft_fixed", 0.0)), **optional)
+                   draft_fixed=float(d.get("draft_fixed", 0.0)), at_once=int(d.get("at_once", 0)), **optional)
 
 
 @dataclass

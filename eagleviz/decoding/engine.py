@@ -426,11 +426,14 @@ class Engine:
         other.calibration = calibration or self.calibration
         return other
 
-    def policy(self, tree: TreeConfig, sampling: SamplingConfig) -> TreePolicy | None:
-        """The cost-aware policy for a run (None for SGLang's fixed tree)."""
+    def policy(self, tree: TreeConfig, sampling: SamplingConfig, at_once: bool = False) -> TreePolicy | None:
+        """The cost-aware policy for a run (None for SGLang's fixed tree); `at_once`: its head drafts every level
+        in one call (a `DeviceDrafter`), so every level kept is priced as all of them (`CostModel.drafting_at_once`)."""
         if not tree.adaptive:
             return None
-        return TreePolicy(self.costs.at(sampling.temperature), self.calibration.at(sampling.temperature))
+        costs = self.costs.at(sampling.temperature)
+        return TreePolicy(costs.drafting_at_once(tree.steps) if at_once else costs,
+                          self.calibration.at(sampling.temperature))
 
     def kv_bytes(self, n_prompt: int, tree: TreeConfig | None, sampling: SamplingConfig) -> int:
         """Bytes of the KV caches a run of this request allocates: the target's, and with a tree the draft's."""
@@ -493,9 +496,10 @@ class Engine:
         """Target forward over the prompt after the chat prefix (copied from the engine's `PrefixCache`):
         returns the first new token and (given `features`) the prompt's features, which the draft head reads.
         Records in `run` how many prompt tokens came from the cache. On the eager path a prompt the engine keeps
-        whole (`with_prompt_cache`) runs no forward: its cache, features and first logits are copied. Over static steps (a GPU) the rest of the
-        prompt runs as the captured steps of BUCKETS[-1] tokens or fewer, a causal chain each (a step of the
-        largest bucket for every full chunk): a few replays, not an eager forward's ~1,000 launches a chunk."""
+        whole (`with_prompt_cache`) runs no forward: its cache, features and first logits are copied. Over static
+        steps (a GPU) the rest of the prompt runs as the captured steps of BUCKETS[-1] tokens or fewer, a causal
+        chain each (a step of the largest bucket for every full chunk): a few replays, not an eager forward's ~1,000
+        launches a chunk."""
         cache, eager = steps.cache, not isinstance(steps, StaticSteps)
         kept = self.prompts.get(self.attn_impl, ids, features) if eager else None
         if kept is not None:  # the whole prompt as a prefill of it left it (`with_prompt_cache`)
@@ -706,7 +710,7 @@ class Engine:
         use_head = tree_cfg.source != "lookup"
         gen = torch.Generator(device=self.target.device).manual_seed(sampling.seed)
         text = self._text if record else _Untold()
-        policy = self.policy(tree_cfg, sampling)
+        policy = self.policy(tree_cfg, sampling, at_once=isinstance(dcache, DeviceDrafter))
         root, prompt_feats = self._prefill(prompt_ids, steps, sampling, gen, run, use_head)
         run.prefill_ms = (time.perf_counter() - start) * 1e3
         index = index_of(list(prompt_ids) + [root]) if tree_cfg.source != "eagle" else None
