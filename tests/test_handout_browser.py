@@ -1,6 +1,6 @@
-"""A cycle taken away, end to end in headless Chromium (eagleviz.app.handout): the four views saved as one PNG, and the
-printable handout, one page on A4 and on Letter, with each view beside this cycle's explanation; where a browser
-refuses the new tab, the handout comes as a file.
+"""A cycle taken away, end to end in headless Chromium (eagleviz.app.handout): the four views saved as one PNG, the
+printable handout, one page on A4 and on Letter, with each view beside this cycle's explanation (where a browser
+refuses the new tab, the handout comes as a file), and Play phases as a looping GIF.
 
 Uses the page and browser tests/conftest.py starts once (same requirements: Debian's chromium and the Python
 `playwright` package). The pictures go to artifacts/.
@@ -17,7 +17,7 @@ import pytest
 from test_app_browser import ARTIFACTS, CHROMIUM, PROSE_JS, open_accordion, open_page, prose, shot
 from test_room_browser import open_picture
 
-from eagleviz.app.handout import HEADINGS, SCALE, VIEWS
+from eagleviz.app.handout import FRAME_CS, HEADINGS, LAST_FRAME_CS, SCALE, VIEWS
 
 pytestmark = [
     pytest.mark.browser,
@@ -127,3 +127,35 @@ def test_a_browser_that_refuses_a_new_tab_gets_the_handout_as_a_file(browser, ap
         tab.close()
     page = (tmp_path / "handout.html").read_text(encoding="utf-8")
     assert page.count("<img src=\"data:image/png;base64,") == 4 and all(h in page for h in HEADINGS)
+
+
+def test_play_phases_are_saved_as_a_looping_gif_of_the_four_views(browser, app_url):
+    from PIL import Image, ImageSequence
+
+    tab = open_page(browser, app_url)
+    try:
+        open_accordion(tab, EXPLAIN)
+        n = int(tab.evaluate("() => document.querySelector('#phase-slider input[type=range]').max")) + 1
+        sizes = tab.evaluate(SIZES_JS, [v for v, _ in VIEWS])
+        tab.locator("#phases-gif").scroll_into_view_if_needed()
+        with tab.expect_download(timeout=120_000) as info:
+            tab.click("#phases-gif")
+        k = cycle_of(tab)
+        assert info.value.suggested_filename == f"eagleviz-cycle-{k}-phases.gif"
+        path = ARTIFACTS / "h03_phases.gif"
+        path.parent.mkdir(exist_ok=True)
+        info.value.save_as(path)
+        tab.wait_for_function(f"() => ({PROSE_JS})('handout-note').includes('phases of cycle')", timeout=30_000)
+        assert f"the {n} phases of cycle {k}" in prose(tab, "handout-note")
+    finally:
+        tab.close()
+    gif = Image.open(path)
+    pad, head, cell = 12, 34, max(w for w, _ in sizes)
+    rows = [max(sizes[0][1], sizes[1][1]), max(sizes[2][1], sizes[3][1])]
+    assert gif.size == (2 * cell + 3 * pad, head + sum(rows) + 2 * pad) and gif.n_frames == n and gif.info["loop"] == 0
+    frames = [(f.convert("RGB"), f.info["duration"]) for f in ImageSequence.Iterator(gif)]
+    assert [d for _, d in frames] == [FRAME_CS * 10] * (n - 1) + [LAST_FRAME_CS * 10]
+    assert len({f.tobytes() for f, _ in frames}) == n   # every phase draws something new
+    for i, (w, h) in enumerate(sizes):   # each view drawn in its place in the end state
+        x, y = pad + (i % 2) * (cell + pad), head + (0 if i < 2 else rows[0] + pad)
+        assert len(frames[-1][0].crop((x, y, x + w, y + h)).getcolors(maxcolors=1 << 16)) > 20, VIEWS[i]

@@ -91,6 +91,23 @@ def test_phases_play_from_the_first_frame_to_the_end_state(run):
     assert nav.phase_play(run, 0, 2, False)[3].value == 2           # resume where it was
 
 
+def test_play_phases_frames_for_the_gif_are_the_figures_each_phase_shows(run):
+    """The GIF's frames (`phase_frames`): one a frame of Play phases, each labelled as the phase control labels it,
+    with the four figures `phase_chosen` draws at that frame, the picked token followed through them."""
+    import json
+
+    cycle = run.cycles[2]
+    got = json.loads(nav.phase_frames(run, 2.0, 1))
+    assert got["cycle"] == 2 and len(got["frames"]) == len(frames(cycle))
+    assert got["frames"][0]["label"].startswith("draft, level 1 of") and got["frames"][-1]["label"] == "rewind"
+    for f, frame in enumerate(got["frames"]):
+        figures = nav.phase_chosen(run, 2, f, 1)[2:]
+        assert frame["figures"] == [json.loads(x.to_json()) for x in figures]
+    assert got["frames"][0]["figures"] != got["frames"][-1]["figures"]
+    assert nav.phase_frames(None, 0, None) == "" and json.loads(nav.phase_frames(run, 99, None))["cycle"] == len(
+        run.cycles) - 1
+
+
 def test_moving_around_stays_under_200_ms_of_server_time():
     run = max((recorded(name) for name in RECORDED), key=lambda r: max(c.num_tree_tokens for c in r.cycles))
     big = max(range(len(run.cycles)), key=lambda i: run.cycles[i].num_tree_tokens)

@@ -9,6 +9,8 @@ with this cycle's numbers. A follower's page makes them as the instructor's does
                 eagleviz-cycle-N.png
     HANDOUT_JS  one printed page (A4 or Letter): the caption, then each view beside its explanation; opened in a
                 new tab with the browser's print dialog, or downloaded as an HTML file where new tabs are refused
+    GIF_JS      Play phases of the cycle as a looping GIF, eagleviz-cycle-N-phases.gif: the one export that asks the
+                server, for the figures of every phase (`navigation.phase_frames`), which the page draws and encodes
 Each returns one line for the page (what it made, or why it could not).
 """
 
@@ -138,4 +140,98 @@ HANDOUT_JS = f"""async () => {{
   await Promise.all(images);
   tab.focus(); tab.print();
   return 'The handout of cycle ' + got.cycle + ' opened in a new tab with the print dialog (one page, A4 or Letter).';
+}}"""
+
+# Play phases as an animated GIF: the server sends the cycle's figures frame by frame (`navigation.phase_frames`);
+# Plotly draws each view at its size on screen and the frames are laid out as the picture's grid under a line naming
+# the phase. The palette is the frames' 256 commonest colours (5 bits a channel, each the average of the colours it
+# stands for: a figure's flat fills exactly, its anti-aliased edges nearly), then GIF89a's LZW, looping.
+FRAME_CS, LAST_FRAME_CS = 110, 300   # each frame's time in hundredths of a second; the end state's is longer
+NO_FRAMES = "\u26a0 No cycle to animate yet: run a prompt (or open a recorded run) first."
+
+GIF_JS = f"""async (data) => {{
+  if (!data || !window.Plotly) return {json.dumps(NO_FRAMES)};
+  const got = JSON.parse(data), n = got.frames.length;
+  const ids = {json.dumps([v for v, _ in VIEWS])};
+  const sizes = ids.map((id) => {{
+    const l = document.querySelector('#' + id + ' .js-plotly-plot')?._fullLayout;
+    return l ? [Math.round(l.width), Math.round(l.height)] : [640, 480]; }});
+  const load = (u) => new Promise((ok, no) => {{ const i = new Image(); i.onload = () => ok(i); i.onerror = no;
+    i.src = u; }});
+  const pad = 12, headH = 34, cellW = Math.max(...sizes.map((s) => s[0])),
+        rowH = [Math.max(sizes[0][1], sizes[1][1]), Math.max(sizes[2][1], sizes[3][1])];
+  const W = 2 * cellW + 3 * pad, H = headH + rowH[0] + rowH[1] + 2 * pad;
+  const canvas = document.createElement('canvas'), ctx = canvas.getContext('2d', {{willReadFrequently: true}});
+  canvas.width = W; canvas.height = H;
+  const pixels = [];
+  for (const [k, frame] of got.frames.entries()) {{
+    const urls = await Promise.all(frame.figures.map((f, i) => Plotly.toImage({{data: f.data, layout: f.layout}},
+      {{format: 'png', width: sizes[i][0], height: sizes[i][1], scale: 1}})));
+    const imgs = await Promise.all(urls.map(load));
+    ctx.fillStyle = '#ffffff'; ctx.fillRect(0, 0, W, H);
+    ctx.fillStyle = '#1f2328'; ctx.font = 'bold 16px system-ui, sans-serif'; ctx.textBaseline = 'top';
+    ctx.fillText('Cycle ' + got.cycle + ' \\u00b7 phase ' + (k + 1) + ' of ' + n + ': ' + frame.label, pad, pad);
+    imgs.forEach((img, i) => ctx.drawImage(img, pad + (i % 2) * (cellW + pad), headH + (i < 2 ? 0 : rowH[0] + pad)));
+    pixels.push(ctx.getImageData(0, 0, W, H).data);
+  }}
+  const key = (px, p) => ((px[p] >> 3) << 10) | ((px[p + 1] >> 3) << 5) | (px[p + 2] >> 3);
+  const count = new Float64Array(32768), sum = new Float64Array(3 * 32768);
+  for (const px of pixels) for (let p = 0; p < px.length; p += 4) {{
+    const c = key(px, p); count[c]++; sum[3 * c] += px[p]; sum[3 * c + 1] += px[p + 1]; sum[3 * c + 2] += px[p + 2]; }}
+  const used = [];
+  for (let c = 0; c < 32768; c++) if (count[c]) used.push(c);
+  used.sort((a, b) => count[b] - count[a]);
+  const mean = (c) => [0, 1, 2].map((j) => Math.round(sum[3 * c + j] / count[c]));
+  const palette = used.slice(0, 256).map(mean);
+  while (palette.length < 256) palette.push([0, 0, 0]);
+  const near = new Int16Array(32768).fill(-1);
+  const nearest = (c) => {{   // the palette's closest colour to what bin c stands for, found once a bin
+    const [r, g, b] = mean(c); let best = 0, dist = Infinity;
+    palette.forEach(([pr, pg, pb], j) => {{ const d = (r - pr) ** 2 + (g - pg) ** 2 + (b - pb) ** 2;
+      if (d < dist) {{ dist = d; best = j; }} }});
+    return near[c] = best;
+  }};
+  const chunks = [], bytes = (...b) => chunks.push(Uint8Array.from(b));
+  const text = (s) => bytes(...[...s].map((ch) => ch.charCodeAt(0)));
+  const u16 = (v) => bytes(v & 255, v >> 8);
+  const lzw = (index) => {{   // GIF's LZW with 8-bit pixels: codes of 9 to 12 bits, a clear code when 4096 are used
+    const out = []; let acc = 0, bits = 0, size = 9, next = 258, table = new Map();
+    const put = (code) => {{ acc |= code << bits; bits += size; while (bits >= 8) {{ out.push(acc & 255); acc >>>= 8;
+      bits -= 8; }} }};
+    put(256);
+    let prefix = index[0];
+    for (let i = 1; i < index.length; i++) {{
+      const c = index[i], k = prefix * 256 + c, hit = table.get(k);
+      if (hit !== undefined) {{ prefix = hit; continue; }}
+      put(prefix);
+      if (next === 4096) {{ put(256); table = new Map(); next = 258; size = 9; }}
+      else {{ if (next >= 1 << size) size++; table.set(k, next++); }}
+      prefix = c;
+    }}
+    put(prefix); put(257);
+    if (bits > 0) out.push(acc & 255);
+    return out;
+  }};
+  text('GIF89a'); u16(W); u16(H); bytes(0xf7, 0, 0); bytes(...palette.flat());
+  bytes(0x21, 0xff, 11); text('NETSCAPE2.0'); bytes(3, 1, 0, 0, 0);   // loop for ever
+  pixels.forEach((px, k) => {{
+    const index = new Uint8Array(W * H);
+    for (let p = 0, i = 0; p < px.length; p += 4, i++) {{ const c = key(px, p); const j = near[c];
+      index[i] = j >= 0 ? j : nearest(c); }}
+    const delay = k === n - 1 ? {LAST_FRAME_CS} : {FRAME_CS};
+    bytes(0x21, 0xf9, 4, 0x04, delay & 255, delay >> 8, 0, 0);
+    bytes(0x2c); u16(0); u16(0); u16(W); u16(H); bytes(0, 8);
+    const data = lzw(index);
+    for (let i = 0; i < data.length; i += 255) {{ const part = data.slice(i, i + 255);
+      chunks.push(Uint8Array.from([part.length, ...part])); }}
+    bytes(0);
+  }});
+  bytes(0x3b);
+  const name = 'eagleviz-cycle-' + got.cycle + '-phases.gif';
+  const a = document.createElement('a');
+  a.href = URL.createObjectURL(new Blob(chunks, {{type: 'image/gif'}})); a.download = name;
+  document.body.appendChild(a); a.click(); a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 60000);
+  return 'Saved ' + name + ': the ' + n + ' phases of cycle ' + got.cycle + ' as Play phases shows them, ' + W +
+    ' x ' + H + ' px.';
 }}"""

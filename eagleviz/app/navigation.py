@@ -12,6 +12,8 @@ head's first guess, from the prompt alone), three red crosses that teach little;
 
 from __future__ import annotations
 
+import json
+
 import gradio as gr
 
 from eagleviz.app import glossary
@@ -137,6 +139,21 @@ def figure_values(run: RunTrace | None, index: float, frame: float | None, slot:
     """Outputs of a phase or token change: the phase text, the focus text and the four figures."""
     f = cycle_figures(run, int(index or 0), None if frame is None else int(frame), slot)
     return f.phase_text, f.focus_text or TOKEN_HELP, f.tree, f.mask, f.path, f.kv
+
+
+def phase_frames(run: RunTrace | None, index: float, slot: int | None) -> str:
+    """Play phases of the cycle shown, for the GIF the page makes of them (`handout.GIF_JS`): JSON of the cycle and,
+    frame by frame, the phase control's label and the four figures (Plotly's JSON, the views' order) with the picked
+    token followed through them; "" without a cycle."""
+    if run is None or not run.cycles:
+        return ""
+    i = _clamp(run, index)
+    shown = []
+    for f, frame in enumerate(frames(run.cycles[i])):
+        figures = cycle_figures(run, i, f, slot)
+        shown.append({"label": label(frame), "figures": [json.loads(x.to_json()) for x in (
+            figures.tree, figures.mask, figures.path, figures.kv)]})
+    return json.dumps({"cycle": i, "frames": shown})
 
 
 def _clamp(run: RunTrace | None, index: float) -> int:

@@ -383,7 +383,9 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                 picture_btn = gr.Button("Save the four views as a picture (PNG)", elem_id="picture", size="sm",
                                         min_width=200)
                 handout_btn = gr.Button("Print a one-page handout", elem_id="handout", size="sm", min_width=200)
-                handout_md = gr.Markdown(elem_id="handout-note", elem_classes="ev-line", min_width=240)
+                gif_btn = gr.Button("Save Play phases as a GIF", elem_id="phases-gif", size="sm", min_width=200)
+                phases_data = gr.Textbox(visible=False, elem_id="phases-data")   # the frames, for the GIF's JS
+            handout_md = gr.Markdown(elem_id="handout-note", elem_classes="ev-line")
             with gr.Row():
                 tree_md = gr.Markdown(elem_classes="ev-explain")
                 mask_md = gr.Markdown(elem_classes="ev-explain")
@@ -582,6 +584,8 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         demo.load(None, None, None, js=glossary.LINKS_JS)
         picture_btn.click(None, None, handout_md, js=handout.PICTURE_JS)   # made in the browser: no request
         handout_btn.click(None, None, handout_md, js=handout.HANDOUT_JS)
+        gif_btn.click(nav.phase_frames, [run_state, slider, focus], phases_data, **quiet).then(
+            None, phases_data, handout_md, js=handout.GIF_JS)   # the server's figures, drawn and encoded in the page
         demo.load(None, None, None, js=HOVER_PICKS_JS)   # a tree node pointed at is picked, as a click would
         # The tour's text names the cycle shown: a run (an import, a recorded run) opens on the tour's first step,
         # and a cycle moved to keeps the tour's step. Read from the slider once its own value has changed.
