@@ -88,9 +88,9 @@ LEFT_TO_SLOW = (
     "test_workshop_browser.py::test_dark_turns_the_page_and_its_figures_dark_and_a_dark_link_opens_ticked",
     "test_workshop_browser.py::test_race_during_a_run_is_refused_in_plain_words",
     "test_workshop_flow_browser.py::test_a_class_from_preset_to_a_shared_picture",  # 97 s; rooms: test_class_browser
-    # a class in the browser (408 s): its followers waited over 30 s for the instructor's cycle when this file ran
-    # after others on the worker's shared page in a split run, and pass alone (140 s); the rooms' server side is
-    # tests/test_workshop.py's, their links and tour tests/test_room_browser.py's
+    # a class in the browser (408 s, on a server of its own: on the shared page, after other suites, a follower once
+    # waited over 30 s for its instructor's cycle); the rooms' server side is tests/test_workshop.py's, their links
+    # and tour tests/test_room_browser.py's
     "test_class_browser.py",
     "test_app_browser.py::test_a_code_answer_keeps_its_line_breaks_and_its_tokens_stay_clickable",
     "test_app_browser.py::test_the_page_at_other_sizes",
@@ -198,17 +198,10 @@ def tiny_cli(tmp_path, monkeypatch):
 def app_url():
     """The page served by the embedded SmolLM2 target and the default head, started once for every browser suite:
     each test opens its own tab and makes the runs it needs, so the suites pass alone, together and in any
-    order (a suite that needs other settings serves its own page)."""
-    from eagleviz.app.rooms import Rooms
-    from eagleviz.app.ui import CSS, build_app
-    from eagleviz.decoding.load import load_engine
-    from servers import serving
+    order (a suite that needs other settings, or a server of its own, serves its own page)."""
+    from servers import embedded_page
 
-    # Rooms whose instructor's page beats each second and is away after five unheard (the defaults' 10 and 25, as
-    # fast): a class test sees an instructor's closed page said to its followers in seconds, not in a minute.
-    rooms = Rooms(here_every_s=1.0, away_after_s=5.0, alive_s=1.0)
-    with serving(build_app(load_engine(), model_id="HuggingFaceTB/SmolLM2-135M-Instruct", rooms=rooms),
-                 css=CSS) as url:
+    with embedded_page() as url:
         yield url
 
 

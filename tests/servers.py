@@ -29,6 +29,21 @@ def serving(demo, **launch) -> Iterator[str]:
         demo.close()
 
 
+@contextmanager
+def embedded_page() -> Iterator[str]:
+    """The page served by the embedded SmolLM2 target and the default head, with rooms whose instructor's page beats
+    each second and is away after five unheard (the defaults' 10 and 25, as fast): a class test sees an instructor's
+    closed page said to its followers in seconds, not in a minute. Yields its URL."""
+    from eagleviz.app.rooms import Rooms
+    from eagleviz.app.ui import CSS, build_app
+    from eagleviz.decoding.load import load_engine
+
+    rooms = Rooms(here_every_s=1.0, away_after_s=5.0, alive_s=1.0)
+    with serving(build_app(load_engine(), model_id="HuggingFaceTB/SmolLM2-135M-Instruct", rooms=rooms),
+                 css=CSS) as url:
+        yield url
+
+
 def client(url: str):
     """A gradio_client for `url` whose set-up waits as long as the server takes: its config and API reads use
     httpx's default 5 s timeout, which a burst of clients on a busy 2-core machine outlasts ("timed out" is then

@@ -3,8 +3,8 @@ follower shows the instructor's cycle, phase and picked token within a second or
 takes its room back; the follow line stays in sight and a mistyped code still shows a picture; the instructor's
 tour reaches the class with its words and its view.
 
-Uses the page and browser tests/conftest.py starts once (same requirements: Debian's chromium and the Python
-`playwright` package). Screenshots go to artifacts/.
+Serves its own page (`app_url` below) and uses the browser tests/conftest.py starts once (same requirements:
+Debian's chromium and the Python `playwright` package). Screenshots go to artifacts/.
 """
 
 from __future__ import annotations
@@ -14,6 +14,16 @@ import pytest
 from test_app_browser import PROSE_JS, open_accordion, open_page, shot  # noqa: F401
 from test_arrival_browser import RECT_JS, TOUR, VIEWS, pytestmark  # noqa: F401
 from test_workshop_browser import shown_cycle, wait_for_cycle
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    """A server of its own: a class's rooms and its followers' streams live in the server, and on the page the other
+    suites share, run after them, a follower waited over 30 s for its instructor's cycle (the file alone passed)."""
+    from servers import embedded_page
+
+    with embedded_page() as url:
+        yield url
 
 
 def room_opened(teacher) -> tuple[int, str]:
