@@ -350,6 +350,22 @@ static inline __attribute__((always_inline)) int kv_head_rows(
         inv_sum[r] = 1.0f / sum; /* applied to the output row */
     }
     const float *v = vc + (long)g * cap * d;
+#if defined(__FMA__) && !defined(__AVX512F__)
+    /* AVX2: a row at a time in 8-float registers (the 4-row tile below holds 4 x d/16 16-float vectors, 32 of
+     * AVX2's 16 registers for d = 64, and spilled every FMA's operands); each lane adds the same products in the
+     * same order, so the bits are the tile's */
+    for (int r = 0; r < r_count; r++) {
+        __m256 a[2 * MAX_CHUNKS];
+        const float *sr = s + (long)r * n_keys;
+        for (int c = 0; c < 2 * chunks; c++) a[c] = _mm256_setzero_ps();
+        for (int j = 0; j < n_keys; j++) {
+            __m256 w = _mm256_set1_ps(sr[j]);
+            const float *vj = v + (long)j * d;
+            for (int c = 0; c < 2 * chunks; c++) a[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vj + 8 * c), a[c]);
+        }
+        for (int c = 0; c < 2 * chunks; c++) _mm256_storeu_ps(acc + (long)r * d + 8 * c, a[c]);
+    }
+#else
     for (int r0 = 0; r0 < r_count; r0 += 4) { /* 4 rows' accumulators stay in registers over the values */
         int nr = r_count - r0 < 4 ? r_count - r0 : 4;
         v16 a[4][MAX_CHUNKS] = {{{0}}};
@@ -364,6 +380,7 @@ static inline __attribute__((always_inline)) int kv_head_rows(
         }
         for (int e = 0; e < nr; e++) memcpy(acc + (long)(r0 + e) * d, a[e], sizeof(float) * (size_t)d);
     }
+#endif
     for (int r = 0; r < r_count; r++) {
         float *ar = acc + (long)r * d;
         for (int i = 0; i < d; i++) ar[i] *= inv_sum[r];
