@@ -18,9 +18,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def patient_url_ok(url: str, wait_s: float = 180.0) -> bool:
+    """Gradio's start-up check that its own page answers, given the patience a busy 2-core machine needs: Gradio's
+    asks with a 3 s timeout and, on one timeout, refuses to start ("When localhost is not accessible, a shareable
+    link must be created"), which two test workers and a decoding server can outlast."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if httpx.head(url, timeout=30).status_code in (200, 301, 302, 303, 307, 308, 401):
+                return True
+        except (httpx.ConnectError, httpx.TimeoutException):
+            pass
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+
+
 @contextmanager
 def serving(demo, **launch) -> Iterator[str]:
     """Launch `demo` without blocking; yields its URL and closes it afterwards."""
+    from gradio import networking
+
+    networking.url_ok = patient_url_ok
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch)
     try:
