@@ -312,60 +312,94 @@ static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR
 }
 
 #elif I8_PATH == 1
-#define TROWS 4 /* AVX2 has 16 vector registers: 8 weight vectors and 8 accumulators spill a few, yet run 10% faster
-                * for 16-64 rows than 2 rows per tile (-march=haswell: docs/performance.md entry 28) */
+#define TROWS 4
+#define PIN(v) __asm__("" : "+x"(v)) /* keeps a running sum in a register: GCC otherwise gathers all of a block's
+                                      * products before adding them, and spills them (docs/performance.md entry 53) */
 
 typedef struct { __m256 v[2]; } pair256; /* a group's 16 lanes as two 8-float halves */
 
-/* As the AVX-512 tile, a group as two halves of 8 columns. Q4_1: `vpmaddubsw` of the 8 chunks summed in
- * 16 bits (each pair at most 2 * 15 * 127 in magnitude, 8 of them 30480: no saturation), widened once;
- * Q8_0: |w| times x with w's sign per chunk, widened per chunk (two pairs could exceed 16 bits). */
+/* As the AVX-512 tile, a group as two halves of 8 columns, both halves in one pass: each chunk of four activation
+ * bytes is broadcast once for the 16 columns, and each 32-byte load of weights is unpacked once and used at once by
+ * every row of the tile, so the live registers are the rows' integer sums and one chunk's weights (a block's eight
+ * weight vectors kept across rows spilled). Q4_1: `vpmaddubsw` of the 8 chunks summed in 16 bits (each pair at most
+ * 2 * 15 * 127 in magnitude, 8 of them 30480: no saturation), widened once; Q8_0: |w| times x with w's sign per
+ * chunk, widened per chunk (two pairs could exceed 16 bits). The integer sums are exact in any order; the floats
+ * keep the order above, the m terms of Q4_1 in a second pass over the blocks. */
 static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR, Int8Rows in, const uint8_t *q,
                                                            const uint16_t *d, const uint16_t *m, const float *bias,
                                                            float *y, int r0, int k, int g, int n_out) {
     int blocks = k / 32;
     pair256 a[TROWS], c[TROWS];
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    for (int h = 0; h < 2; h++) {
-        for (int e = 0; e < NR; e++) a[e].v[h] = c[e].v[h] = _mm256_setzero_ps();
-        for (int b = 0; b < blocks; b++) {
-            long gb = (long)g * blocks + b;
-            __m256i w[8];
-            if (fmt == Q4_1) {
-                for (int j = 0; j < 4; j++) {
-                    __m256i raw = _mm256_loadu_si256((const __m256i *)(q + gb * 256 + 64 * j + 32 * h));
-                    w[j] = _mm256_and_si256(raw, low4);
-                    w[j + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+    for (int e = 0; e < NR; e++) a[e].v[0] = a[e].v[1] = c[e].v[0] = c[e].v[1] = _mm256_setzero_ps();
+    for (int b = 0; b < blocks; b++) {
+        long gb = (long)g * blocks + b;
+        const int8_t *xq[TROWS];
+        __m256i s[TROWS][2];
+        for (int e = 0; e < NR; e++) {
+            xq[e] = in.qx + ((long)(r0 + e) * blocks + b) * 32;
+            s[e][0] = s[e][1] = _mm256_setzero_si256();
+        }
+        if (fmt == Q4_1) {
+            for (int j = 0; j < 4; j++) { /* bytes 4 j.. of both halves: their low nibbles are q[4 j..], high q[16 + 4 j..] */
+                __m256i raw0 = _mm256_loadu_si256((const __m256i *)(q + gb * 256 + 64 * j));
+                __m256i raw1 = _mm256_loadu_si256((const __m256i *)(q + gb * 256 + 64 * j + 32));
+                __m256i lo0 = _mm256_and_si256(raw0, low4), hi0 = _mm256_and_si256(_mm256_srli_epi16(raw0, 4), low4);
+                __m256i lo1 = _mm256_and_si256(raw1, low4), hi1 = _mm256_and_si256(_mm256_srli_epi16(raw1, 4), low4);
+                for (int e = 0; e < NR; e++) {
+                    __m256i xl = _mm256_set1_epi32(chunk(xq[e] + 4 * j)), xh = _mm256_set1_epi32(chunk(xq[e] + 16 + 4 * j));
+                    s[e][0] = _mm256_add_epi16(s[e][0], _mm256_maddubs_epi16(lo0, xl));
+                    s[e][1] = _mm256_add_epi16(s[e][1], _mm256_maddubs_epi16(lo1, xl));
+                    s[e][0] = _mm256_add_epi16(s[e][0], _mm256_maddubs_epi16(hi0, xh));
+                    s[e][1] = _mm256_add_epi16(s[e][1], _mm256_maddubs_epi16(hi1, xh));
+                    PIN(s[e][0]);
+                    PIN(s[e][1]);
                 }
-            } else {
-                for (int j = 0; j < 8; j++) w[j] = _mm256_loadu_si256((const __m256i *)(q + gb * 512 + 64 * j + 32 * h));
             }
-            __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(d + gb * GROUP + 8 * h)));
-            __m256 mv = fmt == Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(m + gb * GROUP + 8 * h))) : dv;
-            for (int e = 0; e < NR; e++) {
-                long rb = (long)(r0 + e) * blocks + b;
-                const int8_t *xq = in.qx + rb * 32;
-                __m256i dot;
-                if (fmt == Q4_1) {
-                    __m256i p16 = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(chunk(xq)));
-                    for (int j = 1; j < 8; j++)
-                        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(w[j], _mm256_set1_epi32(chunk(xq + 4 * j))));
-                    dot = _mm256_madd_epi16(p16, ones);
-                } else {
-                    dot = _mm256_setzero_si256();
-                    for (int j = 0; j < 8; j++) {
-                        __m256i xb = _mm256_set1_epi32(chunk(xq + 4 * j));
-                        __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w[j], w[j]), _mm256_sign_epi8(xb, w[j]));
-                        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p16, ones));
-                    }
+            for (int e = 0; e < NR; e++) s[e][0] = _mm256_madd_epi16(s[e][0], ones), s[e][1] = _mm256_madd_epi16(s[e][1], ones);
+        } else {
+            for (int j = 0; j < 8; j++) {
+                __m256i w0 = _mm256_loadu_si256((const __m256i *)(q + gb * 512 + 64 * j)), a0 = _mm256_abs_epi8(w0);
+                __m256i w1 = _mm256_loadu_si256((const __m256i *)(q + gb * 512 + 64 * j + 32)), a1 = _mm256_abs_epi8(w1);
+                for (int e = 0; e < NR; e++) {
+                    __m256i xb = _mm256_set1_epi32(chunk(xq[e] + 4 * j));
+                    s[e][0] = _mm256_add_epi32(s[e][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, w0)), ones));
+                    s[e][1] = _mm256_add_epi32(s[e][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xb, w1)), ones));
+                    PIN(s[e][0]);
+                    PIN(s[e][1]);
                 }
-                a[e].v[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dv, _mm256_set1_ps(in.dx[rb])), a[e].v[h]);
-                if (fmt == Q4_1)
-                    c[e].v[h] = _mm256_fmadd_ps(mv, _mm256_set1_ps(in.dsx[rb]), c[e].v[h]);
             }
         }
+        __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(d + gb * GROUP)));
+        __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(d + gb * GROUP + 8)));
+        for (int e = 0; e < NR; e++) {
+            __m256 dx = _mm256_set1_ps(in.dx[(long)(r0 + e) * blocks + b]);
+            a[e].v[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[e][0]), _mm256_mul_ps(d0, dx), a[e].v[0]);
+            a[e].v[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[e][1]), _mm256_mul_ps(d1, dx), a[e].v[1]);
+        }
     }
-    STORE_GROUP(NR, a, c, fmt, bias, y, r0, g, n_out);
+    if (fmt == Q4_1)
+        for (int b = 0; b < blocks; b++) {
+            long gb = (long)g * blocks + b;
+            __m256 m0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(m + gb * GROUP)));
+            __m256 m1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(m + gb * GROUP + 8)));
+            for (int e = 0; e < NR; e++) {
+                __m256 sx = _mm256_set1_ps(in.dsx[(long)(r0 + e) * blocks + b]);
+                c[e].v[0] = _mm256_fmadd_ps(m0, sx, c[e].v[0]);
+                c[e].v[1] = _mm256_fmadd_ps(m1, sx, c[e].v[1]);
+            }
+        }
+    int n0 = GROUP * g;
+    if (n_out - n0 < GROUP) { /* the last, part-filled group */
+        STORE_GROUP(NR, a, c, fmt, bias, y, r0, g, n_out);
+        return;
+    }
+    for (int e = 0; e < NR; e++) /* STORE_GROUP's operations, 8 lanes at a time */
+        for (int h = 0; h < 2; h++) {
+            __m256 v = fmt == Q4_1 ? _mm256_add_ps(a[e].v[h], c[e].v[h]) : a[e].v[h];
+            if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + n0 + 8 * h));
+            _mm256_storeu_ps(y + (long)(r0 + e) * n_out + n0 + 8 * h, v);
+        }
 }
 
 #else

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ RUN_BY = {  # each script -> the test that runs its work on tiny sizes
         "tests/test_reliability.py::test_the_concurrency_measurement_runs_whole_and_logs_the_servers_steps",
     "measure_ui_latency.py": "tests/test_scripts.py::test_measure_ui_latency_times_the_pages_handlers",
     "profile_gpu.py": "tests/test_scripts.py::test_profile_gpu_dry_runs_every_section_on_a_cpu",
+    "quant_matmul_ab.c": "tests/test_scripts.py::test_quant_matmul_ab_times_two_builds_and_finds_them_bit_equal",
     "record_gallery.py": "tests/test_scripts.py::test_record_gallery_records_a_gallery_the_page_reads",
     "spaces_rehearsal.py": "tests/test_scripts.py::test_spaces_rehearsal_lays_out_the_hub_cache_and_the_pushed_files",
 }
@@ -141,6 +143,38 @@ def test_the_docs_room_latency_is_the_committed_measurement():
     app = " ".join((ROOT / "docs" / "app.md").read_text().split())
     assert (f"took a median {s('server+network', 'median')} and at most {s('server+network', 'max')}" in app
             and f"a median {s('end to end', 'median')} and at most {s('end to end', 'max')}" in app)
+
+
+def test_quant_matmul_ab_times_two_builds_and_finds_them_bit_equal(tmp_path):
+    """The C harness of the int8 products, as its usage line builds it, on a small part-filled weight: this CPU's
+    vector build and the plain C one side by side, both formats; and a library whose product is off by a bit is
+    caught."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the plain build is -march=x86-64")
+    cc = shutil.which(os.environ.get("CC", "cc")) or pytest.skip("no C compiler")
+    source, flags = ROOT / "kernels" / "quant_ops.c", ["-O3", "-fopenmp", "-ffp-contract=fast", "-shared", "-fPIC"]
+    wrong = tmp_path / "wrong.c"  # the products plus one ulp in the first output
+    wrong.write_text(source.read_text().replace("int quant_matmul_i8(", "static int product_i8(") + """
+int quant_matmul_i8(int fmt, const float *x, const uint8_t *q, const uint16_t *d, const uint16_t *m, const float *bias,
+                    float *y, int rows, int k, int n_out, int threads) {
+    int code = product_i8(fmt, x, q, d, m, bias, y, rows, k, n_out, threads);
+    y[0] = nextafterf(y[0], INFINITY);
+    return code;
+}
+""")
+    for name, src, march in (("vector", source, "native"), ("plain", source, "x86-64"), ("wrong", wrong, "native")):
+        subprocess.run([cc, *flags, f"-march={march}", str(src), "-o", str(tmp_path / f"{name}.so"), "-lm"], check=True)
+    subprocess.run([cc, "-O2", str(ROOT / "scripts" / "quant_matmul_ab.c"), "-o", str(tmp_path / "ab"), "-ldl"],
+                   check=True)
+    env = {**os.environ, "N": "40", "K": "64", "REPS": "2"}
+    for fmt in ("0", "1"):
+        done = subprocess.run([tmp_path / "ab", "5", fmt, "3", tmp_path / "vector.so", tmp_path / "plain.so"],
+                              capture_output=True, text=True, env=env)
+        assert done.returncode == 0 and f"rows 5 fmt {fmt} 40x64 threads 1:" in done.stdout, done.stdout
+        assert "the same bits" in done.stdout
+    done = subprocess.run([tmp_path / "ab", "5", "0", "1", tmp_path / "vector.so", tmp_path / "wrong.so"],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 1 and "MISMATCH" in done.stdout
 
 
 def test_profile_gpu_dry_runs_every_section_on_a_cpu(tmp_path):
