@@ -95,6 +95,53 @@ def test_different_outputs_with_no_located_difference_fail(engine_for, monkeypat
     assert section["ok"] is False
 
 
+@pytest.mark.parametrize("error, ok", [(0.1, False), (0.2, True)])
+def test_a_half_precision_parting_is_judged_by_the_dtypes_bound(engine_for, monkeypatch, error, ok):
+    """bf16's first difference is explained only within the bound (`eagleviz.perf.rounding`): the two tokens' fp32
+    logits 0.3 apart, the dtype's own logits off fp32's by 0.1 (a bound of 0.2: a fault) or 0.2 (0.4: rounding can
+    part them); the fp32 logits come from the fp32 engine, asked for after the bf16 runs, and the row says why."""
+    from eagleviz.decoding import race
+
+    asked, calls, fake = [], [], {}
+
+    def fake_race(engine, run):
+        plain = list(run.token_ids)
+        plain[1] = (plain[1] + 1) % 8
+        return SimpleNamespace(identical=False, plain=SimpleNamespace(token_ids=plain),
+                               divergence=SimpleNamespace(position=1, gap=0.0, rounding_steps=0.0))
+
+    def logits(engine, ids):  # the bf16 engine's logits first, then the fp32 engine's
+        reference = torch.zeros(8)
+        reference[fake["plain"]] = 0.3
+        calls.append(len(ids))
+        return reference + error if len(calls) == 1 else reference
+
+    def generate(engine_for_dtype):
+        def engine(dtype, impl):
+            asked.append(dtype)
+            return engine_for_dtype(dtype, impl)
+        return engine
+
+    real_generate = Engine.generate
+
+    def remember(self, prompt, tree, sampling, *args, **kwargs):
+        run = real_generate(self, prompt, tree, sampling, *args, **kwargs)
+        fake["plain"] = (run.token_ids[1] + 1) % 8
+        return run
+
+    monkeypatch.setattr(race, "race", fake_race)
+    monkeypatch.setattr(race, "logits_after", logits)
+    monkeypatch.setattr(Engine, "generate", remember)
+    section = gpu_check.lossless(generate(engine_for), ["abcde"], TREE, max_new_tokens=6,
+                                 dtypes=("bfloat16",))["bfloat16"]
+    row = section["prompts"][0]
+    assert asked == ["bfloat16", "float32"] and len(calls) == 2 and calls[0] == calls[1]
+    parting = row["parting"]
+    assert (parting["position"], parting["plain"]) == (1, fake["plain"])
+    assert abs(parting["reference_gap"] - 0.3) < 1e-6 and abs(parting["dtype_error"] - error) < 1e-6
+    assert row["near_tie"] is ok and parting["explained"] is ok and section["ok"] is ok
+
+
 def test_an_error_in_one_dtype_fails_that_dtype_only(engine_for):
     def fp16_broken(dtype, impl):
         if dtype == "float16":

@@ -103,16 +103,22 @@ def plain_run(engine: Engine, run: RunTrace, stop: Callable[[RunTrace], str] | N
 
 
 @torch.inference_mode()
-def top2_after(engine: Engine, ids: list[int]) -> list[tuple[int, str, float]]:
-    """The target's two largest logits for the token after `ids` (one causal forward on a fresh cache)."""
+def logits_after(engine: Engine, ids: list[int]) -> torch.Tensor:
+    """The target's logits for the token after `ids` (one causal forward on a fresh cache), widened to fp32 (exactly)
+    on the CPU."""
     target = engine.target
     x = torch.tensor(ids, device=target.device)
     cache = target.new_cache(len(ids))
     mask = torch.ones(len(ids), len(ids), dtype=torch.bool, device=target.device).tril()
     out = target.forward(x, torch.arange(len(ids), device=target.device), cache, mask, logit_rows=slice(-1, None),
                          impl=engine.attn_impl)
-    values, tokens = torch.topk(out.logits[0], 2)
-    tok = target.tokenizer
+    return out.logits[0].float().cpu()
+
+
+def top2_after(engine: Engine, ids: list[int]) -> list[tuple[int, str, float]]:
+    """The target's two largest logits for the token after `ids` (`logits_after`)."""
+    values, tokens = torch.topk(logits_after(engine, ids), 2)
+    tok = engine.target.tokenizer
     return [(int(t), tok.decode([int(t)]), float(v)) for v, t in zip(values, tokens)]
 
 
