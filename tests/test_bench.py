@@ -443,8 +443,8 @@ def test_the_figures_formerly_in_the_readme_are_the_committed_runs():
 
     lockstep = subsection("How it works: the cost-aware tree against plain decoding")
     missing = []
-    for name in ("lockstep-T0", "lockstep-T1", "lockstep-avx2-T0", "lockstep-avx2-T1", "lockstep-epyc-T0",
-                 "lockstep-epyc-T1"):
+    for name in ("lockstep-T0", "lockstep-T1", "lockstep-avx2-T0", "lockstep-avx2-T1", "lockstep-epyc-e88a1c8-T0",
+                 "lockstep-epyc-fc92047-T1"):
         row = run(name)["rows"]["eagle-tree"]
         low, high = row["vs_plain_ci95"]
         missing += [q for q in (f"{row['vs_plain']:.3f}x", f"{low:.3f}-{high:.3f}") if q not in lockstep]
