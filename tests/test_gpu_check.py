@@ -104,9 +104,9 @@ def test_a_half_precision_parting_is_judged_by_the_dtypes_bound(engine_for, monk
 
     asked, calls, fake = [], [], {}
 
-    def fake_race(engine, run):
+    def fake_race(engine, run):  # plain decoding parts at new token 1
         plain = list(run.token_ids)
-        plain[1] = (plain[1] + 1) % 8
+        plain[1] = fake["plain"] = (plain[1] + 1) % 8
         return SimpleNamespace(identical=False, plain=SimpleNamespace(token_ids=plain),
                                divergence=SimpleNamespace(position=1, gap=0.0, rounding_steps=0.0))
 
@@ -116,24 +116,13 @@ def test_a_half_precision_parting_is_judged_by_the_dtypes_bound(engine_for, monk
         calls.append(len(ids))
         return reference + error if len(calls) == 1 else reference
 
-    def generate(engine_for_dtype):
-        def engine(dtype, impl):
-            asked.append(dtype)
-            return engine_for_dtype(dtype, impl)
-        return engine
-
-    real_generate = Engine.generate
-
-    def remember(self, prompt, tree, sampling, *args, **kwargs):
-        run = real_generate(self, prompt, tree, sampling, *args, **kwargs)
-        fake["plain"] = (run.token_ids[1] + 1) % 8
-        return run
+    def recording(dtype, impl):
+        asked.append(dtype)
+        return engine_for(dtype, impl)
 
     monkeypatch.setattr(race, "race", fake_race)
     monkeypatch.setattr(race, "logits_after", logits)
-    monkeypatch.setattr(Engine, "generate", remember)
-    section = gpu_check.lossless(generate(engine_for), ["abcde"], TREE, max_new_tokens=6,
-                                 dtypes=("bfloat16",))["bfloat16"]
+    section = gpu_check.lossless(recording, ["abcde"], TREE, max_new_tokens=6, dtypes=("bfloat16",))["bfloat16"]
     row = section["prompts"][0]
     assert asked == ["bfloat16", "float32"] and len(calls) == 2 and calls[0] == calls[1]
     parting = row["parting"]
