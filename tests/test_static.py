@@ -546,7 +546,9 @@ def test_the_runs_clock_never_counts_a_captures_time(target, monkeypatch):
     graphs = Slow(warmup=0)
     run = engine(target, "static", graphs).generate(PROMPT, TreeConfig.create(), SamplingConfig(max_new_tokens=40))
     head = max(seen.values(), key=len)
-    assert graphs.captures >= 2 and 10 <= len(head) < len(run.cycles)
+    # how many cycles each ledger sees follows the run's own clock (resting stretches are judged as one): a busy
+    # machine gives fewer, so the floor only asks that the ledger judged a run's worth
+    assert graphs.captures >= 2 and 5 <= len(head) < len(run.cycles)
     assert all(len(times) < len(run.cycles) for times in seen.values())
     assert max(max(times) for times in seen.values()) < 200  # no capture's 0.2 s
 
