@@ -18,14 +18,14 @@ from eagleviz.config import SamplingConfig, TreeConfig, kv_slots
 from eagleviz.decoding.calibration import EDGES, Calibration, HeadCalibration
 from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding import device_cycle
-from eagleviz.decoding.device_cycle import Shape, accept_greedy, ancestor_rows, fits, select
+from eagleviz.decoding.device_cycle import Shape, accept_greedy, accept_sampled, ancestor_rows, fits, select
 from eagleviz.decoding.device_draft import DeviceDrafter, DraftOut
 from eagleviz.decoding.device_policy import PolicyBlock
 from eagleviz.decoding.drafting import rebuild
 from eagleviz.decoding.engine import Engine
 from eagleviz.decoding.policy import TreePolicy
 from eagleviz.decoding.tree import Candidates, VerifyTree, rerank
-from eagleviz.decoding.verify import greedy_verify
+from eagleviz.decoding.verify import cycle_uniforms, greedy_verify, sample_verify, sampling_probs, top_tokens
 from eagleviz.models.draft import random_head
 from eagleviz.models.host import counting_reads
 from eagleviz.models.kv_cache import KVCache
@@ -102,6 +102,59 @@ def test_the_device_walk_accepts_the_hosts_path():
         assert path.tolist() == want + list(range(len(want), depth + 1))
 
 
+def random_rows(rng: random.Random, t: int, v: int) -> torch.Tensor:
+    """Logits (t, v) a sampled walk can go deep in: a peaked row, a flat one, or one whose mass sits on one token
+    (after the temperature, a rejection there can leave no residual)."""
+    rows = torch.randn(t, v, generator=torch.Generator().manual_seed(rng.randrange(1 << 30)))
+    for r in range(t):
+        kind = rng.random()
+        if kind < 0.3:
+            rows[r] *= 6.0
+        elif kind < 0.4:
+            rows[r] = -60.0
+            rows[r, rng.randrange(v)] = 60.0
+    return rows
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.3, 1.0), (0.8, 0.7)])
+def test_the_device_sampled_walk_is_the_hosts(temperature, top_p):
+    """`accept_sampled` on random trees and rows (the tree's tokens often the rows' likely ones, so walks go deep),
+    replayed by the host from its record (`replay_sampled`), against `verify.sample_verify` with the same uniforms:
+    the same path, checks (uniforms, probabilities under each residual, the residuals' top tokens), bonus and
+    source; the probabilities the trace shows at each slot, and the root's most likely tokens."""
+    rng = random.Random(int(temperature * 10 + top_p * 100))
+    v, k = 30, 4
+    sampling = device_cycle.Sampling(temperature, top_p, v)
+    sources = set()
+    for trial in range(150):
+        tree = random_tree(rng, rng.randint(1, 16))
+        while max(len(c) for c in tree.children()) > k:
+            tree = random_tree(rng, rng.randint(1, 16))
+        t, depth = len(tree), max(max(tree.depths), 1)
+        logits = random_rows(rng, t, v)
+        for s, p in enumerate(tree.parents):  # a child's token made its parent's most likely: long walks (no tie:
+            if p >= 0 and rng.random() < 0.5:  # tied residual tokens may be listed in any order)
+                logits[p, tree.tokens[s]] = logits[p].max() + rng.choice([0.5, 1.0, 3.0])
+        us = cycle_uniforms(torch.Generator().manual_seed(trial), t + 2, "cpu")
+        probs = torch.softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)
+        rows = probs if top_p >= 1.0 else sampling_probs(logits, temperature, top_p)
+        argmax = logits.argmax(dim=-1).tolist()
+        qs = [0.5] * t
+        want = sample_verify(tree, lambda s: rows[s], qs, argmax, us, str)
+        path, n, tprobs, walk = accept_sampled(logits, torch.tensor(tree.tokens), torch.tensor(tree.parents), us,
+                                               depth, k, sampling)
+        reading = device_cycle.parse_sampled(torch.cat([us[:t], walk]).tolist(), t, depth, k, sampling)
+        got = device_cycle.replay_sampled(tree, reading, qs, argmax, str)
+        assert int(n) == len(want.path) and path.tolist() == want.path + list(range(len(want.path), depth + 1))
+        assert (got.path, got.checks, got.bonus_token, got.bonus_source) == \
+            (want.path, want.checks, want.bonus_token, want.bonus_source), trial
+        assert reading.residual == (want.bonus_source == "residual")
+        assert tprobs.tolist() == probs.gather(-1, torch.tensor(argmax)[:, None])[:, 0].tolist()
+        assert [i for i, _ in reading.root_top] == top_tokens(rows[0], sampling.root_n)[0]  # (`Engine._root_top`)
+        sources.add((len(want.path) > 2, want.bonus_source))
+    assert {(True, "target"), (True, "residual"), (False, "residual")} <= sources  # deep walks; residual draws
+
+
 def test_the_device_commit_moves_the_hosts_slots():
     rng = random.Random(4)
     for _ in range(200):
@@ -158,14 +211,16 @@ def engines(target):
 
 
 def runs(engines, tree: TreeConfig, arch: str = "eagle1", tokens: int = 32, policy: dict | None = None,
-         head: tuple[int, float] = (1, 0.5)):
-    """The same greedy run with the cycle on the device and on the host, and the reads each made; `policy`: the
-    prices and calibration (`Engine.with_policy`) of a cost-aware tree; `head`: the random head's seed and spread."""
+         head: tuple[int, float] = (1, 0.5), sampling: SamplingConfig | None = None):
+    """The same run (greedy, or `sampling`'s) with the cycle on the device and on the host, and the reads each made;
+    `policy`: the prices and calibration (`Engine.with_policy`) of a cost-aware tree; `head`: the random head's seed
+    and spread."""
     out = {}
+    sampling = sampling or SamplingConfig(max_new_tokens=tokens)
     for on in (True, False):
         e = engines(arch, on, head).with_policy(**(policy or {}))
         with counting_reads() as reads:
-            out[on] = e.generate(PROMPT, tree, SamplingConfig(max_new_tokens=tokens)), reads[0]
+            out[on] = e.generate(PROMPT, tree, sampling), reads[0]
         assert not [note for note in out[on][0].notes if "failed" in note]  # every capture held
     return out
 
@@ -272,28 +327,33 @@ def test_cycles_with_a_lookup_take_the_host_path_and_the_others_the_device(engin
     assert device_reads == 1 + len(device.cycles) + looked
 
 
-@pytest.mark.parametrize("tree", [TreeConfig.create(5, 4, 16, adaptive=False, source="eagle"),
-                                  TreeConfig.create(source="eagle")], ids=["fixed", "cost-aware"])
-def test_nothing_after_the_read_touches_the_device(engines, monkeypatch, tree):
+@pytest.mark.parametrize("tree,temperature", [(TreeConfig.create(5, 4, 16, adaptive=False, source="eagle"), 0.0),
+                                              (TreeConfig.create(source="eagle"), 0.0),
+                                              (TreeConfig.create(5, 4, 16, adaptive=False, source="eagle"), 1.0)],
+                         ids=["fixed", "cost-aware", "fixed-sampled"])
+def test_nothing_after_the_read_touches_the_device(engines, monkeypatch, tree, temperature):
     """After its one read a cycle's pictures come from what it read: the record and the drafting's outputs
-    (rewritten by the next drafting of their size on a GPU) poisoned right after the read, the run is the same."""
+    (rewritten by the next drafting of their size on a GPU) and a sampled cycle's uniforms poisoned right after the
+    read, the run is the same."""
     last: list = []
     launch, read = DeviceDrafter.launch, device_cycle.to_host
 
     def remembered(self, *args):
-        last[:] = [launch(self, *args)]
+        last[:] = [launch(self, *args), self.uniforms]
         return last[0]
 
     def poisoning(*tensors):
         values = read(*tensors)
-        for t in [*tensors, last[0].ids, last[0].logprobs, last[0].frontiers]:
+        for t in [*tensors, last[0].ids, last[0].logprobs, last[0].frontiers, last[1]]:
             t.fill_(-1 if not t.is_floating_point() else math.nan)
         return values
 
-    clean = engines().generate(PROMPT, tree, SamplingConfig(max_new_tokens=32))
+    sampling = SamplingConfig(max_new_tokens=32, temperature=temperature, seed=2)
+    clean = engines().generate(PROMPT, tree, sampling)
     monkeypatch.setattr(DeviceDrafter, "launch", remembered)
     monkeypatch.setattr(device_cycle, "to_host", poisoning)
-    poisoned = engines().generate(PROMPT, tree, SamplingConfig(max_new_tokens=32))
+    poisoned = engines().generate(PROMPT, tree, sampling)
+    assert len(poisoned.cycles) > 5
     assert [fields(c) for c in poisoned.cycles] == [fields(c) for c in clean.cycles]
 
 
@@ -319,16 +379,44 @@ def test_a_drafted_cycle_replays_two_captures_all_made_before_the_run(target):
             assert sum(g.replays for g in made) - replays == 1 + 2 * drafted + len(run.cycles) - drafted  # 1: the
             # prefill's (the prompt after the chat's opening: one chunk)
     assert e.with_decode("eager").prepare(512, fixed) == 0
-
-
-def test_a_sampled_run_keeps_the_host_path(target):
-    """Only T = 0 is decided on the device: a sampled run reads as before (`test_static.py`)."""
-    for tree in (TreeConfig.create(5, 4, 16, adaptive=False, source="eagle"), TreeConfig.create(source="eagle")):
-        e = engine(target, ledger=False)
-        with counting_reads() as reads:
-            run = e.generate(PROMPT, tree, SamplingConfig(max_new_tokens=24, temperature=1.0))
+    # sampled: the same two replays a drafted cycle; its verification, whose capture freezes the temperature and
+    # the nucleus, captured by `prepare` given the run's sampling, else at its first use in the run
+    for temperature, prepare in ((1.0, True), (0.6, False)):
+        sampling = SamplingConfig(max_new_tokens=24, temperature=temperature)
+        if prepare:
+            assert e.prepare(kv_slots(len(e.encode_prompt(PROMPT)), 24, fixed), fixed, sampling) > 0
+        captures, replays = sum(g.captures for g in made), sum(g.replays for g in made)
+        run = e.generate(PROMPT, fixed, sampling)
         drafted = sum(c.draft_levels > 0 for c in run.cycles)
-        assert reads[0] >= 1 + len(run.cycles) + drafted
+        assert drafted > 2 and sum(g.replays for g in made) - replays == 1 + 2 * drafted + len(run.cycles) - drafted
+        assert (sum(g.captures for g in made) == captures) == prepare
+        assert not [note for note in run.notes if "failed" in note]
+
+
+@pytest.mark.parametrize("tree,sampling", [
+    (TREES[0], SamplingConfig(max_new_tokens=32, temperature=1.0, seed=3)),
+    (TREES[1], SamplingConfig(max_new_tokens=32, temperature=0.7, top_p=0.9, seed=5)),
+    (TreeConfig.create(source="eagle"), SamplingConfig(max_new_tokens=32, temperature=0.3, seed=4))],
+    ids=["5/4/16-T1", "3/2/4-nucleus", "cost-aware-T0.3"])
+def test_a_sampled_device_cycle_writes_the_host_paths_trace_and_reads_once(engines, tree, sampling):
+    """At T > 0 the walk is decided on the device too (`accept_sampled`, the cycle's uniforms drawn into the drafter's
+    buffer at its launch): the same tokens for the same seed as the host path's walk, every cycle's trace the same
+    field by field (checks with their uniforms and residuals, bonus and source, the root's distribution), and one
+    read a cycle, where the host path reads the drafting, then once a node on the walk."""
+    both = runs(engines, tree, head=(2, 0.05), sampling=sampling)
+    (device, device_reads), (host, host_reads) = both[True], both[False]
+    assert [o.token for o in device.output] == [o.token for o in host.output]
+    assert len(device.cycles) == len(host.cycles)
+    alone = False
+    for a, b in zip(device.cycles, host.cycles):
+        alone = alone or len(a.tokens) == 1
+        assert (near if alone else operator.eq)(fields(a), fields(b)), a.index
+    drafted = sum(c.draft_levels > 0 for c in device.cycles)
+    assert drafted > 3 and any(len(c.committed) > 1 for c in device.cycles)  # drafts accepted (a random head's
+    # few: `test_the_device_sampled_walk_is_the_hosts` walks deep)
+    assert any(c.bonus_source == "residual" for c in device.cycles) and any(c.root_top for c in device.cycles)
+    assert device_reads == 1 + len(device.cycles)
+    assert host_reads >= 1 + len(host.cycles) + 2 * drafted
 
 
 @pytest.mark.parametrize("source", ["eagle", "eagle+lookup", "cost-aware"])
@@ -396,9 +484,10 @@ def test_a_device_selection_that_is_not_a_tree_is_a_mismatch_not_a_crash(engines
     parse = device_cycle.parse
 
     def reversed_kept(flat, shape, m):
-        parts = list(parse(flat, shape, m))
+        parts, at = parse(flat, shape, m)
+        parts = list(parts)
         parts[4] = parts[4][::-1]
-        return tuple(parts)
+        return tuple(parts), at
 
     monkeypatch.setattr(device_cycle, "parse", reversed_kept)
     with pytest.raises(device_cycle.DeviceVerdictMismatch, match="not a tree in verification order"):
@@ -445,18 +534,21 @@ class _Marking(Recording):
 
 def test_a_drafted_cycle_outside_its_replays_runs_a_few_operations_for_any_tree(target):
     """Outside its two replays a drafted cycle runs a few operations (the inputs' staging and copies, the record's
-    read, the trace's mask unpacked from bits 62 columns at a time): 13-20 for 3 levels of 2 children or 6 of 8,
-    fixed or cost-aware, so nothing per candidate, per slot or per level runs eagerly (on a GPU, a kernel or a
-    host operation each, outside a graph). A 64-slot tree's trace mask was a Python loop of ~130 operations."""
+    read, the trace's mask unpacked from bits 62 columns at a time, a sampled cycle's uniforms drawn and copied):
+    13-20 for 3 levels of 2 children or 6 of 8, fixed or cost-aware, greedy or sampled, so nothing per candidate,
+    per slot, per level or per node of the walk runs eagerly (on a GPU, a kernel or a host operation each, outside a
+    graph). A 64-slot tree's trace mask was a Python loop of ~130 operations."""
     outside = _Outside()
     e = engine(target, device_cycle=True, ledger=False)
     e.make_graphs = lambda: _Marking(outside)
-    sampling = SamplingConfig(max_new_tokens=16)
+    greedy, sampled = SamplingConfig(max_new_tokens=16), SamplingConfig(max_new_tokens=16, temperature=1.0)
     ids = e.encode_prompt(PROMPT)
-    trees = {"3/2/4": TREES[1], "6/8/64": TREES[2], "cost-aware": TreeConfig.create(source="eagle")}
+    trees = {"3/2/4": (TREES[1], greedy), "6/8/64": (TREES[2], greedy),
+             "cost-aware": (TreeConfig.create(source="eagle"), greedy), "6/8/64-sampled": (TREES[2], sampled),
+             "cost-aware-sampled": (TreeConfig.create(source="eagle"), sampled)}
     per_cycle = {}
-    for name, tree in trees.items():
-        e.prepare(kv_slots(len(ids), 16, tree), tree)
+    for name, (tree, sampling) in trees.items():
+        e.prepare(kv_slots(len(ids), 16, tree), tree, sampling)
         run = e.new_run(PROMPT, ids, tree, sampling)
         counts = []
         with outside:

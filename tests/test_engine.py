@@ -764,8 +764,10 @@ def test_an_attention_fallback_is_noted_in_every_trace(monkeypatch):
 @pytest.mark.parametrize("compiled", [True, False])
 def test_a_cycle_of_the_root_alone_decides_as_the_full_acceptance_does(compiled):
     """The read-out of a root-only cycle (`_accept_root`) gives the token, argmax and probability `_accept` gives
-    for the same tree and generator state, at T = 0, T > 0 and with nucleus truncation."""
+    for the same tree and the cycle's uniforms, at T = 0, T > 0 and with nucleus truncation; given none, it draws
+    its uniform from the generator as plain decoding does."""
     from eagleviz.decoding.tree import Candidates, VerifyTree
+    from eagleviz.decoding.verify import cycle_uniforms, uniform
 
     engine = tiny_engine("llama", vocab=64, seed=3)
     if not compiled:
@@ -775,13 +777,16 @@ def test_a_cycle_of_the_root_alone_decides_as_the_full_acceptance_does(compiled)
         logits = torch.randn(1, 64, generator=torch.Generator().manual_seed(seed)) * 3
         for sampling in (SamplingConfig(temperature=0.0), SamplingConfig(temperature=0.7),
                          SamplingConfig(temperature=1.0), SamplingConfig(temperature=1.3, top_p=0.8)):
-            full_gen, root_gen = (torch.Generator().manual_seed(seed) for _ in range(2))
-            full, argmax, tprobs, _ = engine._accept(tree, Candidates(), logits, sampling, full_gen, str)
-            root, root_argmax, root_tprobs = engine._accept_root(logits[0], sampling, root_gen)
+            us = cycle_uniforms(torch.Generator().manual_seed(seed), 4, "cpu")  # a drafted cycle's block
+            full, argmax, tprobs, _ = engine._accept(tree, Candidates(), logits, sampling, us, str)
+            root, root_argmax, root_tprobs = engine._accept_root(logits[0], sampling, None, u=us[:1])
             assert (root.bonus_token, root.path, root.checks, root.bonus_source) == \
                 (full.bonus_token, full.path, full.checks, full.bonus_source)
             assert root_argmax == argmax and root_tprobs == pytest.approx(tprobs, rel=1e-6)
-            assert torch.equal(full_gen.get_state(), root_gen.get_state())  # the same draws consumed
+            gen = torch.Generator().manual_seed(seed)  # plain decoding's read-out: its uniform from the generator
+            plain = engine._accept_root(logits[0], sampling, gen)[0]
+            assert plain.bonus_token == engine._accept_root(logits[0], sampling, None,
+                                                            u=uniform(torch.Generator().manual_seed(seed), "cpu"))[0].bonus_token
 
 
 def test_a_character_spelled_over_byte_tokens_is_written_whole_once_finished():

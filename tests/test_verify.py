@@ -7,7 +7,8 @@ from scipy.stats import chisquare
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from eagleviz.decoding.tree import VerifyTree
-from eagleviz.decoding.verify import draw, greedy_verify, sample_verify, sampling_probs
+from eagleviz.decoding.verify import (cycle_uniforms, draw, greedy_verify, rejections, sample_verify, sampling_probs,
+                                      uniform, walk_node)
 from eagleviz.paths import cache_dir
 from kernels import sample_ops
 from tiny import unbuilt
@@ -56,7 +57,7 @@ def test_speculative_sampling_reproduces_the_target_distribution(temperature, to
     runs = 40_000
     for seed in range(runs):
         g = torch.Generator().manual_seed(seed)
-        res = sample_verify(TREE, lambda s: probs[s], [0.5] * 7, [0] * 7, g, text)
+        res = sample_verify(TREE, lambda s: probs[s], [0.5] * 7, [0] * 7, cycle_uniforms(g, 7, "cpu"), text)
         committed = [TREE.tokens[s] for s in res.path[1:]] + [res.bonus_token]
         if len(committed) == 1:  # the next cycle would draw from the target at the new root
             committed.append(int(torch.multinomial(fresh[committed[0]], 1, generator=g)))
@@ -81,7 +82,7 @@ def test_rejection_records_residual_and_uniform():
     probs = torch.zeros(7, V)
     probs[0] = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.5, 0.5])  # every draft child (1, 2, 3) has p = 0
     g = torch.Generator().manual_seed(0)
-    res = sample_verify(TREE, lambda s: probs[s], [0.3] * 7, [4] * 7, g, text)
+    res = sample_verify(TREE, lambda s: probs[s], [0.3] * 7, [4] * 7, cycle_uniforms(g, 7, "cpu"), text)
     assert res.path == [0] and res.bonus_source == "residual" and res.bonus_token in (4, 5)
     assert all(not c.accepted and c.accept_prob == 0.0 and 0.0 <= c.uniform < 1.0 for c in res.checks)
     residual = {t: p for t, _, p in res.checks[-1].residual_top if p > 0}
@@ -91,7 +92,7 @@ def test_rejection_records_residual_and_uniform():
 def test_draw_follows_the_weights_and_never_draws_a_zero():
     weights = torch.tensor([0.0, 3.0, 0.0, 1.0, 0.5, 0.0, 5.5])  # unnormalised, zeros inside and at the end
     g = torch.Generator().manual_seed(1)
-    counts = np.bincount([draw(weights, g) for _ in range(20_000)], minlength=weights.numel())
+    counts = np.bincount([draw(weights, uniform(g, "cpu")) for _ in range(20_000)], minlength=weights.numel())
     assert counts[weights.numpy() == 0].sum() == 0
     nz = weights.numpy() > 0
     assert chisquare(counts[nz], weights.numpy()[nz] / 10.0 * 20_000).pvalue > 1e-3
@@ -99,24 +100,58 @@ def test_draw_follows_the_weights_and_never_draws_a_zero():
 
 def test_draw_is_reproducible_and_handles_a_single_token():
     weights = torch.softmax(torch.randn(1000), 0)
-    a = [draw(weights, torch.Generator().manual_seed(7)) for _ in range(3)]
+    a = [draw(weights, uniform(torch.Generator().manual_seed(7), "cpu")) for _ in range(3)]
     assert len(set(a)) == 1
     one = torch.zeros(50)
     one[49] = 2.0
     g = torch.Generator().manual_seed(0)
-    assert {draw(one, g) for _ in range(200)} == {49}
+    assert {draw(one, uniform(g, "cpu")) for _ in range(200)} == {49}
 
 
 def test_a_rejection_that_leaves_no_residual_mass_draws_from_the_target():
-    """Rounding can make a token that holds all the mass look rejectable (p = 0.99999994, u above it): the
-    residual is then empty. Constructed here with p(x) = 0.5 on the only token with mass and a uniform drawn
-    above it; the bonus must come from the target's distribution, not crash."""
-    probs = torch.zeros(7, V)
-    probs[0, 1] = 0.5  # slot 1 carries token 1: the only token with mass at the root
-    seed = next(s for s in range(100) if float(torch.rand((), generator=torch.Generator().manual_seed(s))) >= 0.5)
-    res = sample_verify(TREE, lambda s: probs[s], [0.3] * 7, [1] * 7, torch.Generator().manual_seed(seed), text)
-    assert res.path == [0] and res.bonus_token == 1 and res.bonus_source == "target"
-    assert not res.checks[0].accepted and res.checks[0].residual_top == []
+    """Rounding can make the last token with mass look rejectable (its probability under the residual a hair below
+    1, its uniform above it): the residual is then empty, which `rejections` counts (no token with mass left, where
+    a sum could round to a positive value over zeros), and the walk takes the bonus from the target's distribution,
+    not from a draw over zeros."""
+    probs = torch.zeros(V)
+    probs[1] = probs[2] = 0.5
+    ahead = rejections(probs, torch.tensor([1, 2, 3]), 8)
+    assert ahead.empty.tolist() == [False, True, True]
+    assert ahead.p.tolist() == [0.5, 1.0, 0.0]  # the last token with mass holds all that is left
+    assert ahead.residual.sum() == 0
+    checks = []
+    nxt, source = walk_node(TREE, [1, 2, 3], [0.5, 1.0 - 2.0 ** -40, 0.0], [0.9, 1.0 - 2.0 ** -45, 0.5],
+                            [False, True, True], ahead.top.tolist(), ahead.shown.tolist(), [0.3] * 7, [1] * 7, text,
+                            checks)
+    assert (nxt, source) == (None, "target") and len(checks) == 2
+    assert not checks[-1].accepted and checks[-1].residual_top == []
+    only = torch.full((7, V), 1.0 / V)
+    only[0] = 0.0
+    only[0, 1] = 0.5  # unnormalised: the node's own mass is what a child's probability is measured against
+    res = sample_verify(TREE, lambda s: only[s], [0.3] * 7, [1] * 7, torch.full((7,), 0.99, dtype=torch.float64),
+                        text)
+    assert res.path[:2] == [0, 1] and res.checks[0].p == 1.0
+
+
+def test_the_rejections_of_a_node_are_the_sequential_walks():
+    """The closed form (each child against the node's mass less its elder siblings') equals zeroing the children
+    one by one and renormalising, to float64 rounding, and keeps padding out of the residual."""
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(200):
+        target = torch.softmax(torch.randn(50, generator=gen) * 3, 0)
+        xs = torch.randperm(50, generator=gen)[:4]
+        ahead = rejections(target, xs, 9)
+        p = target.double().clone()
+        for j, x in enumerate(xs.tolist()):
+            assert float(ahead.p[j]) == pytest.approx(float(p[x] / p.sum()), rel=1e-12)
+            p[x] = 0.0
+            kept = [i for i in ahead.top.tolist() if i not in xs[:j + 1].tolist()]
+            assert ahead.shown[j, [ahead.top.tolist().index(i) for i in kept]].tolist() == \
+                pytest.approx((p[kept] / p.sum()).tolist(), rel=1e-12)
+        assert torch.equal(ahead.residual, torch.where(p > 0, target, torch.zeros_like(target)))
+        padded = rejections(target, torch.cat([xs[:2], xs[:2]]), 9, torch.tensor([True, True, False, False]))
+        assert torch.equal(padded.p[:2], ahead.p[:2]) and padded.p[2:].tolist() == [0.0, 0.0]
+        assert torch.equal(padded.residual, rejections(target, xs[:2], 9).residual)
 
 
 class Items(TorchDispatchMode):
@@ -135,20 +170,20 @@ class Items(TorchDispatchMode):
 def test_the_walk_reads_once_a_node_and_draws_as_the_sequential_walk_does(seed):
     """Without C reads (a GPU's distributions) each node's rejections are computed ahead and read in one copy:
     one counted read a node with children on the walk, one more for a leaf's bonus, none past the counter; the
-    checks, the path, the bonus and the generator's state after it are the C walk's (which reads as it goes)."""
+    checks, the path and the bonus are the C walk's (which reads as it goes), from the same uniforms."""
     from eagleviz.models.host import counting_reads
 
     ops = sample_ops.load(cache_dir() / "kernels")
     if ops is None:
         unbuilt("kernels/sample_ops.c", sample_ops.last_error(cache_dir() / "kernels"))
     probs = sampling_probs(torch.randn(7, V, generator=torch.Generator().manual_seed(seed)) * 2, 1.0, 1.0)
-    a, b = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+    us = cycle_uniforms(torch.Generator().manual_seed(seed), 7, "cpu")
     with Items() as items, counting_reads() as reads:
-        ahead = sample_verify(TREE, lambda s: probs[s], [0.5] * 7, [0] * 7, a, text)
-    walked = sample_verify(TREE, lambda s: probs[s], [0.5] * 7, [0] * 7, b, text, ops)
+        ahead = sample_verify(TREE, lambda s: probs[s], [0.5] * 7, [0] * 7, us, text)
+    walked = sample_verify(TREE, lambda s: probs[s], [0.5] * 7, [0] * 7, us, text, ops)
     kids = TREE.children()
     assert items.items == 0
     assert reads[0] == sum(1 for s in ahead.path if kids[s]) + (not kids[ahead.path[-1]])
     assert (ahead.path, ahead.bonus_token, ahead.bonus_source) == (walked.path, walked.bonus_token, walked.bonus_source)
     assert ahead.checks == walked.checks
-    assert torch.equal(a.get_state(), b.get_state())
+    assert [c.uniform for c in walked.checks] == [float(us[c.slot]) for c in walked.checks]  # slot s's own number

@@ -1,4 +1,5 @@
-"""A greedy drafted cycle, of SGLang's fixed tree or the cost-aware one, decided on the device and read once.
+"""A drafted cycle, of SGLang's fixed tree or the cost-aware one, greedy or sampled, decided on the device and read
+once.
 
 Over static steps the host path waits twice in a drafted cycle: for the drafting (every level's tokens and
 scores, from which it chooses the verified nodes and builds their mask) and for the verdict (the target's
@@ -17,7 +18,14 @@ own tensors, in the host's order and ties, so nothing is read until the cycle is
                root alone, where no node pays: then the root's row comes from that step, not a one-token one)
     verify     the target's step over the tree (the bucket's `StaticSteps.step_fn`, its inputs already written)
     accept     the greedy walk (`verify.greedy_verify`): from the root, the child whose token is the target's
-               argmax at its parent, level by level; the bonus is the argmax where the walk stops
+               argmax at its parent, level by level; the bonus is the argmax where the walk stops. Sampled, the
+               walk of `verify.sample_verify` (`accept_sampled`): at each level the node's children tried in order
+               against the residuals their elder siblings leave (`verify.rejections`, the host's operations), with
+               the cycle's uniforms (`verify.cycle_uniforms`: drawn from the run's generator at the launch into the
+               drafter's buffer, as many as the host path draws), the bonus drawn on the device; the record also
+               holds every level's rejections and the root's distribution, from which the host replays the checks
+               (`replay_sampled`, `verify.walk_node`: the host path's own walk). The same seed, the same tokens on
+               either path; its capture freezes the temperature and the nucleus (keyed by them)
     commit     the accepted path's keys and values moved to [S, S + n) (`KVCache.commit_moves`: every slot of
                the longest path moved, the unaccepted ones onto themselves), the path's features gathered for
                the head's next encoding
@@ -40,15 +48,17 @@ from dataclasses import dataclass
 
 import torch
 
-from eagleviz.config import TreeConfig
+from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.decoding.device_draft import DeviceDrafter, DraftOut
 from eagleviz.decoding.device_policy import PAD_PARENT, PolicyBlock, choose, values
 from eagleviz.decoding.drafting import Draft, rebuild, verified
 from eagleviz.decoding.policy import TreePolicy
 from eagleviz.decoding.tree import Candidates, VerifyTree
-from eagleviz.decoding.verify import VerifyResult, greedy_verify
+from eagleviz.decoding.verify import (RESIDUAL_TOP, VerifyResult, cycle_uniforms, draw_index, greedy_verify,
+                                      past_end, rejections, sampling_probs, walk_node)
 from eagleviz.models.host import PhaseClock, to_host
 from eagleviz.models.static import BUCKETS, StaticSteps, bucket
+from eagleviz.trace import ROOT_TOP
 
 
 class DeviceVerdictMismatch(RuntimeError):
@@ -189,6 +199,153 @@ def accept_greedy(argmax: torch.Tensor, tokens: torch.Tensor, parents: torch.Ten
     return path, n
 
 
+def children_table(parents: torch.Tensor, k: int) -> torch.Tensor:
+    """(T, k): each slot's children (slots whose parent it is) in slot order, T where it has fewer than k
+    (`VerifyTree.children` on the device; padding's parent PAD_PARENT is nobody's slot)."""
+    t = parents.numel()
+    index = torch.arange(t, device=parents.device)
+    own = parents[None, :] == index[:, None]  # row s: s's children
+    table = torch.where(own, index[None, :], t).sort(dim=1).values[:, :k]
+    if t < k:  # (a tree of fewer slots than a node's children: the rest are nobody)
+        table = torch.cat([table, torch.full((t, k - t), t, dtype=table.dtype, device=table.device)], dim=1)
+    return table
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """A sampled cycle's fixed facts, as its capture freezes them: the temperature, the nucleus and the vocabulary
+    (the sizes of the record's lists: each level's `rejections` keep top_n tokens, the root's top root_n)."""
+
+    temperature: float
+    top_p: float
+    vocab: int
+
+    def shown(self, k: int) -> int:
+        """How many of a node's residual's most likely tokens its `rejections` keep: enough that RESIDUAL_TOP of
+        them survive its k children's zeroing."""
+        return min(RESIDUAL_TOP + k, self.vocab)
+
+    @property
+    def root_n(self) -> int:
+        return min(ROOT_TOP, self.vocab)
+
+
+def accept_sampled(logits: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, uniforms: torch.Tensor,
+                   depth: int, k: int, s: Sampling) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The sampled walk (`verify.sample_verify`) over a tree of T slots on the device: logits (T, V), tokens and
+    slot parents (T,), the cycle's uniforms (>= T,) float64 (slot s's check compares uniforms[s], the bonus draws
+    with uniforms[0]). Each level computes the `rejections` of the node it stands on (the distribution the host
+    takes: `Engine._accept`'s, row by row) and accepts its first child whose uniform falls below its probability
+    under the residual, or stops: the bonus drawn from the residual every child left, or from the node's own
+    distribution (a leaf, or a rejection that left no mass). Returns path (depth + 1,) and n (1,) as
+    `accept_greedy`'s, the target's probability at its argmax per slot (T,) (at the temperature, untruncated: the
+    trace's), and the record's sampled part (float64, `parse_sampled`'s layout): every level's rejections, the
+    bonus, whether it came from a residual, the root's most likely tokens and their probabilities. Fixed shapes,
+    no value read: a CUDA graph captures it."""
+    t = tokens.numel()
+    dev = tokens.device
+    probs = torch.softmax(logits if s.temperature == 1.0 else logits / s.temperature, dim=-1)
+
+    def row(cur: torch.Tensor) -> torch.Tensor:  # the sampling distribution at slot cur (1,)
+        if s.top_p >= 1.0:
+            return probs.index_select(0, cur)[0]
+        return sampling_probs(logits.index_select(0, cur)[0], s.temperature, s.top_p)
+
+    kids_of = children_table(parents, k)
+    order = torch.arange(k, device=dev)
+    path = torch.arange(depth + 1, device=dev)
+    cur = torch.zeros(1, dtype=torch.int64, device=dev)
+    n = torch.ones(1, dtype=torch.int64, device=dev)
+    done = torch.zeros(1, dtype=torch.bool, device=dev)
+    from_residual = torch.zeros(1, dtype=torch.bool, device=dev)
+    root = row(cur)
+    bonus_w = root
+    parts = []
+    for level in range(1, depth + 1):
+        kids = kids_of.index_select(0, cur)[0]
+        valid = kids < t
+        slots = kids.clamp(max=t - 1)
+        here = root if level == 1 else row(cur)
+        nums = rejections(here, tokens.index_select(0, slots), s.shown(k), valid)
+        ok = valid & (uniforms.index_select(0, slots) < nums.p)
+        empty = valid & ~ok & nums.empty
+        first = torch.where(ok | empty, order, k).amin(dim=0, keepdim=True)
+        at = first.clamp(max=k - 1)
+        took = (first < k) & ok.index_select(0, at)
+        emptied = (first < k) & empty.index_select(0, at)
+        stops = ~done & ~took
+        residual = ~emptied & valid.any().reshape(1)  # every child rejected: the residual they leave
+        bonus_w = torch.where(stops, torch.where(residual, nums.residual, here), bonus_w)
+        from_residual = torch.where(stops, residual, from_residual)
+        move = ~done & took
+        child = kids.index_select(0, at)
+        cur = torch.where(move, child, cur)
+        path[level:level + 1] = torch.where(move, child, level)
+        n += move.long()
+        done = done | ~took
+        parts += [nums.p, nums.empty, nums.top, nums.shown]
+    bonus_w = torch.where(done, bonus_w, row(cur))  # a leaf at the last level: its own distribution
+    bonus = past_end(draw_index(bonus_w, uniforms[:1]), bonus_w)
+    top_v, top_i = torch.topk(root, s.root_n)
+    parts += [bonus, from_residual, top_i, top_v]
+    argmax = logits.argmax(dim=-1)
+    tprobs = probs.gather(-1, argmax[:, None])[:, 0]
+    return path, n, tprobs, torch.cat([p.reshape(-1).to(torch.float64) for p in parts])
+
+
+@dataclass(frozen=True)
+class SampledReading:
+    """A sampled cycle's record past the greedy fields: the uniforms, each level's rejections (p, empty, top, shown:
+    `verify.Rejections` read at the node the walk stood on), the bonus and whether it came from a residual, the
+    root's most likely tokens and their probabilities."""
+
+    uniforms: list[float]
+    levels: list[tuple[list[float], list[bool], list[int], list[list[float]]]]
+    bonus: int
+    residual: bool
+    root_top: list[tuple[int, float]]
+
+
+def parse_sampled(flat: list[float], t: int, depth: int, k: int, s: Sampling) -> SampledReading:
+    """`accept_sampled`'s part of a record (after the cycle's uniforms, t of them) read back."""
+    uniforms, at = flat[:t], t
+    n = s.shown(k)
+    levels = []
+    for _ in range(depth):
+        px, empty = flat[at:at + k], [e != 0.0 for e in flat[at + k:at + 2 * k]]
+        top = [int(i) for i in flat[at + 2 * k:at + 2 * k + n]]
+        at += 2 * k + n
+        shown = [flat[at + j * n:at + (j + 1) * n] for j in range(k)]
+        at += k * n
+        levels.append((px, empty, top, shown))
+    bonus, residual = int(flat[at]), flat[at + 1] != 0.0
+    at += 2
+    r = s.root_n
+    root_top = list(zip((int(i) for i in flat[at:at + r]), flat[at + r:at + 2 * r]))
+    return SampledReading(uniforms, levels, bonus, residual, root_top)
+
+
+def replay_sampled(tree: VerifyTree, reading: SampledReading, draft_probs: list[float], argmax: list[int],
+                   text) -> VerifyResult:
+    """The host's walk over a sampled cycle's record: each node's checks from the rejections the device computed
+    there (`verify.walk_node`, as the host path walks its own), the bonus the device drew."""
+    kids = tree.children()
+    path, checks = [0], []
+    source = "target"
+    for level in range(len(reading.levels) + 1):
+        cur = path[-1]
+        if not kids[cur]:
+            break
+        px, empty, top, shown = reading.levels[level]
+        us = [reading.uniforms[c] for c in kids[cur]]
+        nxt, source = walk_node(tree, kids[cur], px, us, empty, top, shown, draft_probs, argmax, text, checks)
+        if nxt is None:
+            break
+        path.append(nxt)
+        source = "target"
+    return VerifyResult(path=path, bonus_token=reading.bonus, bonus_source=source, checks=checks)
+
+
 @dataclass
 class Verdict:
     """What a device cycle leaves for the engine's books and its trace."""
@@ -199,17 +356,22 @@ class Verdict:
     target_probs: list[float]
     moves: list[tuple[int, int]]
     features: torch.Tensor | None  # the accepted path's features rows (the head's next input)
+    root_top: list[tuple[int, str, float]]  # a sampled cycle's: the target's most likely tokens at the root
 
 
 class DeviceCycle:
-    """One run's drafted cycles at T = 0 over static steps: the drafting (the head's graph), then the selection,
-    the verification, the walk and the commit as one more (`verification`), and one read of the cycle's record.
+    """One run's drafted cycles over static steps: the drafting (the head's graph), then the selection, the
+    verification, the walk and the commit as one more (`verification`), and one read of the cycle's record.
     `costed`: a cost-aware tree's (its choices from the policy the drafter's `PolicyBlock` holds, written at each
-    launch), else SGLang's fixed tree."""
+    launch), else SGLang's fixed tree. `sampling` at T > 0: the sampled walk (`accept_sampled`), its uniforms drawn
+    from the run's generator at each launch into the drafter's `uniforms`."""
 
-    def __init__(self, steps: StaticSteps, drafter: DeviceDrafter, tree: TreeConfig, costed: bool = False):
+    def __init__(self, steps: StaticSteps, drafter: DeviceDrafter, tree: TreeConfig, costed: bool = False,
+                 sampling: SamplingConfig | None = None):
         self.steps, self.drafter, self.tree, self.costed = steps, drafter, tree, costed
         self.shape = Shape.of(tree.topk, tree.steps, steps.target.device)
+        self.sampled = (None if sampling is None or sampling.greedy else
+                        Sampling(sampling.temperature, sampling.top_p, steps.target.vocab_size))
 
     def verification(self, out: DraftOut, m: int) -> Callable[[], tuple[torch.Tensor, torch.Tensor | None]]:
         """The function of a cycle after its drafting `out`, verifying m nodes below the root: it selects them,
@@ -223,7 +385,7 @@ class DeviceCycle:
         prefix, ids = views[0], views[1]
         step = steps.step_fn(bucket(t))
 
-        block = self.drafter.policy
+        block, sampled, uniforms = self.drafter.policy, self.sampled, self.drafter.uniforms[:t]
         fixed = torch.tensor([m, depth, 0.0], dtype=torch.float64, device=prefix.device)  # size, levels, no rate
 
         def verification() -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -231,11 +393,18 @@ class DeviceCycle:
             write_tree(sel, views, depth)
             verified = step()
             logits, argmax = verified.logits[:t], verified.argmax[:t]
-            probs = torch.softmax(logits, dim=-1).gather(-1, argmax[:, None])[:, 0]
-            path, n = accept_greedy(argmax, ids[:t], sel.parents, depth)
+            if sampled is None:
+                probs = torch.softmax(logits, dim=-1).gather(-1, argmax[:, None])[:, 0]
+                path, n = accept_greedy(argmax, ids[:t], sel.parents, depth)
+                tail = ()
+            else:
+                if logits.shape[-1] != sampled.vocab:
+                    raise ValueError(f"logits over {logits.shape[-1]} tokens, a vocabulary of {sampled.vocab}")
+                path, n, probs, walk = accept_sampled(logits, ids[:t], sel.parents, uniforms, depth, shape.k, sampled)
+                tail = (uniforms, walk)
             steps.cache.commit_moves(prefix, path)
             rows = None if verified.features is None else verified.features.index_select(0, path.clamp(max=m))
-            parts = (path, n, argmax, probs, sel.kept, out.ids, out.logprobs, out.frontiers, choice)
+            parts = (path, n, argmax, probs, sel.kept, out.ids, out.logprobs, out.frontiers, choice) + tail
             return torch.cat([p.reshape(-1).to(torch.float64) for p in parts]), rows
 
         return verification
@@ -244,7 +413,7 @@ class DeviceCycle:
         """Under what the target's state keeps the captured verification after a drafting of `pending` rows: the
         drafter whose outputs it reads (by serial: a freed drafter's `id` can be a later one's, of another tree
         shape, whose drafting a stale capture would read with the old shape), the tree's shape, the bucket."""
-        return self.drafter.serial, self.tree.topk, self.tree.steps, bucket(pending), m, self.costed
+        return self.drafter.serial, self.tree.topk, self.tree.steps, bucket(pending), m, self.costed, self.sampled
 
     def prepare(self, outputs: dict[int, DraftOut]) -> None:
         """Every verification of this tree shape captured now, one per pending bucket (`outputs`: each bucket's
@@ -257,16 +426,23 @@ class DeviceCycle:
             steps.cycle_replay(self.key(b, m), lambda: self.verification(out, m))
 
     def launch(self, feats: torch.Tensor, pend_tokens: list[int], root: int, S: int, draft_tokens: int,
-               clock: PhaseClock, policy: TreePolicy | None = None) -> Launched:
+               clock: PhaseClock, policy: TreePolicy | None = None,
+               generator: torch.Generator | None = None) -> Launched:
         """Queue a drafted cycle after S committed tokens whose root is `root`, at most `draft_tokens` verified (root
         included): the drafting's replay, then the verification's (selection, step, walk and commit in it). Laps
         `clock` after each; nothing is read. On a GPU it returns before the device is done, so the host can write
         the last cycle's trace meanwhile (`read` waits). A cost-aware tree's `policy` is written to the device
-        first, where it changed."""
+        first, where it changed; a sampled cycle's uniforms are drawn from `generator` (`cycle_uniforms`: the
+        budget's, as the host path draws them) into the drafter's buffer, on the device."""
         m = min(draft_tokens - 1, self.shape.depth.numel())
         steps = self.steps
         if S + m + 1 > steps.capacity:
             raise ValueError(f"a tree of {m + 1} tokens after {S} slots overflows the state's {steps.capacity}")
+        if self.sampled is not None:
+            if generator is None:
+                raise ValueError("a sampled cycle is launched with its run's generator")
+            us = cycle_uniforms(generator, draft_tokens, self.drafter.uniforms.device)
+            self.drafter.uniforms[:m + 1].copy_(us[:m + 1])
         if self.costed:
             if policy is None:
                 raise ValueError("a cost-aware tree's cycle is launched with its policy")
@@ -284,7 +460,9 @@ class DeviceCycle:
     def read(self, launched: Launched) -> Reading:
         """The launched cycle's one read: its record, parsed. Nothing else waits for the device."""
         (flat,) = to_host(launched.record)  # the one read
-        return Reading(*parse(flat, self.shape, launched.m))
+        fields, at = parse(flat, self.shape, launched.m)
+        t, s = launched.m + 1, self.sampled
+        return Reading(*fields, None if s is None else parse_sampled(flat[at:], t, self.tree.steps, self.shape.k, s))
 
     def verdict(self, launched: Launched, reading: Reading, text) -> Verdict:
         """The host's books of a read cycle: the target cache's length is the host path's after it (the draft
@@ -307,14 +485,27 @@ class DeviceCycle:
             seen.add(node)
         tree = VerifyTree.build(cands, reading.kept, launched.root)
         qs = [1.0] + [math.exp(cands.logprobs[i]) for i in reading.kept]
-        result = greedy_verify(tree, reading.argmax, qs, reading.target_probs, text)
+        sampled, root_top = reading.sampled, []
+        if sampled is None:
+            result = greedy_verify(tree, reading.argmax, qs, reading.target_probs, text)
+        else:
+            result = replay_sampled(tree, sampled, qs, reading.argmax, text)
+            if (result.bonus_source == "residual") != sampled.residual:
+                where = "a residual" if sampled.residual else "the target"
+                raise DeviceVerdictMismatch(f"the device drew its bonus from {where}, the host's walk from "
+                                            f"{result.bonus_source}")
+            if len(tree) > 1:  # (a tree of the root alone is a plain step's read-out: no distribution shown)
+                root_top = [(i, text(i), v) for i, v in sampled.root_top if v > 0]
         committed = [tree.tokens[s] for s in result.path[1:]] + [result.bonus_token]
         if result.path != path or committed != reading.committed:
             raise DeviceVerdictMismatch(f"the device accepted slots {path} ({reading.committed}), the host's walk "
                                         f"{result.path} ({committed})")
         expected = 1.0 + sum(cands.values[i] for i in reading.kept)
-        draft = Draft(cands, tree, levels, expected, decision.strip())
-        return Verdict(draft, result, reading.argmax, reading.target_probs, moves, launched.features(reading.count))
+        head_paid = (sampled is not None and self.costed and levels > 0 and policy is not None  # (what a sampled
+                     and reading.rate > policy.budget([], 0, launched.draft_tokens - 1).rate)  # run's rest reads)
+        draft = Draft(cands, tree, levels, expected, decision.strip(), head_paid=head_paid)
+        return Verdict(draft, result, reading.argmax, reading.target_probs, moves, launched.features(reading.count),
+                       root_top)
 
 
 @dataclass
@@ -354,19 +545,21 @@ class Reading:
     frontiers: list[int]
     levels: int
     rate: float
+    sampled: SampledReading | None = None  # a sampled cycle's walk
 
     @property
     def committed(self) -> list[int]:
-        """The accepted drafts (slot s > 0 verifies candidate kept[s - 1]) and the bonus, the argmax where the
-        walk stopped."""
-        return [self.ids[self.kept[s - 1]] for s in self.path[1:]] + [self.argmax[self.path[-1]]]
+        """The accepted drafts (slot s > 0 verifies candidate kept[s - 1]) and the bonus: the argmax where the walk
+        stopped, or the device's draw."""
+        bonus = self.argmax[self.path[-1]] if self.sampled is None else self.sampled.bonus
+        return [self.ids[self.kept[s - 1]] for s in self.path[1:]] + [bonus]
 
 
-def parse(flat: list[float], shape: Shape, m: int) -> tuple:
+def parse(flat: list[float], shape: Shape, m: int) -> tuple[tuple, int]:
     """A cycle's record read back: the accepted slots (root first), their count, the target's argmax and its
     probability at each verified slot, the kept candidate ids (the m slots' first `size`: the rest padded a
     cost-aware tree's step), the drafting (ids, log-probabilities, frontiers: `drafting.rebuild`'s input), the
-    levels kept and the rate."""
+    levels kept and the rate; and where a sampled cycle's part starts (`parse_sampled`)."""
     k, steps, c = shape.k, shape.steps, shape.depth.numel()
     sizes = (steps + 1, 1, m + 1, m + 1, m, c, c, (steps - 1) * k, 3)
     parts, at = [], 0
@@ -377,4 +570,4 @@ def parse(flat: list[float], shape: Shape, m: int) -> tuple:
     count, t = int(count), int(size) + 1
     return ([int(s) for s in path[:count]], count, [int(a) for a in argmax[:t]], tprobs[:t],
             [int(i) for i in kept[:t - 1]], [int(i) for i in ids], logprobs, [int(f) for f in frontiers], int(levels),
-            rate)
+            rate), at

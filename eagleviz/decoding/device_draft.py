@@ -79,6 +79,8 @@ class DeviceDrafter:
         self.features = torch.zeros(BUCKETS[-1], width, dtype=target.dtype, device=target.device)
         # a cost-aware tree's numbers, read by its cycles' captured verifications (`device_policy`)
         self.policy = PolicyBlock(tree.steps, tree.topk, target.device)
+        # a sampled cycle's uniforms (`verify.cycle_uniforms`), written at each launch, read by its verification
+        self.uniforms = torch.zeros(BUCKETS[-1], dtype=torch.float64, device=target.device)
         self._replays: dict[int, Callable[[], DraftOut]] = {}
         self.fallback = ""
 

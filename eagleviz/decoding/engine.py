@@ -23,12 +23,13 @@ inputs and the run's ledgers).
 How the target's steps run is the engine's `decode` path (`decode_path`): on a CPU the forward over a run's
 own cache (eager), the host drafting level by level; on a GPU the target's steps over a static state replayed
 from CUDA graphs (`eagleviz.models.static`), and the head's every level drafted in one captured call
-(`eagleviz.decoding.device_draft`). There the host waits for the device once a plain step, and once a greedy
-drafted cycle without a lookup's chain to merge, fixed or cost-aware: its choice of verified nodes (a cost-aware
-tree's from the price list and calibration the host writes to the device: `eagleviz.decoding.device_policy`),
-verification, walk and commit run after the drafting as one more captured function
-(`eagleviz.decoding.device_cycle`); twice a sampled or lookup cycle: the drafting's tokens and scores, and the
-verdict (the target's argmax and its probability at every slot).
+(`eagleviz.decoding.device_draft`). There the host waits for the device once a plain step, and once a drafted
+cycle without a lookup's chain to merge, fixed or cost-aware, greedy or sampled: its choice of verified nodes (a
+cost-aware tree's from the price list and calibration the host writes to the device:
+`eagleviz.decoding.device_policy`), verification, walk (sampled: with the cycle's uniforms, drawn at its launch)
+and commit run after the drafting as one more captured function (`eagleviz.decoding.device_cycle`); a cycle with
+a lookup's chain waits for the drafting's tokens and scores, then for the verdict (and, sampled, once a node on
+its walk).
 Inputs go to the device without blocking and phases are timed by CUDA events (`eagleviz.models.host`).
 """
 
@@ -66,8 +67,8 @@ from eagleviz.decoding.prefix import Prefix, PrefixCache, Prompt, PromptCache, c
 from eagleviz.decoding.steps import (decode_path, draft_state, prepared, release, static_states, target_steps,
                                      zero_gpu)
 from eagleviz.decoding.tree import Candidates, VerifyTree
-from eagleviz.decoding.verify import (VerifyResult, draw, draw_and_top, draw_index, drawn, greedy_verify,
-                                      sample_verify, sampling_probs, top_tokens)
+from eagleviz.decoding.verify import (VerifyResult, cycle_uniforms, draw, draw_and_top, draw_index, drawn,
+                                      greedy_verify, sample_verify, sampling_probs, top_tokens, uniform)
 from eagleviz.paths import cache_dir
 from kernels import capability, sample_ops
 from kernels.self_check import AttentionChoice, KernelCheck, choose_attention
@@ -388,11 +389,12 @@ class Engine:
         return CudaGraphs(self.target.device) if self.decode == "graphs" else Uncaptured()
 
     @torch.inference_mode()
-    def prepare(self, slots: int, tree: TreeConfig | None = None) -> int:
+    def prepare(self, slots: int, tree: TreeConfig | None = None, sampling: SamplingConfig | None = None) -> int:
         """Capture now, before any timed run, every graph a run of at most `slots` target slots replays (plain
-        decoding's, and given `tree` its drafting's and its drafted cycle's verification), rather than at
-        each one's first use inside a run; the states go back to the pool, where the runs lease them. Returns how
-        many were captured (0 on the eager path, which captures none)."""
+        decoding's, and given `tree` its drafting's and its drafted cycle's verification: greedy, or walking at
+        `sampling`'s temperature and nucleus, which its capture freezes), rather than at each one's first use
+        inside a run; the states go back to the pool, where the runs lease them. Returns how many were captured
+        (0 on the eager path, which captures none)."""
         if self.decode == "eager":
             return 0
         use_head = tree is not None and tree.source != "lookup" and self.head is not None
@@ -407,7 +409,7 @@ class Engine:
                 state.prepare()
             if dcache is not None:
                 outputs = dcache.prepare()
-                DeviceCycle(steps, dcache, tree, costed=tree.adaptive).prepare(outputs)
+                DeviceCycle(steps, dcache, tree, costed=tree.adaptive, sampling=sampling).prepare(outputs)
             return prepared(*states) - before
         finally:
             release(self, None, *states)
@@ -551,15 +553,19 @@ class Engine:
         return self._read_out(logits, sampling, gen, argmax, top=False)[0]
 
     def _read_out(self, logits: torch.Tensor, sampling: SamplingConfig, gen: torch.Generator,
-                  argmax: torch.Tensor | None = None, top: bool = True) -> tuple[int, int, float]:
+                  argmax: torch.Tensor | None = None, top: bool = True,
+                  u: torch.Tensor | None = None) -> tuple[int, int, float]:
         """A plain step's read-out, shared by plain decoding and a cycle that verified the root alone: the token
-        (greedy, the argmax; sampled, a draw from `gen` of the sampling distribution) and, given `top`, the
+        (greedy, the argmax; sampled, a draw of the sampling distribution with a uniform from `gen`, or `u`: a
+        drafted cycle's, `cycle_uniforms`) and, given `top`, the
         target's argmax and its probability at the temperature (untruncated), which that cycle's trace shows
         (else -1, nan). On a device all of it is read in one copy; on a CPU a sampled step's argmax comes from
         the draw's own C call (`draw_and_top`: the first of equal probabilities)."""
         temp = 1.0 if sampling.greedy else sampling.temperature
         probs = None if sampling.greedy else sampling_probs(logits, temp, sampling.top_p)
         ops = self.sample_ops if logits.is_cpu else None
+        if probs is not None and u is None:
+            u = uniform(gen, logits.device)
 
         def untruncated() -> torch.Tensor:  # the distribution at the temperature, before nucleus truncation
             if probs is not None and sampling.top_p >= 1.0:
@@ -570,8 +576,8 @@ class Engine:
             count_read()
             if probs is not None:  # sampled: the draw; for the trace, the most likely token from the same call
                 if not top:
-                    return draw(probs, gen, ops), -1, math.nan
-                token, best, weight = draw_and_top(probs, gen, ops)  # nucleus truncation keeps the most likely
+                    return draw(probs, u, ops), -1, math.nan
+                token, best, weight = draw_and_top(probs, u, ops)  # nucleus truncation keeps the most likely
                 # token; untruncated, its weight is its probability
                 prob = weight if sampling.top_p >= 1.0 else ops.prob_at(logits, best, float(logits[best]), temp)
                 return token, best, prob
@@ -581,7 +587,7 @@ class Engine:
                 return best, -1, math.nan
             return best, best, ops.prob_at(logits, best, value, temp)  # one pass: no distribution written
         index = (logits.argmax() if argmax is None else argmax).reshape(1)
-        reads = [index] if probs is None else [draw_index(probs, gen)]
+        reads = [index] if probs is None else [draw_index(probs, u)]
         if top:  # an index tensor: `probs[index]` would read it
             reads += [index, untruncated().gather(0, index)]
         values = to_host(*reads)
@@ -719,8 +725,8 @@ class Engine:
             tree=tree_cfg, sampling=sampling, run=run, record=record, steps=steps, dcache=dcache, capacity=capacity,
             start=start, rest_batch=rest_batch, use_head=use_head, gen=gen, text=text,
             captures=static_states(steps, dcache),  # else no cycle can capture: `prepared` is not asked
-            on_device=(DeviceCycle(steps, dcache, tree_cfg, costed=policy is not None)
-                       if self.device_cycle and isinstance(dcache, DeviceDrafter) and sampling.greedy
+            on_device=(DeviceCycle(steps, dcache, tree_cfg, costed=policy is not None, sampling=sampling)
+                       if self.device_cycle and isinstance(dcache, DeviceDrafter)
                        and (policy is None or PolicyBlock.holds(policy)) else None),
             feats=[prompt_feats], pend_tokens=list(prompt_ids[1:]) + [root], root=root, index=index, policy=policy,
             learned=RunAcceptance(policy.calibration) if policy is not None and self.learn else None,
@@ -858,7 +864,8 @@ class Engine:
         on the host); maybe launched while the last cycle's trace was written. On a GPU, a fixed tree's next cycle
         is launched right after the read."""
         S, on_device = p.S, r.on_device
-        launched = r.queued or on_device.launch(r.feats[0], r.pend_tokens, r.root, S, p.budget, p.clock, r.policy)
+        launched = r.queued or on_device.launch(r.feats[0], r.pend_tokens, r.root, S, p.budget, p.clock, r.policy,
+                                                r.gen)
         if (launched.S, launched.root, launched.draft_tokens) != (S, r.root, p.budget):
             raise RuntimeError(f"a cycle launched ahead at {launched.S} is not the cycle at {S}")
         r.queued, clock = None, launched.clock
@@ -874,13 +881,16 @@ class Engine:
             # whether its head rests and with what prices and values it chooses)
             r.queued = self._launch_ahead(on_device, launched.features(reading.count), reading.committed,
                                           S + reading.count, r.capacity, r.tree, r.index, len(r.run.output),
-                                          r.sampling.max_new_tokens)
+                                          r.sampling.max_new_tokens, r.gen)
         verdict = on_device.verdict(launched, reading, r.text)
         tree = verdict.draft.tree
         alone = len(tree) == 1  # a cost-aware tree's drafting that was not worth verifying
-        return _Verified(verdict.draft, verdict.result, verdict.argmax, verdict.target_probs, [], alone,
+        return _Verified(verdict.draft, verdict.result, verdict.argmax, verdict.target_probs, verdict.root_top, alone,
                          tree.mask() if r.record and not alone else None, clock,
-                         forecast_paid=not alone,  # (greedy: whether any of the head's nodes was worth verifying)
+                         # as the host path's: greedy, whether any of the head's nodes was worth verifying; sampled,
+                         # whether the head's drafting was expected to pay
+                         forecast_paid=(not alone if r.sampling.greedy or r.policy is None
+                                        else verdict.draft.head_paid),
                          moves=verdict.moves, features=verdict.features, draft_length=launched.draft_length)
 
     def _on_host(self, r: _Speculation, p: _Plan) -> _Verified:
@@ -906,14 +916,16 @@ class Engine:
         positions = [p.S + d for d in tree.depths]
         alone = len(tree) == 1  # the lookup's candidates not worth verifying
         mask = ROOT_MASK if alone else tree.mask()
+        us = None if sampling.greedy else cycle_uniforms(r.gen, p.budget, self.target.device)
         out = r.steps.forward(tree.tokens, positions, None if alone else mask)
         clock.lap()
         if alone:  # nothing to accept, no distribution to keep for a replay
             result, argmax, tprobs = self._accept_root(out.logits[0], sampling, r.gen,
-                                                       None if out.argmax is None else out.argmax[0])
+                                                       None if out.argmax is None else out.argmax[0],
+                                                       None if us is None else us[:1])
             root_top = []
         else:
-            result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, r.gen, r.text)
+            result, argmax, tprobs, root_probs = self._accept(tree, draft.cands, out.logits, sampling, us, r.text)
             root_top = [] if root_probs is None else self._root_top(root_probs, r.text)
         clock.lap()
         return _Verified(draft, result, argmax, tprobs, root_top, alone, mask, clock, forecast_paid, out=out)
@@ -997,18 +1009,19 @@ class Engine:
         r.cycle += 1
 
     def _launch_ahead(self, on_device: DeviceCycle, features: torch.Tensor | None, committed: list[int], S: int,
-                      capacity: int, tree_cfg: TreeConfig, index, written: int, limit: int):
+                      capacity: int, tree_cfg: TreeConfig, index, written: int, limit: int,
+                      generator: torch.Generator):
         """The next cycle launched now from the accepted path's `features` rows, if the run goes on after
         `committed` (no end of sequence, `written` tokens so far under `limit`) and it will be a device cycle too
         (the tree fits the room left, the context's lookup, `committed` indexed, has no match to merge); else
-        None."""
+        None. A sampled cycle's uniforms come from the run's `generator` now, as they would at its own launch."""
         if any(t in self.target.eos_token_ids for t in committed) or written + len(committed) >= limit:
             return None
         budget = min(tree_cfg.draft_tokens, capacity - 1 - S)
         if not fits(budget) or (index is not None and index.match(min(tree_cfg.steps, budget - 1)) is not None):
             return None
         return on_device.launch(features, committed, committed[-1], S, budget,
-                                PhaseClock(self.target.device))
+                                PhaseClock(self.target.device), generator=generator)
 
     def _rest_steps(self, n: int, S: int, root: int, steps: EagerSteps | StaticSteps, sampling: SamplingConfig,
                     gen: torch.Generator, clock: PhaseClock, began: float, eos: frozenset[int], tokens_left: int,
@@ -1077,9 +1090,10 @@ class Engine:
             row.clock.read(PHASES), [], 0.0, 0, decision, lookup_ngram)  # timings_ms, root_top, expected_accept ...
 
     def _accept(self, tree: VerifyTree, cands: Candidates, logits: torch.Tensor, sampling: SamplingConfig,
-                gen: torch.Generator, text):
-        """Phase 3. logits: (T, V) fp32 target logits at each slot. Returns the verdict, the target's argmax
-        and its probability at each slot, and (when sampling) the target's sampling distribution at the root."""
+                uniforms: torch.Tensor | None, text):
+        """Phase 3. logits: (T, V) fp32 target logits at each slot; uniforms: the cycle's (sampled). Returns the
+        verdict, the target's argmax and its probability at each slot, and (when sampling) the target's sampling
+        distribution at the root."""
         temp = 1.0 if sampling.greedy else sampling.temperature
         probs = torch.softmax(logits if temp == 1.0 else logits / temp, dim=-1)
         ops = self.sample_ops if logits.is_cpu else None
@@ -1100,14 +1114,15 @@ class Engine:
                 memo[s] = probs[s] if sampling.top_p >= 1.0 else sampling_probs(logits[s], temp, sampling.top_p)
             return memo[s]
 
-        return sample_verify(tree, probs_at, qs, argmax, gen, text, ops), argmax, tprobs, probs_at(0)
+        return sample_verify(tree, probs_at, qs, argmax, uniforms, text, ops), argmax, tprobs, probs_at(0)
 
     def _accept_root(self, logits: torch.Tensor, sampling: SamplingConfig, gen: torch.Generator,
-                     argmax: torch.Tensor | None = None) -> tuple[VerifyResult, list[int], list[float]]:
-        """Phase 3 of a cycle that verified the root alone: plain decoding's read-out (`_read_out`, the same
-        draw from the same generator), with the target's argmax and its probability for the trace, read once;
-        the distribution is not kept for a replay."""
-        bonus, top, top_prob = self._read_out(logits, sampling, gen, argmax)
+                     argmax: torch.Tensor | None = None,
+                     u: torch.Tensor | None = None) -> tuple[VerifyResult, list[int], list[float]]:
+        """Phase 3 of a cycle that verified the root alone: plain decoding's read-out (`_read_out`: the same draw,
+        its uniform from the generator or, in a drafted cycle, the cycle's `u`), with the target's argmax and its
+        probability for the trace, read once; the distribution is not kept for a replay."""
+        bonus, top, top_prob = self._read_out(logits, sampling, gen, argmax, u=u)
         return VerifyResult(path=[0], bonus_token=bonus, bonus_source="target", checks=[]), [top], [top_prob]
 
     def _root_top(self, probs: torch.Tensor, text) -> list[tuple[int, str, float]]:

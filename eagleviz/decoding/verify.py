@@ -45,34 +45,44 @@ def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float) -> to
     return trimmed / trimmed.sum(dim=-1, keepdim=True)
 
 
-def draw(weights: torch.Tensor, generator: torch.Generator, ops: SampleOps | None = None) -> int:
-    """One index of a (V,) tensor of non-negative weights, drawn with probability weights[i] / weights.sum().
+def uniform(generator: torch.Generator, device: torch.device | str) -> torch.Tensor:
+    """One draw's random number: (1,) float64 in [0, 1) on `device`, left there."""
+    return torch.rand(1, generator=generator, dtype=torch.float64, device=device)
+
+
+def cycle_uniforms(generator: torch.Generator, n: int, device: torch.device | str) -> torch.Tensor:
+    """A drafted cycle's random numbers at T > 0, drawn at once before it is verified: (n,) float64 for a cycle of
+    at most n verified tokens (its budget). Slot s > 0's check compares uniforms[s]; the bonus draws with
+    uniforms[0]. One block a cycle, of the budget's size whatever tree was kept, so the generator moves the same
+    whether the walk is decided on the host or on the device (`device_cycle`), and a walk on the device needs no
+    number from the host."""
+    return torch.rand(n, generator=generator, dtype=torch.float64, device=device)
+
+
+def draw(weights: torch.Tensor, u: torch.Tensor, ops: SampleOps | None = None) -> int:
+    """One index of a (V,) tensor of non-negative weights, drawn with probability weights[i] / weights.sum() by
+    the uniform u ((1,) float64 on the weights' device: `uniform`).
 
     Inverse CDF in fp64 (a cumulative sum and a binary search): `torch.multinomial` does the same job 20 times
     slower on a CPU (0.9 ms for one draw over a 49k vocabulary: docs/performance.md entry 15). Zero weights
     are never drawn. `ops` (CPU weights) does it in one C call, bitwise the same index for the same draw."""
     if ops is not None and weights.is_cpu:
-        return ops.draw(weights, _uniform(generator, weights.device))
-    (i,), = to_host(draw_index(weights, generator))
+        return ops.draw(weights, float(u))
+    (i,), = to_host(draw_index(weights, u))
     return drawn(i, weights)
 
 
-def draw_and_top(weights: torch.Tensor, generator: torch.Generator, ops: SampleOps) -> tuple[int, int, float]:
+def draw_and_top(weights: torch.Tensor, u: torch.Tensor, ops: SampleOps) -> tuple[int, int, float]:
     """`draw`'s index (the same random number, the same token), the first index of the largest weight and that
     weight, read in one C call while the weights are in cache: a resting cycle's trace shows the most likely
     token beside the drawn one. Equal weights: the lower index (fp32 probabilities can tie where their logits did
     not; the trace's choice, not the draw's)."""
-    return ops.draw_and_top(weights, _uniform(generator, weights.device))
+    return ops.draw_and_top(weights, float(u))
 
 
-def _uniform(generator: torch.Generator, device: torch.device) -> float:
-    return float(torch.rand(1, generator=generator, dtype=torch.float64, device=device))
-
-
-def draw_index(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def draw_index(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """`draw` left on the device, unread: a (1,) index (the caller reads it with whatever else it reads, then
-    passes it through `drawn`). The same random number from the generator, so the same token."""
-    u = torch.rand(1, generator=generator, dtype=torch.float64, device=weights.device)
+    passes it through `drawn`, or `past_end` keeps it on the device). The same uniform, so the same token."""
     cdf = torch.cumsum(weights, 0, dtype=torch.float64)
     return torch.searchsorted(cdf, u * cdf[-1], right=True)
 
@@ -82,6 +92,13 @@ def drawn(i: int, weights: torch.Tensor) -> int:
     if i >= weights.numel():
         (i,), = to_host(torch.nonzero(weights)[-1])
     return i
+
+
+def past_end(i: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """`drawn` on the device, unread: (1,) the index, or the last token with weight where it is past the end."""
+    v = weights.numel()
+    last = (v - 1) - torch.flip(weights > 0, (0,)).int().argmax().reshape(1)
+    return torch.where(i < v, i, last)
 
 
 def top_tokens(probs: torch.Tensor, k: int, ops: SampleOps | None = None) -> tuple[list[int], list[float]]:
@@ -129,110 +146,107 @@ def greedy_verify(tree: VerifyTree, target_argmax: list[int], draft_probs: list[
 
 
 def sample_verify(tree: VerifyTree, probs_at: Callable[[int], torch.Tensor], draft_probs: list[float],
-                  target_argmax: list[int], generator: torch.Generator, text: TextFn,
+                  target_argmax: list[int], uniforms: torch.Tensor, text: TextFn,
                   ops: SampleOps | None = None) -> VerifyResult:
     """probs_at(s): the target's sampling distribution (V,) at slot s (computed lazily: only the nodes on the
-    walk need it). Draws come from `generator`, so a seed reproduces the run; `ops` reads the rows in C (the
-    same draws). Without `ops` each node's rejections are computed ahead (`_node_ahead`) and read in one copy,
-    the same values and draws as the walk below."""
+    walk need it). uniforms: the cycle's random numbers (`cycle_uniforms`, on the distributions' device), so a
+    seed reproduces the run. Each node on the walk: its children's `rejections` computed at once, read in one copy
+    with their uniforms and the draw from the residual all of them leave (on a GPU, one wait a node), then walked
+    (`walk_node`); `ops` (CPU rows) finds the most likely tokens and draws in C (the same draws)."""
     kids = tree.children()
     path, checks = [0], []
     while True:
         cur = path[-1]
-        if ops is None and kids[cur]:
-            nxt, bonus = _node_ahead(tree, kids[cur], probs_at, draft_probs, target_argmax, generator, text, checks)
-            if nxt is not None:
-                path.append(nxt)
-                continue
-            return VerifyResult(path=path, bonus_token=bonus[0], bonus_source=bonus[1], checks=checks)
-        p = probs_at(cur)
-        if kids[cur]:
-            p = p.clone()  # rejections zero tokens of this copy
-        top_i: list[int] = []  # filled at the first rejection (an accepted first child never needs it)
-        zeroed: set[int] = set()
-        rejected = False
-        nxt = None
-        for s in kids[cur]:
-            x = tree.tokens[s]
-            px = float(p[x])
-            u = float(torch.rand((), generator=generator, device=p.device))
-            ok = u < px
-            check = NodeCheck(slot=s, depth=tree.depths[s], token=x, text=text(x), p=px, q=draft_probs[s],
-                              accept_prob=px, uniform=u, accepted=ok, target_token=target_argmax[cur],
-                              target_text=text(target_argmax[cur]))
-            checks.append(check)
-            if ok:
-                nxt = s
-                break
-            rejected = True
-            p[x] = 0.0
-            zeroed.add(x)
-            total = float(p.sum())
-            if total <= 0.0:  # rounding rejected a token that held all the mass: no residual is left to draw
-                p, rejected = probs_at(cur), False  # from, so draw from the target's own distribution
-                check.residual_top = []
-                break
-            p /= total
-            if not top_i:  # the residual's most likely tokens are among these: rejecting a token zeroes it and
-                # rescales the rest, which keeps their order
-                top_i = top_tokens(p, RESIDUAL_TOP + len(kids[cur]), ops)[0]
-            shown = [i for i in top_i if i not in zeroed][:RESIDUAL_TOP]
-            check.residual_top = [(i, text(i), v) for i, v in zip(shown, p[shown].tolist())]
+        target = probs_at(cur)
+        if not kids[cur]:  # a leaf: the bonus from the target's distribution there
+            return VerifyResult(path=path, bonus_token=draw(target, uniforms[:1], ops), bonus_source="target",
+                                checks=checks)
+        dev = target.device
+        ahead = rejections(target, to_device([tree.tokens[s] for s in kids[cur]], dev), RESIDUAL_TOP + len(kids[cur]),
+                           ops=ops)
+        u = uniforms.index_select(0, to_device(kids[cur], dev))
+        later = ops is not None and target.is_cpu  # (C draws when it is needed, from the same uniform)
+        reads = to_host(ahead.p, u, ahead.empty, ahead.top, ahead.shown,
+                        *(() if later else (draw_index(ahead.residual, uniforms[:1]),)))
+        nxt, source = walk_node(tree, kids[cur], *reads[:5], draft_probs, target_argmax, text, checks)
         if nxt is not None:
             path.append(nxt)
             continue
-        bonus = draw(p, generator, ops)
-        return VerifyResult(path=path, bonus_token=bonus, bonus_source="residual" if rejected else "target",
-                            checks=checks)
+        if source == "target":  # a rejection left no mass
+            return VerifyResult(path=path, bonus_token=draw(target, uniforms[:1], ops), bonus_source="target",
+                                checks=checks)
+        bonus = draw(ahead.residual, uniforms[:1], ops) if later else drawn(reads[5][0], ahead.residual)
+        return VerifyResult(path=path, bonus_token=bonus, bonus_source="residual", checks=checks)
 
 
-def _node_ahead(tree: VerifyTree, kids: list[int], probs_at, draft_probs: list[float], target_argmax: list[int],
-                generator: torch.Generator, text: TextFn, checks: list[NodeCheck]) -> tuple[int | None, tuple]:
-    """One node of `sample_verify`'s walk with its rejections computed before they are known, as if every child
-    were rejected: each child's probability under the residual its elder siblings leave, the residuals' sums and
-    most likely tokens, a uniform per child and the draw from the residual all of them leave, all on the device
-    and read in one copy (the walk itself read three values a rejected child, each a wait on a GPU). The host
-    then walks them as `sample_verify` does, and sets the generator to where that walk would have left it, so
-    the values, the draws and the generator's state are the walk's. Appends the checks; returns the accepted
-    child's slot (or None) and, when none was accepted, the bonus token and its source."""
+@dataclass(frozen=True)
+class Rejections:
+    """A node's children tried in order as if every one were rejected, on the device and unread: each child's
+    probability under the residual its elder siblings leave (p, (k,) float64), whether the residual it leaves holds
+    no mass (empty, (k,) bool), the node's most likely tokens (top, (n,)) and their probabilities in the residual
+    each child leaves (shown, (k, n) float64; the zeroed ones' are not meant), and the residual all the children
+    leave (residual, (V,): the node's distribution with their tokens zeroed, unnormalised: the bonus's weights)."""
+
+    p: torch.Tensor
+    empty: torch.Tensor
+    top: torch.Tensor
+    shown: torch.Tensor
+    residual: torch.Tensor
+
+
+def rejections(target: torch.Tensor, xs: torch.Tensor, top_n: int, valid: torch.Tensor | None = None,
+               ops: SampleOps | None = None) -> Rejections:
+    """The `Rejections` of children xs (k,) tokens (distinct), tried in order, at a node whose distribution is
+    target (V,), in closed form: with m the node's mass (float64) and c_j the mass of the children before child j,
+    its probability under the residual they leave is p(x_j) / (m - c_j); the residual after it is empty when no
+    token with mass is left (counted, so rounding cannot leave a positive sum over zeros). Rejecting a token and
+    renormalising keeps the others' order, so one top-n list of the node serves every residual. valid (k,) bool:
+    the children that exist (the rest, a fixed shape's padding, take no mass and zero nothing). A fixed number of
+    operations whatever the number of children, no value read: a CUDA graph captures it. `ops` (CPU rows): the
+    top-n in C (equal probabilities: the lower index first)."""
+    raw = target.gather(0, xs)
+    if valid is not None:
+        raw = torch.where(valid, raw, torch.zeros_like(raw))
+    mass = target.sum(dtype=torch.float64)
+    upto = torch.cumsum(raw.double(), 0)
+    before = torch.cat([upto.new_zeros(1), upto[:-1]])
+    left = mass - before
+    p = torch.where(left > 0, raw.double() / left, torch.zeros_like(left))  # (none left: past an empty residual)
+    with_mass = torch.cumsum((raw > 0).long(), 0)
+    empty = with_mass >= (target > 0).sum()
+    if ops is not None and target.is_cpu:
+        index, value = ops.top_k(target, top_n)
+        top, top_p = torch.tensor(index), torch.tensor(value, dtype=torch.float64)
+    else:
+        top_v, top = torch.topk(target, min(top_n, target.numel()))
+        top_p = top_v.double()
+    shown = top_p[None, :] / (mass - upto)[:, None]
+    zeroed = torch.zeros_like(target).scatter_add(0, xs, torch.ones_like(raw) if valid is None else
+                                                  valid.to(target.dtype))
+    return Rejections(p, empty, top, shown, torch.where(zeroed > 0, torch.zeros_like(target), target))
+
+
+def walk_node(tree: VerifyTree, kids: list[int], px: list[float], us: list[float], empty: list[bool],
+              top: list[int], shown: list[list[float]], draft_probs: list[float], target_argmax: list[int],
+              text: TextFn, checks: list[NodeCheck]) -> tuple[int | None, str]:
+    """One node of the walk over its `rejections`, read (the first len(kids) children's), with the children's
+    uniforms `us`: accept the first child whose uniform falls below its probability under the residual its elder
+    siblings leave. Appends the checks; returns the accepted child's slot, or None and where the bonus comes from
+    ("residual"; "target" where a rejection left no mass)."""
     cur = tree.parents[kids[0]]
-    target = probs_at(cur)
-    dev, k = target.device, len(kids)
-    xs = [tree.tokens[s] for s in kids]
-    index = to_device(xs, dev)
-    p = target.clone()
-    px, totals, shown, states, uniforms = [], [], [], [], []
-    top = None
-    for j in range(k):
-        uniforms.append(torch.rand((), generator=generator, device=dev))
-        states.append(generator.get_state())  # where the walk would be after this child's uniform
-        x = index[j:j + 1]
-        px.append(p.gather(0, x))
-        p.index_fill_(0, x, 0.0)
-        total = p.sum()
-        totals.append(total.reshape(1))
-        p = p / total
-        if top is None:
-            top = torch.topk(p, min(RESIDUAL_TOP + k, p.numel())).indices
-        shown.append(p.gather(0, top))
-    residual_draw = draw_index(p, generator)
-    px_v, u_v, totals_v, top_v, shown_v, (drawn_i,) = to_host(torch.cat(px), torch.stack(uniforms), torch.cat(totals),
-                                                             top, torch.stack(shown), residual_draw)
     zeroed: set[int] = set()
     for j, s in enumerate(kids):
-        x, ok = xs[j], u_v[j] < px_v[j]
-        check = NodeCheck(slot=s, depth=tree.depths[s], token=x, text=text(x), p=px_v[j], q=draft_probs[s],
-                          accept_prob=px_v[j], uniform=u_v[j], accepted=ok, target_token=target_argmax[cur],
+        x, ok = tree.tokens[s], us[j] < px[j]
+        check = NodeCheck(slot=s, depth=tree.depths[s], token=x, text=text(x), p=px[j], q=draft_probs[s],
+                          accept_prob=px[j], uniform=us[j], accepted=ok, target_token=target_argmax[cur],
                           target_text=text(target_argmax[cur]))
         checks.append(check)
         if ok:
-            generator.set_state(states[j])
-            return s, ()
+            return s, ""
         zeroed.add(x)
-        if totals_v[j] <= 0.0:  # no residual mass left: the bonus comes from the target's own distribution
-            check.residual_top = []
-            generator.set_state(states[j])
-            return None, (draw(target, generator), "target")
-        kept = [(r, i) for r, i in enumerate(top_v) if i not in zeroed][:RESIDUAL_TOP]
-        check.residual_top = [(i, text(i), shown_v[j][r]) for r, i in kept]
-    return None, (drawn(drawn_i, p), "residual")
+        if empty[j]:  # no residual mass left: the bonus comes from the target's own distribution
+            return None, "target"
+        kept = [(r, i) for r, i in enumerate(top) if i not in zeroed][:RESIDUAL_TOP]
+        check.residual_top = [(i, text(i), shown[j][r]) for r, i in kept if shown[j][r] > 0]  # (tokens without
+        # mass, ties in any order, are no part of the residual)
+    return None, "residual"

@@ -190,7 +190,7 @@ def prepare(engine, methods, encoded: list[list[int]], sampling: SamplingConfig,
     """Every graph our methods' runs of these prompts replay, captured before any is timed (`Engine.prepare`; on
     the eager path none). Returns how many."""
     trees = {our_tree(m, tree, tuned) for m in methods}
-    return sum(engine.prepare(max(kv_slots(len(ids), sampling.max_new_tokens, t) for ids in encoded), t)
+    return sum(engine.prepare(max(kv_slots(len(ids), sampling.max_new_tokens, t) for ids in encoded), t, sampling)
                for t in trees)
 
 

@@ -209,7 +209,7 @@ def bench(engine_for: EngineFor, prompts: list[str], tree: TreeConfig, max_new_t
         engine = engine.with_decode(decode) if decode else engine
         longest = max(len(engine.encode_prompt(p)) for p in prompts)
         for t in (None, tree):  # every graph captured before the runs (none on the eager path)
-            engine.prepare(kv_slots(longest, max_new_tokens, t), t)
+            engine.prepare(kv_slots(longest, max_new_tokens, t), t, sampling)
         engine.generate(prompts[0], None, sampling)
         engine.generate(prompts[0], tree, sampling)
         with counting_reads() as plain_reads:
