@@ -154,6 +154,22 @@ def test_the_rejections_of_a_node_are_the_sequential_walks():
         assert torch.equal(padded.residual, rejections(target, xs[:2], 9).residual)
 
 
+def test_a_trees_rejections_at_once_are_each_nodes_bit_for_bit():
+    """The device takes every node's rejections in one batch (`device_cycle.accept_sampled`), the host one node at
+    a time: over a real vocabulary's rows the same bits, field by field."""
+    gen = torch.Generator().manual_seed(9)
+    rows = sampling_probs(torch.randn(16, 49152, generator=gen) * 4, 0.8, 1.0)
+    xs = torch.stack([torch.randperm(49152, generator=gen)[:4] for _ in range(16)])
+    xs[:, 0] = rows.argmax(-1)  # the likeliest token among them: large masses before the later children
+    valid = torch.rand(16, 4, generator=gen) < 0.8
+    valid[:, 0] = True
+    batch = rejections(rows, xs, 9, valid)
+    for r in range(16):
+        one = rejections(rows[r], xs[r], 9, valid[r])
+        for field in ("p", "empty", "top", "shown", "residual"):
+            assert torch.equal(getattr(batch, field)[r], getattr(one, field)), (r, field)
+
+
 class Items(TorchDispatchMode):
     """Counts the reads that bypass `to_host` (`float(tensor)`, `.item()`: each a wait on a GPU)."""
 

@@ -19,8 +19,9 @@ own tensors, in the host's order and ties, so nothing is read until the cycle is
     verify     the target's step over the tree (the bucket's `StaticSteps.step_fn`, its inputs already written)
     accept     the greedy walk (`verify.greedy_verify`): from the root, the child whose token is the target's
                argmax at its parent, level by level; the bonus is the argmax where the walk stops. Sampled, the
-               walk of `verify.sample_verify` (`accept_sampled`): at each level the node's children tried in order
-               against the residuals their elder siblings leave (`verify.rejections`, the host's operations), with
+               walk of `verify.sample_verify` (`accept_sampled`): every node's children tried in order against the
+               residuals their elder siblings leave, all nodes at once (`verify.rejections`, the host's arithmetic
+               row by row), then the walk along those verdicts, with
                the cycle's uniforms (`verify.cycle_uniforms`: drawn from the run's generator at the launch into the
                drafter's buffer, as many as the host path draws), the bonus drawn on the device; the record also
                holds every level's rejections and the root's distribution, from which the host replays the checks
@@ -234,60 +235,50 @@ def accept_sampled(logits: torch.Tensor, tokens: torch.Tensor, parents: torch.Te
                    depth: int, k: int, s: Sampling) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The sampled walk (`verify.sample_verify`) over a tree of T slots on the device: logits (T, V), tokens and
     slot parents (T,), the cycle's uniforms (>= T,) float64 (slot s's check compares uniforms[s], the bonus draws
-    with uniforms[0]). Each level computes the `rejections` of the node it stands on (the distribution the host
-    takes: `Engine._accept`'s, row by row) and accepts its first child whose uniform falls below its probability
-    under the residual, or stops: the bonus drawn from the residual every child left, or from the node's own
-    distribution (a leaf, or a rejection that left no mass). Returns path (depth + 1,) and n (1,) as
-    `accept_greedy`'s, the target's probability at its argmax per slot (T,) (at the temperature, untruncated: the
-    trace's), and the record's sampled part (float64, `parse_sampled`'s layout): every level's rejections, the
+    with uniforms[0]). Every node's `rejections` at once (its children's probabilities under their elder siblings'
+    residuals, from the distributions the host takes: `Engine._accept`'s) and so every node's verdict: its first
+    child whose uniform falls below its probability, else the stop (the residual every child left; the node's own
+    distribution at a leaf or where a rejection left no mass). The walk then follows the verdicts, a few operations
+    a level, and draws the bonus where it stops. Returns path (depth + 1,) and n (1,) as `accept_greedy`'s, the
+    target's probability at its argmax per slot (T,) (at the temperature, untruncated: the trace's), and the
+    record's sampled part (float64, `parse_sampled`'s layout): the rejections of each node the walk stood on, the
     bonus, whether it came from a residual, the root's most likely tokens and their probabilities. Fixed shapes,
     no value read: a CUDA graph captures it."""
     t = tokens.numel()
     dev = tokens.device
     probs = torch.softmax(logits if s.temperature == 1.0 else logits / s.temperature, dim=-1)
-
-    def row(cur: torch.Tensor) -> torch.Tensor:  # the sampling distribution at slot cur (1,)
-        if s.top_p >= 1.0:
-            return probs.index_select(0, cur)[0]
-        return sampling_probs(logits.index_select(0, cur)[0], s.temperature, s.top_p)
-
-    kids_of = children_table(parents, k)
-    order = torch.arange(k, device=dev)
+    rows = probs if s.top_p >= 1.0 else sampling_probs(logits, s.temperature, s.top_p)
+    kids = children_table(parents, k)
+    valid = kids < t
+    slots = kids.clamp(max=t - 1)
+    nums = rejections(rows, tokens[slots], s.shown(k), valid)
+    ok = valid & (uniforms.index_select(0, slots.reshape(-1)).reshape(t, k) < nums.p)
+    empty = valid & ~ok & nums.empty
+    first = torch.where(ok | empty, torch.arange(k, device=dev), k).amin(dim=-1, keepdim=True)  # (T, 1)
+    at = first.clamp(max=k - 1)
+    took = ((first < k) & ok.gather(-1, at))[:, 0]  # each node's verdict: a child accepted ...
+    residual = (~((first < k) & empty.gather(-1, at)))[:, 0] & valid.any(-1)  # ... or the bonus from its residual
+    nxt = kids.gather(-1, at)[:, 0]
     path = torch.arange(depth + 1, device=dev)
     cur = torch.zeros(1, dtype=torch.int64, device=dev)
     n = torch.ones(1, dtype=torch.int64, device=dev)
     done = torch.zeros(1, dtype=torch.bool, device=dev)
-    from_residual = torch.zeros(1, dtype=torch.bool, device=dev)
-    root = row(cur)
-    bonus_w = root
-    parts = []
+    stood = []
     for level in range(1, depth + 1):
-        kids = kids_of.index_select(0, cur)[0]
-        valid = kids < t
-        slots = kids.clamp(max=t - 1)
-        here = root if level == 1 else row(cur)
-        nums = rejections(here, tokens.index_select(0, slots), s.shown(k), valid)
-        ok = valid & (uniforms.index_select(0, slots) < nums.p)
-        empty = valid & ~ok & nums.empty
-        first = torch.where(ok | empty, order, k).amin(dim=0, keepdim=True)
-        at = first.clamp(max=k - 1)
-        took = (first < k) & ok.index_select(0, at)
-        emptied = (first < k) & empty.index_select(0, at)
-        stops = ~done & ~took
-        residual = ~emptied & valid.any().reshape(1)  # every child rejected: the residual they leave
-        bonus_w = torch.where(stops, torch.where(residual, nums.residual, here), bonus_w)
-        from_residual = torch.where(stops, residual, from_residual)
-        move = ~done & took
-        child = kids.index_select(0, at)
-        cur = torch.where(move, child, cur)
-        path[level:level + 1] = torch.where(move, child, level)
+        stood.append(cur)
+        here = took.index_select(0, cur)
+        move = ~done & here
+        cur = torch.where(move, nxt.index_select(0, cur), cur)
+        path[level:level + 1] = torch.where(move, cur, level)
         n += move.long()
-        done = done | ~took
-        parts += [nums.p, nums.empty, nums.top, nums.shown]
-    bonus_w = torch.where(done, bonus_w, row(cur))  # a leaf at the last level: its own distribution
-    bonus = past_end(draw_index(bonus_w, uniforms[:1]), bonus_w)
-    top_v, top_i = torch.topk(root, s.root_n)
-    parts += [bonus, from_residual, top_i, top_v]
+        done = done | ~here
+    w = torch.where(residual.index_select(0, cur), nums.residual.index_select(0, cur)[0],
+                    rows.index_select(0, cur)[0])  # where the walk stopped (a leaf at the last level: its own)
+    bonus = past_end(draw_index(w, uniforms[:1]), w)
+    walked = torch.cat(stood)
+    top_v, top_i = torch.topk(rows[0], s.root_n)
+    parts = [nums.p.index_select(0, walked), nums.empty.index_select(0, walked), nums.top.index_select(0, walked),
+             nums.shown.index_select(0, walked), bonus, residual.index_select(0, cur), top_i, top_v]
     argmax = logits.argmax(dim=-1)
     tprobs = probs.gather(-1, argmax[:, None])[:, 0]
     return path, n, tprobs, torch.cat([p.reshape(-1).to(torch.float64) for p in parts])
@@ -307,22 +298,23 @@ class SampledReading:
 
 
 def parse_sampled(flat: list[float], t: int, depth: int, k: int, s: Sampling) -> SampledReading:
-    """`accept_sampled`'s part of a record (after the cycle's uniforms, t of them) read back."""
-    uniforms, at = flat[:t], t
-    n = s.shown(k)
-    levels = []
-    for _ in range(depth):
-        px, empty = flat[at:at + k], [e != 0.0 for e in flat[at + k:at + 2 * k]]
-        top = [int(i) for i in flat[at + 2 * k:at + 2 * k + n]]
-        at += 2 * k + n
-        shown = [flat[at + j * n:at + (j + 1) * n] for j in range(k)]
-        at += k * n
-        levels.append((px, empty, top, shown))
-    bonus, residual = int(flat[at]), flat[at + 1] != 0.0
-    at += 2
-    r = s.root_n
-    root_top = list(zip((int(i) for i in flat[at:at + r]), flat[at + r:at + 2 * r]))
-    return SampledReading(uniforms, levels, bonus, residual, root_top)
+    """`accept_sampled`'s part of a record (after the cycle's uniforms, t of them) read back: field by field, each
+    for the `depth` nodes the walk stood on."""
+    n, at = s.shown(k), 0
+
+    def take(size: int) -> list[float]:
+        nonlocal at
+        at += size
+        return flat[at - size:at]
+
+    uniforms = take(t)
+    px, empty, top, shown = take(depth * k), take(depth * k), take(depth * n), take(depth * k * n)
+    levels = [(px[d * k:(d + 1) * k], [e != 0.0 for e in empty[d * k:(d + 1) * k]],
+               [int(i) for i in top[d * n:(d + 1) * n]], [shown[(d * k + j) * n:(d * k + j + 1) * n] for j in range(k)])
+              for d in range(depth)]
+    (bonus,), (residual,) = take(1), take(1)
+    index, value = take(s.root_n), take(s.root_n)
+    return SampledReading(uniforms, levels, int(bonus), residual != 0.0, list(zip((int(i) for i in index), value)))
 
 
 def replay_sampled(tree: VerifyTree, reading: SampledReading, draft_probs: list[float], argmax: list[int],

@@ -1108,10 +1108,13 @@ class Engine:
         if sampling.greedy:
             return greedy_verify(tree, argmax, qs, tprobs, text), argmax, tprobs, None
         memo: dict[int, torch.Tensor] = {}
+        if sampling.top_p < 1.0 and ops is None:  # a device's: every slot's at once, as its cycle's walk takes them
+            probs = sampling_probs(logits, temp, sampling.top_p)
 
         def probs_at(s: int) -> torch.Tensor:
             if s not in memo:  # without nucleus truncation, the softmax above is the sampling distribution
-                memo[s] = probs[s] if sampling.top_p >= 1.0 else sampling_probs(logits[s], temp, sampling.top_p)
+                memo[s] = (probs[s] if sampling.top_p >= 1.0 or ops is None
+                           else sampling_probs(logits[s], temp, sampling.top_p))
             return memo[s]
 
         return sample_verify(tree, probs_at, qs, argmax, uniforms, text, ops), argmax, tprobs, probs_at(0)

@@ -201,27 +201,27 @@ def rejections(target: torch.Tensor, xs: torch.Tensor, top_n: int, valid: torch.
     its probability under the residual they leave is p(x_j) / (m - c_j); the residual after it is empty when no
     token with mass is left (counted, so rounding cannot leave a positive sum over zeros). Rejecting a token and
     renormalising keeps the others' order, so one top-n list of the node serves every residual. valid (k,) bool:
-    the children that exist (the rest, a fixed shape's padding, take no mass and zero nothing). A fixed number of
-    operations whatever the number of children, no value read: a CUDA graph captures it. `ops` (CPU rows): the
-    top-n in C (equal probabilities: the lower index first)."""
-    raw = target.gather(0, xs)
+    the children that exist (the rest, a fixed shape's padding, take no mass and zero nothing). Every node of a tree
+    at once: target (T, V), xs and valid (T, k), each field with the leading T (the same operations row by row). A
+    fixed number of operations whatever the number of children or nodes, no value read: a CUDA graph captures it.
+    `ops` (one CPU row): the top-n in C (equal probabilities: the lower index first)."""
+    raw = target.gather(-1, xs)
     if valid is not None:
         raw = torch.where(valid, raw, torch.zeros_like(raw))
-    mass = target.sum(dtype=torch.float64)
-    upto = torch.cumsum(raw.double(), 0)
-    before = torch.cat([upto.new_zeros(1), upto[:-1]])
-    left = mass - before
+    mass = torch.cumsum(target, -1, dtype=torch.float64)[..., -1:]  # (a running sum: the same bits for a row alone
+    # or in a batch, where a reduction's order follows the shape)
+    upto = torch.cumsum(raw.double(), -1)
+    left = mass - torch.cat([torch.zeros_like(upto[..., :1]), upto[..., :-1]], -1)
     p = torch.where(left > 0, raw.double() / left, torch.zeros_like(left))  # (none left: past an empty residual)
-    with_mass = torch.cumsum((raw > 0).long(), 0)
-    empty = with_mass >= (target > 0).sum()
-    if ops is not None and target.is_cpu:
+    empty = torch.cumsum((raw > 0).long(), -1) >= (target > 0).sum(-1, keepdim=True)
+    if ops is not None and target.is_cpu and target.dim() == 1:
         index, value = ops.top_k(target, top_n)
         top, top_p = torch.tensor(index), torch.tensor(value, dtype=torch.float64)
     else:
-        top_v, top = torch.topk(target, min(top_n, target.numel()))
+        top_v, top = torch.topk(target, min(top_n, target.shape[-1]), dim=-1)
         top_p = top_v.double()
-    shown = top_p[None, :] / (mass - upto)[:, None]
-    zeroed = torch.zeros_like(target).scatter_add(0, xs, torch.ones_like(raw) if valid is None else
+    shown = top_p.unsqueeze(-2) / (mass - upto).unsqueeze(-1)
+    zeroed = torch.zeros_like(target).scatter_add(-1, xs, torch.ones_like(raw) if valid is None else
                                                   valid.to(target.dtype))
     return Rejections(p, empty, top, shown, torch.where(zeroed > 0, torch.zeros_like(target), target))
 
