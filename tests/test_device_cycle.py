@@ -155,6 +155,26 @@ def test_the_device_sampled_walk_is_the_hosts(temperature, top_p):
     assert {(True, "target"), (True, "residual"), (False, "residual")} <= sources  # deep walks; residual draws
 
 
+def test_the_sampled_walk_adds_a_bounded_number_of_operations_to_the_verifications_graph():
+    """What walking at T > 0 adds to a drafted cycle's second graph (each operation a kernel on a GPU): every node's
+    rejections in one batch, then a few operations a level. It was 402 for 5/4/16 when each level took its node's
+    rejections in turn; the test fails when the walk grows by tens of operations a level again."""
+    from test_device_policy import _Operations
+
+    rng = random.Random(5)
+    counts = {}
+    for k, depth, t in ((4, 5, 16), (4, 8, 16), (8, 6, 64)):
+        parents = [-1] + [rng.randrange(s) for s in range(1, t)]
+        with _Operations() as walk:
+            accept_sampled(torch.randn(t, 64), torch.randint(0, 64, (t,)), torch.tensor(parents),
+                           torch.rand(t, dtype=torch.float64), depth, k, device_cycle.Sampling(0.8, 1.0, 64))
+        counts[k, depth, t] = walk.count
+    print(f"the sampled walk's operations by (k, depth, slots): {counts}")
+    assert counts[4, 5, 16] <= 200
+    assert counts[4, 8, 16] - counts[4, 5, 16] <= 3 * 15  # three levels more: ~12 operations each (the rejections
+    # a level at a time were ~65)
+
+
 def test_the_device_commit_moves_the_hosts_slots():
     rng = random.Random(4)
     for _ in range(200):

@@ -21,10 +21,10 @@ own tensors, in the host's order and ties, so nothing is read until the cycle is
                argmax at its parent, level by level; the bonus is the argmax where the walk stops. Sampled, the
                walk of `verify.sample_verify` (`accept_sampled`): every node's children tried in order against the
                residuals their elder siblings leave, all nodes at once (`verify.rejections`, the host's arithmetic
-               row by row), then the walk along those verdicts, with
-               the cycle's uniforms (`verify.cycle_uniforms`: drawn from the run's generator at the launch into the
-               drafter's buffer, as many as the host path draws), the bonus drawn on the device; the record also
-               holds every level's rejections and the root's distribution, from which the host replays the checks
+               row by row), then the walk along those verdicts, with the cycle's uniforms
+               (`verify.cycle_uniforms`: drawn from the run's generator at the launch into the drafter's buffer, as
+               many as the host path draws), the bonus drawn on the device; the record also holds the rejections of
+               each node walked and the root's distribution, from which the host replays the checks
                (`replay_sampled`, `verify.walk_node`: the host path's own walk). The same seed, the same tokens on
                either path; its capture freezes the temperature and the nucleus (keyed by them)
     commit     the accepted path's keys and values moved to [S, S + n) (`KVCache.commit_moves`: every slot of
@@ -215,7 +215,8 @@ def children_table(parents: torch.Tensor, k: int) -> torch.Tensor:
 @dataclass(frozen=True)
 class Sampling:
     """A sampled cycle's fixed facts, as its capture freezes them: the temperature, the nucleus and the vocabulary
-    (the sizes of the record's lists: each level's `rejections` keep top_n tokens, the root's top root_n)."""
+    (which sets the sizes of the record's lists: `shown(k)` tokens of each node's residual, `root_n` of the root's
+    distribution)."""
 
     temperature: float
     top_p: float

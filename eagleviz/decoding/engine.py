@@ -1108,12 +1108,13 @@ class Engine:
         if sampling.greedy:
             return greedy_verify(tree, argmax, qs, tprobs, text), argmax, tprobs, None
         memo: dict[int, torch.Tensor] = {}
-        if sampling.top_p < 1.0 and ops is None:  # a device's: every slot's at once, as its cycle's walk takes them
-            probs = sampling_probs(logits, temp, sampling.top_p)
+        # without nucleus truncation, the softmax above is the sampling distribution; with it, a device takes every
+        # slot's at once, as its cycle's walk takes them (a CPU a row at a time, for the rows the walk reaches)
+        rows = sampling_probs(logits, temp, sampling.top_p) if sampling.top_p < 1.0 and ops is None else probs
 
         def probs_at(s: int) -> torch.Tensor:
-            if s not in memo:  # without nucleus truncation, the softmax above is the sampling distribution
-                memo[s] = (probs[s] if sampling.top_p >= 1.0 or ops is None
+            if s not in memo:
+                memo[s] = (rows[s] if sampling.top_p >= 1.0 or ops is None
                            else sampling_probs(logits[s], temp, sampling.top_p))
             return memo[s]
 

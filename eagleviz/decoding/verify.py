@@ -221,8 +221,9 @@ def rejections(target: torch.Tensor, xs: torch.Tensor, top_n: int, valid: torch.
         top_v, top = torch.topk(target, min(top_n, target.shape[-1]), dim=-1)
         top_p = top_v.double()
     shown = top_p.unsqueeze(-2) / (mass - upto).unsqueeze(-1)
-    zeroed = torch.zeros_like(target).scatter_add(-1, xs, torch.ones_like(raw) if valid is None else
-                                                  valid.to(target.dtype))
+    if valid is None:  # every child exists: its tokens zeroed in one pass (a host walk's, once a node)
+        return Rejections(p, empty, top, shown, target.index_fill(-1, xs, 0.0))
+    zeroed = torch.zeros_like(target).scatter_add(-1, xs, valid.to(target.dtype))  # padding zeroes nothing
     return Rejections(p, empty, top, shown, torch.where(zeroed > 0, torch.zeros_like(target), target))
 
 
