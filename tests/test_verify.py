@@ -154,6 +154,25 @@ def test_the_rejections_of_a_node_are_the_sequential_walks():
         assert torch.equal(padded.residual, rejections(target, xs[:2], 9).residual)
 
 
+def test_emptiness_read_off_the_top_list_is_the_rows_count():
+    """Whether a rejection leaves no mass is read off the node's top-n list (n more than its children), not counted
+    over the row: the same verdict as counting the row's tokens with mass, for rows with from one to many of them,
+    children with and without mass, padding, and a list as long as the vocabulary."""
+    gen = torch.Generator().manual_seed(11)
+    for trial in range(400):
+        target = torch.zeros(50)
+        held = torch.randperm(50, generator=gen)[:1 + trial % 12]
+        target[held] = torch.rand(len(held), generator=gen) + 0.01
+        k = 1 + trial % 4
+        rest = [i for i in torch.randperm(50, generator=gen).tolist() if i not in held.tolist()]
+        held_first = held[torch.randperm(len(held), generator=gen)].tolist() + rest  # (children that take it all)
+        xs = torch.tensor(held_first[:k]) if trial % 2 else torch.randperm(50, generator=gen)[:k]
+        valid = torch.rand(k, generator=gen) < 0.8
+        counted = torch.cumsum((target[xs] * valid > 0).long(), -1) >= int((target > 0).sum())
+        for n in (k + 1, k + 5, 50):
+            assert torch.equal(rejections(target, xs, n, valid).empty, counted), (trial, n)
+
+
 def test_a_trees_rejections_at_once_are_each_nodes_bit_for_bit():
     """The device takes every node's rejections in one batch (`device_cycle.accept_sampled`), the host one node at
     a time: over a real vocabulary's rows the same bits, field by field."""

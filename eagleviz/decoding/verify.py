@@ -199,11 +199,12 @@ def rejections(target: torch.Tensor, xs: torch.Tensor, top_n: int, valid: torch.
     """The `Rejections` of children xs (k,) tokens (distinct), tried in order, at a node whose distribution is
     target (V,), in closed form: with m the node's mass (float64) and c_j the mass of the children before child j,
     its probability under the residual they leave is p(x_j) / (m - c_j); the residual after it is empty when no
-    token with mass is left (counted, so rounding cannot leave a positive sum over zeros). Rejecting a token and
-    renormalising keeps the others' order, so one top-n list of the node serves every residual. valid (k,) bool:
-    the children that exist (the rest, a fixed shape's padding, take no mass and zero nothing). Every node of a tree
-    at once: target (T, V), xs and valid (T, k), each field with the leading T (the same operations row by row). A
-    fixed number of operations whatever the number of children or nodes, no value read: a CUDA graph captures it.
+    token with mass is left (counted off the top-n list, n more than the children, so rounding cannot leave a
+    positive sum over zeros). Rejecting a token and renormalising keeps the others' order, so one top-n list of the
+    node serves every residual. valid (k,) bool: the children that exist (the rest, a fixed shape's padding, take no
+    mass and zero nothing). Every node of a tree at once: target (T, V), xs and valid (T, k), each field with the
+    leading T (the same operations row by row). A fixed number of operations whatever the number of children or
+    nodes, no value read: a CUDA graph captures it.
     `ops` (one CPU row): the top-n in C (equal probabilities: the lower index first)."""
     raw = target.gather(-1, xs)
     if valid is not None:
@@ -213,13 +214,17 @@ def rejections(target: torch.Tensor, xs: torch.Tensor, top_n: int, valid: torch.
     upto = torch.cumsum(raw.double(), -1)
     left = mass - torch.cat([torch.zeros_like(upto[..., :1]), upto[..., :-1]], -1)
     p = torch.where(left > 0, raw.double() / left, torch.zeros_like(left))  # (none left: past an empty residual)
-    empty = torch.cumsum((raw > 0).long(), -1) >= (target > 0).sum(-1, keepdim=True)
+    n = min(top_n, target.shape[-1])
+    assert n == target.shape[-1] or n > xs.shape[-1], "the top-n list must outnumber the children"
     if ops is not None and target.is_cpu and target.dim() == 1:
-        index, value = ops.top_k(target, top_n)
+        index, value = ops.top_k(target, n)
         top, top_p = torch.tensor(index), torch.tensor(value, dtype=torch.float64)
     else:
-        top_v, top = torch.topk(target, min(top_n, target.shape[-1]), dim=-1)
+        top_v, top = torch.topk(target, n, dim=-1)
         top_p = top_v.double()
+    held = (top_p > 0).sum(-1, keepdim=True)  # the tokens with mass: all of them where the list ends on a zero,
+    # else more than the children can take
+    empty = torch.cumsum((raw > 0).long(), -1) >= held
     shown = top_p.unsqueeze(-2) / (mass - upto).unsqueeze(-1)
     if valid is None:  # every child exists: its tokens zeroed in one pass (a host walk's, once a node)
         return Rejections(p, empty, top, shown, target.index_fill(-1, xs, 0.0))
