@@ -131,6 +131,28 @@ static inline float exp_neg(float x) {
     return x < lo ? 0.0f : p * scale;
 }
 
+#if defined(__FMA__) && !defined(__AVX512F__)
+/* `exp_neg` in 8 lanes, operation for operation (the same bits): GCC leaves the scalar one scalar in a loop on AVX2. */
+static inline __m256 exp_neg8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f), shift = _mm256_set1_ps(12582912.0f);
+    __m256 below = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    __m256 xc = _mm256_blendv_ps(x, lo, below);
+    __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), shift), shift);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f),
+                               _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc)); /* -(n c) + xc: fma1(-n, c, xc) */
+    __m256 z = _mm256_mul_ps(r, r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_add_ps(_mm256_fmadd_ps(p, z, r), _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_blendv_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), _mm256_setzero_ps(), below);
+}
+#endif
+
 /* Sums in one fixed order, whatever the CPU's vector width: value i goes to partial sum i % 16 (in order),
  * then the 16 partial sums are added by halves (8, 4, 2, 1). `FixedSum` carries the partial sums across
  * calls, so values can be added in pieces (a contiguous run, then single values). */
@@ -254,6 +276,7 @@ static inline v16 sum_lanes16(const v16 *p) {
 }
 #endif
 
+#if !defined(__FMA__) || defined(__AVX512F__)
 /* Scores of `rows` queries (rows, d) against keys [0, n) of k (n, d): s (rows, n) = scale * q k^T. Keys go
  * 16 at a time: each query's 16 partial products (one vector of d/16-chunk sums per key) are summed across
  * lanes together (`sum_lanes16`), and a key tile is read from memory once for all the rows of a KV head. */
@@ -286,6 +309,69 @@ static inline __attribute__((always_inline)) void score_tiles(const float *q, co
         }
     }
 }
+
+#else
+/* AVX2: the same scores in 8-float registers. The 16-key tile of the other builds keeps 2 x d/16 query vectors and 32 partial
+ * products of 16 floats live, ~80 of AVX2's 16 registers, and ran from the stack. Here each key's 16 lanes are
+ * two 8-float chains over the chunks (lanes 0-7, 8-15), added at once (`halves_total`'s first round), and 8 keys'
+ * remaining rounds (0-3 plus 4-7, 0-1 plus 2-3, 0 plus 1) run across registers as keys come: every lane adds the
+ * same products in the same order, so each score has the tile's bits. */
+static inline __attribute__((always_inline)) void key_halves2(const float *qa, const float *qb, const float *kj,
+                                                               int chunks, __m256 *ha, __m256 *hb) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+    for (int c = 0; c < chunks; c++) {
+        __m256 k0 = _mm256_loadu_ps(kj + 16 * c), k1 = _mm256_loadu_ps(kj + 16 * c + 8);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qa + 16 * c), k0, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qa + 16 * c + 8), k1, a1);
+        b0 = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 16 * c), k0, b0);
+        b1 = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 16 * c + 8), k1, b1);
+    }
+    *ha = _mm256_add_ps(a0, a1);
+    *hb = _mm256_add_ps(b0, b1);
+}
+
+static inline __m256 add_fours(__m256 h0, __m256 h1) { /* lanes 0-3: h0's 0-3 plus 4-7; lanes 4-7: h1's */
+    return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
+}
+
+static inline __m256 add_twos(__m256 t0, __m256 t1) { /* add_fours of keys 0|1 and 2|3: 0-1 plus 2-3 of each */
+    return _mm256_add_ps(_mm256_shuffle_ps(t0, t1, 0x44), _mm256_shuffle_ps(t0, t1, 0xEE));
+}
+
+static inline __m256 add_ones(__m256 u0, __m256 u1, float scale) { /* add_twos of keys 0-3, 4-7: 8 scores */
+    __m256 d = _mm256_add_ps(_mm256_shuffle_ps(u0, u1, 0x88), _mm256_shuffle_ps(u0, u1, 0xDD));
+    d = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)); /* keys 0 2 4 6 1 3 5 7 in order */
+    return _mm256_mul_ps(d, _mm256_set1_ps(scale));
+}
+
+static inline __attribute__((always_inline)) void score_tiles(const float *q, const float *k, float *s, long stride,
+                                                               int rows, int n, int d, float scale) {
+    int chunks = d / 16;
+    for (int j = 0; j < n; j += 8) {
+        const float *kj = k + (long)j * d;
+        for (int r = 0; r < rows; r += 2) {
+            int second = r + 1 < rows ? r + 1 : r;
+            const float *qa = q + (long)r * d, *qb = q + (long)second * d;
+            __m256 ua[2], ub[2];
+            for (int half = 0; half < 2; half++) {
+                __m256 ta[2], tb[2];
+                for (int pair = 0; pair < 2; pair++) {
+                    __m256 ha0, hb0, ha1, hb1;
+                    const float *kp = kj + (long)(4 * half + 2 * pair) * d;
+                    key_halves2(qa, qb, kp, chunks, &ha0, &hb0);
+                    key_halves2(qa, qb, kp + d, chunks, &ha1, &hb1);
+                    ta[pair] = add_fours(ha0, ha1);
+                    tb[pair] = add_fours(hb0, hb1);
+                }
+                ua[half] = add_twos(ta[0], ta[1]);
+                ub[half] = add_twos(tb[0], tb[1]);
+            }
+            _mm256_storeu_ps(s + (long)r * stride + j, add_ones(ua[0], ua[1], scale));
+            _mm256_storeu_ps(s + (long)second * stride + j, add_ones(ub[0], ub[1], scale));
+        }
+    }
+}
+#endif
 
 /* `score_tiles` over any n: the last n % 16 keys go through the same tile code, copied into `tile` (16 * d
  * floats) and zero-padded, their scores through `spill` (16 * rows floats). A key's score is thus computed
@@ -332,8 +418,13 @@ static inline __attribute__((always_inline)) int kv_head_rows(
             for (int j = 0; j < tree; j++) sr[prefix + j] = row_mask[j] ? sr[prefix + j] : -INFINITY;
 #pragma omp simd reduction(max : m)
         for (int j = 0; j < n_keys; j++) m = sr[j] > m ? sr[j] : m;
+        int j = 0;
+#if defined(__FMA__) && !defined(__AVX512F__)
+        for (; j + 8 <= n_keys; j += 8)
+            _mm256_storeu_ps(sr + j, exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(sr + j), _mm256_set1_ps(m))));
+#endif
 #pragma omp simd
-        for (int j = 0; j < n_keys; j++) sr[j] = exp_neg(sr[j] - m);
+        for (int i = j; i < n_keys; i++) sr[i] = exp_neg(sr[i] - m);
         /* The denominator sums the keys this row sees, in order, as `FixedSum` does: a tree node's
          * ancestors then count as the tokens before it do in plain decoding (masked keys are skipped, not
          * added as zeros, which would shift the later keys' partial sums). */

@@ -149,9 +149,13 @@ def test_other_builds_give_the_same_bits(ops, tmp_path, monkeypatch, march, defi
     assert torch.equal(*rotated) and torch.equal(caches[0][0], caches[1][0])
     q, k, v = _randn(5, 8, 64, seed=4), _randn(2, 2, 64, 64, seed=5), _randn(2, 2, 64, 64, seed=6)
     mask = torch.rand(5, 5, generator=torch.Generator().manual_seed(7)) < 0.6
-    for n_keys, tree in ((37, None), (37, mask), (64, mask)):
-        assert torch.equal(other.attention(q, k, v, 1, n_keys, tree, torch.float32, 0.125, ordered=True),
-                           ops.attention(q, k, v, 1, n_keys, tree, torch.float32, 0.125, ordered=True)), n_keys
+    for n_keys, tree, spread in ((37, None, 1.0), (37, mask, 1.0), (64, mask, 1.0), (61, mask, 40.0)):
+        wide = q * spread  # (scores far below the largest: exp's floor at -87)
+        assert torch.equal(other.attention(wide, k, v, 1, n_keys, tree, torch.float32, 0.125, ordered=True),
+                           ops.attention(wide, k, v, 1, n_keys, tree, torch.float32, 0.125, ordered=True)), n_keys
+    q, k, v = _randn(4, 6, 128, seed=12), _randn(1, 3, 80, 128, seed=13), _randn(1, 3, 80, 128, seed=14)
+    assert torch.equal(other.attention(q, k, v, 0, 79, mask[:4, :4], torch.float32, 0.09, ordered=True),
+                       ops.attention(q, k, v, 0, 79, mask[:4, :4], torch.float32, 0.09, ordered=True))
 
 
 def test_a_library_per_cpu_and_a_reason_without_a_compiler(ops, tmp_path, monkeypatch):  # ops: skip without cc

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from eagleviz.paths import cache_dir
+from kernels import cpu_ops
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((ROOT / "scripts").glob("*.py"))
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -25,6 +28,7 @@ NAMED = re.compile(r"scripts/([\w-]+\.(?:py|c))")
 CITED = re.compile(r"git show ([0-9a-f]{7,40}):scripts/([\w-]+\.(?:py|c))")
 
 RUN_BY = {  # each script -> the test that runs its work on tiny sizes
+    "attention_rows.py": "tests/test_scripts.py::test_attention_rows_times_two_builds_and_finds_them_bit_equal",
     "measure_concurrency.py":
         "tests/test_reliability.py::test_the_concurrency_measurement_runs_whole_and_logs_the_servers_steps",
     "measure_ui_latency.py": "tests/test_scripts.py::test_measure_ui_latency_times_the_pages_handlers",
@@ -143,6 +147,22 @@ def test_the_docs_room_latency_is_the_committed_measurement():
     app = " ".join((ROOT / "docs" / "app.md").read_text().split())
     assert (f"took a median {s('server+network', 'median')} and at most {s('server+network', 'max')}" in app
             and f"a median {s('end to end', 'median')} and at most {s('end to end', 'max')}" in app)
+
+
+def test_attention_rows_times_two_builds_and_finds_them_bit_equal(tmp_path, capsys):
+    """scripts/attention_rows.py times this checkout's C attention against another copy of the file in turn: the
+    same source gives the same bits, and a copy whose softmax is off by an ulp is refused."""
+    if cpu_ops.load(cache_dir() / "kernels") is None:
+        pytest.skip("no C layer here")
+    run = script("attention_rows.py").main
+    assert run(["--repeats", "1", "--rows", "3", "--prefix", "5", "--against", str(cpu_ops.SOURCE)]) == 0
+    out = capsys.readouterr().out
+    assert "3 rows x 8 keys" in out and "against" in out and "the same bits" in out
+    wrong = tmp_path / "wrong.c"
+    text = cpu_ops.SOURCE.read_text()
+    assert "inv_sum[r] = 1.0f / sum;" in text
+    wrong.write_text(text.replace("inv_sum[r] = 1.0f / sum;", "inv_sum[r] = nextafterf(1.0f / sum, 0.0f);"))
+    assert run(["--repeats", "1", "--rows", "3", "--prefix", "5", "--against", str(wrong)]) == 1
 
 
 def test_quant_matmul_ab_times_two_builds_and_finds_them_bit_equal(tmp_path):
