@@ -138,8 +138,8 @@ static inline __m256 exp_neg8(__m256 x) {
     __m256 below = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
     __m256 xc = _mm256_blendv_ps(x, lo, below);
     __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), shift), shift);
-    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f),
-                               _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc)); /* -(n c) + xc: fma1(-n, c, xc) */
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), /* fnmadd: -(n c) + xc, fma1(-n, c, xc) */
+                               _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc));
     __m256 z = _mm256_mul_ps(r, r);
     __m256 p = _mm256_set1_ps(1.9875691500e-4f);
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
@@ -311,11 +311,11 @@ static inline __attribute__((always_inline)) void score_tiles(const float *q, co
 }
 
 #else
-/* AVX2: the same scores in 8-float registers. The 16-key tile of the other builds keeps 2 x d/16 query vectors and 32 partial
- * products of 16 floats live, ~80 of AVX2's 16 registers, and ran from the stack. Here each key's 16 lanes are
- * two 8-float chains over the chunks (lanes 0-7, 8-15), added at once (`halves_total`'s first round), and 8 keys'
- * remaining rounds (0-3 plus 4-7, 0-1 plus 2-3, 0 plus 1) run across registers as keys come: every lane adds the
- * same products in the same order, so each score has the tile's bits. */
+/* AVX2: the same scores in 8-float registers. The 16-key tile of the other builds keeps 2 x d/16 query vectors
+ * and 32 partial products of 16 floats live, ~80 of AVX2's 16 registers, and ran from the stack. Here each key's
+ * 16 lanes are two 8-float chains over the chunks (lanes 0-7, 8-15), added at once (`halves_total`'s first round),
+ * and 8 keys' remaining rounds (0-3 plus 4-7, 0-1 plus 2-3, 0 plus 1) run across registers as keys come: every
+ * lane adds the same products in the same order, so each score has the tile's bits. */
 static inline __attribute__((always_inline)) void key_halves2(const float *qa, const float *qb, const float *kj,
                                                                int chunks, __m256 *ha, __m256 *hb) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
