@@ -34,7 +34,11 @@
 
 typedef uint16_t bf16_t;
 typedef float v16 __attribute__((vector_size(64))); /* 16 fp32 lanes: AVX-512, 2 x AVX2, 4 x NEON */
+typedef float v8 __attribute__((vector_size(32)));  /* 8 fp32 lanes: half of a v16 */
 #define MAX_CHUNKS 16 /* head_dim <= 256 */
+#ifndef TILE_BYTES
+#define TILE_BYTES 16384
+#endif
 /* Every entry returns 0, or one of these (the Python wrappers raise on them; they check shapes first). */
 #define ERR_NOMEM -1
 #define ERR_SHAPE -2
@@ -164,11 +168,20 @@ typedef struct {
 static inline void fixed_add_run(FixedSum *acc, const float *x, int n) { /* n contiguous values */
     int i = 0;
     while (i < n && (acc->count & 15)) acc->lanes[acc->count++ & 15] += x[i++];
+    /* the run's sums as two halves of 8 lanes in registers: GCC keeps a 16-lane sum that lives in a struct on
+     * the stack and moves it through 64-bit pieces on every add where vectors are 8 wide */
+    v8 lo, hi;
+    memcpy(&lo, &acc->lanes, sizeof lo);
+    memcpy(&hi, (const char *)&acc->lanes + sizeof lo, sizeof hi);
     for (; i + 16 <= n; i += 16, acc->count += 16) {
-        v16 v;
-        memcpy(&v, x + i, sizeof v);
-        acc->lanes += v;
+        v8 a, b;
+        memcpy(&a, x + i, sizeof a);
+        memcpy(&b, x + i + 8, sizeof b);
+        lo += a;
+        hi += b;
     }
+    memcpy(&acc->lanes, &lo, sizeof lo);
+    memcpy((char *)&acc->lanes + sizeof lo, &hi, sizeof hi);
     for (; i < n; i++) acc->lanes[acc->count++ & 15] += x[i];
 }
 
@@ -316,18 +329,18 @@ static inline __attribute__((always_inline)) void score_tiles(const float *q, co
  * 16 lanes are two 8-float chains over the chunks (lanes 0-7, 8-15), added at once (`halves_total`'s first round),
  * and 8 keys' remaining rounds (0-3 plus 4-7, 0-1 plus 2-3, 0 plus 1) run across registers as keys come: every
  * lane adds the same products in the same order, so each score has the tile's bits. */
-static inline __attribute__((always_inline)) void key_halves2(const float *qa, const float *qb, const float *kj,
-                                                               int chunks, __m256 *ha, __m256 *hb) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+static inline __attribute__((always_inline)) void key_halves(const float *q, int d, int nr, const float *kj,
+                                                              int chunks, __m256 *h) {
+    __m256 lo[2], hi[2];
+    for (int e = 0; e < nr; e++) lo[e] = hi[e] = _mm256_setzero_ps();
     for (int c = 0; c < chunks; c++) {
         __m256 k0 = _mm256_loadu_ps(kj + 16 * c), k1 = _mm256_loadu_ps(kj + 16 * c + 8);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qa + 16 * c), k0, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qa + 16 * c + 8), k1, a1);
-        b0 = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 16 * c), k0, b0);
-        b1 = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 16 * c + 8), k1, b1);
+        for (int e = 0; e < nr; e++) {
+            lo[e] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (long)e * d + 16 * c), k0, lo[e]);
+            hi[e] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (long)e * d + 16 * c + 8), k1, hi[e]);
+        }
     }
-    *ha = _mm256_add_ps(a0, a1);
-    *hb = _mm256_add_ps(b0, b1);
+    for (int e = 0; e < nr; e++) h[e] = _mm256_add_ps(lo[e], hi[e]);
 }
 
 static inline __m256 add_fours(__m256 h0, __m256 h1) { /* lanes 0-3: h0's 0-3 plus 4-7; lanes 4-7: h1's */
@@ -344,31 +357,41 @@ static inline __m256 add_ones(__m256 u0, __m256 u1, float scale) { /* add_twos o
     return _mm256_mul_ps(d, _mm256_set1_ps(scale));
 }
 
-static inline __attribute__((always_inline)) void score_tiles(const float *q, const float *k, float *s, long stride,
-                                                               int rows, int n, int d, float scale) {
+/* nr (1 or 2) query rows against keys [0, n): each key's loads serve both rows (three rows a group held more
+ * than AVX2's 16 registers and ran slower) */
+static inline __attribute__((always_inline)) void score_group(const float *q, const float *k, float *s, long stride,
+                                                               int nr, int n, int d, float scale) {
     int chunks = d / 16;
     for (int j = 0; j < n; j += 8) {
         const float *kj = k + (long)j * d;
-        for (int r = 0; r < rows; r += 2) {
-            int second = r + 1 < rows ? r + 1 : r;
-            const float *qa = q + (long)r * d, *qb = q + (long)second * d;
-            __m256 ua[2], ub[2];
-            for (int half = 0; half < 2; half++) {
-                __m256 ta[2], tb[2];
-                for (int pair = 0; pair < 2; pair++) {
-                    __m256 ha0, hb0, ha1, hb1;
-                    const float *kp = kj + (long)(4 * half + 2 * pair) * d;
-                    key_halves2(qa, qb, kp, chunks, &ha0, &hb0);
-                    key_halves2(qa, qb, kp + d, chunks, &ha1, &hb1);
-                    ta[pair] = add_fours(ha0, ha1);
-                    tb[pair] = add_fours(hb0, hb1);
-                }
-                ua[half] = add_twos(ta[0], ta[1]);
-                ub[half] = add_twos(tb[0], tb[1]);
+        __m256 u[2][2];
+        for (int half = 0; half < 2; half++) {
+            __m256 t[2][2];
+            for (int pair = 0; pair < 2; pair++) {
+                __m256 h0[2], h1[2];
+                const float *kp = kj + (long)(4 * half + 2 * pair) * d;
+                key_halves(q, d, nr, kp, chunks, h0);
+                key_halves(q, d, nr, kp + d, chunks, h1);
+                for (int e = 0; e < nr; e++) t[pair][e] = add_fours(h0[e], h1[e]);
             }
-            _mm256_storeu_ps(s + (long)r * stride + j, add_ones(ua[0], ua[1], scale));
-            _mm256_storeu_ps(s + (long)second * stride + j, add_ones(ub[0], ub[1], scale));
+            for (int e = 0; e < nr; e++) u[half][e] = add_twos(t[0][e], t[1][e]);
         }
+        for (int e = 0; e < nr; e++) _mm256_storeu_ps(s + (long)e * stride + j, add_ones(u[0][e], u[1][e], scale));
+    }
+}
+
+static inline __attribute__((always_inline)) void score_tiles(const float *q, const float *k, float *s, long stride,
+                                                               int rows, int n, int d, float scale) {
+    /* keys in tiles of TILE_BYTES that stay in L1 over the rows' pairs; an odd row alone, not paired with
+     * itself as it was (a plain step's 3 query rows a KV head did 4 rows' work) */
+    int span = (TILE_BYTES / (int)sizeof(float) / d) & ~7;
+    span = span < 8 ? 8 : span;
+    for (int j0 = 0; j0 < n; j0 += span) {
+        const float *kt = k + (long)j0 * d;
+        float *st = s + j0;
+        int m = n - j0 < span ? n - j0 : span, r = 0;
+        for (; r + 2 <= rows; r += 2) score_group(q + (long)r * d, kt, st + (long)r * stride, stride, 2, m, d, scale);
+        if (r < rows) score_group(q + (long)r * d, kt, st + (long)r * stride, stride, 1, m, d, scale);
     }
 }
 #endif
@@ -444,17 +467,23 @@ static inline __attribute__((always_inline)) int kv_head_rows(
 #if defined(__FMA__) && !defined(__AVX512F__)
     /* AVX2: a row at a time in 8-float registers (the 4-row tile below holds 4 x d/16 16-float vectors, 32 of
      * AVX2's 16 registers for d = 64, and spilled every FMA's operands); each lane adds the same products in the
-     * same order, so the bits are the tile's */
-    for (int r = 0; r < r_count; r++) {
-        __m256 a[2 * MAX_CHUNKS];
-        const float *sr = s + (long)r * n_keys;
-        for (int c = 0; c < 2 * chunks; c++) a[c] = _mm256_setzero_ps();
-        for (int j = 0; j < n_keys; j++) {
-            __m256 w = _mm256_set1_ps(sr[j]);
-            const float *vj = v + (long)j * d;
-            for (int c = 0; c < 2 * chunks; c++) a[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vj + 8 * c), a[c]);
+     * same order, so the bits are the tile's. Values in tiles of TILE_BYTES, each read from L1 by every row (the
+     * sums wait in `acc` between tiles: the same adds in the same order) */
+    int span = TILE_BYTES / (int)sizeof(float) / d;
+    for (int j0 = 0; j0 < n_keys; j0 += span) {
+        int j1 = n_keys - j0 < span ? n_keys : j0 + span;
+        for (int r = 0; r < r_count; r++) {
+            __m256 a[2 * MAX_CHUNKS];
+            const float *sr = s + (long)r * n_keys;
+            float *ar = acc + (long)r * d;
+            for (int c = 0; c < 2 * chunks; c++) a[c] = j0 ? _mm256_loadu_ps(ar + 8 * c) : _mm256_setzero_ps();
+            for (int j = j0; j < j1; j++) {
+                __m256 w = _mm256_set1_ps(sr[j]);
+                const float *vj = v + (long)j * d;
+                for (int c = 0; c < 2 * chunks; c++) a[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vj + 8 * c), a[c]);
+            }
+            for (int c = 0; c < 2 * chunks; c++) _mm256_storeu_ps(ar + 8 * c, a[c]);
         }
-        for (int c = 0; c < 2 * chunks; c++) _mm256_storeu_ps(acc + (long)r * d + 8 * c, a[c]);
     }
 #else
     for (int r0 = 0; r0 < r_count; r0 += 4) { /* 4 rows' accumulators stay in registers over the values */
@@ -499,26 +528,29 @@ static inline __attribute__((always_inline)) int attention_d(
     int items = hkv * slices, err = 0;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && items > 1) reduction(min : err)
     for (int it = 0; it < items; it++) {
-        int g = it / slices, p = it % slices;
-        int code = kv_head_rows(q, kc, vc, mask, out, hq, group, g, (int)((long)r_count * p / slices),
-                                (int)((long)r_count * (p + 1) / slices), d, cap, n_keys, prefix, scale, bf, ordered);
+        int g = it / slices, p = it % slices, lo = (int)((long)r_count * p / slices);
+        int hi = (int)((long)r_count * (p + 1) / slices), code;
+        /* common head sizes get a copy of the loops compiled for their size, here inside the parallel loop's
+         * body (OpenMP outlines that body once, before inlining: copies made by the caller all ran the generic
+         * loops); a query or value row then stays in registers */
+        if (d == 64)
+            code = kv_head_rows(q, kc, vc, mask, out, hq, group, g, lo, hi, 64, cap, n_keys, prefix, scale, bf, ordered);
+        else if (d == 128)
+            code = kv_head_rows(q, kc, vc, mask, out, hq, group, g, lo, hi, 128, cap, n_keys, prefix, scale, bf, ordered);
+        else
+            code = kv_head_rows(q, kc, vc, mask, out, hq, group, g, lo, hi, d, cap, n_keys, prefix, scale, bf, ordered);
         err = code < err ? code : err;
     }
     return err;
 }
 
-/* The entry: common head sizes get a copy of the loops compiled for their size (the vectors of a query
- * or value row then stay in registers; 1.6x faster for d = 64 than the generic copy). */
+/* The entry: checks the shapes. */
 int attention(const float *q, const float *kc, const float *vc, const uint8_t *mask, void *out, int rows,
               int hq, int hkv, int d, int cap, int n_keys, int prefix, float scale, int bf, int ordered, int threads) {
     /* the register tiles hold MAX_CHUNKS vectors of 16: refuse what they cannot hold */
     if (d <= 0 || d % 16 || d > 16 * MAX_CHUNKS || hkv <= 0 || hq % hkv || n_keys > cap || prefix < 0 ||
         prefix > n_keys || threads < 1)
         return ERR_SHAPE;
-    if (d == 64)
-        return attention_d(q, kc, vc, mask, out, rows, hq, hkv, 64, cap, n_keys, prefix, scale, bf, ordered, threads);
-    if (d == 128)
-        return attention_d(q, kc, vc, mask, out, rows, hq, hkv, 128, cap, n_keys, prefix, scale, bf, ordered, threads);
     return attention_d(q, kc, vc, mask, out, rows, hq, hkv, d, cap, n_keys, prefix, scale, bf, ordered, threads);
 }
 
