@@ -12,7 +12,7 @@ from eagleviz.models import layers
 from eagleviz.models.layers import attention_dtype
 from eagleviz.models.loading import resolve_kv_dtype
 from eagleviz.models.target import TargetModel
-from tiny import tiny_target
+from tiny import TinyTokenizer, random_hf_model, tiny_target
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2", "qwen3", "mistral"])
@@ -36,6 +36,27 @@ def test_forward_matches_hf_logits_and_features(model_type):
                         feature_layers=target.eagle3_layers).features
     want = torch.cat([ref.hidden_states[i][0] for i in (low, mid, high)], dim=-1)
     torch.testing.assert_close(e3, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("head_dim", [16, 64, 128])
+def test_rope_rows_read_from_the_table_are_the_rotary_modules_own(head_dim):
+    """`_rope_rows` reads a table made in blocks (a head of 64 or 128) or a row at a time (16): every row is bit for
+    bit what the model's rotary module gives for that position alone, as the forward used to call it; the table
+    grows when a longer cache asks."""
+    shape = {"model_type": "llama", "vocab_size": 32, "hidden_size": 2 * head_dim, "intermediate_size": 64,
+             "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": head_dim,
+             "max_position_embeddings": 4096, "tie_word_embeddings": False}
+    target = TargetModel(random_hf_model(shape, 0, torch.float32), TinyTokenizer(), "rope")
+    probe = torch.empty(1)
+    for capacity in (300, 1500):
+        positions = torch.arange(capacity)
+        cos, sin = target._rope_rows(capacity, torch.float32, positions)
+        assert cos.shape == (capacity, head_dim) and target._rope_table[0].shape[0] >= capacity
+        for p in range(0, capacity, 1 if capacity == 300 else 7):
+            want_cos, want_sin = target._rotary(probe, torch.tensor([[p]]))
+            assert torch.equal(cos[p], want_cos[0, 0]) and torch.equal(sin[p], want_sin[0, 0]), (head_dim, p)
+    tree = torch.tensor([40, 41, 41, 42])  # a tree's positions: depths repeat
+    assert torch.equal(target._rope_rows(64, torch.float32, tree)[0], target._rotary(probe, tree[None])[0][0])
 
 
 def test_attention_dtype_takes_fp32_only_where_it_wins_clearly(monkeypatch):

@@ -47,6 +47,9 @@ class TargetOutput:
     features: torch.Tensor
 
 
+ROPE_BLOCK_VALUES = 16_384   # values a block of `TargetModel._rope_rows`' table: half PyTorch's grain (32,768)
+
+
 class TargetModel:
     """A read-only wrapper: shared by every run, it holds no per-run state (caches are arguments).
 
@@ -89,6 +92,7 @@ class TargetModel:
         self._layers = base.layers
         self._norm = base.norm
         self._rotary = base.rotary_emb
+        self._rope_table: tuple[torch.Tensor, torch.Tensor] | None = None   # `_rope_rows`
         self.lm_head = hf_model.lm_head
         self._quant = self._quant_ops(blocks, hf_model)
         self.unembed = self._dense(hf_model.lm_head, pack=pack)  # the LM head for inference (packed)
@@ -354,9 +358,8 @@ class TargetModel:
         """`forward` with each layer's small operations in `kernels.cpu_ops`: the residual stream h is updated
         in place by the norms that follow each add, and the products stay `Dense` calls."""
         ops, eps, t, start = self.ops, self.eps, ids.shape[0], cache.length
-        h = self._embed(ids)
-        cos, sin = self._rotary(h, positions[None])
-        cos, sin = cos[0].contiguous(), sin[0].contiguous()
+        h = torch.embedding(self._embed.weight, ids)   # the module's own operation, without a module's call
+        cos, sin = self._rope_rows(cache.capacity, h.dtype, positions)
         mask = None if tree_mask is None else tree_mask.contiguous()
         if self._stack is not None:  # the same operations as the loop below, in one C call
             x, features = self._stack.run(h, cos, sin, cache.k, cache.v, start, mask, feature_layers,
@@ -375,6 +378,24 @@ class TargetModel:
             x = ops.rms_norm(h, self._next_norms[i], eps, delta=self._down[i](ops.silu_mul(self._gate_up[i](x))),
                              ordered=ordered)
         return self._finish(x, captured, cache, t, logit_rows, feature_layers)
+
+    def _rope_rows(self, capacity: int, dtype: torch.dtype, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE's cos and sin (T, head_dim) at `positions` (each below `capacity`), read from a table of the rotary
+        module's rows for positions [0, capacity) at least, kept and grown by doubling: a lookup costs a fifth of
+        the module's six operations a step. Each row is what the module gives for its position alone, bit for bit
+        (`tests/test_target.py`): its operations are elementwise, and the table is made in blocks of ROPE_BLOCK_VALUES
+        values, each below PyTorch's grain (one thread, one vector loop over the block); a head size that
+        PyTorch's widest vector loop does not divide leaves a row's last values to its scalar loop, so there each
+        row is made alone."""
+        table = self._rope_table
+        if table is None or table[0].shape[0] < capacity or table[0].dtype != dtype:
+            n = max(capacity, 2 * table[0].shape[0] if table is not None and table[0].dtype == dtype else 0)
+            probe, dev = torch.empty(1, dtype=dtype, device=positions.device), positions.device
+            step = max(1, ROPE_BLOCK_VALUES // self.head_dim) if self.head_dim % 32 == 0 else 1
+            rows = [self._rotary(probe, torch.arange(a, min(a + step, n), device=dev)[None]) for a in range(0, n, step)]
+            table = self._rope_table = (torch.cat([c[0] for c, _ in rows]), torch.cat([s[0] for _, s in rows]))
+            # (one assignment: a run reading the table beside this one sees the old or the new, both right)
+        return table[0].index_select(0, positions), table[1].index_select(0, positions)
 
     def _finish(self, x: torch.Tensor, captured: dict[int, torch.Tensor] | torch.Tensor | None, cache: KVCache, t: int,
                 logit_rows: slice | None, feature_layers: tuple[int, ...] | None) -> TargetOutput:
