@@ -534,11 +534,14 @@ static inline __attribute__((always_inline)) int attention_d(
          * body (OpenMP outlines that body once, before inlining: copies made by the caller all ran the generic
          * loops); a query or value row then stays in registers */
         if (d == 64)
-            code = kv_head_rows(q, kc, vc, mask, out, hq, group, g, lo, hi, 64, cap, n_keys, prefix, scale, bf, ordered);
+            code = kv_head_rows(q, kc, vc, mask, out, hq, group, g, lo, hi, 64, cap, n_keys, prefix, scale, bf,
+                                ordered);
         else if (d == 128)
-            code = kv_head_rows(q, kc, vc, mask, out, hq, group, g, lo, hi, 128, cap, n_keys, prefix, scale, bf, ordered);
+            code = kv_head_rows(q, kc, vc, mask, out, hq, group, g, lo, hi, 128, cap, n_keys, prefix, scale, bf,
+                                ordered);
         else
-            code = kv_head_rows(q, kc, vc, mask, out, hq, group, g, lo, hi, d, cap, n_keys, prefix, scale, bf, ordered);
+            code = kv_head_rows(q, kc, vc, mask, out, hq, group, g, lo, hi, d, cap, n_keys, prefix, scale, bf,
+                                ordered);
         err = code < err ? code : err;
     }
     return err;

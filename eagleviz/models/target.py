@@ -379,11 +379,12 @@ class TargetModel:
                              ordered=ordered)
         return self._finish(x, captured, cache, t, logit_rows, feature_layers)
 
-    def _rope_rows(self, capacity: int, dtype: torch.dtype, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _rope_rows(self, capacity: int, dtype: torch.dtype,
+                   positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """RoPE's cos and sin (T, head_dim) at `positions` (each below `capacity`), read from a table of the rotary
         module's rows for positions [0, capacity) at least, kept and grown by doubling: a lookup costs a fifth of
         the module's six operations a step. Each row is what the module gives for its position alone, bit for bit
-        (`tests/test_target.py`): its operations are elementwise, and the table is made in blocks of ROPE_BLOCK_VALUES
+        (`tests/test_models.py`): its operations are elementwise, and the table is made in blocks of ROPE_BLOCK_VALUES
         values, each below PyTorch's grain (one thread, one vector loop over the block); a head size that
         PyTorch's widest vector loop does not divide leaves a row's last values to its scalar loop, so there each
         row is made alone."""
