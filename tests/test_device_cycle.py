@@ -444,9 +444,9 @@ def test_on_a_gpu_the_next_cycle_is_launched_before_the_last_is_traced(target, e
     """Where a step returns before the device is done (`steps.queued`), a device cycle's successor is launched
     right after its read, before the host rebuilds its candidates and walk and writes its trace, when the run goes
     on and the next cycle is a device cycle too (no lookup match to merge): launch (L), read (R), the host's books
-    (V), trace (T) in the pipelined order, and the traces of the unqueued run. A cost-aware tree's cycle is
-    launched after the books before it (they decide its rest, its prices and its values). Here a CPU's steps are
-    marked queued."""
+    (V), trace (T) in the pipelined order, and the traces of the unqueued run (a cost-aware tree's too: its choice,
+    made by the books before the last cycle's, is the same where those books moved nothing, as here without a
+    clock). Here a CPU's steps are marked queued."""
     from eagleviz.decoding import engine as engine_module
 
     tree = (TreeConfig.create(source="eagle") if source == "cost-aware" else
@@ -470,13 +470,67 @@ def test_on_a_gpu_the_next_cycle_is_launched_before_the_last_is_traced(target, e
     queued = engine(target, ledger=False).generate(PROMPT, tree, sampling)  # new states: marked queued as made
     cycles = len(queued.cycles)
     assert [fields(c) for c in queued.cycles] == [fields(c) for c in unqueued.cycles]
-    if source == "cost-aware":
-        assert "".join(events) == "LRVT" * cycles
-    elif source == "eagle":
+    if source != "eagle+lookup":
         assert "".join(events) == "L" + "RLVT" * (cycles - 1) + "RVT"  # none launched past the last
     else:  # the cycles that merge a lookup's chain run on the host, launched after the trace before them
         looked = sum(c.lookup_ngram > 0 for c in queued.cycles)
         assert 0 < looked < cycles and events.count("L") == events.count("R") == cycles - looked
+
+
+def test_a_cost_aware_cycle_launched_ahead_is_chosen_and_rested_by_the_books_before_the_last_cycles(target,
+                                                                                                      monkeypatch):
+    """On a GPU a cost-aware tree's next cycle is launched at the last one's read, before that cycle's books are
+    kept: it chooses by the policy in force when the last cycle began (the run's own acceptance has moved the
+    values since: the lag is real), and a rest those books impose starts a cycle later. Greedy, every token is
+    still plain decoding's. The books are the cycles' logic here, not the wall clock: each cycle wins its ledger,
+    the prices stay as listed, no plain step is timed, so a head rests after a cycle none of whose nodes was worth
+    verifying (`HeadRest`)."""
+    from eagleviz.decoding.costs import RunCosts
+    from eagleviz.decoding.policy import Ledger
+
+    monkeypatch.setattr(Ledger, "observe", lambda self, *a, **k: True)
+    monkeypatch.setattr(Ledger, "losing", lambda self: False)
+    monkeypatch.setattr(Ledger, "wants_reference", lambda self: False)
+    monkeypatch.setattr(RunCosts, "observe", lambda self, *a: False)
+    entered = []  # each drafted cycle's: the cycle launched ahead of it (or None) and the policy in force
+    on_device = Engine._on_device
+    monkeypatch.setattr(Engine, "_on_device", lambda self, r, p: entered.append((r.queued, r.policy)) or
+                        on_device(self, r, p))
+    init = StaticSteps.__init__
+
+    def marked(self, *a, **k):
+        init(self, *a, **k)
+        self.queued = True
+
+    tree, sampling = TreeConfig.create(source="eagle"), SamplingConfig(max_new_tokens=48)
+    plain = engine(target, "eagle1", 2, 0.05, device_cycle=True).generate(PROMPT, None, sampling)
+
+    def run(queued: bool, **policy):
+        entered.clear()
+        monkeypatch.setattr(StaticSteps, "__init__", marked if queued else init)
+        out = engine(target, "eagle1", 2, 0.05, device_cycle=True).with_policy(**policy).generate(PROMPT, tree,
+                                                                                                    sampling)
+        assert [o.token for o in out.output] == [o.token for o in plain.output]
+        assert any(launched is not None for launched, _ in entered) == queued
+        return out, list(entered)
+
+    # the values, moved by the run's acceptance after every cycle here
+    _, launches = run(True, calibration=HeadCalibration(TABLE, TABLE))
+    ahead = [k for k, (launched, _) in enumerate(launches) if launched is not None]
+    assert len(ahead) > 10 and 0 not in ahead
+    assert all(launches[k][0].policy is launches[k - 1][1] for k in ahead)  # the policy before the last books
+    assert all(launches[k][1] is not launches[k - 1][1] for k in ahead)  # ... which moved it since
+    # the rests: on a CPU's curve many draftings are not worth verifying
+    steep = {"costs": STEEP, "calibration": HeadCalibration(TABLE, TABLE)}
+    unqueued, queued = run(False, **steep)[0], run(True, **steep)
+    resting = [[c.index for c in r.cycles if "The head rests" in c.decision] for r in (unqueued, queued[0])]
+    assert resting[0] and resting[1] and resting[0] != resting[1]
+    drafted = [c.index for c in queued[0].cycles if c.draft_levels > 0]
+    assert [c.index for c in queued[0].cycles if c.draft_levels > 0 and len(c.tokens) == 1]  # (rests' cause)
+    for j in resting[1]:  # a rest's first cycle follows two drafted ones, the second launched ahead of the books
+        if j - 1 in drafted:  # that imposed the rest
+            k = drafted.index(j - 1)
+            assert k > 0 and drafted[k - 1] == j - 2 and queued[1][k][0] is not None
 
 
 def test_a_verification_captured_over_one_drafter_is_never_replayed_for_another(engines):

@@ -753,12 +753,13 @@ class Engine:
         began = time.perf_counter()  # the ledger's clock: the whole cycle
         ready = prepared(r.steps, r.dcache) if r.captures else 0
         budget = min(r.tree.draft_tokens, r.capacity - 1 - S)
-        reference = r.ledger is not None and r.ledger.wants_reference()  # a plain step, timed
+        # a plain step, timed (not where a cycle was launched ahead: its rest and reference were decided then)
+        reference = r.queued is None and r.ledger is not None and r.ledger.wants_reference()
         looks = r.index is not None and budget > 1 and not reference
         resting_lookups = looks and r.lookups is not None and not r.lookup_rest.head_runs()
         r.lookup_probe = r.lookup_probe or resting_lookups
         match = r.index.match(min(r.tree.steps, budget - 1)) if looks and not resting_lookups else None
-        run_head = r.use_head and (r.policy is None or (not reference and r.rest.head_runs()))
+        run_head = r.use_head and (r.policy is None or r.queued is not None or (not reference and r.rest.head_runs()))
         passed = None
         if match is not None and not run_head and r.policy is not None and not r.worthy(match, budget):
             passed, match = match, None  # its tokens alone not worth verifying: `grow` would verify the root
@@ -875,13 +876,12 @@ class Engine:
         clock.lap()
         if r.index is not None:
             r.index.extend(reading.committed)
-        if r.steps.queued and r.policy is None:  # a GPU: the next cycle queued before this one's books and trace
-            # are written (when it too is a device cycle: no lookup match, a tree that fits), so the host writes
-            # them while the device computes (a cost-aware tree's next cycle waits for the books: they decide
-            # whether its head rests and with what prices and values it chooses)
+        if r.steps.queued and self._drafts_next(r):  # a GPU: the next cycle queued before this one's books and
+            # trace are written (when it too is a device cycle: no lookup match, a tree that fits), so the host
+            # writes them while the device computes; a cost-aware tree's chosen by the books before this cycle's
             r.queued = self._launch_ahead(on_device, launched.features(reading.count), reading.committed,
                                           S + reading.count, r.capacity, r.tree, r.index, len(r.run.output),
-                                          r.sampling.max_new_tokens, r.gen)
+                                          r.sampling.max_new_tokens, r.gen, r.policy)
         verdict = on_device.verdict(launched, reading, r.text)
         tree = verdict.draft.tree
         alone = len(tree) == 1  # a cost-aware tree's drafting that was not worth verifying
@@ -1008,20 +1008,30 @@ class Engine:
         run.wall_s = time.perf_counter() - r.start
         r.cycle += 1
 
+    @staticmethod
+    def _drafts_next(r: _Speculation) -> bool:
+        """Whether the cycle after this one drafts, decided now, before this cycle's books are kept (a launch ahead
+        decides it one cycle early): a fixed tree's head always drafts; a cost-aware tree's unless it rests or the
+        next cycle times a plain step. The books this cycle writes rule from the cycle after next: the prices and
+        values they set choose that cycle's tree, and a rest they impose starts with it (the launched cycle's own
+        books may lengthen the rest or, where it paid, end it first)."""
+        return r.policy is None or (not r.rest.left and not (r.ledger is not None and r.ledger.wants_reference()))
+
     def _launch_ahead(self, on_device: DeviceCycle, features: torch.Tensor | None, committed: list[int], S: int,
                       capacity: int, tree_cfg: TreeConfig, index, written: int, limit: int,
-                      generator: torch.Generator):
+                      generator: torch.Generator, policy: TreePolicy | None = None):
         """The next cycle launched now from the accepted path's `features` rows, if the run goes on after
         `committed` (no end of sequence, `written` tokens so far under `limit`) and it will be a device cycle too
         (the tree fits the room left, the context's lookup, `committed` indexed, has no match to merge); else
-        None. A sampled cycle's uniforms come from the run's `generator` now, as they would at its own launch."""
+        None. A sampled cycle's uniforms come from the run's `generator` now, as they would at its own launch; a
+        cost-aware tree's choice from `policy`, the one before this cycle's books."""
         if any(t in self.target.eos_token_ids for t in committed) or written + len(committed) >= limit:
             return None
         budget = min(tree_cfg.draft_tokens, capacity - 1 - S)
         if not fits(budget) or (index is not None and index.match(min(tree_cfg.steps, budget - 1)) is not None):
             return None
         return on_device.launch(features, committed, committed[-1], S, budget,
-                                PhaseClock(self.target.device), generator=generator)
+                                PhaseClock(self.target.device), policy, generator)
 
     def _rest_steps(self, n: int, S: int, root: int, steps: EagerSteps | StaticSteps, sampling: SamplingConfig,
                     gen: torch.Generator, clock: PhaseClock, began: float, eos: frozenset[int], tokens_left: int,
