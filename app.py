@@ -30,7 +30,7 @@ from eagleviz.models.loading import EMBEDDED, EMBEDDED_HUB_ID, EMBEDDED_PACKAGE
 from eagleviz.decoding.load import RANDOM_HEAD, default_head, load_engine
 from eagleviz.app.pairs import Pair, PairHub, pairs_from_env, settle_memory
 from eagleviz.app.session import RANDOM_HEAD_NOTE, EngineHub
-from eagleviz.app.ui import CSS, build_app
+from eagleviz.app.ui import PAGE, build_app
 
 VIEW_THREADS = 16     # worker threads beyond the active runs' (light events, the queue's own calls)
 GPU_SECONDS = 120     # ZeroGPU time requested per call: a 256-token run on a small GPU takes a few seconds
@@ -123,7 +123,7 @@ def main() -> int:
     # Gradio refuses larger uploads before storing them; read_trace checks the size again.
     # Every active run holds a worker thread while it waits for its turn at the model: room for them all, and
     # for the light events (stepping, knobs) beside them.
-    demo.launch(css=CSS, max_file_size=limits.max_upload_bytes, max_threads=limits.active_runs + VIEW_THREADS)
+    demo.launch(**PAGE, max_file_size=limits.max_upload_bytes, max_threads=limits.active_runs + VIEW_THREADS)
     return 0
 
 

@@ -30,8 +30,8 @@ A click's time is the click event's in the instructor's page; "click" is Playwri
                   parsed: the instructor's own event (Next, which tells the room), the server drawing the picture
                   once and pushing it to every follower, its transfer.
   browser paint   (pages) from the page's read of the picture's update off its event stream to the first animation
-                  frame after the caption and the draft tree show the new cycle: Gradio applying the update, Plotly
-                  drawing the four views and the summary, the paint.
+                  frame after the caption and the four views show the new cycle: Gradio applying the update, Plotly
+                  drawing the four views (and the summary, where it is drawn first), the paint.
   end to end      (pages) the click until that frame: what a student sees.
 Everything shares this machine: the server, the instructor's and the followers' Chromium pages and the HTTP
 clients, so the figures are an upper bound for a class whose laptops draw their own pictures.
@@ -62,7 +62,7 @@ from eagleviz.decoding.load import load_engine
 from eagleviz.app import navigation as nav
 from eagleviz.app.handlers import Handlers, StopRequest
 from eagleviz.app.session import EngineHub
-from eagleviz.app.ui import CSS, as_pairs, build_app
+from eagleviz.app.ui import PAGE, as_pairs, build_app
 from eagleviz.visuals.phases import frames
 
 PROMPT = "Write a Python function that returns the factorial of n, with a docstring."
@@ -140,7 +140,7 @@ def serving(engine) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, css=CSS)
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **PAGE)
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:
@@ -184,20 +184,22 @@ READS_JS = """(() => { const read = ReadableStreamDefaultReader.prototype.read;
   ReadableStreamDefaultReader.prototype.read = function () { return read.call(this).then(r => {
     if (r.value && r.value.length > 10000) window.__read = performance.timeOrigin + performance.now();
     return r; }); }; })()"""
-# In a follower page: at the first animation frame whose caption and draft tree show cycle `k`, wait one frame more
+# In a follower page: at the first animation frame whose caption and four views show cycle `k`, wait one frame more
 # (the paint) and keep that time, with the last large read off the event stream before it (epoch ms).
+VIEWS = ("draft-tree", "attention-mask", "accepted-path", "kv-rewind")
 WATCH_JS = """(k) => {
   window.__painted = null; window.__read = null;
   const now = () => performance.timeOrigin + performance.now();
+  const drawn = (id) => { const g = document.querySelector('#' + id + ' .js-plotly-plot');
+    return ((g && g.layout && g.layout.title && g.layout.title.text) || '').startsWith(`Cycle ${k} `); };
   const shown = () => {
-    const g = document.querySelector('#draft-tree .js-plotly-plot'), c = document.querySelector('#cycle-caption .prose');
-    const title = (g && g.layout && g.layout.title && g.layout.title.text) || '';
-    return title.includes(`Cycle ${k} `) && c !== null && c.innerText.includes(`Cycle ${k} of`); };
+    const c = document.querySelector('#cycle-caption .prose');
+    return %s.every(drawn) && c !== null && c.innerText.includes(`Cycle ${k} of`); };
   const loop = () => {
     if (!shown()) { requestAnimationFrame(loop); return; }
     const arrived = window.__read;
     requestAnimationFrame(() => { window.__painted = {painted: now(), arrived}; }); };
-  requestAnimationFrame(loop); }"""
+  requestAnimationFrame(loop); }""" % json.dumps(VIEWS)
 # In the instructor's page: the time of each click as the page sees it (epoch ms), the moment the instructor's click
 # is: Playwright's own work before it (scrolling, waiting for the button to hold still) is not the app's.
 CLICKS_JS = ("() => document.addEventListener('click', e => { window.__clicked = performance.timeOrigin + e.timeStamp; }, "

@@ -58,12 +58,12 @@ def embedded_page() -> Iterator[str]:
     each second and is away after five unheard (the defaults' 10 and 25, as fast): a class test sees an instructor's
     closed page said to its followers in seconds, not in a minute. Yields its URL."""
     from eagleviz.app.rooms import Rooms
-    from eagleviz.app.ui import CSS, build_app
+    from eagleviz.app.ui import PAGE, build_app
     from eagleviz.decoding.load import load_engine
 
     rooms = Rooms(here_every_s=1.0, away_after_s=5.0, alive_s=1.0)
     with serving(build_app(load_engine(), model_id="HuggingFaceTB/SmolLM2-135M-Instruct", rooms=rooms),
-                 css=CSS) as url:
+                 **PAGE) as url:
         yield url
 
 

@@ -417,6 +417,33 @@ def test_the_page_opens_on_a_branching_tree_and_a_first_click_shows_it(page):
     shot(page, "13_first_run_tree_1280x800.png")
 
 
+VIEWS = ("draft-tree", "attention-mask", "accepted-path", "kv-rewind", "summary-plot")
+# Each view's plot element now, kept (a step's update replaces it), then the cycle each kept element and each view's
+# element in the page were last drawn for (the title's "Cycle k", the summary's outlined bar).
+KEEP_PLOTS_JS = "(ids) => { window.__kept = ids.map(id => document.querySelector('#' + id + ' .js-plotly-plot')); }"
+DRAWN_FOR_JS = """([ids, which]) => ids.map((id, i) => {
+  const g = which === 'kept' ? window.__kept[i] : document.querySelector('#' + id + ' .js-plotly-plot');
+  if (!g || !g.data) return null;
+  if (id !== 'summary-plot') return Number(((g.layout.title || {}).text || '').split(' ')[1]);
+  const widths = g.data[0].marker.line.width;
+  return g.data[0].x[widths.findIndex(w => w > 0)]; })"""
+
+
+def test_a_step_draws_each_changed_figure_once(page):
+    """Gradio's Plot draws a changed figure in its old plot element, then again in the new element it makes for it:
+    the page's head leaves out the draw whose element has gone by then (`ui.PLOT_ONCE_HEAD`), so a step to the next
+    cycle draws each of the four views and the summary once, in the element the page shows."""
+    shown = int(prose(page, "cycle-caption").split()[1])
+    assert page.evaluate(DRAWN_FOR_JS, [VIEWS, "page"]) == [shown] * len(VIEWS)
+    page.evaluate(KEEP_PLOTS_JS, VIEWS)
+    page.click("#next")
+    page.wait_for_function(f"(k) => ({DRAWN_FOR_JS})([{json.dumps(VIEWS)}, 'page']).every(c => c === k)",
+                           arg=shown + 1, timeout=30_000)
+    page.wait_for_timeout(1000)   # (a draw in the old element would have come with the same update)
+    assert page.evaluate(f"() => window.__kept.map(g => g.isConnected)") == [False] * len(VIEWS)
+    assert page.evaluate(DRAWN_FOR_JS, [VIEWS, "kept"]) == [shown] * len(VIEWS)   # not drawn again, gone
+
+
 def test_a_code_answer_keeps_its_line_breaks_and_its_tokens_stay_clickable(page):
     page.get_by_role("radio", name="Code").check()
     page.wait_for_function("() => document.querySelector('#prompt textarea').value.startsWith('Write a Python')",

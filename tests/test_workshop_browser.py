@@ -429,13 +429,13 @@ def test_an_edited_preset_lets_go_a_click_restores_it_and_an_import_restores_its
 def tiny_page(browser, tmp_path, monkeypatch):
     """A page served by a tiny random engine, built with this machine's own bench results out of sight
     (EAGLEVIZ_CACHE empty): it shows the shipped ones, whose speedups the file holds."""
-    from eagleviz.app.ui import CSS, build_app
+    from eagleviz.app.ui import PAGE, build_app
     from servers import serving
     from tiny import tiny_engine
 
     monkeypatch.setenv("EAGLEVIZ_CACHE", str(tmp_path / "cache"))
     head = "assets/eagle-smollm2-135m"   # as app.py names the shipped head: a folder on this server
-    with serving(build_app(tiny_engine("llama", vocab=8), model_id="tiny", head_path=head), css=CSS) as url:
+    with serving(build_app(tiny_engine("llama", vocab=8), model_id="tiny", head_path=head), **PAGE) as url:
         tab = open_page(browser, url)
         yield tab
         tab.close()

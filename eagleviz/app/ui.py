@@ -88,6 +88,23 @@ CSS = (OUTPUT_CSS + IDLE_STOP_CSS + " #output-text {min-height: 4em} .ev-explain
        "@media (max-width: 640px) {.column:has(> #preset-note) > .form:has(#preset), "
        ".column:has(> #preset-note) > #preset-note {order: 1}} "
        + workshop.PROJECTOR_CSS + " " + workshop.DARK_CSS + " " + workshop.SLIDES_CSS + " " + workshop.TOUR_CSS + " " + glossary.CSS)
+# Gradio's Plot draws a changed figure twice: its plot element reacts to the new figure, then the component is made
+# again around a new element that draws it once more (a keyed block). Each `Plotly.react` here waits for the rest of
+# the update to be applied (a microtask: still before the page's next frame and its scripts, which measure what
+# was drawn): one whose element has left the page by then is not drawn. Plotly is loaded with the first figure and
+# set on `window`; the wrapper is put on it then.
+PLOT_ONCE_HEAD = """<script>(() => {
+  let plotly;
+  const once = (react) => function (gd, ...rest) {
+    return new Promise((done, failed) => queueMicrotask(() => {
+      if (gd && gd.isConnected === false) { done(gd); return; }
+      Promise.resolve(react.call(this, gd, ...rest)).then(done, failed); })); };
+  Object.defineProperty(window, 'Plotly', {configurable: true, get() { return plotly; }, set(value) {
+    plotly = value;
+    if (value && value.react && !value.react.evOnce) { value.react = once(value.react); value.react.evOnce = true; }
+  }});
+})();</script>"""
+PAGE = {"css": CSS, "head": PLOT_ONCE_HEAD}  # what `launch` takes for the page: its style and its head
 VIEW_CONCURRENCY = 4      # light events (stepping, knobs, import) of different users served side by side
 CACHE_TTL_S = 3600        # Gradio deletes its cached files (uploads, downloads) after this long
 KNOB_DEFAULTS = Knobs(max_new_tokens=presets.PRESET_TOKENS)
