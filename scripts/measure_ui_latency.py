@@ -63,6 +63,7 @@ from eagleviz.app import navigation as nav
 from eagleviz.app.handlers import Handlers, StopRequest
 from eagleviz.app.session import EngineHub
 from eagleviz.app.ui import PAGE, as_pairs, build_app
+from eagleviz.app.workshop import TOUR_VIEWS
 from eagleviz.visuals.phases import frames
 
 PROMPT = "Write a Python function that returns the factorial of n, with a docstring."
@@ -186,7 +187,6 @@ READS_JS = """(() => { const read = ReadableStreamDefaultReader.prototype.read;
     return r; }); }; })()"""
 # In a follower page: at the first animation frame whose caption and four views show cycle `k`, wait one frame more
 # (the paint) and keep that time, with the last large read off the event stream before it (epoch ms).
-VIEWS = ("draft-tree", "attention-mask", "accepted-path", "kv-rewind")
 WATCH_JS = """(k) => {
   window.__painted = null; window.__read = null;
   const now = () => performance.timeOrigin + performance.now();
@@ -199,7 +199,7 @@ WATCH_JS = """(k) => {
     if (!shown()) { requestAnimationFrame(loop); return; }
     const arrived = window.__read;
     requestAnimationFrame(() => { window.__painted = {painted: now(), arrived}; }); };
-  requestAnimationFrame(loop); }""" % json.dumps(VIEWS)
+  requestAnimationFrame(loop); }""" % json.dumps(TOUR_VIEWS)
 # In the instructor's page: the time of each click as the page sees it (epoch ms), the moment the instructor's click
 # is: Playwright's own work before it (scrolling, waiting for the button to hold still) is not the app's.
 CLICKS_JS = ("() => document.addEventListener('click', e => { window.__clicked = performance.timeOrigin + e.timeStamp; }, "

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from eagleviz.app.workshop import TOUR_VIEWS
 from servers import CHROMIUM
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
@@ -417,7 +418,7 @@ def test_the_page_opens_on_a_branching_tree_and_a_first_click_shows_it(page):
     shot(page, "13_first_run_tree_1280x800.png")
 
 
-VIEWS = ("draft-tree", "attention-mask", "accepted-path", "kv-rewind", "summary-plot")
+VIEWS = (*TOUR_VIEWS, "summary-plot")   # the four views and the summary
 # Each view's plot element now, kept (a step's update replaces it), then the cycle each kept element and each view's
 # element in the page were last drawn for (the title's "Cycle k", the summary's outlined bar).
 KEEP_PLOTS_JS = "(ids) => { window.__kept = ids.map(id => document.querySelector('#' + id + ' .js-plotly-plot')); }"
@@ -434,13 +435,13 @@ def test_a_step_draws_each_changed_figure_once(page):
     the page's head leaves out the draw whose element has gone by then (`ui.PLOT_ONCE_HEAD`), so a step to the next
     cycle draws each of the four views and the summary once, in the element the page shows."""
     shown = int(prose(page, "cycle-caption").split()[1])
-    assert page.evaluate(DRAWN_FOR_JS, [VIEWS, "page"]) == [shown] * len(VIEWS)
+    every_view_at = f"(k) => ({DRAWN_FOR_JS})([{json.dumps(VIEWS)}, 'page']).every(c => c === k)"
+    page.wait_for_function(every_view_at, arg=shown, timeout=60_000)   # (the arrival's figures all drawn)
     page.evaluate(KEEP_PLOTS_JS, VIEWS)
     page.click("#next")
-    page.wait_for_function(f"(k) => ({DRAWN_FOR_JS})([{json.dumps(VIEWS)}, 'page']).every(c => c === k)",
-                           arg=shown + 1, timeout=30_000)
+    page.wait_for_function(every_view_at, arg=shown + 1, timeout=60_000)
     page.wait_for_timeout(1000)   # (a draw in the old element would have come with the same update)
-    assert page.evaluate(f"() => window.__kept.map(g => g.isConnected)") == [False] * len(VIEWS)
+    assert page.evaluate("() => window.__kept.map(g => g.isConnected)") == [False] * len(VIEWS)
     assert page.evaluate(DRAWN_FOR_JS, [VIEWS, "kept"]) == [shown] * len(VIEWS)   # not drawn again, gone
 
 

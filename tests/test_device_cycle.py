@@ -502,14 +502,16 @@ def test_a_cost_aware_cycle_launched_ahead_is_chosen_and_rested_by_the_books_bef
         init(self, *a, **k)
         self.queued = True
 
-    tree, sampling = TreeConfig.create(source="eagle"), SamplingConfig(max_new_tokens=48)
-    plain = engine(target, "eagle1", 2, 0.05, device_cycle=True).generate(PROMPT, None, sampling)
+    tree, sampling = TreeConfig.create(source="eagle"), SamplingConfig(max_new_tokens=32)
+    engines = {False: engine(target, "eagle1", 2, 0.05, device_cycle=True)}   # ... and one whose states are made
+    plain = engines[False].generate(PROMPT, None, sampling)                   # marked queued (its pool's own)
 
     def run(queued: bool, **policy):
         entered.clear()
         monkeypatch.setattr(StaticSteps, "__init__", marked if queued else init)
-        out = engine(target, "eagle1", 2, 0.05, device_cycle=True).with_policy(**policy).generate(PROMPT, tree,
-                                                                                                    sampling)
+        if queued not in engines:
+            engines[queued] = engine(target, "eagle1", 2, 0.05, device_cycle=True)
+        out = engines[queued].with_policy(**policy).generate(PROMPT, tree, sampling)
         assert [o.token for o in out.output] == [o.token for o in plain.output]
         assert any(launched is not None for launched, _ in entered) == queued
         return out, list(entered)
