@@ -117,6 +117,24 @@ def test_the_forward_curve_is_measured_through_the_steps_the_runs_take():
     assert costs.key(eager) != costs.key(static)
 
 
+def test_the_curve_is_timed_on_a_state_a_run_made_in_inference_mode():
+    """A price list is measured when a cost-aware tree first needs it, which can be after a run leased (and gave
+    back) the static state the curve is timed on, from outside any inference-mode block (a bench's report asks for
+    it after its runs): that state's buffers are inference tensors, written in place by every step."""
+    from eagleviz.config import SamplingConfig
+    from eagleviz.decoding.engine import Engine
+    from eagleviz.models.target import TargetModel
+    from tiny import tiny_engine
+
+    base = tiny_engine()
+    target = TargetModel(base.target.hf, base.target.tokenizer, base.target.name, fused=False)
+    static = Engine(target, base.head, "random", decode="static")
+    static.generate("Hello", None, SamplingConfig(max_new_tokens=2))  # its state made inside inference mode
+    assert costs.torch.is_inference_mode_enabled() is False
+    curve = costs.forward_ms(static, prefix=16, sizes=(1, 2), repeats=1)
+    assert list(curve) == [1, 2] and static.pool.free() == 1
+
+
 def test_a_slow_moment_of_the_machine_lands_on_every_size_alike(monkeypatch):
     """The curve is timed round by round, one forward of every size a round: five calls in a row taking three
     times as long (the machine busy for a moment) reach no size's median. Timed size by size, they made one

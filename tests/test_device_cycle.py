@@ -32,7 +32,7 @@ from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.static import BUCKETS, StaticSteps
 from eagleviz.models.target import TargetModel
 from test_static import Ops
-from tiny import Counting, Recording, tiny_target
+from tiny import Counting, Recording, reverse_kept, tiny_target
 
 PROMPT = "12345 1234 123"
 LOGPROBS = (0.0, -0.25, -0.5, -1.0, -1.0, -2.0, -math.inf)  # few values: ties within and across levels
@@ -557,17 +557,34 @@ def test_a_verification_captured_over_one_drafter_is_never_replayed_for_another(
 def test_a_device_selection_that_is_not_a_tree_is_a_mismatch_not_a_crash(engines, monkeypatch):
     """The host's books check the device's kept nodes before building the tree from them: nodes out of
     verification order (a child before its parent) end the run with `DeviceVerdictMismatch`, naming them."""
-    parse = device_cycle.parse
-
-    def reversed_kept(flat, shape, m):
-        parts, at = parse(flat, shape, m)
-        parts = list(parts)
-        parts[4] = parts[4][::-1]
-        return tuple(parts), at
-
-    monkeypatch.setattr(device_cycle, "parse", reversed_kept)
-    with pytest.raises(device_cycle.DeviceVerdictMismatch, match="not a tree in verification order"):
+    reverse_kept(monkeypatch)
+    with pytest.raises(device_cycle.DeviceVerdictMismatch, match="not a tree in verification order") as raised:
         engines().generate(PROMPT, TREES[0], SamplingConfig(max_new_tokens=16))
+    evidence = raised.value.evidence  # the device's choice replayed on a CPU from the drafting it read: the true one
+    assert evidence["cpu_kept"] == evidence["kept"][::-1] and "evidence_error" not in evidence
+
+
+def test_a_cost_aware_mismatchs_evidence_replays_the_choice_on_a_cpu(engines, monkeypatch):
+    """A cost-aware tree's mismatch carries the block its policy writes and a CPU's choice from it and from the
+    drafting as read: the device's own choice where the device is right (here its kept nodes scrambled after the
+    read), and the device's block the same numbers."""
+    reverse_kept(monkeypatch)
+    table = {"calibration": HeadCalibration(TABLE, TABLE)}
+    with pytest.raises(device_cycle.DeviceVerdictMismatch, match="a CPU's choice") as raised:
+        engines().with_policy(**table).generate(PROMPT, TreeConfig.create(source="eagle"),
+                                                SamplingConfig(max_new_tokens=40))
+    evidence = raised.value.evidence
+    assert evidence["block_on_device_equal"] and "evidence_error" not in evidence
+    assert evidence["cpu_kept"] == evidence["kept"][::-1]
+
+
+def test_a_record_that_holds_no_cycle_is_a_mismatch_not_an_index_error(engines, monkeypatch):
+    """A record the device never wrote (zeros: no slot accepted, not even the root) ends the run with
+    `DeviceVerdictMismatch` saying what it held, before anything indexes its lists (an H200 run's IndexError)."""
+    parse = device_cycle.parse
+    monkeypatch.setattr(device_cycle, "parse", lambda flat, shape, m: parse([0.0] * len(flat), shape, m))
+    with pytest.raises(device_cycle.DeviceVerdictMismatch, match="holds no cycle: 0 slots accepted"):
+        engines().generate(PROMPT, TreeConfig.create(5, 4, 16, adaptive=False), SamplingConfig(max_new_tokens=16))
 
 
 class _Outside(Ops):

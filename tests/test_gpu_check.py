@@ -19,7 +19,7 @@ from eagleviz.decoding.engine import Engine
 from eagleviz.errors import UserFacingError
 from eagleviz.perf.sections import Budget
 from kernels import cases
-from tiny import tiny_engine
+from tiny import reverse_kept, tiny_engine
 
 TREE = TreeConfig.create(3, 2, 6)
 
@@ -39,8 +39,8 @@ def test_the_report_has_every_section_and_passes_on_tiny_models(engine_for):
     report = gpu_check.run_gpu_check(torch.device("cpu"), engine_for, ["abcde", "xyz"], TREE, max_new_tokens=10,
                                      grid_every=149, progress=_quiet)
     json.dumps(report)  # plain JSON all through
-    assert set(report) == {"environment", "started", "self_check", "kernel_grid", "lossless", "bench", "time",
-                           "summary", "ok"}
+    assert set(report) == {"environment", "started", "self_check", "kernel_grid", "lossless", "device_cycle", "bench",
+                           "time", "summary", "ok"}
     assert report["time"]["budget_s"] is None and list(report["time"]["seconds"]) == list(gpu_check.SECTIONS)
     assert sum(report["time"]["seconds"].values()) <= report["time"]["total_s"] + 0.5  # each rounded to 0.1 s
     assert report["environment"]["device"] == "cpu" and report["environment"]["torch"] == torch.__version__
@@ -54,6 +54,10 @@ def test_the_report_has_every_section_and_passes_on_tiny_models(engine_for):
         section = report["lossless"][dtype]
         assert section["ok"] and section["identical"] == 2 and len(section["prompts"]) == 2
         assert section["attn_impl"] == "torch" and section["notes"] == [] and section["head"] == "random"
+    # a CPU's dry run of the device cycle: over uncaptured static steps, the same tokens as the host's choice
+    assert set(report["device_cycle"]) == set(gpu_check.DEVICE_CYCLE_TREES)
+    for part in report["device_cycle"].values():
+        assert part["ok"] and part["identical"] == 2 and part["decode"] == "static", part
     bench = report["bench"]
     assert set(bench) == {"triton", "torch", "settings"}
     assert "on a GPU only" in bench["triton"]["skipped"]  # the engine runs the kernel on CUDA only
@@ -63,7 +67,7 @@ def test_the_report_has_every_section_and_passes_on_tiny_models(engine_for):
     assert bench["torch"]["decode_taken"] == ["eager"] and bench["torch"]["fallbacks"] == []
     assert bench["torch"]["reads_per_cycle"] > 0
     assert set(bench["torch"]["mean_phase_ms"]) == {"draft", "verify", "accept", "rewind"}
-    assert report["summary"] == {"passed": ["self_check", "kernel_grid", "lossless", "bench"], "failed": [],
+    assert report["summary"] == {"passed": ["self_check", "kernel_grid", "lossless", "device_cycle", "bench"], "failed": [],
                                  "skipped": [f"bench.triton: {bench['triton']['skipped']}"]}
     assert report["ok"] is True
 
@@ -259,16 +263,18 @@ def test_a_budget_spent_during_a_section_stops_it_between_parts(engine_for, monk
     report = run(every=100)  # 20 of the 1,944 cases
     grid = report["kernel_grid"]
     assert (grid["cases"], grid["chosen"]) == (15, 20) and grid["rest"] == {"skipped": f"5 cases {why}"}
-    assert report["lossless"] == report["bench"] == {"skipped": why}
+    assert report["lossless"] == report["device_cycle"] == report["bench"] == {"skipped": why}
     assert report["summary"] == {"passed": ["self_check", "kernel_grid"], "failed": [],
-                                 "skipped": [f"kernel_grid.rest: 5 cases {why}", f"lossless: {why}", f"bench: {why}"]}
+                                 "skipped": [f"kernel_grid.rest: 5 cases {why}", f"lossless: {why}",
+                                             f"device_cycle: {why}", f"bench: {why}"]}
 
     report = run(every=400)  # 5 cases
     assert report["kernel_grid"]["cases"] == 5 and "rest" not in report["kernel_grid"]
     assert report["lossless"]["float32"]["ok"]
     assert report["lossless"]["float16"] == report["lossless"]["bfloat16"] == {"skipped": why}
     assert report["summary"] == {"passed": ["self_check", "kernel_grid", "lossless"], "failed": [],
-                                 "skipped": [f"lossless.float16: {why}", f"lossless.bfloat16: {why}", f"bench: {why}"]}
+                                 "skipped": [f"lossless.float16: {why}", f"lossless.bfloat16: {why}",
+                                             f"device_cycle: {why}", f"bench: {why}"]}
 
 
 def test_the_dry_run_writes_its_report(engine_for, monkeypatch, tmp_path):
@@ -316,3 +322,16 @@ def test_a_negative_budget_is_refused_in_one_line(capsys):
     assert cli.main(["gpu-check", "--device", "cpu", "--budget-s", "-1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "error: --budget-s: a time budget is 0 s or more, got -1.0"
+
+
+def test_a_device_cycle_mismatch_fails_its_tree_with_the_evidence(engine_for, monkeypatch):
+    """A tree whose device-decided run ends with a mismatch fails alone, its part holding the error and what a CPU
+    needs to replay the device's choice; the other trees still run."""
+    reverse_kept(monkeypatch)
+    monkeypatch.setattr(gpu_check, "DEVICE_CYCLE_TREES", {"fixed": TreeConfig.create(3, 2, 6, adaptive=False,
+                                                                                      source="eagle")})
+    section = gpu_check.device_cycle(engine_for, ["abcde"], max_new_tokens=10)
+    part = section["fixed"]
+    assert part["ok"] is False and part["error"].startswith("DeviceVerdictMismatch: the device kept nodes")
+    assert part["evidence"]["cpu_kept"] == part["evidence"]["kept"][::-1]
+    assert gpu_check.summary({"device_cycle": section})["failed"] == ["device_cycle"]

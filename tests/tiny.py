@@ -155,3 +155,19 @@ def _unflatten(leaves: list, layout: tuple):
     kind, names, spec = layout
     values = tree_unflatten(list(leaves), spec)
     return values if kind is None else kind(**dict(zip(names, values)))
+
+
+def reverse_kept(monkeypatch) -> None:
+    """A device cycle's record read with its verified nodes reversed: a choice out of verification order, as a
+    device that chose wrongly would write it (a tree of one node, or none, stays a tree)."""
+    from eagleviz.decoding import device_cycle
+
+    parse = device_cycle.parse
+
+    def reversed_kept(flat, shape, m):
+        parts, at = parse(flat, shape, m)
+        parts = list(parts)
+        parts[4] = parts[4][::-1]
+        return tuple(parts), at
+
+    monkeypatch.setattr(device_cycle, "parse", reversed_kept)

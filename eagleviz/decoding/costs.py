@@ -217,6 +217,7 @@ class RunCosts:
         return self.base.scaled(*self.scales())
 
 
+@torch.inference_mode()  # the static states a run leases (and gives back) hold inference tensors
 def forward_ms(engine, prefix: int = 200, sizes=SIZES, repeats: int = 5) -> dict[int, float]:
     """Median wall time (ms) of one target forward of n chain tokens after a `prefix`-token context, run the way
     the engine's runs run it (its attention; on a GPU the captured steps, `eagleviz.decoding.steps`): one
@@ -254,6 +255,7 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
+@torch.inference_mode()
 def measure(engine, max_size: int = 64, tokens: int = 24) -> CostModel:
     """This engine's price list: the forward curve; short plain runs (the unit: ms per plain token after the
     prefill) each beside runs that verify the root alone at T = 0 and T = 1 (the rest), ROUNDS rounds; short runs

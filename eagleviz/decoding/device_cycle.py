@@ -63,7 +63,12 @@ from eagleviz.trace import ROOT_TOP
 
 
 class DeviceVerdictMismatch(RuntimeError):
-    """The device's walk and the host's replay of it disagree: a bug, never a property of the input."""
+    """The device's walk and the host's replay of it disagree: a bug, never a property of the input. `evidence`:
+    what a CPU needs to replay the device's part (`DeviceCycle.evidence`), where the cycle was read."""
+
+    def __init__(self, message: str, evidence: dict | None = None):
+        super().__init__(message)
+        self.evidence = evidence or {}
 
 
 def fits(draft_tokens: int) -> bool:
@@ -454,8 +459,39 @@ class DeviceCycle:
         """The launched cycle's one read: its record, parsed. Nothing else waits for the device."""
         (flat,) = to_host(launched.record)  # the one read
         fields, at = parse(flat, self.shape, launched.m)
+        path, count, argmax, _, kept, ids = fields[:6]
+        if not (1 <= count <= self.tree.steps + 1 and len(argmax) <= launched.m + 1
+                and all(0 <= s < len(argmax) for s in path) and all(0 <= i < len(ids) for i in kept)):
+            raise DeviceVerdictMismatch(f"the device's record holds no cycle: {count} slots accepted ({path}), "
+                                        f"{len(argmax) - 1} verified of at most {launched.m}, kept {kept}",
+                                        {"record": flat[:at], "m": launched.m})
         t, s = launched.m + 1, self.sampled
         return Reading(*fields, None if s is None else parse_sampled(flat[at:], t, self.tree.steps, self.shape.k, s))
+
+    def evidence(self, launched: Launched, reading: Reading) -> dict:
+        """A mismatch's evidence: the drafting and the choice as read, the choice a CPU's operations make from that
+        drafting (`cpu_kept`, verification order; a cost-aware tree's from the block its policy writes, also
+        returned, with whether the device's block holds the same numbers: read after the next cycle's launch, which
+        rewrites it only where the run's policy changed). What went wrong computing it is said, not raised."""
+        cpu = torch.device("cpu")
+        found = {"m": launched.m, "kept": reading.kept, "levels": reading.levels, "rate": reading.rate,
+                 "ids": reading.ids, "logprobs": reading.logprobs, "frontiers": reading.frontiers}
+        try:
+            out = DraftOut(torch.tensor(reading.ids), torch.tensor(reading.logprobs, dtype=torch.float32),
+                           torch.tensor(reading.frontiers, dtype=torch.int64))
+            shape = Shape.of(self.shape.k, self.shape.steps, cpu)
+            if self.costed and launched.policy is not None:
+                block = PolicyBlock(self.shape.steps, self.shape.k, cpu)
+                block.write(launched.policy)
+                (on_device,) = to_host(self.drafter.policy.tensor)
+                sel, choice = select_costed(out, shape, launched.m, block)
+                found |= {"block": block.tensor.tolist(), "block_on_device_equal": on_device == block.tensor.tolist(),
+                          "cpu_choice": choice.tolist(), "cpu_kept": sel.kept[:int(choice[0])].tolist()}
+            else:
+                found["cpu_kept"] = select(out, shape, launched.m).kept.tolist()
+        except Exception as exc:  # the evidence must not hide the mismatch
+            found["evidence_error"] = f"{exc.__class__.__name__}: {exc}"
+        return found
 
     def verdict(self, launched: Launched, reading: Reading, text) -> Verdict:
         """The host's books of a read cycle: the target cache's length is the host path's after it (the draft
@@ -473,8 +509,12 @@ class DeviceCycle:
         seen = {-1}
         for node in reading.kept:   # each kept node after its parent: a tree the host's rules could have kept
             if not 0 <= node < len(cands.parents) or cands.parents[node] not in seen:
+                odd = sum(not math.isfinite(x) for x in reading.logprobs)
+                evidence = self.evidence(launched, reading)
                 raise DeviceVerdictMismatch(f"the device kept nodes {reading.kept}, not a tree in verification "
-                                            f"order over its drafting (parents {cands.parents})")
+                                            f"order over its drafting (parents {cands.parents}; {reading.levels} "
+                                            f"levels kept, {odd} log-probabilities not finite); a CPU's choice from "
+                                            f"the same drafting: {evidence.get('cpu_kept')}", evidence)
             seen.add(node)
         tree = VerifyTree.build(cands, reading.kept, launched.root)
         qs = [1.0] + [math.exp(cands.logprobs[i]) for i in reading.kept]

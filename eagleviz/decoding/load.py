@@ -23,6 +23,17 @@ from eagleviz.paths import SHIPPED_HEAD, Bundle
 from kernels.tree_attention import IMPLS
 
 RANDOM_HEAD = "random"
+DEVICE_CYCLE_ENV = "EAGLEVIZ_DEVICE_CYCLE"  # "1": a GPU's drafted cycles chosen, verified and walked on the device
+
+
+def device_cycle_wanted() -> bool:
+    """Whether a loaded engine decides its drafted cycles on the device (`Engine`'s device_cycle; it applies over
+    static steps only: a GPU), asked for with EAGLEVIZ_DEVICE_CYCLE=1. Off by default: on an H200 (the code of
+    d074d59, docs/performance.md entry 61) the device's choice of a cost-aware tree's nodes was not a tree on the
+    first drafted cycle, and runs that keep a lookup index read records that held no cycle, where the same code on
+    a CPU is lossless; the host's choice and walk over the same captured steps is the default until a GPU passes
+    `gpu-check`'s device_cycle section."""
+    return os.environ.get(DEVICE_CYCLE_ENV, "") == "1"
 
 
 def default_head(model: str) -> str:
@@ -81,7 +92,7 @@ def load_engine(model: str = EMBEDDED, head: str | None = None, dtype: str = "au
     draft, name = _hot_vocabulary(draft, name, head_dir, draft_vocab)
     try:
         engine = Engine(target, draft, name, attn_impl, calibration=calibration.read(head_dir, target.weights),
-                        decode=decode)
+                        decode=decode, device_cycle=device_cycle_wanted())
     except ValueError as exc:  # e.g. the Triton kernel asked for on a CPU, a damaged calibration.json
         raise UserFacingError(str(exc)) from exc
     unpriced = engine

@@ -116,11 +116,12 @@ def counts(engine, prompt: str, tree: TreeConfig | None, max_new_tokens: int, re
     if tree is not None and tree.adaptive:
         engine = engine.with_ledger(False)
     engine.prepare(kv_slots(len(engine.encode_prompt(prompt)), max_new_tokens, tree), tree)
-    arms = {"device": engine} if tree is None else {"device": engine, "host": engine.with_device_cycle(False)}
+    arms = ({"device": engine} if tree is None else
+            {"device": engine.with_device_cycle(True), "host": engine.with_device_cycle(False)})
     for arm in arms.values():
         arm.generate(prompt, tree, sampling)
-    run, n, _, prof = after_first(engine, prompt, tree, sampling, lambda: profiled(cuda))
-    _, m, _, syncs = after_first(engine, prompt, tree, sampling, lambda: sync_warnings(cuda))
+    run, n, _, prof = after_first(arms["device"], prompt, tree, sampling, lambda: profiled(cuda))
+    _, m, _, syncs = after_first(arms["device"], prompt, tree, sampling, lambda: sync_warnings(cuda))
     ms = {name: [] for name in arms}
     taus = {name: [] for name in arms}
     for _ in range(repeats):

@@ -10,6 +10,8 @@ It writes one JSON report (docs/gpu-check.md says what to expect in it):
                   extremes (`sampled_cases`), with --full-grid all of it
     lossless      greedy EAGLE against plain greedy decoding, in fp32 (identical outputs expected), fp16 and bf16
                   (every difference within the dtype's rounding: `eagleviz.perf.rounding`'s bound)
+    device_cycle  the drafted cycle chosen, verified and walked on the device (EAGLEVIZ_DEVICE_CYCLE=1) against the
+                  host's choice and walk over the same static steps, fp32, per tree: the same tokens, or the error
     bench         plain decoding and EAGLE, tokens/s and tau, with the Triton kernel and with PyTorch attention (on
                   CUDA also the Triton kernel with the eager forward: what the CUDA graphs gain), the decode path
                   and the host's reads a token and a cycle
@@ -46,6 +48,7 @@ from pathlib import Path
 import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig, kv_slots
+from eagleviz.decoding.device_cycle import DeviceVerdictMismatch
 from eagleviz.errors import UserFacingError
 from eagleviz.models.host import counting_reads
 from eagleviz.perf.provenance import provenance
@@ -58,7 +61,7 @@ FALLBACK_PROMPTS = ("Write a Python function that returns the factorial of n, wi
                     "Explain why the sky is blue in three sentences.",
                     "Give three tips for a first marathon.", "What is the capital of Australia, and why not Sydney?")
 EngineFor = Callable[[str, str], object]  # (dtype name, attention impl) -> Engine
-SECTIONS = ("self_check", "kernel_grid", "lossless", "bench")
+SECTIONS = ("self_check", "kernel_grid", "lossless", "device_cycle", "bench")
 DEFAULT_PROMPTS, DEFAULT_NEW_TOKENS, DEFAULT_BUDGET_S = 2, 48, 120.0
 QUICK_NEW_TOKENS, QUICK_GRID_EVERY = 32, 20
 
@@ -193,6 +196,36 @@ def lossless(engine_for: EngineFor, prompts: list[str], tree: TreeConfig, max_ne
     return each_part(dtypes, one, budget)
 
 
+DEVICE_CYCLE_TREES = {"default": TreeConfig.create(source="eagle"),  # the cost-aware tree, its head never rested
+                      "fixed-5-4-16+lookup": TreeConfig.create(5, 4, 16, adaptive=False),
+                      "fixed-6-8-64": TreeConfig.create(6, 8, 64, adaptive=False, source="eagle")}
+
+
+def device_cycle(engine_for: EngineFor, prompts: list[str], max_new_tokens: int, budget: Budget = Budget()) -> dict:
+    """Per tree (`DEVICE_CYCLE_TREES`), fp32 greedy runs with the drafted cycle decided on the device and on the
+    host (`Engine.with_device_cycle`), over the same static steps (a GPU's graphs; a CPU's uncaptured steps, a
+    dry run) and with the head drafting every cycle (no books): ok where every prompt's tokens are the same; a
+    run that ends with an error fails its tree, with the error (a mismatch with its evidence:
+    `DeviceCycle.evidence`)."""
+    sampling = SamplingConfig(max_new_tokens=max_new_tokens)
+
+    def one(name: str) -> dict:
+        engine = engine_for("float32", "auto").with_ledger(False)
+        engine = engine if engine.decode != "eager" else engine.with_decode("static")
+        tree = DEVICE_CYCLE_TREES[name]
+        host = [engine.with_device_cycle(False).generate(p, tree, sampling) for p in prompts]
+        try:
+            device = [engine.with_device_cycle(True).generate(p, tree, sampling) for p in prompts]
+        except DeviceVerdictMismatch as exc:  # with what a CPU needs to replay the device's choice
+            return {"ok": False, "error": f"{exc.__class__.__name__}: {exc}", "evidence": exc.evidence}
+        same = [a.token_ids == b.token_ids for a, b in zip(host, device)]
+        return {"identical": sum(same), "prompts": len(prompts), "ok": all(same), "decode": engine.decode,
+                "tau": {"host": round(statistics.mean(r.summary()["tau"] for r in host), 3),
+                        "device": round(statistics.mean(r.summary()["tau"] for r in device), 3)}}
+
+    return each_part(tuple(DEVICE_CYCLE_TREES), one, budget)
+
+
 def bench(engine_for: EngineFor, prompts: list[str], tree: TreeConfig, max_new_tokens: int, dtype: str = "bfloat16",
           impls=("triton", "torch"), unavailable: dict[str, str] | None = None, budget: Budget = Budget()) -> dict:
     """Plain decoding and EAGLE per attention implementation: median tokens/s over the prompts (after one
@@ -262,6 +295,8 @@ def run_gpu_check(device: torch.device, engine_for: EngineFor, prompts: list[str
         "kernel_grid": lambda: skipped(no_kernel) if no_kernel else kernel_grid(device, dtypes, grid_every, budget),
         "lossless": lambda: skipped(no_prompts) if no_prompts else lossless(engine_for, prompts, tree,
                                                                              max_new_tokens, dtypes, budget),
+        "device_cycle": lambda: skipped(no_prompts) if no_prompts else device_cycle(engine_for, prompts,
+                                                                                     max_new_tokens, budget),
         "bench": lambda: skipped(no_prompts) if no_prompts else bench(
             engine_for, prompts, tree, max_new_tokens, bench_dtype,
             ("torch",) if engine_kernel else ("triton", "torch", "triton-eager"),
