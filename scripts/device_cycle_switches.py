@@ -31,21 +31,23 @@ def one(switch: str, tokens: int) -> dict:
 
     from eagleviz.config import SamplingConfig, TreeConfig
     from eagleviz.decoding.engine import Engine
-    from eagleviz.models.static import Uncaptured
     from eagleviz.models.target import TargetModel
 
     if switch == "nolayerk":
         TargetModel._layer_kernels = lambda self, wanted: False
+    if switch == "headplain":  # before the load, which captures the head's levels
+        from eagleviz.models.draft import DraftHead
+
+        made = DraftHead.for_drafting
+        DraftHead.for_drafting = (lambda self, pack=None, ops=None, block_ops=None, int8=True, layer_kernels=False:
+                                  made(self, pack, ops, block_ops, int8, False))
     from eagleviz.decoding.load import load_engine
 
     start = time.time()
     engine = load_engine("random", "assets/eagle-smollm2-135m", dtype="bfloat16", device="cuda",
-                         attn_impl="torch" if switch == "torchattn" else "auto")
+                         attn_impl="torch" if switch == "torchattn" else "auto",
+                         decode="static" if switch == "uncaptured" else "auto")  # (the load captures graphs)
     engine = engine.with_ledger(False).with_device_cycle(True)
-    if switch == "headplain":
-        engine.head.layer_kernels = False
-    if switch == "uncaptured":
-        engine.make_graphs = Uncaptured
     if switch == "noahead":
         Engine._drafts_next = lambda self, r: False
     out = {"switch": switch, "head_kernels": engine.head.layer_kernels, "target_kernels": engine.target.layer_kernels,

@@ -129,8 +129,8 @@ def test_gpu_check_with_random_weights_passes_every_section(tmp_path):
     proc = _eagleviz("gpu-check", "--quick", "--model", "random", "--prompts", "builtin", "--out", str(out))
     report = json.loads(out.read_text()) if out.exists() else {}
     assert proc.returncode == 0 and report.get("ok"), (proc.stderr[-3000:], report)
-    assert report["summary"] == {"passed": ["self_check", "kernel_grid", "lossless", "bench"], "failed": [],
-                                 "skipped": []}
+    assert report["summary"] == {"passed": ["self_check", "kernel_grid", "lossless", "device_cycle", "bench"],
+                                 "failed": [], "skipped": []}
     assert report["lossless"]["float32"]["identical"] == 2 and report["lossless"]["float32"]["attn_impl"] == "triton"
 
 

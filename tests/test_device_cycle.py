@@ -583,8 +583,11 @@ def test_a_record_that_holds_no_cycle_is_a_mismatch_not_an_index_error(engines, 
     `DeviceVerdictMismatch` saying what it held, before anything indexes its lists (an H200 run's IndexError)."""
     parse = device_cycle.parse
     monkeypatch.setattr(device_cycle, "parse", lambda flat, shape, m: parse([0.0] * len(flat), shape, m))
-    with pytest.raises(device_cycle.DeviceVerdictMismatch, match="holds no cycle: 0 slots accepted"):
+    with pytest.raises(device_cycle.DeviceVerdictMismatch, match="holds no cycle: 0 slots accepted") as raised:
         engines().generate(PROMPT, TreeConfig.create(5, 4, 16, adaptive=False), SamplingConfig(max_new_tokens=16))
+    evidence = raised.value.evidence  # the record as read (here the values, not what parse was made to see), and
+    # whether a capture had fallen back (none here)
+    assert evidence["fallbacks"] == ["", ""] and evidence["m"] == 15 and len(evidence["record"]) > 3 * 15
 
 
 class _Outside(Ops):

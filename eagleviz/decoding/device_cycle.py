@@ -464,7 +464,8 @@ class DeviceCycle:
                 and all(0 <= s < len(argmax) for s in path) and all(0 <= i < len(ids) for i in kept)):
             raise DeviceVerdictMismatch(f"the device's record holds no cycle: {count} slots accepted ({path}), "
                                         f"{len(argmax) - 1} verified of at most {launched.m}, kept {kept}",
-                                        {"record": flat[:at], "m": launched.m})
+                                        {"record": flat[:at], "m": launched.m, "fallbacks": [
+                                            self.steps.fallback, self.drafter.fallback]})
         t, s = launched.m + 1, self.sampled
         return Reading(*fields, None if s is None else parse_sampled(flat[at:], t, self.tree.steps, self.shape.k, s))
 

@@ -204,7 +204,7 @@ DEVICE_CYCLE_TREES = {"default": TreeConfig.create(source="eagle"),  # the cost-
 def device_cycle(engine_for: EngineFor, prompts: list[str], max_new_tokens: int, budget: Budget = Budget()) -> dict:
     """Per tree (`DEVICE_CYCLE_TREES`), fp32 greedy runs with the drafted cycle decided on the device and on the
     host (`Engine.with_device_cycle`), over the same static steps (a GPU's graphs; a CPU's uncaptured steps, a
-    dry run) and with the head drafting every cycle (no books): ok where every prompt's tokens are the same; a
+    test's run) and with the head drafting every cycle (no books): ok where every prompt's tokens are the same; a
     run that ends with an error fails its tree, with the error (a mismatch with its evidence:
     `DeviceCycle.evidence`)."""
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)
@@ -290,13 +290,15 @@ def run_gpu_check(device: torch.device, engine_for: EngineFor, prompts: list[str
                                   "(in Triton's interpreter one forward of the model would take minutes)")
     bench_dtype = "bfloat16" if "bfloat16" in dtypes else dtypes[0]
     no_prompts = prompts if isinstance(prompts, str) else None
+    no_device = None if device.type == "cuda" else ("the device cycle runs over a GPU's captured steps (a CPU's tests "
+                                                    "prove its logic: tests/test_device_cycle.py)")
     sections = {
         "self_check": lambda: skipped(no_kernel) if no_kernel else self_checks(device, dtypes),
         "kernel_grid": lambda: skipped(no_kernel) if no_kernel else kernel_grid(device, dtypes, grid_every, budget),
         "lossless": lambda: skipped(no_prompts) if no_prompts else lossless(engine_for, prompts, tree,
                                                                              max_new_tokens, dtypes, budget),
-        "device_cycle": lambda: skipped(no_prompts) if no_prompts else device_cycle(engine_for, prompts,
-                                                                                     max_new_tokens, budget),
+        "device_cycle": lambda: (skipped(no_prompts or no_device) if no_prompts or no_device else
+                                 device_cycle(engine_for, prompts, max_new_tokens, budget)),
         "bench": lambda: skipped(no_prompts) if no_prompts else bench(
             engine_for, prompts, tree, max_new_tokens, bench_dtype,
             ("torch",) if engine_kernel else ("triton", "torch", "triton-eager"),
