@@ -72,7 +72,8 @@ def test_gpu_check_with_random_weights_needs_nothing(tmp_path):
     (run,) = lossless["float32"]["prompts"]
     assert run["tokens"] == 32 and run["distinct_tokens"] >= 4  # not one token over and over
     assert report["bench"]["torch"]["plain_tokens_per_s"] > 0 and "GPU only" in report["bench"]["triton"]["skipped"]
-    assert report["summary"]["skipped"] == [f"bench.triton: {report['bench']['triton']['skipped']}"]
+    assert report["summary"]["skipped"] == [f"device_cycle: {report['device_cycle']['skipped']}",
+                                            f"bench.triton: {report['bench']['triton']['skipped']}"]
 
 
 def test_gpu_check_without_any_model_says_what_is_missing_and_passes(tmp_path):

@@ -29,6 +29,7 @@ CITED = re.compile(r"git show ([0-9a-f]{7,40}):scripts/([\w-]+\.(?:py|c))")
 
 RUN_BY = {  # each script -> the test that runs its work on tiny sizes
     "attention_rows.py": "tests/test_scripts.py::test_attention_rows_times_two_builds_and_finds_them_bit_equal",
+    "device_cycle_switches.py": "tests/test_scripts.py::test_device_cycle_switches_runs_every_tree_of_a_switch",
     "measure_concurrency.py":
         "tests/test_reliability.py::test_the_concurrency_measurement_runs_whole_and_logs_the_servers_steps",
     "measure_ui_latency.py": "tests/test_scripts.py::test_measure_ui_latency_times_the_pages_handlers",
@@ -272,3 +273,22 @@ def test_every_command_verb_and_make_target_the_docs_name_exists():
     targets = set(re.findall(r"`make ([a-z][\w-]*)", texts))
     makefile = (ROOT / "Makefile").read_text()
     assert targets and sorted(t for t in targets if not re.search(rf"^{t}:", makefile, re.M)) == []
+
+
+def test_device_cycle_switches_runs_every_tree_of_a_switch(monkeypatch):
+    """One switch's runs, in process, on a tiny fp32 engine over a CPU's uncaptured static steps standing in for
+    the GPU's random target: every tree's greedy tokens plain decoding's, with the device's choice asked for."""
+    import eagleviz.decoding.load as load
+    from eagleviz.decoding.engine import Engine
+    from eagleviz.models.target import TargetModel
+    from tiny import tiny_engine
+
+    base = tiny_engine()
+    target = TargetModel(base.target.hf, base.target.tokenizer, base.target.name, fused=False)
+    made = []
+    monkeypatch.setattr(load, "load_engine", lambda *a, **k: made.append(k) or Engine(target, base.head, "random",
+                                                                                      decode="static"))
+    row = script("device_cycle_switches.py").one("base", 12)
+    assert made[0]["device"] == "cuda" and made[0]["dtype"] == "bfloat16"  # what a GPU's run loads
+    trees = ("6-8-64", "5-4-16", "5-4-16+lookup", "default")
+    assert all(row[t] == {"equal": True, "first_difference": None} for t in trees), row
