@@ -7,8 +7,8 @@ bit for bit against this one's.
 
     python scripts/attention_rows.py                                  # 16 rows over a 56-token prefix
     python scripts/attention_rows.py --rows 1 --prefix 200            # a plain step's
-    git show 98f2381:kernels/cpu_ops.c > /tmp/old.c
-    python scripts/attention_rows.py --prefix 200 --against /tmp/old.c
+    git show 98f2381:kernels/cpu_ops.c > old.c
+    python scripts/attention_rows.py --prefix 200 --against old.c
 
 Prints the milliseconds of the 30 layers' attention for each library (and the ratio), and the CPU.
 """

@@ -1,10 +1,10 @@
 /* Versions of kernels/quant_ops.c's int8 product side by side, interleaved, in C alone: the harness behind
  * docs/performance.md entry 53.
  *
- *   git show REV:kernels/quant_ops.c > /tmp/old.c
- *   cc -O3 -march=native -fopenmp -ffp-contract=fast -shared -fPIC /tmp/old.c -o /tmp/old.so -lm
- *   cc -O3 -march=native -fopenmp -ffp-contract=fast -shared -fPIC kernels/quant_ops.c -o /tmp/new.so -lm
- *   cc -O2 scripts/quant_matmul_ab.c -o /tmp/ab -ldl && /tmp/ab ROWS FMT ROUNDS /tmp/old.so /tmp/new.so
+ *   git show REV:kernels/quant_ops.c > old.c
+ *   cc -O3 -march=native -fopenmp -ffp-contract=fast -shared -fPIC old.c -o old.so -lm
+ *   cc -O3 -march=native -fopenmp -ffp-contract=fast -shared -fPIC kernels/quant_ops.c -o new.so -lm
+ *   cc -O2 scripts/quant_matmul_ab.c -o ab -ldl && ./ab ROWS FMT ROUNDS ./old.so ./new.so
  *
  * FMT 0 is Q4_1 (the embedded model's linears), 1 Q8_0 (its embedding, the LM head). A random N x K weight
  * (1536 x 576 unless N= or K= is set: the MLP's up product), ROWS random rows, T= threads (1). Each round times
