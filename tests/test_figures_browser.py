@@ -212,3 +212,60 @@ def test_on_a_phone_run_is_on_the_first_screen_and_the_figures_keep_apart(browse
         assert tab.evaluate("() => document.documentElement.scrollWidth") <= 391   # no sideways scrolling
     finally:
         tab.close()
+
+
+# ------------------------------------------------------------------ margins Plotly keeps: each figure laid out once
+
+# The views' widths at the page's three sizes: 1280 x 800, 1024 x 768 with ?projector=1, a 390-px phone.
+VIEW_WIDTHS = (598, 693, 324)
+
+DRAW_JS = """async ([figures, width]) => {
+  const div = document.createElement('div'); div.style.width = width + 'px'; document.body.appendChild(div);
+  const moved = [];
+  for (const [name, fig] of figures) {
+    Plotly.purge(div);
+    await Plotly.newPlot(div, fig.data, fig.layout);
+    const asked = fig.layout.margin, got = div._fullLayout._size;
+    for (const side of ['l', 'r', 't', 'b'])
+      if (Math.abs(got[side] - asked[side]) > 0.01) moved.push([name, side, asked[side], got[side]]);
+  }
+  div.remove();
+  return moved;
+}"""
+
+
+def test_plotly_keeps_each_views_margins_so_it_lays_each_figure_out_once(page):
+    """Plotly widens a margin a legend or an axis's labels need and then lays the figure out again (half of a
+    step's drawing, docs/performance.md entry 62): the four views of recorded cycles, greedy and sampled, short
+    and long token labels, drawn by the page's Plotly at each size's width, keep the margins the server gave."""
+    import json
+
+    from eagleviz.app import gallery
+    from eagleviz.visuals.views import cycle_figures
+
+    figures = []
+    for entry in gallery.entries():
+        run = gallery.load(entry.id)
+        for cycle in run.cycles[:: max(1, len(run.cycles) // 3)]:
+            views = cycle_figures(run, cycle.index)
+            figures += [(f"{entry.id} cycle {cycle.index} {name}", json.loads(getattr(views, name).to_json()))
+                        for name in ("tree", "mask", "path", "kv")]
+    assert len(figures) > 80
+    page.wait_for_function("() => window.Plotly", timeout=60_000)
+    for width in VIEW_WIDTHS:
+        moved = page.evaluate(DRAW_JS, [figures, width])
+        assert not moved, f"at {width} px Plotly moved margins (figure, side, asked, kept): {moved[:8]}"
+
+
+def test_the_glyph_widths_margins_are_sized_from_are_the_pages_font(page):
+    """`fit.label_px`'s table is DejaVu Sans as Chromium's canvas measures it (regular and bold)."""
+    from eagleviz.visuals.fit import _BOLD, _GLYPHS, _REGULAR
+
+    if not page.evaluate("() => document.fonts.check('14px \"DejaVu Sans\"')"):
+        pytest.skip("DejaVu Sans is not installed (apt-get install -y fonts-dejavu-core)")
+    measured = page.evaluate("""(chars) => { const c = document.createElement('canvas').getContext('2d');
+      return ['normal', 'bold'].map(w => { c.font = w + ' 1000px "DejaVu Sans"';
+                                          return [...chars].map(ch => c.measureText(ch).width); }); }""", _GLYPHS)
+    for table, widths in zip((_REGULAR, _BOLD), measured):
+        off = [(ch, want, round(got)) for ch, want, got in zip(_GLYPHS, table, widths) if abs(got - want) > 1]
+        assert not off, off

@@ -390,14 +390,21 @@ def _width(text: str, size: float) -> float:
 
 
 def _plot_top(fig, plot_width: float) -> float:
-    """Where the plot starts on a phone: under the title (the margin) or under the legend Plotly moves it
-    below, wrapped to the plot's width there."""
-    if fig.layout.legend.yref != "container":
-        return fig.layout.margin.t
-    from eagleviz.visuals.fit import LEGEND_GAP_PX, LEGEND_ROW_PX, legend_names, legend_rows
+    """Where the plot starts: under the top margin, which holds the title and a legend above the plot as a phone
+    wraps it to `plot_width` (its foot a gap above the plot, its top under the title's band). A legend under the
+    plot: its rows, so wrapped, end at the figure's foot."""
+    if fig.layout.legend.yref == "container":
+        from eagleviz.visuals.fit import LEGEND_GAP_PX, LEGEND_ROW_PX, legend_names, legend_rows
 
-    rows = legend_rows(legend_names([t.to_plotly_json() for t in fig.data]), plot_width)
-    return (1 - fig.layout.legend.y) * fig.layout.height + rows * LEGEND_ROW_PX + LEGEND_GAP_PX
+        rows = legend_rows(legend_names([t.to_plotly_json() for t in fig.data]), plot_width)
+        if fig.layout.legend.yanchor == "top":
+            assert fig.layout.legend.y * fig.layout.height == pytest.approx(rows * LEGEND_ROW_PX)
+        else:
+            foot = (1 - fig.layout.legend.y) * fig.layout.height
+            assert fig.layout.legend.yanchor == "bottom"
+            assert foot + LEGEND_GAP_PX == pytest.approx(fig.layout.margin.t, abs=1)
+            assert foot - rows * LEGEND_ROW_PX >= _title_box(fig)[1]
+    return fig.layout.margin.t
 
 
 def _title_box(fig) -> tuple[float, float]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace, NodeCheck
-from eagleviz.visuals.fit import PHONE_PX, Header, legend_names
+from eagleviz.visuals.fit import PHONE_PX, Axis, Header, legend_names, margins
 from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import Focus
 from eagleviz.visuals.style import (ACCEPTED, BONUS, CHIP_TEXT, INK, LOOKUP, NEUTRAL, PRUNED, REJECTED, chips,
@@ -196,5 +196,11 @@ def accepted_path_figure(cycle: CycleTrace, height: int | None = None, frame: Fr
                                                          f"bonus {token_html(cycle.bonus_text)}"),
                     legend=tuple(legend_names(traces)), plot_width=PHONE_PX - ROW_NAMES_PX)
     height = height or round(header.px() + plot_px + (10 if sampling else DEPTH_AXIS_PX))
-    return figure(data=traces, layout=layout(header, height, barmode="group", uniformtext=CHIP_TEXT, xaxis=xaxis,
-                                             yaxis=yaxis, **extra))
+    left = [Axis(tuple(yaxis["ticktext"]), 13, ticks=False)]
+    bottom = [] if sampling else [Axis(tuple(xaxis["ticktext"]), ticks=False, standoff=4, titled=True)]
+    if sampling:   # the panel's probabilities (0 to 1 by Plotly's ticks) and its tokens, turned over its own axis
+        left.append(Axis(("0.8",), titled=True, ends=True))
+        bottom.append(Axis(tuple(str(x) for t in traces if t.get("xaxis") == "x2" for x in t["x"]), 12, angle=-45,
+                           inset=BARS_AXIS_PX))
+    return figure(data=traces, layout=layout(header, height, margins(left, bottom), barmode="group",
+                                             uniformtext=CHIP_TEXT, xaxis=xaxis, yaxis=yaxis, **extra))

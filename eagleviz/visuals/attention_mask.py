@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from eagleviz.trace import CycleTrace
 from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import Focus
-from eagleviz.visuals.fit import PHONE_PX, Header, legend_names, text_px
+from eagleviz.visuals.fit import PHONE_PX, Axis, Header, legend_names, margins, text_px
 from eagleviz.visuals.style import (ACCEPTED, FOCUS, HIDDEN, INK, PREFIX, VISIBLE, empty_figure, figure, layout,
                                     legend_swatches, token_html)
 
@@ -98,10 +98,12 @@ def attention_mask_figure(cycle: CycleTrace, height: int | None = None, frame: F
     tick = 13 if T <= 24 else 10
     labels_px = max(text_px(lab, tick) for lab in labels) + 40   # the rows' labels and the axis title
     header = Header(f"Cycle {cycle.index} \u00b7 tree mask {T}\u00d7{T}", (f"{visible} visible (+ prefix {prefix})",),
-                    legend=tuple(legend_names(legend)), plot_width=PHONE_PX - labels_px)
-    height = height or round(header.px() + min(max(ROW_PX * T, 160), 520) + AXES_PX)
+                    legend=tuple(legend_names(legend)), plot_width=PHONE_PX - labels_px, below=True)
+    height = height or round(header.px() + min(max(ROW_PX * T, 160), 520) + AXES_PX + header.foot_px())
+    sides = margins([Axis(tuple(rows), tick, standoff=12, titled=True)],
+                    [Axis(tuple(heat["x"]), tick, angle=-60, titled=True)])
     return figure(data=[heat] + legend, layout=layout(
-        header, height, shapes=shapes,
+        header, height, sides, shapes=shapes,
         xaxis=dict(title=dict(text="key (slot:token)"), tickangle=-60, tickfont=dict(size=tick),
                    type="category"),
         # every row named (Plotly's automatic ticks drop every second one on a short panel, accepted rows too)

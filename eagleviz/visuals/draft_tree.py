@@ -25,7 +25,7 @@ import networkx as nx
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace
-from eagleviz.visuals.fit import PHONE_PX, Header, legend_names, text_px
+from eagleviz.visuals.fit import PHONE_PX, Axis, Header, legend_names, margins, text_px
 from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import BONUS as BONUS_SLOT
 from eagleviz.visuals.selection import Focus, slot_statuses
@@ -222,13 +222,14 @@ def draft_tree_figure(cycle: CycleTrace, height: int | None = None, frame: Frame
         traces.append(ring)
     depth = max(d["depth"] for _, d in full.nodes(data=True))
     header = Header(*_title(cycle, g, frame), band_px=BAR_BAND_PX, legend=tuple(legend_names(traces)),
-                    plot_width=PLOT_PX, note="colour: cumulative draft prob exp(score)")
-    height = height or round(header.px() + (depth + 1.2) * LEVEL_PX + 16)
+                    plot_width=PLOT_PX, note="colour: cumulative draft prob exp(score)", below=True)
+    height = height or round(header.px() + (depth + 1.2) * LEVEL_PX + 16 + header.foot_px())
+    levels = [str(d) for d in range(depth + 1)]
     return figure(data=traces, layout=layout(
-        header, height, coloraxis=_colour_axis(header.band_top(), height),
-        xaxis=dict(visible=False, range=[lo, hi]),
-        yaxis=dict(title=dict(text="depth", standoff=4), tickvals=[-d for d in range(depth + 1)],
-                   ticktext=[str(d) for d in range(depth + 1)], range=[-depth - 0.6, 0.6], showline=False)))
+        header, height, margins([Axis(tuple(levels), standoff=4, titled=True)]),
+        coloraxis=_colour_axis(header.band_top(), height), xaxis=dict(visible=False, range=[lo, hi]),
+        yaxis=dict(title=dict(text="depth", standoff=4), tickvals=[-d for d in range(depth + 1)], ticktext=levels,
+                   range=[-depth - 0.6, 0.6], showline=False)))
 
 
 def _title(cycle: CycleTrace, g: nx.DiGraph, frame: Frame) -> tuple[str, tuple[str, ...]]:

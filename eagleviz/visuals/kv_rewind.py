@@ -17,7 +17,7 @@ import math
 import plotly.graph_objects as go
 
 from eagleviz.trace import CycleTrace
-from eagleviz.visuals.fit import PHONE_PX, Header, legend_names, text_px
+from eagleviz.visuals.fit import PHONE_PX, Axis, Header, legend_names, margins, text_px
 from eagleviz.visuals.phases import FINAL, Frame
 from eagleviz.visuals.selection import Focus
 from eagleviz.visuals.style import (ACCEPTED, CHIP_TEXT, INK, NEUTRAL, PREFIX, PRUNED, VISIBLE, chips, figure,
@@ -176,12 +176,15 @@ def kv_rewind_figure(cycle: CycleTrace, height: int | None = None, frame: Frame 
                  line=dict(color=ACCEPTED, width=2.5))
     legend = legend_swatches([("committed prefix", PREFIX), ("root (written this cycle)", INK),
                               ("accepted path", ACCEPTED), ("discarded slot", PRUNED), ("free slot", FREE)]) + [moved]
-    header = Header(head, details, legend=tuple(legend_names(legend)), plot_width=PHONE_PX - ROW_LABELS_PX)
+    header = Header(head, details, legend=tuple(legend_names(legend)), plot_width=PHONE_PX - ROW_LABELS_PX,
+                    below=True)
     arrows = _moves(cycle) if frame.reached("rewind") else []
+    slots = tuple(str(S + k) for k in range(0, width, step))
+    sides = margins([Axis(tuple(ROW_NAMES.values()), 12, ticks=False)], [Axis(slots, titled=True)])
     return figure(data=traces + legend, layout=layout(
-        header, height or round(header.px() + PLOT_PX), uniformtext=CHIP_TEXT,
+        header, height or round(header.px() + PLOT_PX + header.foot_px()), sides, uniformtext=CHIP_TEXT,
         **({"annotations": arrows} if arrows else {}),
         xaxis=dict(title=dict(text="cache slot"), range=[-PREFIX_WIDTH - 0.7, width - 0.3],
-                   tickvals=list(range(0, width, step)), ticktext=[str(S + k) for k in range(0, width, step)]),
+                   tickvals=list(range(0, width, step)), ticktext=list(slots)),
         yaxis=dict(tickvals=list(ROWS.values()), ticktext=list(ROW_NAMES.values()), range=[-0.05, TOP],
                    showline=False, ticks="", tickfont=dict(size=12))))

@@ -81,14 +81,15 @@ def figure(data: list[dict] | None = None, layout: dict | None = None) -> go.Fig
     return go.Figure(data=data, layout=layout, _validate=False)
 
 
-def layout(title: str | Header, height: int, **extra) -> dict:
-    """Common layout as a plain dict: the small template, the title and legend placed by `fit.Header` (a plain
-    string: a title alone), compact side margins; `extra` entries are added (or replace these).
+def layout(title: str | Header, height: int, sides: dict | None = None, **extra) -> dict:
+    """Common layout as a plain dict: the small template, the title, legend and top margin placed by `fit.Header`
+    (a plain string: a title alone), the other margins `sides` (`fit.margins` of the figure's axes; None: compact
+    ones); `extra` entries are added (or replace these).
 
     Figures are assembled from dicts by `figure`; the graph-object update methods re-walk the whole figure
     on every call and would cost more than the 200 ms a step between cycles may take."""
     header = title if isinstance(title, Header) else Header(title)
-    return {"template": TEMPLATE, "height": height} | header.entries(height) | extra
+    return {"template": TEMPLATE, "height": height} | header.entries(height, sides) | extra
 
 
 def empty_figure(message: str, height: int = 320) -> go.Figure:
