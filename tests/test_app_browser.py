@@ -445,6 +445,17 @@ def test_a_step_draws_each_changed_figure_once(page):
     assert page.evaluate(DRAWN_FOR_JS, [VIEWS, "kept"]) == [shown] * len(VIEWS)   # not drawn again, gone
 
 
+def test_a_visitors_runs_are_not_kept_in_the_browser(page):
+    """No run history (`ui.PAGE`): Gradio 6 would keep every event's inputs and outputs in localStorage, a visitor's
+    prompts on a workshop's shared machine, rewritten (~130 KB) several times a step."""
+    shown = int(prose(page, "cycle-caption").split()[1])
+    page.click("#next")
+    page.wait_for_function("(k) => document.querySelector('#cycle-caption').innerText.includes('Cycle ' + k)",
+                           arg=shown + 1, timeout=60_000)
+    page.wait_for_timeout(500)
+    assert page.evaluate("() => Object.keys(localStorage).filter(k => k.startsWith('gradio:run-history'))") == []
+
+
 def test_a_code_answer_keeps_its_line_breaks_and_its_tokens_stay_clickable(page):
     page.get_by_role("radio", name="Code").check()
     page.wait_for_function("() => document.querySelector('#prompt textarea').value.startsWith('Write a Python')",

@@ -104,7 +104,10 @@ PLOT_ONCE_HEAD = """<script>(() => {
     if (value && value.react && !value.react.evOnce) { value.react = once(value.react); value.react.evOnce = true; }
   }});
 })();</script>"""
-PAGE = {"css": CSS, "head": PLOT_ONCE_HEAD}  # what `launch` takes for the page: its style and its head
+# What `launch` takes for the page: its style, its head, and no run history. Gradio 6 keeps every event's inputs and
+# outputs in the browser's localStorage by default (a visitor's prompts and outputs on a workshop's shared machine);
+# it rewrote ~130 KB there several times a step, ~50 ms of a follower's drawing (docs/performance.md entry 63).
+PAGE = {"css": CSS, "head": PLOT_ONCE_HEAD, "run_history": False}
 VIEW_CONCURRENCY = 4      # light events (stepping, knobs, import) of different users served side by side
 CACHE_TTL_S = 3600        # Gradio deletes its cached files (uploads, downloads) after this long
 KNOB_DEFAULTS = Knobs(max_new_tokens=presets.PRESET_TOKENS)
