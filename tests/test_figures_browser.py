@@ -237,15 +237,18 @@ DRAW_JS = """async ([figures, width]) => {
 def test_plotly_keeps_each_views_margins_so_it_lays_each_figure_out_once(page):
     """Plotly widens a margin a legend or an axis's labels need and then lays the figure out again (half of a
     step's drawing, docs/performance.md entry 62): the four views of recorded cycles, greedy and sampled, short
-    and long token labels, drawn by the page's Plotly at each size's width, keep the margins the server gave."""
+    and long token labels, and each run's summary, drawn by the page's Plotly at each size's width, keep the
+    margins the server gave."""
     import json
 
     from eagleviz.app import gallery
+    from eagleviz.visuals.summary import summary_figure
     from eagleviz.visuals.views import cycle_figures
 
     figures = []
     for entry in gallery.entries():
         run = gallery.load(entry.id)
+        figures.append((f"{entry.id} summary", json.loads(summary_figure(run).to_json())))
         for cycle in run.cycles[:: max(1, len(run.cycles) // 3)]:
             views = cycle_figures(run, cycle.index)
             figures += [(f"{entry.id} cycle {cycle.index} {name}", json.loads(getattr(views, name).to_json()))

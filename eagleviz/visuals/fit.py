@@ -242,7 +242,7 @@ class Axis:
         if not self.labels:
             return 0.0
         if self.angle == 0:
-            return label_px(self.labels[-1], self.size) / 2 + 4 + SLACK_PX
+            return label_px(self.labels[-1], self.size) / 2 + LABEL_PAD_PX + SLACK_PX
         return LABEL_EM * self.size * abs(math.sin(math.radians(self.angle))) / 2 + 7 + SLACK_PX
 
     def foot(self) -> float:

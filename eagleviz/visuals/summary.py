@@ -12,7 +12,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from eagleviz.trace import RunTrace, summarize
-from eagleviz.visuals.fit import GAP_PX, LEGEND_ROW_PX, LEGEND_SIZE, MODEBAR_PX, PHONE_PX, legend_names, legend_rows
+from eagleviz.visuals.fit import (GAP_PX, LEGEND_ROW_PX, LEGEND_SIZE, MODEBAR_PX, PHONE_PX, Axis, legend_names,
+                                  legend_rows, margins)
 from eagleviz.visuals.style import ACCEPTED, BONUS, INK, NEUTRAL, REJECTED, empty_figure, figure, layout
 
 PHASE_COLOURS = {"draft": "#CC79A7", "verify": "#009E73", "accept": BONUS, "rewind": NEUTRAL}
@@ -69,8 +70,14 @@ def summary_figure(run: RunTrace, selected: int | None = None, height: int | Non
     notes = [dict(text=t, x=0, xref="paper", xanchor="left", y=f["top"], yref="paper", yanchor="top",
                   showarrow=False, font=dict(size=NAME_SIZE)) for t, f in zip(names, frac)]
     legend = dict(orientation="h", x=0, xanchor="left", yanchor="top", font=dict(size=LEGEND_SIZE), traceorder="normal")
+    # Plotly's own ticks: at most the largest value's digits, or a half where the range is small (the time panel's 0
+    # at the foot of its axis); under the panels, inside the plot area (AXIS_PX each), a cycle's number at the edge
+    most = max([sum(c.timings_ms.values()) for c in run.cycles] + s["accept_lengths"] + [1])
+    ticks = ("0.5", f"{most:.0f}")
+    sides = margins([Axis(ticks, titled=True), Axis(("0.8",), titled=True), Axis(ticks, titled=True, ends=True)],
+                    [Axis((str(max(idx)),), titled=True, inset=AXIS_PX)])
     return figure(data=traces, layout=layout(
-        "", height, barmode="stack", annotations=notes, margin=dict(l=10, r=10, t=MODEBAR_PX, b=10),
+        "", height, barmode="stack", annotations=notes, margin=sides | dict(t=MODEBAR_PX),
         legend=legend | dict(y=frac[0]["legend"]), legend3=legend | dict(y=frac[2]["legend"]),
         xaxis=dict(domain=[0, 1], anchor="y", title=dict(text="cycle")),
         yaxis=dict(domain=[frac[0]["plot_bottom"], frac[0]["plot"]], title=dict(text="tokens accepted"),
