@@ -106,7 +106,8 @@ PLOT_ONCE_HEAD = """<script>(() => {
 })();</script>"""
 # What `launch` takes for the page: its style, its head, and no run history. Gradio 6 keeps every event's inputs and
 # outputs in the browser's localStorage by default (a visitor's prompts and outputs on a workshop's shared machine);
-# it rewrote ~130 KB there several times a step, ~50 ms of a follower's drawing (docs/performance.md entry 63).
+# it rewrote ~130 KB there several times a step, ~50 ms of the stepping page's main thread (docs/performance.md
+# entry 63; a follower's drawing time did not change measurably).
 PAGE = {"css": CSS, "head": PLOT_ONCE_HEAD, "run_history": False}
 VIEW_CONCURRENCY = 4      # light events (stepping, knobs, import) of different users served side by side
 CACHE_TTL_S = 3600        # Gradio deletes its cached files (uploads, downloads) after this long

@@ -11,7 +11,8 @@ The top of a figure (`Header`), from its top edge down:
     title          a head line, then detail phrases wrapped to the narrowest width
     band           room a figure fills itself (the draft tree's colour bar)
     legend         horizontal, its foot on the plot: on a phone it wraps to its most rows and fills the room the
-                   top margin holds for it; a wider screen's fewer rows leave room above them
+                   top margin holds for it; a wider screen's fewer rows leave room above them. Or under the plot
+                   and its axes (`Header.below`: the draft tree, the mask, the KV), its spare rows at the foot
 The other sides (`margins`) hold what each `Axis` draws there: its tick labels, ticks and title.
 
 Plotly widens a margin that a legend or an axis's labels need (automargin) by laying the figure out, measuring it
@@ -36,7 +37,7 @@ DETAIL_SIZE = 13
 LEGEND_SIZE = 12
 LEGEND_ROW_PX = 21        # one row of a horizontal legend at LEGEND_SIZE
 LEGEND_ITEM_PX = 50       # a legend entry besides its text: the symbol, the gaps
-LEGEND_GAP_PX = 12        # between the legend and the plot Plotly moves under it
+LEGEND_GAP_PX = 12        # between the legend and the plot (under the plot: the axes' room)
 GAP_PX = 8
 # Plotly's room for an axis, measured in Chromium on the app's figures (`Axis`)
 LABEL_PAD_PX = 10.6       # between an axis's tick labels and the figure's edge, on top of what follows
@@ -45,7 +46,7 @@ LABEL_EM = 1.03           # a tick label's height
 TITLE_EM = 1.08           # an axis title's thickness, beyond its standoff
 STANDOFF_PX = 10          # a title's standoff where the figure sets none (Plotly's own is ~8-10 px)
 SLACK_PX = 3              # over every estimate: a px of rounding is a second layout
-FONT_PX = 14              # the figures' font (style.FONT) and so the default tick and title size
+FONT_PX = 14              # the figures' font size (style.FONT's) and so the default tick and title size
 MARGIN_PX = 10            # a side no axis needs
 _TAG = re.compile(r"<[^>]+>")
 
@@ -149,7 +150,7 @@ class Header:
     legend: tuple[str, ...] = ()
     plot_width: float = PHONE_PX - 60
     note: str = ""            # a last line of its own, about the band (what a colour bar's colours mean)
-    below: bool = False       # the legend under the plot (the draft tree's: the picture first on a first screen)
+    below: bool = False       # the legend under the plot and its axes (the picture first, under the title)
 
     def lines(self) -> tuple[list[str], list[str]]:
         """The head line (broken between words where it is wider than a phone) and the wrapped detail lines."""

@@ -12,7 +12,7 @@ import re
 import plotly.graph_objects as go
 from plotly.colors import get_colorscale
 
-from eagleviz.visuals.fit import PHONE_PX, Header, wrap
+from eagleviz.visuals.fit import FONT_PX, PHONE_PX, Header, wrap
 
 # Okabe-Ito colours, named by the role they play everywhere in the app.
 ACCEPTED = "#0072B2"     # blue: a draft token the target agreed with
@@ -31,7 +31,7 @@ PROB_SCALE = get_colorscale("Cividis")   # sequential, designed for colour-visio
 CHIPS = "chips"          # the name of a trace of labelled rectangles (`chips`), kept out of the legend
 # Chip labels shrunk to fit share one size in a figure, and go (their hover stays) where that would be below 8 px.
 CHIP_TEXT = dict(minsize=8, mode="hide")
-FONT = dict(family="DejaVu Sans, Arial, sans-serif", size=14, color=INK)
+FONT = dict(family="DejaVu Sans, Arial, sans-serif", size=FONT_PX, color=INK)
 HOVER = dict(font=dict(family=FONT["family"], size=14), bgcolor="white", bordercolor=INK)
 _AXIS = dict(showline=True, linecolor=INK, ticks="outside", showgrid=False, zeroline=False, automargin=True)
 # A small template built once: Plotly's named templates are deep-copied on every use (~25 ms per figure).
