@@ -433,7 +433,8 @@ DRAWN_FOR_JS = """([ids, which]) => ids.map((id, i) => {
 def test_a_step_draws_each_changed_figure_once(page):
     """Gradio's Plot draws a changed figure in its old plot element, then again in the new element it makes for it:
     the page's head leaves out the draw whose element has gone by then (`ui.PLOT_ONCE_HEAD`), so a step to the next
-    cycle draws each of the four views and the summary once, in the element the page shows."""
+    cycle draws each of the four views once, in the element the page shows. The run's summary is not sent again:
+    its element stays, and the page moves its outline to the new cycle's bar (`ui.SUMMARY_OUTLINE_JS`)."""
     shown = int(prose(page, "cycle-caption").split()[1])
     every_view_at = f"(k) => ({DRAWN_FOR_JS})([{json.dumps(VIEWS)}, 'page']).every(c => c === k)"
     page.wait_for_function(every_view_at, arg=shown, timeout=60_000)   # (the arrival's figures all drawn)
@@ -441,8 +442,10 @@ def test_a_step_draws_each_changed_figure_once(page):
     page.click("#next")
     page.wait_for_function(every_view_at, arg=shown + 1, timeout=60_000)
     page.wait_for_timeout(1000)   # (a draw in the old element would have come with the same update)
-    assert page.evaluate("() => window.__kept.map(g => g.isConnected)") == [False] * len(VIEWS)
-    assert page.evaluate(DRAWN_FOR_JS, [VIEWS, "kept"]) == [shown] * len(VIEWS)   # not drawn again, gone
+    views = len(VIEWS) - 1
+    assert page.evaluate("() => window.__kept.map(g => g.isConnected)") == [False] * views + [True]
+    # the views' old elements not drawn again, gone; the summary's own element outlines the new cycle
+    assert page.evaluate(DRAWN_FOR_JS, [VIEWS, "kept"]) == [shown] * views + [shown + 1]
 
 
 def test_a_visitors_runs_are_not_kept_in_the_browser(page):

@@ -112,6 +112,24 @@ def test_a_room_follows_the_instructor_live(browser, app_url):
             tab.close()
 
 
+def test_a_picture_pushed_to_a_follower_costs_its_page_one_request_off_the_queue(browser, app_url):
+    """A pushed picture changes a follower's views, which fires the page's one answer to a moved picture
+    (`workshop.moved`: the room line and the tour's words, off the queue). It was two events, one of them queued,
+    and every message of each was a round of Gradio's status updates in that page (docs/performance.md, 64)."""
+    teacher, follower, k, _ = class_of_one(browser, app_url)
+    asked = []
+    follower.on("request", lambda r: asked.append(r.url) if r.method == "POST" else None)
+    try:
+        for step in (1, 2):
+            teacher.click("#next")
+            wait_for_cycle(follower, k + step)
+        follower.wait_for_timeout(1500)   # (an event the picture fired would have been sent by now)
+        assert len(asked) <= 2 and not [u for u in asked if "/queue/join" in u], asked
+    finally:
+        teacher.close()
+        follower.close()
+
+
 def test_an_instructors_page_reloaded_takes_its_room_back(browser, app_url):
     """The instructor's page reloads (a closed laptop lid, a stray F5): it takes its room back with the picture the
     class sees, and its next move reaches the follower again; the class's link and code stay the same."""

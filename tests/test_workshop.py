@@ -276,6 +276,22 @@ def _room(**kw):
     return rooms, run, code, line
 
 
+def test_a_moved_picture_tells_the_room_and_names_the_cycle_in_the_tours_words():
+    """`moved`, when a page's picture moves: the room's next picture and the tour's words for the cycle, in one
+    answer; a page with no room of its own (a follower) tells none, and a page with no run says nothing."""
+    from eagleviz.app import navigation as nav
+
+    rooms, run, code, _ = _room()
+    room = rooms.seen(code)
+    version = room.version
+    line, words = workshop.moved(rooms, code, run, 3, None, None, 1)
+    assert line == gr.skip() and room.cycle == 3 and room.version == version + 1
+    assert words == nav.tour_text(run, 3, 1) and "(cycle 3)" in words
+    assert workshop.moved(rooms, None, run, 4, None, None, 0)[1] == nav.tour_text(run, 4, 0)
+    assert room.cycle == 3                                                     # no room of its own: nothing told
+    assert workshop.moved(rooms, None, None, 0, None, None, 0) == (gr.skip(), gr.skip())
+
+
 def test_a_rooms_line_shows_a_qr_code_of_its_full_link_where_the_pages_address_is_known():
     """For a projector: the link written out in full and drawn as a QR code that reads back as that link
     (`eagleviz.app.qr`); a page whose address the browser did not send gets the relative link and no code."""
@@ -355,7 +371,7 @@ def test_a_room_gives_each_follower_the_instructors_picture_once_per_move_and_en
 def test_a_follower_is_sent_only_what_changed_in_its_picture(handlers):
     """A phase picked within a cycle leaves the run, the output, the slider and the summary plot as they were: the
     follower is sent the views that changed and skips the rest (a figure sent is redrawn whole by its browser); a
-    cycle moved sends the slider and the summary again."""
+    cycle moved sends the slider, not the summary (the page outlines the cycle's bar itself); another run sends it."""
     from eagleviz.app.navigation import VIEW_SIZE
 
     rooms, run, code, _ = _room()
@@ -371,7 +387,11 @@ def test_a_follower_is_sent_only_what_changed_in_its_picture(handlers):
         assert any(v != skip for v in phase[4:4 + VIEW_SIZE])
         workshop.room_shown(rooms, code, run, 3, 0, None)   # another cycle
         cycle = await _next(a)
-        assert cycle[0] == skip and cycle[2] != skip and cycle[3] != skip  # the same run; the slider, the summary
+        assert cycle[0] == skip and cycle[2] != skip and cycle[3] == skip  # the same run; the slider, no summary
+        other = gallery.load(next(e.id for e in gallery.entries() if e.id != "story"))
+        workshop.room_shown(rooms, code, other, 1, None, None)   # another run: its summary, outlined at its cycle
+        ran = await _next(a)
+        assert ran[0] is other and ran[3] != skip and '"width":[0,3,' in ran[3].plot.replace(" ", "")
         await a.aclose()
 
     asyncio.run(follow())

@@ -18,7 +18,7 @@ import gradio as gr
 
 from eagleviz.app import glossary
 from eagleviz.trace import CycleTrace, RunTrace
-from eagleviz.visuals import cycle_view, empty_view, summary_figure
+from eagleviz.visuals import cycle_view, empty_view
 from eagleviz.visuals.explain import TOUR, tour_step
 from eagleviz.visuals.phases import PHASES, frame_at, frames, label
 from eagleviz.visuals.selection import BONUS, output_origin, slot_of_item
@@ -162,9 +162,11 @@ def _clamp(run: RunTrace | None, index: float) -> int:
 
 
 def show(run: RunTrace | None, index: float) -> tuple:
-    """Outputs: summary plot, *view."""
+    """Outputs: summary plot, *view. The run's summary is on the page already: it is not sent again for another
+    of its cycles (the page outlines the cycle's bar itself, `ui.SUMMARY_OUTLINE_JS`: the summary, the largest of
+    the five figures, is not redrawn at each step)."""
     i = _clamp(run, index)
-    return (summary_figure(run, i) if run is not None else None, *view_values(run, i))
+    return (gr.skip() if run is not None else None, *view_values(run, i))
 
 
 def step(run: RunTrace | None, index: float, delta: int) -> tuple:
@@ -196,7 +198,7 @@ def output_selected(run: RunTrace | None, evt: gr.SelectData) -> tuple:
     if where is None:
         return (gr.skip(), gr.skip(), *[gr.skip()] * VIEW_SIZE)
     cycle, slot = where
-    return (gr.Slider(value=cycle), summary_figure(run, cycle), *view_values(run, cycle, slot))
+    return (gr.Slider(value=cycle), gr.skip(), *view_values(run, cycle, slot))   # the summary: as `show`'s
 
 
 def token_selected(run: RunTrace | None, index: float, frame: float, evt: gr.SelectData) -> tuple:
@@ -266,7 +268,7 @@ def tour(run: RunTrace | None, index: float, step_: int, delta: int, slot: int |
     view = list(view_values(run, nxt))
     view[3] = phase_slider(len(frames(run.cycles[nxt])), frame)
     view[4:10] = figure_values(run, nxt, frame, None)
-    return (step_, tour_text(run, nxt, step_), gr.Slider(value=nxt), summary_figure(run, nxt), *view)
+    return (step_, tour_text(run, nxt, step_), gr.Slider(value=nxt), gr.skip(), *view)   # the summary: as `show`'s
 
 
 def tour_shown(run: RunTrace | None, index: float, step_: int):

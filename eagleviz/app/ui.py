@@ -41,6 +41,7 @@ from eagleviz.measured import latest_bench, latest_ceiling, latest_verify_cost
 from eagleviz.app.pairs import Pair, PairHub
 from eagleviz.app.session import EngineHub, Knobs, attention_choices, fastest_tree, why_small_trees
 from eagleviz.visuals import SpeedView, speed_view
+from eagleviz.visuals.summary import CYCLE_BARS, OUTLINE_PX
 from eagleviz.visuals.output_text import COLOURS as OUTPUT_COLOURS
 
 INTRO = ("# eagleviz: EAGLE speculative decoding, cycle by cycle\n"
@@ -177,6 +178,18 @@ ARRIVAL_JS = """(status) => {
     requestAnimationFrame(() => note.scrollIntoView({block: 'start'}));
   return [];
 }""" % (SHOW_VIEWS_JS, ARRIVAL_MIN_PX)
+
+# The run summary outlines the bar of the cycle shown. A step to another cycle of the same run does not send the summary
+# again (`nav.show`): the page moves the outline itself, a restyle of one attribute where a new summary (the largest
+# of the five figures, ~85 ms to draw here) would be drawn whole on every page at every step. A summary that is sent
+# (a new run, a follower's first picture of a run) comes outlined at its cycle.
+SUMMARY_OUTLINE_JS = f"""(k) => {{
+  const gd = document.querySelector('#summary-plot .js-plotly-plot');
+  const at = gd && gd.data && window.Plotly ? gd.data.findIndex(t => t.meta === '{CYCLE_BARS}') : -1;
+  if (at >= 0) window.Plotly.restyle(gd, {{'marker.line.width': [Array.from(gd.data[at].x,
+    c => c === Number(k) ? {OUTLINE_PX} : 0)]}}, [at]);
+  return [];
+}}"""
 
 # Pointing at a node of the draft tree picks its token, as a click in the cycle's token list does: its mask row,
 # path chips and KV slot are outlined (Plotly's hover event; each node carries its item of the list). A pause of
@@ -502,9 +515,15 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                        queue=False).then(None, room_claim, None, js=workshop.ROOM_KEPT_JS).then(**beating).then(**beaten)
         taken_back.then(**beating).then(**beaten)
         beat.tick(**beaten)
+        # Whatever moved the picture (a step, Play, a phase, a token, the tour, a run, an import, a recorded run):
+        # the room's next picture and the tour's words for the cycle, in one answer (`workshop.moved`), off the queue.
+        # A follower's page sends it too, for every picture pushed to it (its views change); as two events, one of
+        # them queued, it cost that page a round of Gradio's status updates per message (docs/performance.md, 64).
+        # The last trigger's answer wins: a run's outputs set the status before the slider.
         gr.on([slider.change, phase.change, focus.change, status.change],
-              lambda c, r, i, f, s: workshop.room_shown(rooms, c, r, i, f, s), [room_code, run_state, slider, phase,
-                                                                                 focus], room_md, queue=False, **quiet)
+              lambda c, r, i, f, s, t: workshop.moved(rooms, c, r, i, f, s, t),
+              [room_code, run_state, slider, phase, focus, tour_state], [room_md, tour_md], queue=False,
+              trigger_mode="always_last", **quiet)
         def room_joined(request: gr.Request):   # by this annotation, as `opened`
             return workshop.room_joined(request)
 
@@ -608,11 +627,11 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         gif_btn.click(nav.phase_frames, [run_state, slider, focus], phases_data, **quiet).then(
             None, phases_data, handout_md, js=handout.GIF_JS)   # the server's figures, drawn and encoded in the page
         demo.load(None, None, None, js=HOVER_PICKS_JS)   # a tree node pointed at is picked, as a click would
+        slider.change(None, slider, None, js=SUMMARY_OUTLINE_JS)   # the summary outlines the cycle shown, in the page
         # The tour's text names the cycle shown: a run (an import, a recorded run) opens on the tour's first step,
-        # and a cycle moved to keeps the tour's step. Read from the slider once its own value has changed.
+        # and a cycle moved to keeps the tour's step (its words from `moved`, once the slider shows the cycle).
         gr.on([run_btn.click, import_file.upload, recorded.input, preset.input], lambda: 0, None, tour_state,
               queue=False, **quiet)
-        slider.change(nav.tour_shown, [run_state, slider, tour_state], tour_md, **quiet)
         # Said at once, beside the button: the race itself waits for the model and takes seconds.
         race_btn.click(lambda: RACING, None, race_md, queue=False, **quiet).then(
             race_fn, [run_state, attn, pair, stop], race_md, **model)

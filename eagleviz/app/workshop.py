@@ -484,6 +484,14 @@ def room_shown(rooms: Rooms, code: str | None, run: RunTrace | None, cycle: floa
     return "\u26a0 This room has ended (no move for two hours); open a new one."
 
 
+def moved(rooms: Rooms, code: str | None, run: RunTrace | None, cycle: float, frame: float | None, slot: int | None,
+          stop: int) -> tuple:
+    """The page's picture moved (a step, Play, a phase, a token, the tour, a run, an import): the room's next picture
+    (`room_shown`, where the page opened one) and the tour's words for the cycle now shown (`nav.tour_shown`, at stop
+    `stop`), one request for both. Outputs: room line, tour text."""
+    return room_shown(rooms, code, run, cycle, frame, slot), nav.tour_shown(run, cycle, stop)
+
+
 def room_told(rooms: Rooms, code: str | None, run: RunTrace | None, index: float, frame: float | None,
               slot: int | None) -> None:
     """The picture the instructor's page is about to show (cycle `index`, phase `frame`, None: the cycle's end state,
@@ -537,6 +545,7 @@ def room_joined(request: gr.Request | None) -> tuple:
 
 
 FOLLOW_SIZE = 4 + VIEW_SIZE + 4 + 1
+SUMMARY_AT = 3  # in a follower's picture (run state, output, slider, summary plot, *view, ...): the summary plot
 TOUR_SIZE = 4   # a follower's tour: its stop, its words, its section (opened), the words again for the scroll
 
 
@@ -632,10 +641,15 @@ async def room_followed(rooms: Rooms, code: str | None, follow: bool, page: str,
 def unchanged_skipped(values: tuple, last: tuple | None) -> tuple:
     """A follower's next picture without what it shows already (`gr.skip()`): a phase or a token picked within a
     cycle leaves the output, the slider and the summary plot as they were, and each figure sent is redrawn whole by
-    the follower's browser. `last`: the values this page was sent last (None: nothing yet)."""
+    the follower's browser. Another cycle of the same run leaves the summary plot too: the page outlines the cycle's
+    bar itself (`ui.SUMMARY_OUTLINE_JS`). `values`, `last`: the run, then the picture (`SUMMARY_AT`: the summary
+    plot); `last` what this page was sent last (None: nothing yet)."""
     if last is None:
         return values
-    return tuple(gr.skip() if _same(v, w) else v for v, w in zip(values, last, strict=True))
+    kept = tuple(gr.skip() if _same(v, w) else v for v, w in zip(values, last, strict=True))
+    if values[0] is last[0]:
+        kept = kept[:SUMMARY_AT] + (gr.skip(),) + kept[SUMMARY_AT + 1:]
+    return kept
 
 
 def _same(value, before) -> bool:

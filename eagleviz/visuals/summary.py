@@ -22,6 +22,8 @@ NAME_SIZE = 14
 PANEL_PX = 160                # a panel's plot
 AXIS_PX = 78                  # under a panel's plot: its tick labels, its axis title and a gap
 PLOT_WIDTH = PHONE_PX - 70    # the panels' width on a phone, left of them the axis titles and tick labels
+CYCLE_BARS = "cycle-bars"     # the accept-length bars' meta: the page outlines the selected cycle's bar by it
+OUTLINE_PX = 3                # the selected cycle's bar outline
 
 
 def _expected(run: RunTrace) -> list[dict]:
@@ -37,16 +39,17 @@ def _expected(run: RunTrace) -> list[dict]:
 
 def summary_figure(run: RunTrace, selected: int | None = None, height: int | None = None) -> go.Figure:
     """Three panels stacked (axes x/y, x2/y2, x3/y3), each with its name and its own legend over it, so that
-    they stay apart on a phone; the selected cycle's bar is outlined. Without a `height`, the figure is as
-    tall as the panels and their legends wrapped for a phone need."""
+    they stay apart on a phone; the selected cycle's bar is outlined (a page that shows another of the run's
+    cycles moves the outline itself: the bars' meta CYCLE_BARS). Without a `height`, the figure is as tall as the
+    panels and their legends wrapped for a phone need."""
     if not run.cycles:
         return empty_figure("No speculation cycles in this run (plain decoding, or stopped before the first cycle).")
     s = summarize(run)
     idx = [c.index for c in run.cycles]
     rows = s["acceptance_by_depth"]
     traces = [
-        dict(type="bar", x=idx, y=s["accept_lengths"], name="draft tokens accepted", marker=dict(
-            color=ACCEPTED, line=dict(color=INK, width=[3 if i == selected else 0 for i in idx])),
+        dict(type="bar", x=idx, y=s["accept_lengths"], name="draft tokens accepted", meta=CYCLE_BARS, marker=dict(
+            color=ACCEPTED, line=dict(color=INK, width=[OUTLINE_PX if i == selected else 0 for i in idx])),
             hovertemplate="cycle %{x}: %{y} accepted + 1 bonus<extra></extra>"),
         dict(type="scatter", x=[min(idx) - 0.5, max(idx) + 0.5], y=[s["tau"] - 1] * 2, mode="lines",
              name="mean accepted = \u03c4 - 1", line=dict(color=INK, dash="dash", width=2)),
