@@ -202,10 +202,10 @@ def visit(visitor: Visitor, row, tokens: int, start: threading.Barrier, out: dic
     t0 = time.monotonic()
     out.update(label=label, first_s=None, done_s=None, tokens=0, status="")
     try:
-        # The Run button's inputs: the tab's stop flag (a state: the server holds it), the model pair, the prompt,
-        # the ten knobs; outputs 1 and 2 are the answer's tokens and the status line.
+        # The Run button's inputs: the room the tab opened and its stop flag (states: the server holds them), the
+        # model pair, the prompt, the ten knobs; outputs 1 and 2 are the answer's tokens and the status line.
         knobs = [steps, topk, budget, temperature, 1.0, tokens, 0, "auto", adaptive, source]
-        for update in visitor.call("run", [None, None, prompt, *knobs], track=(1, 2)):
+        for update in visitor.call("run", [None, None, None, prompt, *knobs], track=(1, 2)):
             status = str(update[2])
             out["status"] = status[:120]
             if out["first_s"] is None and status.startswith(FIRST):

@@ -292,6 +292,27 @@ def test_a_moved_picture_tells_the_room_and_names_the_cycle_in_the_tours_words()
     assert workshop.moved(rooms, None, None, 0, None, None, 0) == (gr.skip(), gr.skip())
 
 
+def test_a_streaming_run_is_told_to_the_room_as_the_page_is_sent_it(handlers):
+    """`run_streamed`, after each part of a run's output: a part with cycles tells the room the run at the cycle the
+    part sets the slider to, else at the room's cycle; a part before the first cycle, or a page with no room of its
+    own, tells nothing."""
+    from eagleviz.app.handlers import cycle_slider
+
+    rooms, run, code, _ = _room()
+    room = rooms.seen(code)
+    other = gallery.load(next(e.id for e in gallery.entries() if e.id != "story"))
+    version = room.version
+    workshop.run_streamed(rooms, code, (gr.skip(), None, "Loading", gr.skip()))
+    workshop.run_streamed(rooms, None, (other, None, "Running", cycle_slider(other)))
+    assert room.version == version and room.run is run
+    workshop.run_streamed(rooms, code, (other, None, "Running", cycle_slider(other)))   # its first cycle: value 0
+    assert room.run is other and room.cycle == 0 and room.version == version + 1
+    workshop.run_streamed(rooms, code, (other, None, "Running", cycle_slider(other, None)))   # the slider left as is
+    assert room.cycle == 0 and room.version == version + 1
+    workshop.run_streamed(rooms, code, (other, None, "Done", cycle_slider(other, 2)))
+    assert room.cycle == 2 and room.version == version + 2
+
+
 def test_a_rooms_line_shows_a_qr_code_of_its_full_link_where_the_pages_address_is_known():
     """For a projector: the link written out in full and drawn as a QR code that reads back as that link
     (`eagleviz.app.qr`); a page whose address the browser did not send gets the relative link and no code."""

@@ -204,9 +204,9 @@ class Handlers:
                         yield (run, [], "Running\u2026 (prefill)", cycle_slider(None), "", skip, skip, skip, skip,
                                "Waiting for the first cycle\u2026", *[skip] * 4, None, None, None, None,
                                *[skip] * (VIEW_SIZE - 10))
-                    elif cycle.index == 0:
-                        yield (run, output_tokens(run), self._progress(run), cycle_slider(run), skip, skip, skip, skip,
-                               *view_values(run, 0))
+                    elif cycle.index == 0:   # its views, and the tour's words naming it (the tour's first stop)
+                        yield (run, output_tokens(run), self._progress(run), cycle_slider(run), skip, skip, skip,
+                               tour_text(run, 0, 0), *view_values(run, 0))
                         last = time.perf_counter()
                     elif time.perf_counter() - last >= STREAM_EVERY_S * max(self._running, 1):
                         yield (run, output_tokens(run), self._progress(run), cycle_slider(run, None),

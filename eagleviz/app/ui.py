@@ -515,15 +515,14 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                        queue=False).then(None, room_claim, None, js=workshop.ROOM_KEPT_JS).then(**beating).then(**beaten)
         taken_back.then(**beating).then(**beaten)
         beat.tick(**beaten)
-        # Whatever moved the picture (a step, Play, a phase, a token, the tour, a run, an import, a recorded run):
-        # the room's next picture and the tour's words for the cycle, in one answer (`workshop.moved`), off the queue.
-        # A follower's page sends it too, for every picture pushed to it (its views change); as two events, one of
-        # them queued, it cost that page a round of Gradio's status updates per message (docs/performance.md, 64).
-        # The last trigger's answer wins: a run's outputs set the status before the slider.
-        gr.on([slider.change, phase.change, focus.change, status.change],
-              lambda c, r, i, f, s, t: workshop.moved(rooms, c, r, i, f, s, t),
-              [room_code, run_state, slider, phase, focus, tour_state], [room_md, tour_md], queue=False,
-              trigger_mode="always_last", **quiet)
+        # A move of the page's own (a step, Play, a phase, an output click, the tour, a recorded run, a preset, an
+        # import, a run's end), once shown: the room's next picture and the tour's words for the cycle, one answer
+        # (`workshop.moved`), chained after the move's event. Not on the views' `.change`: a follower's views change
+        # with every picture pushed to it, and each event there was a request and rounds of Gradio's status updates
+        # (docs/performance.md, entries 64-65). A run streaming tells the room from its own output (`ran_told`).
+        moved = dict(fn=lambda c, r, i, f, s, t: workshop.moved(rooms, c, r, i, f, s, t),
+                     inputs=[room_code, run_state, slider, phase, focus, tour_state], outputs=[room_md, tour_md],
+                     queue=False, **quiet)
         def room_joined(request: gr.Request):   # by this annotation, as `opened`
             return workshop.room_joined(request)
 
@@ -558,9 +557,19 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
               queue=False, **quiet)
         preset.input(lambda name: limits.prompt_note(presets.by_name()[name].prompt) if name in presets.by_name()
                      else gr.skip(), preset, prompt_note, queue=False, **quiet)   # a preset's prompt, said now
-        ran = run_btn.click(run_fn, [stop, pair, prompt, *knobs], run_outputs, show_progress="minimal",
+        def ran_told(code, *args):   # a run's output, told to the room this page opened as each part is sent
+            outs = run_fn(*args)
+            try:
+                for out in outs:
+                    yield out
+                    workshop.run_streamed(rooms, code, out)
+            finally:   # a page that left closes this generator: the run's own closes with it, at once
+                getattr(outs, "close", lambda: None)()
+
+        ran = run_btn.click(ran_told, [room_code, stop, pair, prompt, *knobs], run_outputs, show_progress="minimal",
                             api_name="run", **model)
         ran.then(lambda: "", None, queue_note, queue=False, **quiet)   # no queue now
+        ran.then(**moved)
         status.change(None, status, None, js=RUNNING_JS)   # Stop red while there is a run to stop, not when idle
         ran.then(None, status, None, js=SHOW_VIEWS_JS)                  # done: the views, in sight
         # Stop skips the queue: it must reach the running generator even when the queue is full. Its words are the
@@ -574,16 +583,16 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         # A move (a step, a token, a phase too) is told to the instructor's room as the server answers it
         # (`workshop.room_told`), not once the page has drawn it.
         gr.on([slider.input, slider.release], lambda r, i, c: workshop.room_slid(rooms, c, r, i),
-              [run_state, slider, room_code], [summary_plot, *view], trigger_mode="always_last", **quiet)
+              [run_state, slider, room_code], [summary_plot, *view], trigger_mode="always_last", **quiet).then(**moved)
         first_btn.click(lambda r, c: workshop.room_stepped(rooms, c, r, 0, 0), [run_state, room_code], cycle_outputs,
-                        **quiet)
+                        **quiet).then(**moved)
         prev_btn.click(lambda r, i, c: workshop.room_stepped(rooms, c, r, i, -1), [run_state, slider, room_code],
-                       cycle_outputs, **quiet)
+                       cycle_outputs, **quiet).then(**moved)
         next_btn.click(lambda r, i, c: workshop.room_stepped(rooms, c, r, i, +1), [run_state, slider, room_code],
-                       cycle_outputs, **quiet)
+                       cycle_outputs, **quiet).then(**moved)
         play_btn.click(nav.play, [run_state, playing], [playing, timer, play_btn])
-        timer.tick(nav.tick, [run_state, slider], [*cycle_outputs, playing, timer, play_btn], **quiet)
-        output.select(nav.output_selected, run_state, cycle_outputs, **quiet)
+        timer.tick(nav.tick, [run_state, slider], [*cycle_outputs, playing, timer, play_btn], **quiet).then(**moved)
+        output.select(nav.output_selected, run_state, cycle_outputs, **quiet).then(**moved)
         output.select(None, None, None, js=SHOW_VIEWS_JS)   # the output sits above the views, out of their sight
         def picked(run, index, frame, code, evt: gr.SelectData):   # Gradio passes the click by this annotation
             return workshop.room_picked(rooms, code, run, index, frame, evt)
@@ -599,9 +608,9 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         phase.release(lambda r, i, f, s, c: workshop.room_phased(rooms, c, r, i, f, s),
                       [run_state, slider, phase, focus, room_code], figures, **quiet)
         phase_btn.click(nav.phase_play, [run_state, slider, phase, phase_playing],
-                        [phase_playing, phase_timer, phase_btn, phase], **quiet)
+                        [phase_playing, phase_timer, phase_btn, phase], **quiet).then(**moved)
         phase_timer.tick(nav.phase_tick, [run_state, slider, phase, focus],
-                         [phase, *figures, phase_playing, phase_timer, phase_btn], **quiet)
+                         [phase, *figures, phase_playing, phase_timer, phase_btn], **quiet).then(**moved)
         tour_outputs = [tour_state, tour_md, slider, summary_plot, *view]   # past rewind: on into the next cycle
         # Each step brings the view it talks about into sight (in slides mode, the one view shown), and is told to
         # the room this page opened, if any: its followers' tours open at the same stop, with its words.
@@ -612,12 +621,14 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
                                    [run_state, slider, tour_state, focus], tour_outputs, **quiet)
             stepped.then(None, tour_md, None, js=workshop.TOUR_VIEW_JS)
             stepped.then(**told)
+            stepped.then(**moved)
         slides.change(None, slides, None, js=workshop.SLIDES_JS)
         # opened: the figures at the phase its stop talks about (not the finished cycle), its view in sight
         opened_tour = tour_section.expand(lambda r, i, s, f: nav.tour(r, i, s, 0, f),
                                           [run_state, slider, tour_state, focus], tour_outputs, **quiet)
         opened_tour.then(None, tour_md, None, js=workshop.TOUR_VIEW_JS)
         opened_tour.then(**told)
+        opened_tour.then(**moved)
         tour_section.collapse(None, None, None, js=workshop.TOUR_CLOSED_JS)   # closed: the page's full width again
         tour_section.collapse(lambda c: workshop.room_toured(rooms, c, None), room_code, None, queue=False, **quiet)
         demo.load(None, None, None, js=workshop.TOUR_KEYS_JS)
@@ -629,19 +640,24 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         demo.load(None, None, None, js=HOVER_PICKS_JS)   # a tree node pointed at is picked, as a click would
         slider.change(None, slider, None, js=SUMMARY_OUTLINE_JS)   # the summary outlines the cycle shown, in the page
         # The tour's text names the cycle shown: a run (an import, a recorded run) opens on the tour's first step,
-        # and a cycle moved to keeps the tour's step (its words from `moved`, once the slider shows the cycle).
+        # and a cycle moved to keeps the tour's step (its words from `moved`, once the move is shown).
         gr.on([run_btn.click, import_file.upload, recorded.input, preset.input], lambda: 0, None, tour_state,
               queue=False, **quiet)
         # Said at once, beside the button: the race itself waits for the model and takes seconds.
         race_btn.click(lambda: RACING, None, race_md, queue=False, **quiet).then(
             race_fn, [run_state, attn, pair, stop], race_md, **model)
-        import_file.upload(lambda path, a: workshop.trace_imported(h, path, a), [import_file, attn],
-                           [*run_outputs, *settings]).then(None, status, None, js=SHOW_VIEWS_JS)
-        recorded.input(lambda e: workshop.gallery_opened(h, e), recorded, [*run_outputs, *settings]).then(
-            None, status, None, js=SHOW_VIEWS_JS)
+        imported = import_file.upload(lambda path, a: workshop.trace_imported(h, path, a), [import_file, attn],
+                                      [*run_outputs, *settings])
+        imported.then(None, status, None, js=SHOW_VIEWS_JS)
+        imported.then(**moved)
+        opened_run = recorded.input(lambda e: workshop.gallery_opened(h, e), recorded, [*run_outputs, *settings])
+        opened_run.then(None, status, None, js=SHOW_VIEWS_JS)
+        opened_run.then(**moved)
         # A preset brings its own recorded run: never the last preset's picture under this one's settings.
-        preset.input(lambda name: workshop.preset_opened(h, name), preset, [*run_outputs, recorded], **quiet).then(
-            invited, recorded, arrival_md, queue=False, **quiet)
+        preset_run = preset.input(lambda name: workshop.preset_opened(h, name), preset, [*run_outputs, recorded],
+                                  **quiet)
+        preset_run.then(invited, recorded, arrival_md, queue=False, **quiet)
+        preset_run.then(**moved)
         # The recorded run shown is the gallery's choice until a run or an import replaces it.
         gr.on([run_btn.click, import_file.upload], lambda: None, None, recorded, queue=False, **quiet)
         gr.on([run_btn.click, import_file.upload], lambda: "", None, arrival_md, queue=False, **quiet)

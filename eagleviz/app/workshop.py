@@ -503,6 +503,20 @@ def room_told(rooms: Rooms, code: str | None, run: RunTrace | None, index: float
         rooms.show(code, run, i, len(frames(run.cycles[i])) - 1 if frame is None else frame, slot)
 
 
+def run_streamed(rooms: Rooms, code: str | None, out: tuple) -> None:
+    """A part of a run's output as the page is sent it (`Handlers.run`'s: run state, output, status, slider, ...),
+    told to the room the page opened: its followers watch the run grow, at the cycle the slider is set to where this
+    part sets it, else at the room's. A part before the first cycle, or without the run, tells nothing."""
+    run, slider = out[0], out[3]
+    if not code or not isinstance(run, RunTrace) or not run.cycles:
+        return
+    room = rooms.seen(code)
+    if room is None:
+        return
+    args = getattr(slider, "constructor_args", None) or {}
+    room_told(rooms, code, run, args["value"] if "value" in args else room.cycle, None, None)
+
+
 def room_stepped(rooms: Rooms, code: str | None, run: RunTrace | None, index: float, delta: int) -> tuple:
     """The instructor's step between cycles (`nav.step`), told to the room (`room_told`), at the cycle's end state.
     Outputs: nav.step's (slider, summary plot, *view)."""
