@@ -631,3 +631,18 @@ def test_the_picture_and_the_handout_are_made_in_the_page_from_the_four_views(hu
     for button, js in (("picture", handout.PICTURE_JS), ("handout", handout.HANDOUT_JS)):
         (dep,) = [d for d in demo.config["dependencies"] if [ids[button], "click"] in map(list, d["targets"])]
         assert not dep["backend_fn"] and dep["js"] == js and dep["outputs"] == [ids["handout-note"]]
+
+
+def test_a_picture_pushed_to_a_follower_fires_no_server_event(hub):
+    """What the room's stream sets on a follower's page (its views, slider, tour, run) triggers no event with a server
+    function: a pushed picture sends nothing back (`workshop.moved` answers a page's own moves, chained after them).
+    The fast counterpart of test_class_browser.py's request count (on the views' `.change`, every picture cost every
+    follower two requests, one of them queued)."""
+    config = build_app(hub).config
+    elem = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
+    stream = next(d for d in config["dependencies"] if any(t[1] == "change" for t in d["targets"])
+                  and "follow-text" in [elem.get(o) for o in d["outputs"]])
+    pushed = set(stream["outputs"]) - {o for o in stream["outputs"] if elem.get(o) == "follow-text"}
+    fired = [(elem.get(target) or target, d["id"]) for d in config["dependencies"] if d["backend_fn"]
+             for target, event in d["targets"] if event == "change" and target in pushed]
+    assert len(pushed) > 10 and fired == [], fired

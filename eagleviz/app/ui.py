@@ -516,10 +516,10 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         taken_back.then(**beating).then(**beaten)
         beat.tick(**beaten)
         # A move of the page's own (a step, Play, a phase, an output click, the tour, a recorded run, a preset, an
-        # import, a run's end), once shown: the room's next picture and the tour's words for the cycle, one answer
+        # import), once shown: the room's next picture and the tour's words for the cycle, one answer
         # (`workshop.moved`), chained after the move's event. Not on the views' `.change`: a follower's views change
         # with every picture pushed to it, and each event there was a request and rounds of Gradio's status updates
-        # (docs/performance.md, entries 64-65). A run streaming tells the room from its own output (`ran_told`).
+        # (docs/performance.md, entries 64-65). A run tells the room from its own output (`ran_told`), to its end.
         moved = dict(fn=lambda c, r, i, f, s, t: workshop.moved(rooms, c, r, i, f, s, t),
                      inputs=[room_code, run_state, slider, phase, focus, tour_state], outputs=[room_md, tour_md],
                      queue=False, **quiet)
@@ -569,7 +569,6 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
         ran = run_btn.click(ran_told, [room_code, stop, pair, prompt, *knobs], run_outputs, show_progress="minimal",
                             api_name="run", **model)
         ran.then(lambda: "", None, queue_note, queue=False, **quiet)   # no queue now
-        ran.then(**moved)
         status.change(None, status, None, js=RUNNING_JS)   # Stop red while there is a run to stop, not when idle
         ran.then(None, status, None, js=SHOW_VIEWS_JS)                  # done: the views, in sight
         # Stop skips the queue: it must reach the running generator even when the queue is full. Its words are the
