@@ -134,8 +134,7 @@ def _bars(cycle: CycleTrace) -> list[dict]:
     axes = dict(xaxis="x2", yaxis="y2")
     traces = [
         dict(type="bar", x=labels, y=[c.p for c in cycle.checks], name="p(x): target (accept prob)",
-             marker_color=TARGET_P, text=[CHECK if c.accepted else CROSS for c in cycle.checks],
-             textposition="outside", hovertemplate="%{x}<br>p(x) = %{y:.3f}<extra></extra>", offsetgroup="p", **axes),
+             marker_color=TARGET_P, hovertemplate="%{x}<br>p(x) = %{y:.3f}<extra></extra>", offsetgroup="p", **axes),
         dict(type="bar", x=labels, y=[None if lk else c.q for c, lk in zip(cycle.checks, looked)], name="q(x): draft",
              marker_color=DRAFT_Q, hovertemplate="%{x}<br>q(x) = %{y:.3f}<extra></extra>", offsetgroup="q", **axes)]
     if any(looked):  # the same place as q(x), which a lookup candidate does not have
@@ -146,16 +145,26 @@ def _bars(cycle: CycleTrace) -> list[dict]:
     traces += [
         dict(type="scatter", x=labels, y=[c.uniform for c in cycle.checks], mode="markers",
              name="u: uniform draw (accept if u < p)", hovertemplate="%{x}<br>u = %{y:.3f}<extra></extra>",
-             marker=dict(symbol="diamond", size=14, color=INK, line=dict(color="white", width=1)), **axes)]
+             marker=dict(symbol="diamond", size=14, color=INK, line=dict(color="white", width=1)), **axes),
+        _marks(labels, [max(c.p, c.q) for c in cycle.checks], [CHECK if c.accepted else CROSS for c in cycle.checks])]
     residual = next((c.residual_top for c in reversed(cycle.checks) if not c.accepted and c.residual_top), [])
     if cycle.bonus_source == "residual" and residual:
         traces.append(dict(
             type="bar", x=[f"res:{token_html(t, 8)}" for _, t, _ in residual], y=[v for _, _, v in residual],
             name="residual after rejections (\u2605 = bonus)", offset=-0.3, width=0.6,
             marker_color=[BONUS if tok == cycle.bonus_token else NEUTRAL for tok, _, _ in residual],
-            text=["\u2605" if tok == cycle.bonus_token else "" for tok, _, _ in residual], textposition="outside",
             hovertemplate="%{x}<br>residual prob = %{y:.3f}<extra></extra>", **axes))
+        traces.append(_marks([f"res:{token_html(t, 8)}" for _, t, _ in residual], [v for _, _, v in residual],
+                             ["\u2605" if tok == cycle.bonus_token else "" for tok, _, _ in residual]))
     return traces
+
+
+def _marks(x: list[str], y: list[float], text: list[str]) -> dict:
+    """Marks written over the panel's bars (accepted or rejected, the bonus), as text of their own: a bar's own text
+    would be a second subplot's bar text, and Plotly's uniform text size is kept per bar subplot, the last one drawn
+    (these marks') setting it for the grid's chips too, whose labels then overflow a phone's narrow chips."""
+    return dict(type="scatter", x=x, y=y, mode="text", text=text, textposition="top center", showlegend=False,
+                hoverinfo="skip", cliponaxis=False, xaxis="x2", yaxis="y2")
 
 
 def focus_cells(cycle: CycleTrace, focus: Focus | None) -> list[tuple[int, int]]:
