@@ -72,6 +72,7 @@ def lossless_body(device: str) -> dict:
                     spec = engine.generate("abcdefg", tree, sampling, chat=False)
                 rows.append({"model": model_type, "impl": engine.attn_impl, "decode": decode,
                              "notes": list(spec.notes), "plain_reads": plain_reads[0], "plain_tokens": len(plain.output),
+                             "plain": plain.token_ids,
                              "reads": reads[0], "cycles": len(spec.cycles),
                              "identical": spec.token_ids == plain.token_ids,
                              "timed": all(set(c.timings_ms) == {"draft", "verify", "accept", "rewind"}
@@ -95,9 +96,13 @@ def test_self_check_passes_on_cuda_and_auto_takes_the_kernel():
 
 def test_engine_is_lossless_on_cuda_in_fp32():
     """With CUDA graphs (the default there) and the eager forward: greedy EAGLE is plain greedy decoding; a
-    plain token reads the device once, a cycle at most twice on the graphs path; no capture failed."""
+    plain token reads the device once, a cycle at most twice on the graphs path; no capture failed. Plain
+    decoding over graphs (its tokens fed back on the device, `Engine._fed_back`) writes the eager path's tokens
+    with the same attention."""
     result = in_fresh_process("lossless_body", "cuda")
     runs = [r for r in result["rows"] if "identical" in r]
+    for model, impl in {(r["model"], r["impl"]) for r in runs}:  # graphs and eager, one attention
+        assert len({tuple(r["plain"]) for r in runs if (r["model"], r["impl"]) == (model, impl)}) == 1, (model, impl)
     assert all(r["identical"] and r["cycles"] > 0 and r["timed"] for r in runs), runs
     assert {r["impl"] for r in runs} == {"triton", "torch"}
     assert not [n for r in runs for n in r["notes"] if "failed" in n or "fall" in n], runs

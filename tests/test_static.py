@@ -19,13 +19,14 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from eagleviz.config import SamplingConfig, TreeConfig
+from eagleviz.config import SamplingConfig, TreeConfig, kv_slots
 from eagleviz.decoding.drafting import causal
 from eagleviz.decoding.engine import Engine
 from eagleviz.decoding.policy import HeadRest, Ledger
 from eagleviz.decoding.steps import decode_path
 from eagleviz.models.draft import DraftHead, random_head
-from eagleviz.models.host import counting_reads
+from eagleviz.decoding.engine import FED_AHEAD
+from eagleviz.models.host import Landing, counting_reads
 from eagleviz.models.static import BUCKETS, StaticSteps, StepOutput, Uncaptured, bucket, capacity_bucket
 from eagleviz.models.target import TargetModel
 from eagleviz.models import layers
@@ -525,6 +526,148 @@ def test_a_resting_cycle_is_a_plain_step_read_once(target, temperature, monkeypa
     (plain_ops, plain_reads, _, _), (rest_ops, rest_reads, items, work) = seen["plain"], seen["rest"]
     assert plain_reads == rest_reads == 1 and items == 0 and "item.default" not in work
     assert rest_ops <= plain_ops + 3, (seen["plain"][3], work)
+
+
+@pytest.fixture
+def queued(monkeypatch):
+    """Static steps that return before their kernels finish, as a GPU's do (`StaticSteps.queued`)."""
+    init = StaticSteps.__init__
+
+    def made(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.queued = True
+
+    monkeypatch.setattr(StaticSteps, "__init__", made)
+
+
+def landings(monkeypatch) -> list[tuple[str, int]]:
+    """The order in which the fed-back steps' tokens are sent to the host and read (`Landing`)."""
+    seen = []
+    send, read = Landing.send, Landing.read
+    monkeypatch.setattr(Landing, "send", lambda self, j, value: seen.append(("send", j)) or send(self, j, value))
+    monkeypatch.setattr(Landing, "read", lambda self, j: seen.append(("read", j)) or read(self, j))
+    return seen
+
+
+def test_greedy_plain_decoding_fed_back_on_the_device_writes_the_eager_paths_tokens(target, queued, monkeypatch):
+    """Over queued static steps, greedy plain decoding replays one step that writes its own argmax, prefix and
+    position as the next step's inputs (`StaticSteps.fed_back`; recorded once and replayed without its Python, as
+    a CUDA graph: a host number it read would stay the capture's), launched up to FED_AHEAD steps ahead of the
+    host's reads: the eager path's tokens, one read a token, each token read after its step was launched and
+    never more than FED_AHEAD steps in flight; where the host is quick, FED_AHEAD are."""
+    seen = landings(monkeypatch)
+    sampling = SamplingConfig(max_new_tokens=40)
+    graphs = Counting()
+    e = engine(target, "static", graphs)
+    ids = e.encode_prompt(PROMPT)
+    assert e.prepare(kv_slots(len(ids), 40, None)) == len(BUCKETS) + 1  # the fed-back step captured beforehand too
+    captures, replays = graphs.captures, graphs.replays
+    run = e.new_run(PROMPT, ids, None, sampling)
+    with counting_reads() as reads:
+        for _ in e.plain(ids, sampling, run):
+            pass
+    assert graphs.captures == captures
+    eager = engine(target, "eager").generate(PROMPT, None, sampling)
+    assert [o.token for o in run.output] == [o.token for o in eager.output] and len(run.output) == 40
+    assert reads[0] == len(run.output)  # the prefill's token, then one read a step
+    sent, flight = set(), []
+    for kind, j in seen:
+        if kind == "send":
+            sent.add(j)
+        else:
+            assert j in sent
+            flight.append(len(sent) - j)
+    assert max(flight) == FED_AHEAD and len(sent) == 39
+    assert graphs.replays - replays == 39 + 1  # a replay a step (and the prefill's chunk): nothing written between
+
+
+def test_a_run_fed_back_on_the_device_ends_at_its_end_of_sequence_and_leaves_its_state_whole(target, queued,
+                                                                                          monkeypatch):
+    """Steps launched past an end of sequence the host reads later are dropped: the run ends with plain decoding's
+    tokens, its cache's length is the committed slots, and the next run over the same state writes its own
+    tokens again; a context that fills ends the run as plain decoding's does ("context")."""
+    sampling = SamplingConfig(max_new_tokens=40)
+    eager = engine(target, "eager").generate(PROMPT, None, sampling)
+    end = eager.output[12].token
+    monkeypatch.setattr(target, "eos_token_ids", frozenset({end}))
+    want = [o.token for o in engine(target, "eager").generate(PROMPT, None, sampling).output]
+    assert want[-1] == end and len(want) <= 13
+    e = engine(target, "static", Recording())
+    kept = []  # each run's state as it is given back: its committed length, and its keys of those slots
+    release = e.pool.give_back
+    monkeypatch.setattr(e.pool, "give_back", lambda state: kept.append(
+        (state.cache.length, state.cache.k[:, :, :state.cache.length].clone())) or release(state))
+    for _ in range(2):
+        assert [o.token for o in e.generate(PROMPT, None, sampling).output] == want
+    ids = e.encode_prompt(PROMPT) + want[:-1]  # the last token is never fed through the model
+    ref = target.new_cache(len(ids))
+    with torch.inference_mode():
+        target.forward(torch.tensor(ids), torch.arange(len(ids)), ref, causal(len(ids), "cpu"))
+    for length, keys in kept:  # every committed key at its own position (rotated by it) and slot
+        assert length == len(ids) and torch.allclose(keys, ref.k[:, :, :length], atol=1e-5, rtol=0)
+    monkeypatch.setattr(target, "eos_token_ids", frozenset())
+    monkeypatch.setattr(Engine, "_capacity", lambda self, n, sampling, tree: n + 9)
+    full = e.generate(PROMPT, None, sampling)
+    assert full.stop_reason == "context" and len(full.output) == 9
+    assert [o.token for o in full.output] == [o.token for o in eager.output[:9]]
+
+
+@pytest.mark.parametrize("source, ending", [("eagle", "limit"), ("eagle", "end of sequence"),
+                                            ("eagle+lookup", "limit")])
+def test_greedy_resting_stretches_fed_back_on_the_device_make_the_unqueued_runs_cycles(target, monkeypatch, source,
+                                                                                     ending):
+    """Over queued static steps a greedy stretch of resting cycles replays the step that feeds its token back
+    (`Engine._rest_fed`), launched ahead of the host's reads; the head rests five cycles after each it drafts, so
+    drafted cycles follow stretches of five. The cycles are the unqueued run's, field for field but their timings;
+    each resting cycle's token is read once off its landing. An end of sequence read inside a stretch drops the
+    steps launched after it; while the lookups look (each token decides whether the next cycle rests) no step is
+    launched ahead of the read that decides, so none is dropped."""
+
+    def head_runs(rest: HeadRest) -> bool:  # (HeadRest's own count, so a stretch takes all five at once)
+        if rest.left:
+            rest.left -= 1
+            return False
+        rest.left = 5
+        return True
+
+    monkeypatch.setattr(HeadRest, "head_runs", head_runs)
+    sampling = SamplingConfig(max_new_tokens=48)
+    tree = TreeConfig.create(source=source)
+
+    def run():
+        return engine(target, "static", Recording(), costs=CPU_COSTS, ledger=False).generate(PROMPT, tree, sampling)
+
+    unqueued = run()
+    if ending == "end of sequence":  # the first token a stretch writes before its last that the run had not yet
+        cycles, written = unqueued.cycles, [unqueued.output[0].token]
+        for k, c in enumerate(cycles[:-1]):
+            if not c.draft_levels and not cycles[k + 1].draft_levels and c.bonus_token not in written:
+                break
+            written += c.committed
+        monkeypatch.setattr(target, "eos_token_ids", frozenset({c.bonus_token}))
+        unqueued = run()
+        assert unqueued.cycles[-1].index == k
+    seen = landings(monkeypatch)
+    init = StaticSteps.__init__
+
+    def marked(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.queued = True
+
+    monkeypatch.setattr(StaticSteps, "__init__", marked)
+    queued = run()
+    kinds = "".join("d" if c.draft_levels else "r" for c in queued.cycles)
+    assert "drrrrrd" in kinds or ending != "limit"  # stretches of five between drafted cycles
+    for a, b in zip(queued.cycles, unqueued.cycles, strict=True):
+        assert dataclasses.replace(a, timings_ms={}) == dataclasses.replace(b, timings_ms={})
+    sent = [j for kind, j in seen if kind == "send"]
+    reads = [j for kind, j in seen if kind == "read"]
+    resting = sum(not c.draft_levels and len(c.tokens) == 1 for c in queued.cycles)
+    if source == "eagle":
+        assert len(reads) == resting > (10 if ending == "limit" else 0)  # each resting token read once off its landing
+        assert (len(sent) > len(reads)) == (ending == "end of sequence")  # dropped: only past an end of sequence
+    else:
+        assert resting > 3 and len(sent) == len(reads) == 0  # (the stretches' steps read one at a time, as before)
 
 
 class Slow(Recording):

@@ -40,6 +40,7 @@ import itertools
 import math
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -48,7 +49,7 @@ import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig, kv_slots
 from eagleviz.errors import UserFacingError
-from eagleviz.models.host import PhaseClock, count_read, to_device, to_host
+from eagleviz.models.host import Landing, PhaseClock, count_read, to_device, to_host
 from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.draft import DraftHead
 from eagleviz.models.static import BUCKETS, CudaGraphs, EagerSteps, StatePool, StaticSteps, StepOutput, Uncaptured
@@ -92,6 +93,7 @@ def lookup_passed(match: Match) -> str:
 
 ROOT_MASK = torch.ones(1, 1, dtype=torch.bool)  # a tree of the root alone: it sees itself (the forward needs none)
 CHAR_TOKENS = 4  # the most tokens one character's UTF-8 bytes span (`_TokenText.piece`)
+FED_AHEAD = 4  # greedy plain steps launched ahead of the host's reads over a queued device (`Engine._fed_back`)
 REST_BATCH = 16  # the most resting cycles run as one stretch of plain steps (`Engine._rest_steps`)
 
 
@@ -638,8 +640,12 @@ class Engine:
             return steps.forward([token], [cache.length], None)
 
         # where a step returns before its kernels finish (a GPU), the next one is launched before a token is
-        # yielded: the caller's work on it runs while the device computes the next
+        # yielded: the caller's work on it runs while the device computes the next; greedy over static steps,
+        # several are, each token fed back on the device (`_fed_back`)
         ahead = steps.queued
+        if ahead and not done and sampling.greedy and isinstance(steps, StaticSteps):
+            yield from self._fed_back(token, steps, run, capacity, start, limit)
+            return
         out = step(token) if ahead and not done else None
         yield run.output[-1]
         while not done:
@@ -653,6 +659,49 @@ class Engine:
             out = step(token) if ahead and not done else None
             run.wall_s = time.perf_counter() - start
             yield run.output[-1]
+
+    def _fed_back(self, token: int, steps: StaticSteps, run: RunTrace, capacity: int, start: float,
+                  limit: int) -> Iterator[OutputToken]:
+        """Greedy plain decoding over queued static steps (a GPU), each token fed back on the device
+        (`StaticSteps.fed_back`): up to FED_AHEAD steps are launched before the host reads the first of them, each
+        step's token copied to pinned memory as the step ends (`Landing`). The host reads a token once its copy has
+        landed, writes it into the run, launches the next step and yields: its work between two tokens (the read,
+        the run's books, the caller's) runs while the device computes the steps queued, never between two of
+        them. Steps launched past the run's end (an end of sequence read after they were launched) are dropped:
+        their keys lie past the committed slots, to which the cache's length is set back. Yields the prefill's
+        token first, once the first steps are launched."""
+        cache, eos = steps.cache, self.target.eos_token_ids
+        fed = steps.fed_back()  # (its first use captures it, over the scratch slots: before the inputs are written)
+        committed = cache.length
+        steps.inputs.write(committed, [token], [committed], None, 1)
+        ids, landing = steps.inputs.views(1)[1], Landing(FED_AHEAD, self.target.device)
+        left = limit - len(run.output)  # the steps the run may still take
+        launched = read = 0
+
+        def launch() -> None:  # up to FED_AHEAD steps beyond the last token read; none past the context
+            nonlocal launched
+            while launched - read < FED_AHEAD and launched < left and committed + launched + 1 < capacity:
+                fed()
+                landing.send(launched, ids)
+                launched += 1
+
+        try:
+            launch()
+            yield run.output[-1]
+            done = False
+            while not done:
+                if read == launched:  # nothing launched: the context is full
+                    run.stop_reason = "context"
+                    break
+                token = landing.read(read)  # the step's one read: its token
+                read += 1
+                done = self._emit(run, [(token, "target")], -1, eos, limit, self._text)
+                if not done:
+                    launch()
+                run.wall_s = time.perf_counter() - start
+                yield run.output[-1]
+        finally:
+            cache.length = committed + read
 
     # ------------------------------------------------------------------ speculative decoding
     @torch.inference_mode()
@@ -1049,8 +1098,14 @@ class Engine:
         Where a step returns before its kernels finish (`steps.queued`: a GPU), the next step is launched before a
         row is handed back, so what the caller does with the row (its trace, the run's books) runs while the device
         computes the next token, as plain decoding's loop hides its own (`_plain`); no step is launched past the
-        last row. Elsewhere the next step runs when the caller asks for the next row."""
+        last row. Greedy over static steps with no `rests` to ask, several are, each token fed back on the device
+        (`_rest_fed`). Elsewhere the next step runs when the caller asks for the next row."""
         dev, queued = self.target.device, steps.queued
+        if queued and sampling.greedy and isinstance(steps, StaticSteps) and rests is None:  # (while the lookups
+            # look, each token decides whether the next cycle rests: steps launched ahead of it would be dropped
+            # at each match, several plain steps' work)
+            yield from self._rest_fed(n, S, root, steps, clock, began, eos, tokens_left, last_slot)
+            return
 
         def launch(root: int, S: int, clock: PhaseClock):
             clock.lap()  # no drafting
@@ -1083,6 +1138,57 @@ class Engine:
             out, captured = launch(root, S, clock)
             if queued:  # the row after the launch: the caller's work on it overlaps the next step
                 yield row
+
+    def _rest_fed(self, n: int, S: int, root: int, steps: StaticSteps, clock: PhaseClock, began: float,
+                  eos: frozenset[int], tokens_left: int, last_slot: int) -> Iterator[RestStep]:
+        """`_rest_steps` greedy over queued static steps (a GPU) where no lookup decides between the cycles, each
+        step's token fed back on the device as plain decoding's are (`_fed_back`): up to FED_AHEAD steps launched
+        ahead of the host's reads, each with its features row copied and its token sent to pinned memory behind it
+        on the device's queue. The rows are `_rest_steps`' (the same stopping rules); a row's phases are timed on
+        the device's clock at its launch (its accept and rewind are nothing there), its wall time from the read
+        before it to its own. Steps launched past an end of sequence read after them are dropped: their keys lie
+        past the committed slots, to which the cache's length is set back."""
+        dev, cache = self.target.device, steps.cache
+        fed = steps.fed_back()  # (its first use captures it, over the scratch slots: before the inputs are written)
+        committed = S
+        steps.inputs.write(committed, [root], [committed], None, 1)
+        ids, landing = steps.inputs.views(1)[1], Landing(FED_AHEAD, dev)
+        limit = max(1, min(n, tokens_left, last_slot - committed))  # the rows at most, whatever the tokens read
+        queue: deque[tuple] = deque()  # per step launched, not read yet: its clock, features and whether it captured
+        launched = read = 0
+
+        def launch() -> None:
+            nonlocal launched
+            while launched - read < FED_AHEAD and launched < limit:
+                c = clock if launched == 0 else PhaseClock(dev)
+                made = steps.prepared
+                c.lap()  # no drafting
+                out = fed()
+                c.lap()
+                c.lap()  # the read, after the fact: nothing on the device
+                c.lap()  # the rewind: the root's slot is where a path of the root alone stays
+                queue.append((c, None if out.features is None else out.features.clone(), steps.prepared != made))
+                landing.send(launched, ids)
+                launched += 1
+
+        try:
+            launch()
+            start = began
+            while True:
+                bonus = landing.read(read)  # the step's one read: its token
+                c, features, captured = queue.popleft()
+                read += 1
+                end = time.perf_counter()
+                row = RestStep(root, S, bonus, bonus, None, c, start, end, features, captured)
+                root, S, start = bonus, S + 1, end
+                last = read >= limit or bonus in eos
+                if not last:
+                    launch()
+                yield row
+                if last:
+                    return
+        finally:
+            cache.length = committed + read
 
     @staticmethod
     def _rest_trace(index: int, row: RestStep, draft_length: int, text, record: bool, decision: str,

@@ -34,6 +34,7 @@ from eagleviz.models.host import to_device
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # padded step sizes, one captured graph each (a plain step is bucket 1)
 MIN_CAPACITY = 512  # the smallest cache capacity bucket: runs of short prompts share one state
+FED_BACK = ("fed back",)  # the key of the plain step that feeds its token back (`StaticSteps.fed_back`)
 
 
 def bucket(n: int) -> int:
@@ -181,15 +182,14 @@ class StaticSteps:
         self._cycles: dict[tuple, Callable] = {}
         self.fallback = ""  # why a capture failed, for the run's notes ("" when none did)
 
-    def cycle_replay(self, key: tuple, make: Callable[[], Callable]) -> Callable:
+    def cycle_replay(self, key: tuple, make: Callable[[], Callable], what: str = " of a drafted cycle") -> Callable:
         """A larger function of this state's buffers (a drafted cycle's verification, `device_cycle`), made by
         `make` and captured at its first use under `key`; called directly once a capture has failed."""
         if key not in self._cycles:
             fn = make()
             if not self.graphs.captured:
                 return fn
-            self._cycles[key] = capture_or_fall_back(self, fn, " of a drafted cycle", "this run's steps run "
-                                                     "uncaptured")
+            self._cycles[key] = capture_or_fall_back(self, fn, what, "this run's steps run uncaptured")
         return self._cycles[key]
 
     def step_fn(self, b: int) -> Callable[[], StepOutput]:
@@ -203,6 +203,31 @@ class StaticSteps:
             return StepOutput(out.logits, out.features, out.logits.argmax(dim=-1))
 
         return step
+
+    def fed_back(self) -> Callable[[], StepOutput]:
+        """A plain greedy step that feeds its token back on the device: bucket 1's step, then its argmax written
+        as the next step's token, and the prefix and position advanced, in the input buffer itself. Replayed back
+        to back, it decodes with nothing written by the host between steps, so the host can launch several steps
+        ahead and read each token after the fact (`Engine._fed_back`). Captured at first use (`prepare` makes it
+        ready where steps are queued), its warm-up and recording pointed at the scratch slots past `capacity`:
+        call it before writing the inputs it starts from."""
+        if FED_BACK not in self._cycles:
+            self.inputs.write(self.capacity, [0], [0], None, 1)
+        prefix, ids, positions, _ = self.inputs.views(1)
+
+        def make() -> Callable[[], StepOutput]:
+            step = self.step_fn(1)
+
+            def fed() -> StepOutput:
+                out = step()
+                ids.copy_(out.argmax)
+                positions.add_(1)
+                prefix.add_(1)
+                return out
+
+            return fed
+
+        return self.cycle_replay(FED_BACK, make, " of a plain step fed back on the device")
 
     def _replay(self, b: int) -> Callable[[], StepOutput]:
         if b not in self._replays:
@@ -244,9 +269,12 @@ class StaticSteps:
         self.cache.length = 0
 
     def prepare(self) -> None:
-        """Every bucket's step captured now (before any timed run), not at its first use."""
+        """Every bucket's step captured now (before any timed run), not at its first use; where steps are queued
+        (a GPU), the step fed back on the device too (greedy plain decoding's and resting stretches')."""
         for b in BUCKETS:
             self._replay(b)
+        if self.queued:
+            self.fed_back()
 
     @property
     def prepared(self) -> int:
