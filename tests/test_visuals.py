@@ -516,8 +516,11 @@ def test_the_accepted_paths_rows_hold_their_labels_at_t_above_0(label, cycle):
     # The chips are the only bars with text: Plotly keeps its uniform text size per bar subplot, the last drawn
     # setting it for all, so a mark written as the panel's bar text let the chips' labels overflow on a phone.
     assert [t.name for t in fig.data if t.type == "bar" and t.text is not None] == [CHIPS]
-    marks = [t for t in fig.data if t.type == "scatter" and t.mode == "text"]
-    assert sorted(marks[0].text) == sorted(CHECK if c.accepted else CROSS for c in cycle.checks)
+    (marks,) = [t for t in fig.data if t.type == "scatter" and t.mode == "text"]
+    assert list(marks.text) == [CHECK if c.accepted else CROSS for c in cycle.checks]
+    # u and the verdict drawn over p's bar: the panel's scatter traces grouped as its bars are
+    assert fig.layout.scattermode == "group" and all(t.offsetgroup == "p" for t in fig.data
+                                                     if t.type == "scatter" and t.xaxis == "x2")
 
 
 def test_the_summarys_panels_are_stacked_each_under_its_name_and_legend():

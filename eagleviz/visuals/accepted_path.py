@@ -142,11 +142,16 @@ def _bars(cycle: CycleTrace) -> list[dict]:
             type="bar", x=labels, y=[c.q if lk else None for c, lk in zip(cycle.checks, looked)], name=LOOKUP_VALUE,
             marker=dict(color="white", line=dict(color=LOOKUP, width=1.5), pattern=dict(shape="/", fgcolor=LOOKUP)),
             hovertemplate="%{x}<br>calibrated acceptance = %{y:.3f}<extra></extra>", offsetgroup="q", **axes))
+    # u and the verdict over p's bar (the figure's scatter traces grouped as its bars are: `scattermode`), the mark
+    # as text of its own: as the bar's text it would be a second subplot's, and Plotly keeps one uniform text size
+    # per bar subplot, the last drawn (the panel's) setting it for the grid's chips, which then overflow on a phone
     traces += [
-        dict(type="scatter", x=labels, y=[c.uniform for c in cycle.checks], mode="markers",
+        dict(type="scatter", x=labels, y=[c.uniform for c in cycle.checks], mode="markers", offsetgroup="p",
              name="u: uniform draw (accept if u < p)", hovertemplate="%{x}<br>u = %{y:.3f}<extra></extra>",
              marker=dict(symbol="diamond", size=14, color=INK, line=dict(color="white", width=1)), **axes),
-        _marks(labels, [max(c.p, c.q) for c in cycle.checks], [CHECK if c.accepted else CROSS for c in cycle.checks])]
+        dict(type="scatter", x=labels, y=[c.p for c in cycle.checks], mode="text", offsetgroup="p",
+             text=[CHECK if c.accepted else CROSS for c in cycle.checks], textposition="top center", showlegend=False,
+             hoverinfo="skip", cliponaxis=False, **axes)]
     residual = next((c.residual_top for c in reversed(cycle.checks) if not c.accepted and c.residual_top), [])
     if cycle.bonus_source == "residual" and residual:
         traces.append(dict(
@@ -154,17 +159,17 @@ def _bars(cycle: CycleTrace) -> list[dict]:
             name="residual after rejections (\u2605 = bonus)", offset=-0.3, width=0.6,
             marker_color=[BONUS if tok == cycle.bonus_token else NEUTRAL for tok, _, _ in residual],
             hovertemplate="%{x}<br>residual prob = %{y:.3f}<extra></extra>", **axes))
-        traces.append(_marks([f"res:{token_html(t, 8)}" for _, t, _ in residual], [v for _, _, v in residual],
-                             ["\u2605" if tok == cycle.bonus_token else "" for tok, _, _ in residual]))
     return traces
 
 
-def _marks(x: list[str], y: list[float], text: list[str]) -> dict:
-    """Marks written over the panel's bars (accepted or rejected, the bonus), as text of their own: a bar's own text
-    would be a second subplot's bar text, and Plotly's uniform text size is kept per bar subplot, the last one drawn
-    (these marks') setting it for the grid's chips too, whose labels then overflow a phone's narrow chips."""
-    return dict(type="scatter", x=x, y=y, mode="text", text=text, textposition="top center", showlegend=False,
-                hoverinfo="skip", cliponaxis=False, xaxis="x2", yaxis="y2")
+def _bonus_star(cycle: CycleTrace) -> list[dict]:
+    """The star over the residual's bar of the bonus token (an annotation: the residual's bars are centred on their
+    tokens, where the grouped scatter traces are not), or none."""
+    residual = next((c.residual_top for c in reversed(cycle.checks) if not c.accepted and c.residual_top), [])
+    if cycle.bonus_source != "residual":
+        return []
+    return [dict(x=f"res:{token_html(t, 8)}", y=v, xref="x2", yref="y2", text="\u2605", showarrow=False,
+                 yanchor="bottom", font=dict(size=14, color=INK)) for tok, t, v in residual if tok == cycle.bonus_token]
 
 
 def focus_cells(cycle: CycleTrace, focus: Focus | None) -> list[tuple[int, int]]:
@@ -198,7 +203,11 @@ def accepted_path_figure(cycle: CycleTrace, height: int | None = None, frame: Fr
         xaxis["domain"], yaxis["domain"] = [0, 1], [1 - grid_px / plot_px, 1.0]
         extra = dict(xaxis2=dict(anchor="y2", tickangle=-45, type="category", tickfont=dict(size=12)),
                      yaxis2=dict(anchor="x2", domain=[BARS_AXIS_PX / plot_px, bars_top],
-                                 title=dict(text="probability"), range=[0, 1.12]))
+                                 title=dict(text="probability"), range=[0, 1.12]),
+                     scattermode="group")
+        stars = _bonus_star(cycle)
+        if stars:
+            extra["annotations"] = stars
     tried = len(cycle.checks)
     header = Header(f"Cycle {cycle.index} \u00b7 path", (f"{cycle.accept_length} accepted",
                                                          f"{tried - cycle.accept_length} rejected",
