@@ -152,24 +152,33 @@ def _bars(cycle: CycleTrace) -> list[dict]:
         dict(type="scatter", x=labels, y=[c.p for c in cycle.checks], mode="text", offsetgroup="p",
              text=[CHECK if c.accepted else CROSS for c in cycle.checks], textposition="top center", showlegend=False,
              hoverinfo="skip", cliponaxis=False, **axes)]
-    residual = next((c.residual_top for c in reversed(cycle.checks) if not c.accepted and c.residual_top), [])
-    if cycle.bonus_source == "residual" and residual:
+    residual = _residual(cycle)
+    if residual:
         traces.append(dict(
-            type="bar", x=[f"res:{token_html(t, 8)}" for _, t, _ in residual], y=[v for _, _, v in residual],
+            type="bar", x=[_residual_label(t) for _, t, _ in residual], y=[v for _, _, v in residual],
             name="residual after rejections (\u2605 = bonus)", offset=-0.3, width=0.6,
             marker_color=[BONUS if tok == cycle.bonus_token else NEUTRAL for tok, _, _ in residual],
             hovertemplate="%{x}<br>residual prob = %{y:.3f}<extra></extra>", **axes))
     return traces
 
 
+def _residual(cycle: CycleTrace) -> list:
+    """The residual distribution's top (token, text, probability) the bonus was drawn from, or none (a bonus that
+    was the target's own choice)."""
+    if cycle.bonus_source != "residual":
+        return []
+    return next((c.residual_top for c in reversed(cycle.checks) if not c.accepted and c.residual_top), [])
+
+
+def _residual_label(text: str) -> str:
+    return f"res:{token_html(text, 8)}"
+
+
 def _bonus_star(cycle: CycleTrace) -> list[dict]:
     """The star over the residual's bar of the bonus token (an annotation: the residual's bars are centred on their
     tokens, where the grouped scatter traces are not), or none."""
-    residual = next((c.residual_top for c in reversed(cycle.checks) if not c.accepted and c.residual_top), [])
-    if cycle.bonus_source != "residual":
-        return []
-    return [dict(x=f"res:{token_html(t, 8)}", y=v, xref="x2", yref="y2", text="\u2605", showarrow=False,
-                 yanchor="bottom", font=dict(size=14, color=INK)) for tok, t, v in residual if tok == cycle.bonus_token]
+    return [dict(x=_residual_label(t), y=v, xref="x2", yref="y2", text="\u2605", showarrow=False, yanchor="bottom",
+                 font=dict(size=14, color=INK)) for tok, t, v in _residual(cycle) if tok == cycle.bonus_token]
 
 
 def focus_cells(cycle: CycleTrace, focus: Focus | None) -> list[tuple[int, int]]:
