@@ -49,10 +49,11 @@ import torch
 
 from eagleviz.config import SamplingConfig, TreeConfig, kv_slots
 from eagleviz.errors import UserFacingError
-from eagleviz.models.host import Landing, PhaseClock, count_read, to_device, to_host
+from eagleviz.models.host import PhaseClock, count_read, to_device, to_host
 from eagleviz.models.kv_cache import KVCache
 from eagleviz.models.draft import DraftHead
-from eagleviz.models.static import BUCKETS, CudaGraphs, EagerSteps, StatePool, StaticSteps, StepOutput, Uncaptured
+from eagleviz.models.static import (BUCKETS, CudaGraphs, EagerSteps, FedAhead, StatePool, StaticSteps, StepOutput,
+                                    Uncaptured)
 from eagleviz.models.target import TargetModel, TargetOutput
 from eagleviz.trace import ROOT_TOP, CycleTrace, KVMap, OutputToken, RunTrace, TreeNode
 from eagleviz.decoding.calibration import HeadCalibration, RunAcceptance
@@ -670,38 +671,29 @@ class Engine:
         them. Steps launched past the run's end (an end of sequence read after they were launched) are dropped:
         their keys lie past the committed slots, to which the cache's length is set back. Yields the prefill's
         token first, once the first steps are launched."""
-        cache, eos = steps.cache, self.target.eos_token_ids
-        fed = steps.fed_back()  # (its first use captures it, over the scratch slots: before the inputs are written)
-        committed = cache.length
-        steps.inputs.write(committed, [token], [committed], None, 1)
-        ids, landing = steps.inputs.views(1)[1], Landing(FED_AHEAD, self.target.device)
-        left = limit - len(run.output)  # the steps the run may still take
-        launched = read = 0
+        fed = FedAhead(steps, token, FED_AHEAD)
+        left = min(limit - len(run.output), capacity - 1 - fed.committed)  # the steps the run may still take
 
         def launch() -> None:  # up to FED_AHEAD steps beyond the last token read; none past the context
-            nonlocal launched
-            while launched - read < FED_AHEAD and launched < left and committed + launched + 1 < capacity:
-                fed()
-                landing.send(launched, ids)
-                launched += 1
+            while fed.room(left):
+                fed.launch()
 
         try:
             launch()
             yield run.output[-1]
             done = False
             while not done:
-                if read == launched:  # nothing launched: the context is full
+                if fed.read == fed.launched:  # nothing launched: the context is full
                     run.stop_reason = "context"
                     break
-                token = landing.read(read)  # the step's one read: its token
-                read += 1
-                done = self._emit(run, [(token, "target")], -1, eos, limit, self._text)
+                done = self._emit(run, [(fed.token(), "target")], -1, self.target.eos_token_ids, limit,
+                                  self._text)
                 if not done:
                     launch()
                 run.wall_s = time.perf_counter() - start
                 yield run.output[-1]
         finally:
-            cache.length = committed + read
+            fed.close()
 
     # ------------------------------------------------------------------ speculative decoding
     @torch.inference_mode()
@@ -1148,47 +1140,38 @@ class Engine:
         the device's clock at its launch (its accept and rewind are nothing there), its wall time from the read
         before it to its own. Steps launched past an end of sequence read after them are dropped: their keys lie
         past the committed slots, to which the cache's length is set back."""
-        dev, cache = self.target.device, steps.cache
-        fed = steps.fed_back()  # (its first use captures it, over the scratch slots: before the inputs are written)
-        committed = S
-        steps.inputs.write(committed, [root], [committed], None, 1)
-        ids, landing = steps.inputs.views(1)[1], Landing(FED_AHEAD, dev)
-        limit = max(1, min(n, tokens_left, last_slot - committed))  # the rows at most, whatever the tokens read
+        dev, fed = self.target.device, FedAhead(steps, root, FED_AHEAD)
+        limit = max(1, min(n, tokens_left, last_slot - S))  # the rows at most, whatever the tokens read
         queue: deque[tuple] = deque()  # per step launched, not read yet: its clock, features and whether it captured
-        launched = read = 0
 
         def launch() -> None:
-            nonlocal launched
-            while launched - read < FED_AHEAD and launched < limit:
-                c = clock if launched == 0 else PhaseClock(dev)
+            while fed.room(limit):
+                c = clock if fed.launched == 0 else PhaseClock(dev)
                 made = steps.prepared
                 c.lap()  # no drafting
-                out = fed()
+                out = fed.launch()
                 c.lap()
                 c.lap()  # the read, after the fact: nothing on the device
                 c.lap()  # the rewind: the root's slot is where a path of the root alone stays
                 queue.append((c, None if out.features is None else out.features.clone(), steps.prepared != made))
-                landing.send(launched, ids)
-                launched += 1
 
         try:
             launch()
             start = began
             while True:
-                bonus = landing.read(read)  # the step's one read: its token
+                bonus = fed.token()
                 c, features, captured = queue.popleft()
-                read += 1
                 end = time.perf_counter()
                 row = RestStep(root, S, bonus, bonus, None, c, start, end, features, captured)
                 root, S, start = bonus, S + 1, end
-                last = read >= limit or bonus in eos
+                last = fed.read >= limit or bonus in eos
                 if not last:
                     launch()
                 yield row
                 if last:
                     return
         finally:
-            cache.length = committed + read
+            fed.close()
 
     @staticmethod
     def _rest_trace(index: int, row: RestStep, draft_length: int, text, record: bool, decision: str,

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from eagleviz.models.host import to_device
+from eagleviz.models.host import Landing, to_device
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # padded step sizes, one captured graph each (a plain step is bucket 1)
 MIN_CAPACITY = 512  # the smallest cache capacity bucket: runs of short prompts share one state
@@ -281,6 +281,40 @@ class StaticSteps:
         """The step sizes (and drafted cycles' verifications) made ready so far (a CUDA graph is captured at its
         first use, in that step's time)."""
         return len(self._replays) + len(self._cycles)
+
+
+class FedAhead:
+    """Greedy steps fed back on the device (`StaticSteps.fed_back`) from `token` at the committed slots, launched
+    up to `ahead` beyond the host's last read: each launch queues its token's copy to pinned memory behind it
+    (`Landing`), and `token()` reads the oldest one not read yet. `close()` sets the cache's length to the slots
+    the tokens read committed: steps launched past them (an end of sequence read after they were launched) are
+    dropped, their keys past the committed slots."""
+
+    def __init__(self, steps: StaticSteps, token: int, ahead: int):
+        self.fed = steps.fed_back()  # (its first use captures it, over the scratch slots: before the inputs are written)
+        self.steps, self.committed, self.ahead = steps, steps.cache.length, ahead
+        steps.inputs.write(self.committed, [token], [self.committed], None, 1)
+        self.ids, self.landing = steps.inputs.views(1)[1], Landing(ahead, steps.target.device)
+        self.launched = self.read = 0
+
+    def room(self, limit: int) -> bool:
+        """Whether another step may be launched: fewer than `ahead` unread, fewer than `limit` launched in all."""
+        return self.launched - self.read < self.ahead and self.launched < limit
+
+    def launch(self) -> StepOutput:
+        """One step launched, its token's copy queued behind it; its outputs (rewritten by the next step)."""
+        out = self.fed()
+        self.landing.send(self.launched, self.ids)
+        self.launched += 1
+        return out
+
+    def token(self) -> int:
+        """The oldest launched step's token, once its copy has landed (the step's one read)."""
+        self.read += 1
+        return self.landing.read(self.read - 1)
+
+    def close(self) -> None:
+        self.steps.cache.length = self.committed + self.read
 
 
 class StatePool:
