@@ -67,12 +67,14 @@ def lossless_body(device: str) -> dict:
             sampling = SamplingConfig(max_new_tokens=40)
             with counting_reads() as plain_reads:
                 plain = engine.generate("abcdefg", None, sampling, chat=False)
+            drawn = engine.generate("abcdefg", None, SamplingConfig(max_new_tokens=40, temperature=0.8, top_p=0.9,
+                                                                    seed=5), chat=False)
             for tree in (TreeConfig.create(3, 1, 4), TreeConfig.create(5, 4, 16)):
                 with counting_reads() as reads:
                     spec = engine.generate("abcdefg", tree, sampling, chat=False)
                 rows.append({"model": model_type, "impl": engine.attn_impl, "decode": decode,
                              "notes": list(spec.notes), "plain_reads": plain_reads[0], "plain_tokens": len(plain.output),
-                             "plain": plain.token_ids,
+                             "plain": plain.token_ids, "sampled": drawn.token_ids,
                              "reads": reads[0], "cycles": len(spec.cycles),
                              "identical": spec.token_ids == plain.token_ids,
                              "timed": all(set(c.timings_ms) == {"draft", "verify", "accept", "rewind"}
@@ -98,11 +100,12 @@ def test_engine_is_lossless_on_cuda_in_fp32():
     """With CUDA graphs (the default there) and the eager forward: greedy EAGLE is plain greedy decoding; a
     plain token reads the device once, a cycle at most twice on the graphs path; no capture failed. Plain
     decoding over graphs (its tokens fed back on the device, `Engine._fed_back`) writes the eager path's tokens
-    with the same attention."""
+    with the same attention, greedy and sampled (a seed's draws made on the device)."""
     result = in_fresh_process("lossless_body", "cuda")
     runs = [r for r in result["rows"] if "identical" in r]
     for model, impl in {(r["model"], r["impl"]) for r in runs}:  # graphs and eager, one attention
-        assert len({tuple(r["plain"]) for r in runs if (r["model"], r["impl"]) == (model, impl)}) == 1, (model, impl)
+        for what in ("plain", "sampled"):
+            assert len({tuple(r[what]) for r in runs if (r["model"], r["impl"]) == (model, impl)}) == 1, (model, impl)
     assert all(r["identical"] and r["cycles"] > 0 and r["timed"] for r in runs), runs
     assert {r["impl"] for r in runs} == {"triton", "torch"}
     assert not [n for r in runs for n in r["notes"] if "failed" in n or "fall" in n], runs

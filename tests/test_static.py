@@ -549,18 +549,22 @@ def landings(monkeypatch) -> list[tuple[str, int]]:
     return seen
 
 
-def test_greedy_plain_decoding_fed_back_on_the_device_writes_the_eager_paths_tokens(target, queued, monkeypatch):
-    """Over queued static steps, greedy plain decoding replays one step that writes its own argmax, prefix and
-    position as the next step's inputs (`StaticSteps.fed_back`; recorded once and replayed without its Python, as
-    a CUDA graph: a host number it read would stay the capture's), launched up to FED_AHEAD steps ahead of the
-    host's reads: the eager path's tokens, one read a token, each token read after its step was launched and
-    never more than FED_AHEAD steps in flight; where the host is quick, FED_AHEAD are."""
+@pytest.mark.parametrize("temperature, top_p", [(0.0, 1.0), (1.0, 1.0), (0.7, 0.9)])
+def test_plain_decoding_fed_back_on_the_device_writes_the_eager_paths_tokens(target, queued, monkeypatch,
+                                                                             temperature, top_p):
+    """Over queued static steps, plain decoding replays one step that writes its own token, prefix and position
+    as the next step's inputs (`StaticSteps.fed_back`; recorded once and replayed without its Python, as a CUDA
+    graph: a host number it read would stay the capture's), launched up to FED_AHEAD steps ahead of the host's
+    reads: the eager path's tokens, greedy and sampled (its draw on the device from a uniform the host writes
+    before each launch, one draw of the run's generator a step), one read a token, each token read after its
+    step was launched and never more than FED_AHEAD steps in flight; where the host is quick, FED_AHEAD are."""
     seen = landings(monkeypatch)
-    sampling = SamplingConfig(max_new_tokens=40)
+    sampling = SamplingConfig(max_new_tokens=40, temperature=temperature, top_p=top_p, seed=3)
     graphs = Counting()
     e = engine(target, "static", graphs)
     ids = e.encode_prompt(PROMPT)
-    assert e.prepare(kv_slots(len(ids), 40, None)) == len(BUCKETS) + 1  # the fed-back step captured beforehand too
+    fed = 1 if sampling.greedy else 2  # the greedy step fed back, and the one drawn at this temperature
+    assert e.prepare(kv_slots(len(ids), 40, None), sampling=sampling) == len(BUCKETS) + fed  # captured beforehand
     captures, replays = graphs.captures, graphs.replays
     run = e.new_run(PROMPT, ids, None, sampling)
     with counting_reads() as reads:
@@ -569,6 +573,8 @@ def test_greedy_plain_decoding_fed_back_on_the_device_writes_the_eager_paths_tok
     assert graphs.captures == captures
     eager = engine(target, "eager").generate(PROMPT, None, sampling)
     assert [o.token for o in run.output] == [o.token for o in eager.output] and len(run.output) == 40
+    if not sampling.greedy:  # the draws themselves, not a distribution whose argmax every path would write
+        assert len({o.token for o in run.output}) > 10
     assert reads[0] == len(run.output)  # the prefill's token, then one read a step
     sent, flight = set(), []
     for kind, j in seen:
@@ -612,13 +618,15 @@ def test_a_run_fed_back_on_the_device_ends_at_its_end_of_sequence_and_leaves_its
     assert [o.token for o in full.output] == [o.token for o in eager.output[:9]]
 
 
-@pytest.mark.parametrize("source, ending", [("eagle", "limit"), ("eagle", "end of sequence"),
-                                            ("eagle+lookup", "limit")])
-def test_greedy_resting_stretches_fed_back_on_the_device_make_the_unqueued_runs_cycles(target, monkeypatch, source,
-                                                                                     ending):
-    """Over queued static steps a greedy stretch of resting cycles replays the step that feeds its token back
+@pytest.mark.parametrize("source, ending, temperature", [("eagle", "limit", 0.0), ("eagle", "end of sequence", 0.0),
+                                                         ("eagle+lookup", "limit", 0.0), ("eagle", "limit", 1.0),
+                                                         ("eagle", "end of sequence", 0.7)])
+def test_resting_stretches_fed_back_on_the_device_make_the_unqueued_runs_cycles(target, monkeypatch, source, ending,
+                                                                               temperature):
+    """Over queued static steps a stretch of resting cycles replays the step that feeds its token back
     (`Engine._rest_fed`), launched ahead of the host's reads; the head rests five cycles after each it drafts, so
-    drafted cycles follow stretches of five. The cycles are the unqueued run's, field for field but their timings;
+    drafted cycles follow stretches of five. The cycles are the unqueued run's, field for field but their timings
+    (sampled: the same draws of the run's generator, the target's argmax and its probability in each trace);
     each resting cycle's token is read once off its landing. An end of sequence read inside a stretch drops the
     steps launched after it; while the lookups look (each token decides whether the next cycle rests) no step is
     launched ahead of the read that decides, so none is dropped."""
@@ -631,7 +639,7 @@ def test_greedy_resting_stretches_fed_back_on_the_device_make_the_unqueued_runs_
         return True
 
     monkeypatch.setattr(HeadRest, "head_runs", head_runs)
-    sampling = SamplingConfig(max_new_tokens=48)
+    sampling = SamplingConfig(max_new_tokens=48, temperature=temperature, top_p=0.9 if temperature == 0.7 else 1.0)
     tree = TreeConfig.create(source=source)
 
     def run():

@@ -69,8 +69,9 @@ from eagleviz.decoding.prefix import Prefix, PrefixCache, Prompt, PromptCache, c
 from eagleviz.decoding.steps import (decode_path, draft_state, prepared, release, static_states, target_steps,
                                      zero_gpu)
 from eagleviz.decoding.tree import Candidates, VerifyTree
-from eagleviz.decoding.verify import (VerifyResult, cycle_uniforms, draw, draw_and_top, draw_index, drawn,
-                                      greedy_verify, sample_verify, sampling_probs, top_tokens, uniform)
+from eagleviz.decoding.verify import (FedDraw, VerifyResult, at_temperature, cycle_uniforms, draw, draw_and_top,
+                                      draw_index, drawn, greedy_verify, sample_verify, sampling_probs, top_tokens,
+                                      uniform)
 from eagleviz.paths import cache_dir
 from kernels import capability, sample_ops
 from kernels.self_check import AttentionChoice, KernelCheck, choose_attention
@@ -395,7 +396,8 @@ class Engine:
     def prepare(self, slots: int, tree: TreeConfig | None = None, sampling: SamplingConfig | None = None) -> int:
         """Capture now, before any timed run, every graph a run of at most `slots` target slots replays (plain
         decoding's, and given `tree` its drafting's and its drafted cycle's verification: greedy, or walking at
-        `sampling`'s temperature and nucleus, which its capture freezes), rather than at each one's first use
+        `sampling`'s temperature and nucleus, which its capture freezes, as it does the draw of a sampled plain
+        step fed back on the device), rather than at each one's first use
         inside a run; the states go back to the pool, where the runs lease them. Returns how many were captured
         (0 on the eager path, which captures none)."""
         if self.decode == "eager":
@@ -408,8 +410,9 @@ class Engine:
         states = [plain] + ([steps] if steps is not plain else []) + ([dcache] if dcache is not None else [])
         try:
             before = prepared(*states)
+            draw = None if sampling is None or sampling.greedy else FedDraw(sampling.temperature, sampling.top_p)
             for state in states[:-1] if dcache is not None else states:
-                state.prepare()
+                state.prepare(draw)
             if dcache is not None:
                 outputs = dcache.prepare()
                 DeviceCycle(steps, dcache, tree, costed=tree.adaptive, sampling=sampling).prepare(outputs)
@@ -569,12 +572,6 @@ class Engine:
         ops = self.sample_ops if logits.is_cpu else None
         if probs is not None and u is None:
             u = uniform(gen, logits.device)
-
-        def untruncated() -> torch.Tensor:  # the distribution at the temperature, before nucleus truncation
-            if probs is not None and sampling.top_p >= 1.0:
-                return probs
-            return torch.softmax(logits if temp == 1.0 else logits / temp, dim=-1)
-
         if ops is not None:  # C passes over host memory, nothing to batch: counted as the one read a device makes
             count_read()
             if probs is not None:  # sampled: the draw; for the trace, the most likely token from the same call
@@ -592,7 +589,7 @@ class Engine:
         index = (logits.argmax() if argmax is None else argmax).reshape(1)
         reads = [index] if probs is None else [draw_index(probs, u)]
         if top:  # an index tensor: `probs[index]` would read it
-            reads += [index, untruncated().gather(0, index)]
+            reads += [index, at_temperature(logits, temp, probs, sampling.top_p).gather(0, index)]
         values = to_host(*reads)
         token = values[0][0] if probs is None else drawn(values[0][0], probs)
         return (token, values[1][0], values[2][0]) if top else (token, -1, math.nan)
@@ -641,11 +638,11 @@ class Engine:
             return steps.forward([token], [cache.length], None)
 
         # where a step returns before its kernels finish (a GPU), the next one is launched before a token is
-        # yielded: the caller's work on it runs while the device computes the next; greedy over static steps,
-        # several are, each token fed back on the device (`_fed_back`)
+        # yielded: the caller's work on it runs while the device computes the next; over static steps, several
+        # are, each token fed back on the device (`_fed_back`)
         ahead = steps.queued
-        if ahead and not done and sampling.greedy and isinstance(steps, StaticSteps):
-            yield from self._fed_back(token, steps, run, capacity, start, limit)
+        if ahead and not done and isinstance(steps, StaticSteps):
+            yield from self._fed_back(self._fed_ahead(steps, token, sampling, gen), run, capacity, start, limit)
             return
         out = step(token) if ahead and not done else None
         yield run.output[-1]
@@ -661,17 +658,26 @@ class Engine:
             run.wall_s = time.perf_counter() - start
             yield run.output[-1]
 
-    def _fed_back(self, token: int, steps: StaticSteps, run: RunTrace, capacity: int, start: float,
+    @staticmethod
+    def _fed_ahead(steps: StaticSteps, token: int, sampling: SamplingConfig, gen: torch.Generator) -> FedAhead:
+        """Steps fed back on the device from `token`, FED_AHEAD at most ahead of the host's reads; sampled, each
+        drawn on the device as `_read_out` draws (`FedDraw`), its uniform from the run's generator."""
+        if sampling.greedy:
+            return FedAhead(steps, token, FED_AHEAD)
+        dev = steps.target.device
+        return FedAhead(steps, token, FED_AHEAD, FedDraw(sampling.temperature, sampling.top_p),
+                        lambda: uniform(gen, dev))
+
+    def _fed_back(self, fed: FedAhead, run: RunTrace, capacity: int, start: float,
                   limit: int) -> Iterator[OutputToken]:
-        """Greedy plain decoding over queued static steps (a GPU), each token fed back on the device
-        (`StaticSteps.fed_back`): up to FED_AHEAD steps are launched before the host reads the first of them, each
-        step's token copied to pinned memory as the step ends (`Landing`). The host reads a token once its copy has
-        landed, writes it into the run, launches the next step and yields: its work between two tokens (the read,
-        the run's books, the caller's) runs while the device computes the steps queued, never between two of
-        them. Steps launched past the run's end (an end of sequence read after they were launched) are dropped:
-        their keys lie past the committed slots, to which the cache's length is set back. Yields the prefill's
-        token first, once the first steps are launched."""
-        fed = FedAhead(steps, token, FED_AHEAD)
+        """Plain decoding over queued static steps (a GPU), each token fed back on the device (`FedAhead`): up to
+        FED_AHEAD steps are launched before the host reads the first of them, what the host reads of each copied
+        to pinned memory as the step ends (`Landing`). The host reads a token once its copy has landed, writes it
+        into the run, launches the next step and yields: its work between two tokens (the read, the run's books,
+        the caller's) runs while the device computes the steps queued, never between two of them. Steps launched
+        past the run's end (an end of sequence read after they were launched) are dropped: their keys lie past the
+        committed slots, to which the cache's length is set back (sampled, their uniforms were drawn: the
+        generator is not used again). Yields the prefill's token first, once the first steps are launched."""
         left = min(limit - len(run.output), capacity - 1 - fed.committed)  # the steps the run may still take
 
         def launch() -> None:  # up to FED_AHEAD steps beyond the last token read; none past the context
@@ -686,7 +692,7 @@ class Engine:
                 if fed.read == fed.launched:  # nothing launched: the context is full
                     run.stop_reason = "context"
                     break
-                done = self._emit(run, [(fed.token(), "target")], -1, self.target.eos_token_ids, limit,
+                done = self._emit(run, [(fed.take()[0], "target")], -1, self.target.eos_token_ids, limit,
                                   self._text)
                 if not done:
                     launch()
@@ -1090,13 +1096,13 @@ class Engine:
         Where a step returns before its kernels finish (`steps.queued`: a GPU), the next step is launched before a
         row is handed back, so what the caller does with the row (its trace, the run's books) runs while the device
         computes the next token, as plain decoding's loop hides its own (`_plain`); no step is launched past the
-        last row. Greedy over static steps with no `rests` to ask, several are, each token fed back on the device
+        last row. Over static steps with no `rests` to ask, several are, each token fed back on the device
         (`_rest_fed`). Elsewhere the next step runs when the caller asks for the next row."""
         dev, queued = self.target.device, steps.queued
-        if queued and sampling.greedy and isinstance(steps, StaticSteps) and rests is None:  # (while the lookups
-            # look, each token decides whether the next cycle rests: steps launched ahead of it would be dropped
-            # at each match, several plain steps' work)
-            yield from self._rest_fed(n, S, root, steps, clock, began, eos, tokens_left, last_slot)
+        if queued and isinstance(steps, StaticSteps) and rests is None:  # (while the lookups look, each token
+            # decides whether the next cycle rests: steps launched ahead of it would be dropped at each match,
+            # several plain steps' work)
+            yield from self._rest_fed(n, S, root, steps, sampling, gen, clock, began, eos, tokens_left, last_slot)
             return
 
         def launch(root: int, S: int, clock: PhaseClock):
@@ -1131,16 +1137,20 @@ class Engine:
             if queued:  # the row after the launch: the caller's work on it overlaps the next step
                 yield row
 
-    def _rest_fed(self, n: int, S: int, root: int, steps: StaticSteps, clock: PhaseClock, began: float,
-                  eos: frozenset[int], tokens_left: int, last_slot: int) -> Iterator[RestStep]:
-        """`_rest_steps` greedy over queued static steps (a GPU) where no lookup decides between the cycles, each
-        step's token fed back on the device as plain decoding's are (`_fed_back`): up to FED_AHEAD steps launched
-        ahead of the host's reads, each with its features row copied and its token sent to pinned memory behind it
-        on the device's queue. The rows are `_rest_steps`' (the same stopping rules); a row's phases are timed on
-        the device's clock at its launch (its accept and rewind are nothing there), its wall time from the read
-        before it to its own. Steps launched past an end of sequence read after them are dropped: their keys lie
-        past the committed slots, to which the cache's length is set back."""
-        dev, fed = self.target.device, FedAhead(steps, root, FED_AHEAD)
+    def _rest_fed(self, n: int, S: int, root: int, steps: StaticSteps, sampling: SamplingConfig,
+                  gen: torch.Generator, clock: PhaseClock, began: float, eos: frozenset[int], tokens_left: int,
+                  last_slot: int) -> Iterator[RestStep]:
+        """`_rest_steps` over queued static steps (a GPU) where no lookup decides between the cycles, each step's
+        token fed back on the device as plain decoding's are (`_fed_back`): up to FED_AHEAD steps launched ahead of
+        the host's reads, each with its features row copied and what the host reads of it (sampled: the token, the
+        target's argmax and its probability) sent to pinned memory behind it on the device's queue. The rows are
+        `_rest_steps`' (the same stopping rules, the same draws of `gen`); a row's phases are timed on the
+        device's clock at its launch (its accept and rewind are nothing there), its wall time from the read before
+        it to its own. Steps launched past an end of sequence read after them are dropped: their keys lie past the
+        committed slots, to which the cache's length is set back."""
+        dev, before = self.target.device, steps.prepared
+        fed = self._fed_ahead(steps, root, sampling, gen)  # (a first use captures the step: the first row's)
+        fresh = steps.prepared != before
         limit = max(1, min(n, tokens_left, last_slot - S))  # the rows at most, whatever the tokens read
         queue: deque[tuple] = deque()  # per step launched, not read yet: its clock, features and whether it captured
 
@@ -1153,16 +1163,17 @@ class Engine:
                 c.lap()
                 c.lap()  # the read, after the fact: nothing on the device
                 c.lap()  # the rewind: the root's slot is where a path of the root alone stays
-                queue.append((c, None if out.features is None else out.features.clone(), steps.prepared != made))
+                queue.append((c, None if out.features is None else out.features.clone(),
+                              steps.prepared != made or (fresh and fed.launched == 1)))
 
         try:
             launch()
             start = began
             while True:
-                bonus = fed.token()
+                bonus, top, top_prob = fed.take()
                 c, features, captured = queue.popleft()
                 end = time.perf_counter()
-                row = RestStep(root, S, bonus, bonus, None, c, start, end, features, captured)
+                row = RestStep(root, S, bonus, top, top_prob, c, start, end, features, captured)
                 root, S, start = bonus, S + 1, end
                 last = fed.read >= limit or bonus in eos
                 if not last:

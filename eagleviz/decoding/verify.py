@@ -45,6 +45,36 @@ def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float) -> to
     return trimmed / trimmed.sum(dim=-1, keepdim=True)
 
 
+def at_temperature(logits: torch.Tensor, temperature: float, probs: torch.Tensor | None, top_p: float) -> torch.Tensor:
+    """The distribution at the temperature before nucleus truncation (what a trace shows as the target's
+    probability): `probs` itself (`sampling_probs`' result) where nothing was truncated, else softmax(logits / T)."""
+    if probs is not None and top_p >= 1.0:
+        return probs
+    return torch.softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)
+
+
+@dataclass(frozen=True)
+class FedDraw:
+    """A sampled plain step's read-out left on the device, for a step that feeds its token back
+    (`eagleviz.models.static.StaticSteps.fed_back`): the engine's `_read_out` in tensors, with the uniform the host
+    wrote before the launch. Returns the token (1,) int64 to feed back and what the host reads of the step, (3,)
+    float64: the token, the target's argmax and its probability at the temperature (untruncated). The same
+    operations on the same device as the read-out a step at a time, so the same token for the same uniform."""
+
+    temperature: float
+    top_p: float
+
+    @property
+    def key(self) -> tuple[float, float]:  # what a capture freezes
+        return self.temperature, self.top_p
+
+    def __call__(self, logits: torch.Tensor, argmax: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        probs = sampling_probs(logits, self.temperature, self.top_p)
+        token = past_end(draw_index(probs, u), probs)
+        prob = at_temperature(logits, self.temperature, probs, self.top_p).gather(0, argmax)
+        return token, torch.cat([token.double(), argmax.double(), prob.double()])
+
+
 def uniform(generator: torch.Generator, device: torch.device | str) -> torch.Tensor:
     """One draw's random number: (1,) float64 in [0, 1) on `device`, left there."""
     return torch.rand(1, generator=generator, dtype=torch.float64, device=device)

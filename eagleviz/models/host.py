@@ -70,33 +70,33 @@ def to_device(values, device: torch.device, dtype: torch.dtype | None = None) ->
 
 
 class Landing:
-    """Small int64 values copied to the host as the device makes them, read after the fact: `send(j, value)`
-    queues a copy of a (1,) device tensor into slot j % size of pinned memory, and an event after it, on the
-    current stream, without waiting; `read(j)` waits for that copy alone (its event, not the whole queue) and
-    returns the value. On a CPU the copy is made at once. A slot is written again `size` sends later: read it
-    before. Each read counts as one (`count_read`)."""
+    """Small values copied to the host as the device makes them, read after the fact: `send(j, value)` queues a
+    copy of a (width,) device tensor (of `dtype`) into slot j % size of pinned memory, and an event after it, on
+    the current stream, without waiting; `read(j)` waits for that copy alone (its event, not the whole queue) and
+    returns its values as Python numbers. On a CPU the copy is made at once. A slot is written again `size`
+    sends later: read it before. Each read counts as one (`count_read`)."""
 
     __slots__ = ("size", "_slots", "_host", "_events")
 
-    def __init__(self, size: int, device: torch.device):
+    def __init__(self, size: int, device: torch.device, width: int = 1, dtype: torch.dtype = torch.int64):
         cuda = device.type == "cuda"
         self.size = size
-        self._slots = torch.zeros(size, dtype=torch.int64, pin_memory=cuda)
+        self._slots = torch.zeros(size, width, dtype=dtype, pin_memory=cuda)
         self._host = self._slots.numpy()  # the same memory, read without a tensor operation
         self._events = [torch.cuda.Event() for _ in range(size)] if cuda else None
 
     def send(self, j: int, value: torch.Tensor) -> None:
         i = j % self.size
-        self._slots[i:i + 1].copy_(value, non_blocking=self._events is not None)
+        self._slots[i].copy_(value, non_blocking=self._events is not None)
         if self._events is not None:
             self._events[i].record()
 
-    def read(self, j: int) -> int:
+    def read(self, j: int) -> list:
         i = j % self.size
         if self._events is not None:
             self._events[i].synchronize()
         count_read()
-        return int(self._host[i])
+        return self._host[i].tolist()
 
 
 class PhaseClock:

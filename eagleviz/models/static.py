@@ -178,6 +178,9 @@ class StaticSteps:
         self.queued = target.device.type == "cuda"  # a step returns before its kernels finish
         self.cache = target.new_cache(capacity + BUCKETS[-1])
         self.inputs = StepInputs(target.device)
+        # a sampled step fed back on the device: its uniform (written before each launch) and what it read
+        self.uniform = torch.zeros(1, dtype=torch.float64, device=target.device)
+        self.drawn = torch.zeros(3, dtype=torch.float64, device=target.device)
         self._replays: dict[int, Callable[[], StepOutput]] = {}
         self._cycles: dict[tuple, Callable] = {}
         self.fallback = ""  # why a capture failed, for the run's notes ("" when none did)
@@ -204,30 +207,41 @@ class StaticSteps:
 
         return step
 
-    def fed_back(self) -> Callable[[], StepOutput]:
-        """A plain greedy step that feeds its token back on the device: bucket 1's step, then its argmax written
-        as the next step's token, and the prefix and position advanced, in the input buffer itself. Replayed back
-        to back, it decodes with nothing written by the host between steps, so the host can launch several steps
-        ahead and read each token after the fact (`Engine._fed_back`). Captured at first use (`prepare` makes it
-        ready where steps are queued), its warm-up and recording pointed at the scratch slots past `capacity`:
-        call it before writing the inputs it starts from."""
-        if FED_BACK not in self._cycles:
+    def fed_back(self, draw: Callable | None = None) -> Callable[[], StepOutput]:
+        """A plain step that feeds its token back on the device: bucket 1's step, then its token written as the
+        next step's, and the prefix and position advanced, in the input buffer itself. Greedy (`draw` None) the
+        token is the step's argmax; sampled, `draw(logits, argmax, uniform)` (`eagleviz.decoding.verify.FedDraw`,
+        whose `key` the capture freezes: a graph per temperature and nucleus) chooses it with the uniform the host
+        wrote into `uniform` before the launch, and what the host reads of the step lands in `drawn` (token,
+        argmax, its probability). Replayed back to back, it decodes with nothing but uniforms written by the host
+        between steps, so the host can launch several steps ahead and read each token after the fact
+        (`FedAhead`). Captured at first use (`prepare` makes the greedy one ready where steps are queued), its
+        warm-up and recording pointed at the scratch slots past `capacity`: call it before writing the inputs it
+        starts from."""
+        key = FED_BACK if draw is None else FED_BACK + draw.key
+        if key not in self._cycles:
             self.inputs.write(self.capacity, [0], [0], None, 1)
         prefix, ids, positions, _ = self.inputs.views(1)
+        uniform, drawn = self.uniform, self.drawn
 
         def make() -> Callable[[], StepOutput]:
             step = self.step_fn(1)
 
             def fed() -> StepOutput:
                 out = step()
-                ids.copy_(out.argmax)
+                if draw is None:
+                    ids.copy_(out.argmax)
+                else:
+                    token, read = draw(out.logits[0], out.argmax, uniform)
+                    ids.copy_(token)
+                    drawn.copy_(read)
                 positions.add_(1)
                 prefix.add_(1)
                 return out
 
             return fed
 
-        return self.cycle_replay(FED_BACK, make, " of a plain step fed back on the device")
+        return self.cycle_replay(key, make, " of a plain step fed back on the device")
 
     def _replay(self, b: int) -> Callable[[], StepOutput]:
         if b not in self._replays:
@@ -268,13 +282,16 @@ class StaticSteps:
         """Ready for another run: nothing committed (the slots are overwritten as the run writes them)."""
         self.cache.length = 0
 
-    def prepare(self) -> None:
+    def prepare(self, draw: Callable | None = None) -> None:
         """Every bucket's step captured now (before any timed run), not at its first use; where steps are queued
-        (a GPU), the step fed back on the device too (greedy plain decoding's and resting stretches')."""
+        (a GPU), the step fed back on the device too (plain decoding's and resting stretches'): the greedy one,
+        and given `draw` (`fed_back`'s), the one sampled at its temperature and nucleus."""
         for b in BUCKETS:
             self._replay(b)
         if self.queued:
             self.fed_back()
+            if draw is not None:
+                self.fed_back(draw)
 
     @property
     def prepared(self) -> int:
@@ -284,17 +301,25 @@ class StaticSteps:
 
 
 class FedAhead:
-    """Greedy steps fed back on the device (`StaticSteps.fed_back`) from `token` at the committed slots, launched
-    up to `ahead` beyond the host's last read: each launch queues its token's copy to pinned memory behind it
-    (`Landing`), and `token()` reads the oldest one not read yet. `close()` sets the cache's length to the slots
-    the tokens read committed: steps launched past them (an end of sequence read after they were launched) are
-    dropped, their keys past the committed slots."""
+    """Steps fed back on the device (`StaticSteps.fed_back`) from `token` at the committed slots, launched up to
+    `ahead` beyond the host's last read: each launch queues what the host reads of it to pinned memory behind it
+    (`Landing`: greedy, its token; sampled, `drawn`), and `take()` reads the oldest one not read yet. Sampled
+    (`draw`, `fed_back`'s), each launch first writes its uniform, `uniforms()`: one draw of the run's generator a
+    step, in the order a step at a time draws them. `close()` sets the cache's length to the slots the tokens read
+    committed: steps launched past them (an end of sequence read after they were launched) are dropped, their keys
+    past the committed slots."""
 
-    def __init__(self, steps: StaticSteps, token: int, ahead: int):
-        self.fed = steps.fed_back()  # (its first use captures it, over the scratch slots: before the inputs are written)
-        self.steps, self.committed, self.ahead = steps, steps.cache.length, ahead
+    def __init__(self, steps: StaticSteps, token: int, ahead: int, draw: Callable | None = None,
+                 uniforms: Callable[[], torch.Tensor] | None = None):
+        if (draw is None) != (uniforms is None):
+            raise ValueError("a sampled step fed back needs both its draw and its uniforms")
+        self.fed = steps.fed_back(draw)  # (its first use captures it, over the scratch slots: before the inputs
+        # are written)
+        self.steps, self.committed, self.ahead, self.uniforms = steps, steps.cache.length, ahead, uniforms
         steps.inputs.write(self.committed, [token], [self.committed], None, 1)
-        self.ids, self.landing = steps.inputs.views(1)[1], Landing(ahead, steps.target.device)
+        dev = steps.target.device
+        self.sent = steps.inputs.views(1)[1] if draw is None else steps.drawn
+        self.landing = (Landing(ahead, dev) if draw is None else Landing(ahead, dev, 3, torch.float64))
         self.launched = self.read = 0
 
     def room(self, limit: int) -> bool:
@@ -302,16 +327,23 @@ class FedAhead:
         return self.launched - self.read < self.ahead and self.launched < limit
 
     def launch(self) -> StepOutput:
-        """One step launched, its token's copy queued behind it; its outputs (rewritten by the next step)."""
+        """One step launched, what the host reads of it queued behind it; its outputs (rewritten by the next
+        step)."""
+        if self.uniforms is not None:
+            self.steps.uniform.copy_(self.uniforms())
         out = self.fed()
-        self.landing.send(self.launched, self.ids)
+        self.landing.send(self.launched, self.sent)
         self.launched += 1
         return out
 
-    def token(self) -> int:
-        """The oldest launched step's token, once its copy has landed (the step's one read)."""
+    def take(self) -> tuple[int, int, float | None]:
+        """The oldest launched step's token, the target's argmax and its probability at the temperature (greedy:
+        the token twice and None), once its copy has landed (the step's one read)."""
         self.read += 1
-        return self.landing.read(self.read - 1)
+        got = self.landing.read(self.read - 1)
+        if len(got) == 1:
+            return got[0], got[0], None
+        return int(got[0]), int(got[1]), got[2]
 
     def close(self) -> None:
         self.steps.cache.length = self.committed + self.read
