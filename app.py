@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from eagleviz.config import SamplingConfig, TreeConfig
 from eagleviz.errors import UserFacingError
+from eagleviz.app import presets
 from eagleviz.app.limits import Limits
 from eagleviz.models.loading import EMBEDDED, EMBEDDED_HUB_ID, EMBEDDED_PACKAGE
 from eagleviz.decoding.load import RANDOM_HEAD, default_head, load_engine
@@ -92,6 +93,9 @@ def load_pair(pair: Pair) -> EngineHub:
         # One tiny run so that the first visitor does not pay for one-time initialisation (allocator, kernels).
         say("warming up: one short run, so that the first visitor does not pay for it")
         engine.generate("Hello", TreeConfig.create(), SamplingConfig(max_new_tokens=4))
+        kept = presets.prefill(engine)  # a class pressing Run on a preset then skips its prefill
+        if kept:
+            say(f"the presets' prompts prefilled and kept ({kept})")
     say(f"{pair.name} ready in {time.monotonic() - start:.0f} s")
     here = os.path.dirname(os.path.abspath(__file__))
     head_path = None if head == RANDOM_HEAD else (os.path.relpath(head, here) if head.startswith(here) else head)

@@ -6,10 +6,13 @@ does), as a browser sees them.
     python scripts/measure_concurrency.py --active-runs 1          # first come, first served, for comparison
     python scripts/measure_concurrency.py --users 10 --url http://127.0.0.1:7860/   # a server already running
     python scripts/measure_concurrency.py --trace runs/trace   # also where the server's time went (server_log)
+    python scripts/measure_concurrency.py --distinct           # no two visitors ask for the same run
 
 Without --url it starts `python app.py` as `make run` does (EAGLEVIZ_THREADS=1, OMP_WAIT_POLICY=PASSIVE) on a
 free port, with EAGLEVIZ_ACTIVE_RUNS from --active-runs when given. Users take turns through a mix of the
-presets (each with its own tree), the fastest tree and a cost-aware tree. A user's first figure is the
+presets (each with its own tree), the fastest tree and a cost-aware tree, so visitors a mix apart ask for the
+same run, which the server decodes once for all of them (`eagleviz/app/shared.py`, unless the server's
+EAGLEVIZ_SHARE_RUNS is 0); with --distinct each visitor's prompt ends with its own number, so none do. A user's first figure is the
 update that brings the first cycle's views (status "Running... cycle"); its run is done at the final update
 ("Done: ..."); a user without one is counted as lost. Prints one JSON object: the medians, 90th percentiles
 and maxima of both times, the number done, the CPU seconds the server and the clients used while they ran,
@@ -254,12 +257,16 @@ def server_log(trace: Path, since: float) -> dict:
                                  for c in full]}
 
 
-def measure(url: str, users: int, tokens: int, server_pid: int | None = None, trace: Path | None = None) -> dict:
+def measure(url: str, users: int, tokens: int, server_pid: int | None = None, trace: Path | None = None,
+            distinct: bool = False) -> dict:
     page = events(url)
     clients = [Visitor(url, page) for _ in range(users)]
     for client in clients:
         client.open_page()
     rows = mix()
+    if distinct:  # a run of each visitor's own: no two ask for the same (the server shares identical runs)
+        rows = [(f"{label}, visitor {i}", f"{prompt} (visitor {i})", *rest)
+                for i, (label, prompt, *rest) in enumerate(rows[i % len(rows)] for i in range(users))]
     results = [dict() for _ in range(users)]
     start = threading.Barrier(users)
     threads = [threading.Thread(target=visit, args=(clients[i], rows[i % len(rows)], tokens, start, results[i]))
@@ -274,7 +281,7 @@ def measure(url: str, users: int, tokens: int, server_pid: int | None = None, tr
     cpu1 = cpu_seconds(server_pid), sum(os.times()[:2])
     firsts = [r["first_s"] for r in results if r.get("first_s") is not None]
     dones = [r["done_s"] for r in results if r.get("done_s") is not None]
-    return {"users": users, "tokens": tokens, "done": len(dones), "lost": users - len(dones),
+    return {"users": users, "tokens": tokens, "distinct": distinct, "done": len(dones), "lost": users - len(dones),
             "first_figure_s": stats(firsts), "done_s": stats(dones), "wall_s": round(wall, 1),
             "server_cpu_s": round(cpu1[0] - cpu0[0], 1) if None not in (cpu0[0], cpu1[0]) else None,
             "clients_cpu_s": round(cpu1[1] - cpu0[1], 1),
@@ -302,6 +309,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--active-runs", type=int, default=None, help="EAGLEVIZ_ACTIVE_RUNS of the started server")
     p.add_argument("--url", default=None, help="a running server instead of starting one")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    p.add_argument("--distinct", action="store_true",
+                   help="each visitor's prompt its own (numbered), so no two ask for the same run")
     p.add_argument("--trace", type=Path, default=None,
                    help="start the server under `traced`, logging its model steps and collections into this "
                         "folder, and summarise them (server_log)")
@@ -319,7 +328,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         url = args.url
     try:
-        result = measure(url, args.users, args.tokens, proc.pid if proc is not None else None, args.trace)
+        result = measure(url, args.users, args.tokens, proc.pid if proc is not None else None, args.trace,
+                         args.distinct)
     finally:
         if proc is not None:
             proc.terminate()

@@ -18,6 +18,8 @@ def test_defaults_and_environment(monkeypatch):
     assert lim.max_new_tokens == 32
     monkeypatch.setenv("EAGLEVIZ_PROMPTS_KEPT", "0")   # none kept: allowed
     assert Limits.from_env().prompts_kept == 0 and Limits().prompts_kept == 16
+    monkeypatch.setenv("EAGLEVIZ_SHARE_RUNS", "0")   # each run its own
+    assert Limits.from_env().share_runs is False and Limits().share_runs is True
     monkeypatch.setenv("EAGLEVIZ_MAX_RUN_SECONDS", "soon")
     with pytest.raises(UserFacingError, match="EAGLEVIZ_MAX_RUN_SECONDS"):
         Limits.from_env()

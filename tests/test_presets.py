@@ -167,3 +167,14 @@ def test_the_lookup_preset_is_carried_by_candidates_copied_from_the_context(hub,
     allowed, which = tolerance(alone)
     assert abs(alone.summary()["tau"] - presets.MEASURED_TAU["lookup_head"]) <= allowed, which
     assert tau > alone.summary()["tau"] + 1.0
+
+
+def test_the_presets_prompts_are_prefilled_and_kept_at_start_with_the_same_runs_after(hub, runs):
+    """`presets.prefill`, which the server runs at start (app.py): every preset's prompt kept whole, so a class
+    pressing Run on a preset skips its prefill; the run that reads it is the run that prefills (the same tokens)."""
+    engine = hub.get().with_prompt_cache(16)
+    assert presets.prefill(engine) == len(presets.PRESETS)
+    counting = presets.PRESETS[0]
+    again = generate(EngineHub(engine), counting.prompt, presets.knobs(counting, BASE))
+    assert again.token_ids == runs[counting.shows][2].token_ids
+    assert presets.prefill(hub.get()) == 0   # an engine that keeps no prompts: nothing run

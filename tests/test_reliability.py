@@ -9,6 +9,7 @@ import json
 import os
 import re
 import resource
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from eagleviz.errors import UserFacingError
 from eagleviz.app.limits import Limits
 from eagleviz.app.session import EngineHub, read_trace
 from eagleviz.trace import RunTrace
+from eagleviz.app import handlers as handlers_mod
 from eagleviz.app.handlers import Handlers
 from eagleviz.app.ui import as_pairs, build_app
 from servers import client, serving
@@ -250,6 +252,34 @@ def test_the_concurrency_measurement_runs_whole_and_logs_the_servers_steps(serve
     assert result["done"] == 2 and log["steps"] >= 2 and log["first_steps_s"]["max"] > 0, log
     assert log["last_first_step_ends_s"] is not None
     assert len((tmp_path / "trace" / "steps.jsonl").read_text().splitlines()) == log["steps"]  # all in the window
+
+
+def test_visitors_asking_for_one_run_at_once_are_served_one_run_and_distinct_ones_their_own(server, tmp_path,
+                                                                                            monkeypatch):
+    """scripts/measure_concurrency.py with every visitor on one preset: the server decodes one run for all three
+    (one first step in its log, `eagleviz/app/shared.py`), each visitor's page streamed it whole; with --distinct
+    each visitor's prompt is its own and three runs are decoded."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("measure_concurrency", ROOT / "scripts" / "measure_concurrency.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "mix", lambda: [("one", "the same question", (3, 1, 4), 0.0, False, "eagle")])
+    real = handlers_mod.stream_run
+
+    def slow(*args, **kwargs):  # each event 0.2 s later: a run lasts while the three requests arrive
+        for event in real(*args, **kwargs):
+            time.sleep(0.2)
+            yield event
+
+    monkeypatch.setattr(handlers_mod, "stream_run", slow)
+    for distinct, runs in ((False, 1), (True, 3)):
+        trace = tmp_path / f"trace-{distinct}"
+        with script.traced(trace):
+            result = script.measure(server, users=3, tokens=6, trace=trace, distinct=distinct)
+        firsts = [row for row in map(json.loads, (trace / "steps.jsonl").read_text().splitlines()) if row["first"]]
+        assert result["done"] == 3 and result["distinct"] is distinct and len(firsts) == runs, result["rows"]
+        assert all(row["tokens"] == 6 for row in result["rows"])
 
 
 def test_the_server_log_summary_counts_only_the_measured_window(tmp_path):

@@ -16,7 +16,9 @@ from eagleviz.app.session import EngineHub, Knobs, generate, read_trace, stream_
 from eagleviz.trace import RunTrace
 from eagleviz.app import presets
 from eagleviz.app import navigation as nav
-from eagleviz.app.handlers import Handlers, StopRequest
+from eagleviz.app import handlers as handlers_mod
+from eagleviz.app.handlers import STOPPED, Handlers, StopRequest
+from eagleviz.app.shared import SHARED_RUN_NOTE
 from eagleviz.app.navigation import VIEW_SIZE
 from eagleviz.app.ui import as_pairs, build_app
 from tiny import tiny_engine
@@ -156,6 +158,32 @@ def test_stop_finishes_after_the_current_cycle(handlers):
     assert run.stop_reason == "stopped by the user" and outputs[-1][2].startswith("Done: stopped")
     assert len(run.cycles) == 1 and not stop.running
     assert outputs[-1][6] and outputs[-1][4]                 # export file and summary, as after a full run
+
+
+def test_two_pages_asking_for_one_run_at_once_share_it_and_a_stop_ends_only_its_own(handlers, monkeypatch):
+    """A second page pressing Run with the same prompt and knobs while the first page's run goes joins it: one run
+    decoded (`app.shared`), its cycles on both pages; a Stop on one page leaves it a copy of the run so far and
+    the other page's run going to its end, which says it was shown to two."""
+    started = []
+    real = handlers_mod.stream_run
+    monkeypatch.setattr(handlers_mod, "stream_run", lambda *args, **kw: started.append(1) or real(*args, **kw))
+    a_stop, b_stop = StopRequest(), StopRequest()
+    a = handlers.run(a_stop, None, "one prompt for two pages", *KNOBS)
+    b = handlers.run(b_stop, None, "one prompt for two pages", *KNOBS)
+    a_out, b_out = [next(a), next(a)], [next(b), next(b)]   # each: the prefill's line, then cycle 0's views
+    assert a_out[1][0] is b_out[1][0] and a_out[1][2].startswith("Running\u2026 cycle")
+    assert all(x is y for x, y in zip(a_out[1][8:], b_out[1][8:]))   # the first views made once for both pages
+    assert handlers.request_stop(a_stop)
+    a_out += list(a)
+    b_out += list(b)
+    assert started == [1]
+    a_run, b_run = a_out[-1][0], b_out[-1][0]
+    assert a_run.stop_reason == STOPPED and a_out[-1][2].startswith("Done: stopped") and len(a_run.cycles) == 1
+    assert b_run.stop_reason != STOPPED and len(b_run.cycles) > 1 and b_out[-1][2].startswith("Done")
+    assert b_run.token_ids[:len(a_run.token_ids)] == a_run.token_ids
+    assert any(n.startswith(f"{SHARED_RUN_NOTE}: 2 visitors") for n in b_run.notes) and SHARED_RUN_NOTE in b_out[-1][2]
+    alone = list(handlers.run(StopRequest(), None, "one prompt for two pages", *KNOBS))[-1][0]
+    assert started == [1, 1] and alone is not b_run   # a finished run is decoded again when asked again
 
 
 # ------------------------------------------------------------------ stepping, autoplay, tour

@@ -23,6 +23,7 @@ from eagleviz.app.glossary import link_terms
 from eagleviz.app.navigation import VIEW_SIZE, opening, tour_text, view_values
 from eagleviz.app.pairs import PairHub
 from eagleviz.app.scheduler import Turns
+from eagleviz.app.shared import SharedRuns, sent_once, snapshot
 from eagleviz.app.session import (RANDOM_HEAD_NOTE, SHARED_NOTE, FastestTree, Knobs, fastest_tree, generate, race_run,
                                   read_trace, rerun_with, stream_run, tree_of, why_small_trees, write_trace)
 from eagleviz.trace import RunTrace
@@ -98,6 +99,7 @@ class Handlers:
     def __init__(self, pairs: PairHub, limits: Limits | None = None):
         self.pairs, self.limits = pairs, limits or Limits()
         self.turns = Turns(self.limits.concurrency)   # the one line to the model: runs take it cycle by cycle
+        self.shared = SharedRuns()   # identical runs asked for at once, decoded once
         self._lock = threading.Lock()
         self._running = 0
         self.compares = 0  # Compares made: A and B take turns at going first (a first run pays the warm-up)
@@ -183,7 +185,7 @@ class Handlers:
     def run(self, stop: StopRequest, pair: str | None, prompt: str, *values) -> Iterator[tuple]:
         """Outputs: run_state, output, status, slider, summary, summary plot, export, tour, *view."""
         skip = gr.skip()
-        last, run, stream = 0.0, None, None
+        last, run, stream, stopped = 0.0, None, None, False
         stop.requested, stop.running = False, True
         self._started(stop)
         try:
@@ -193,10 +195,16 @@ class Handlers:
                 yield (skip, skip, f"Loading **{name}** (first use; one model is held at a time)\u2026",
                        *[skip] * (5 + VIEW_SIZE))
             with self.pairs.use(name) as hub:
-                stream = stream_run(hub, _prompt(prompt), knobs, self.limits, turns=self.turns)
+                text = _prompt(prompt)
+
+                def start():
+                    return stream_run(hub, text, knobs, self.limits, turns=self.turns)
+
+                # a run asked with the same pair, prompt and knobs while one goes joins it (EAGLEVIZ_SHARE_RUNS)
+                stream = self.shared.stream((name, text, knobs), start) if self.limits.share_runs else start()
                 for run, cycle in stream:
                     if stop.requested:   # heard while the cycle ran: no progress said over the page's "Stopping"
-                        run.stop_reason = STOPPED
+                        stopped = True
                         break
                     if cycle is None:
                         # the four views of what was shown before (the opening's recorded run) go: the first
@@ -204,25 +212,30 @@ class Handlers:
                         yield (run, [], "Running\u2026 (prefill)", cycle_slider(None), "", skip, skip, skip, skip,
                                "Waiting for the first cycle\u2026", *[skip] * 4, None, None, None, None,
                                *[skip] * (VIEW_SIZE - 10))
-                    elif cycle.index == 0:   # its views, and the tour's words naming it (the tour's first stop)
+                    elif cycle.index == 0:   # its views, and the tour's words naming it (the tour's first stop);
+                        # the views made and serialised once for every page that shows this run
+                        view = self.shared.once(run, "first views", lambda: sent_once(view_values(run, 0)))
                         yield (run, output_tokens(run), self._progress(run), cycle_slider(run), skip, skip, skip,
-                               tour_text(run, 0, 0), *view_values(run, 0))
+                               tour_text(run, 0, 0), *view)
                         last = time.perf_counter()
                     elif time.perf_counter() - last >= STREAM_EVERY_S * max(self._running, 1):
                         yield (run, output_tokens(run), self._progress(run), cycle_slider(run, None),
                                *[skip] * (4 + VIEW_SIZE))
                         last = time.perf_counter()
                     if stop.requested:   # heard while the page was sent the cycle: no cycle more
-                        run.stop_reason = STOPPED
+                        stopped = True
                         break
         except (UserFacingError, MemoryError) as exc:
             yield (skip, skip, f"\u26a0 {_message(exc)}", *[skip] * (5 + VIEW_SIZE))
             return
         finally:
             if stream is not None:
-                stream.close()
+                stream.close()   # (a run others watch goes on for them)
             stop.running = False
             self._ended()
+        if stopped:  # this page's copy, as the run is now (a lone run's closed: its notes written)
+            run = snapshot(run)
+            run.stop_reason = STOPPED
         yield self.finished(run)
 
     @staticmethod

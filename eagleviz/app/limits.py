@@ -13,6 +13,8 @@
     EAGLEVIZ_QUEUE_SIZE         64     requests waiting; beyond it Gradio refuses a request ("Queue is full")
     EAGLEVIZ_PROMPTS_KEPT       16     prompts kept whole after their prefill, in at most 256 MB (a prompt run again
                                        skips it, with the same tokens); 0 keeps none
+    EAGLEVIZ_SHARE_RUNS         1      a run asked with the pair, prompt and knobs of a run going now joins it,
+                                       decoded once for all who asked (eagleviz/app/shared.py); 0: each decodes its own
     EAGLEVIZ_THREADS            ""     torch threads per process (unset: torch's default, one per core); on a
                                        shared machine give each concurrent run its own core (docs/operations.md)
 
@@ -55,6 +57,7 @@ class Limits:
     queue_size: int = 64
     threads: int | None = None
     prompts_kept: int = 16
+    share_runs: bool = True
 
     @classmethod
     def from_env(cls) -> Limits:
@@ -69,7 +72,8 @@ class Limits:
                    active_runs=_env_int("EAGLEVIZ_ACTIVE_RUNS", d.active_runs),
                    queue_size=_env_int("EAGLEVIZ_QUEUE_SIZE", d.queue_size),
                    threads=_env_int("EAGLEVIZ_THREADS", 0) or None,
-                   prompts_kept=_env_int("EAGLEVIZ_PROMPTS_KEPT", d.prompts_kept, lo=0))
+                   prompts_kept=_env_int("EAGLEVIZ_PROMPTS_KEPT", d.prompts_kept, lo=0),
+                   share_runs=bool(_env_int("EAGLEVIZ_SHARE_RUNS", int(d.share_runs), lo=0)))
 
     @property
     def max_upload_bytes(self) -> int:

@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass, replace
 
 from eagleviz.app.glossary import link_terms
+from eagleviz.config import SamplingConfig, TreeConfig
 
 PRESET_TOKENS = 48  # the page's default max new tokens: what a preset's claim is measured at
 
@@ -138,3 +139,18 @@ def edited_note(name: str) -> str:
     """What the note says once the page's settings are no longer the preset's."""
     return (f"Settings changed since the preset **{name}**: its note no longer describes them. Click "
             f"**{name}** above to restore its prompt, tree and temperature.")
+
+
+def prefill(engine) -> int:
+    """Each preset's prompt prefilled now and kept whole by an engine that keeps prompts
+    (`Engine.with_prompt_cache`): a class pressing Run on a preset then skips its prefill, as a prompt run again
+    does (docs/performance.md entries 50 and 69). A run of one token each, with the features the head reads (the
+    presets' own numerics, so the same tokens); returns how many prompts are kept after it."""
+    if not engine.prompts.entries:
+        return 0
+    tree = TreeConfig.create() if engine.head is not None else None
+    for preset in PRESETS:
+        engine.generate(preset.prompt, tree, SamplingConfig(max_new_tokens=1))
+    return sum(engine.prompts.get(engine.attn_impl, engine.encode_prompt(p.prompt), tree is not None) is not None
+               for p in PRESETS)
+

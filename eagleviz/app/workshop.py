@@ -21,12 +21,10 @@ from dataclasses import fields, replace
 from urllib.parse import quote
 
 import gradio as gr
-import plotly.graph_objects as go
-from gradio.components.plot import PlotData
-from gradio.data_classes import GradioModel, GradioRootModel
 
 from eagleviz.app import gallery, presets, qr, share
 from eagleviz.app.rooms import Rooms
+from eagleviz.app.shared import sent_once
 from eagleviz.errors import UserFacingError
 from eagleviz.app.handlers import Handlers, cycle_slider, knobs_from
 from eagleviz.app import navigation as nav
@@ -578,22 +576,6 @@ def toured(run: RunTrace, index: int, stop: int | None) -> tuple:
         return (gr.skip(),) * TOUR_SIZE
     words = nav.tour_text(run, index, stop)
     return stop, words, gr.Accordion(open=True), words
-
-
-def sent_once(values: tuple, components: Sequence[gr.components.Component] | None = None) -> tuple:
-    """A picture's values as Gradio sends them, made once for a room's followers: each follower's answer would
-    otherwise serialise the same figures again, thirty followers thirty times over. With the output components:
-    each value as its component's postprocess makes it (the picture's event then runs with `postprocess=False`:
-    nothing of it is processed again per follower, no thread hop per output); without: the figures' JSON
-    (`PlotData`). Updates (a component) and states go as they are: Gradio applies those itself."""
-    if components is None:
-        return tuple(PlotData(type="plotly", plot=v.to_json()) if isinstance(v, go.Figure) else v for v in values)
-    return tuple(v if isinstance(v, (gr.blocks.Block, dict)) or c.stateful else _dumped(c.postprocess(v))
-                 for c, v in zip(components, values, strict=True))
-
-
-def _dumped(value):
-    return value.model_dump() if isinstance(value, (GradioModel, GradioRootModel)) else value
 
 
 def not_followed(components: Sequence[gr.components.Component] | None = None) -> tuple:
