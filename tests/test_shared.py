@@ -164,6 +164,7 @@ def test_a_value_made_once_for_a_runs_viewers_and_each_time_for_any_other_run():
 
     a, b = shared.stream("k", source), shared.stream("k", source)
     (run, _), _ = next(a), next(b)
+    assert shared.viewers(run) == 2 and shared.viewers(bare_run()) == 1
     first = shared.once(run, "views", make)
     assert shared.once(run, "views", make) is first and len(made) == 1
     assert shared.once(run, "other", make) is not first and len(made) == 2

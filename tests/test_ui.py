@@ -172,6 +172,7 @@ def test_two_pages_asking_for_one_run_at_once_share_it_and_a_stop_ends_only_its_
     b = handlers.run(b_stop, None, "one prompt for two pages", *KNOBS)
     a_out, b_out = [next(a), next(a)], [next(b), next(b)]   # each: the prefill's line, then cycle 0's views
     assert a_out[1][0] is b_out[1][0] and a_out[1][2].startswith("Running\u2026 cycle")
+    assert b_out[1][2].endswith("(one run shown to 2 pages that asked for it)")
     assert all(x is y for x, y in zip(a_out[1][8:], b_out[1][8:]))   # the first views made once for both pages
     assert handlers.request_stop(a_stop)
     a_out += list(a)

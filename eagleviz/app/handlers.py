@@ -248,10 +248,11 @@ class Handlers:
         stop.requested = True
         return True
 
-    @staticmethod
-    def _progress(run: RunTrace) -> str:
+    def _progress(self, run: RunTrace) -> str:
         cap = run.config["sampling"]["max_new_tokens"]
-        return f"Running\u2026 cycle {len(run.cycles)}, {len(run.output)} of at most {cap} tokens"
+        pages = self.shared.viewers(run)
+        shared = f" (one run shown to {pages} pages that asked for it)" if pages > 1 else ""
+        return f"Running\u2026 cycle {len(run.cycles)}, {len(run.output)} of at most {cap} tokens{shared}"
 
     @staticmethod
     def finished(run: RunTrace | None, shown: tuple[int, tuple] | None = None) -> tuple:

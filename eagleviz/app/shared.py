@@ -9,6 +9,7 @@ figures serialised once for everyone it is sent to.
                                  where no run of `key` is going
     SharedRuns.once(run, what, make)
                                  make() for a run going now, made by its first viewer, the same value for the others
+    SharedRuns.viewers(run)      how many pages read a run now
     sent_once(values, components)
                                  a picture's values as Gradio sends them, for many pages (a room's followers, a
                                  shared run's viewers)
@@ -160,6 +161,15 @@ class SharedRuns:
                     del self._going[key]
                 if flight.done and not flight.viewers and flight.events:
                     self._runs.pop(id(flight.events[0][0]), None)
+
+    def viewers(self, run: RunTrace) -> int:
+        """How many pages read this run now (1 for a run this server is not streaming)."""
+        with self._lock:
+            flight = self._runs.get(id(run))
+        if flight is None or not flight.events or flight.events[0][0] is not run:
+            return 1
+        with flight._cond:
+            return max(flight.viewers, 1)
 
     def once(self, run: RunTrace, what: Hashable, make: Callable[[], object]) -> object:
         """`make()` for a run this server is streaming now (`what`: which value), made by the first of its viewers
