@@ -182,7 +182,8 @@ def test_two_pages_asking_for_one_run_at_once_share_it_and_a_stop_ends_only_its_
     assert a_run.stop_reason == STOPPED and a_out[-1][2].startswith("Done: stopped") and len(a_run.cycles) == 1
     assert b_run.stop_reason != STOPPED and len(b_run.cycles) > 1 and b_out[-1][2].startswith("Done")
     assert b_run.token_ids[:len(a_run.token_ids)] == a_run.token_ids
-    assert any(n.startswith(f"{SHARED_RUN_NOTE}: 2 visitors") for n in b_run.notes) and SHARED_RUN_NOTE in b_out[-1][2]
+    assert any(n.startswith(f"{SHARED_RUN_NOTE}: 2 visitors") for n in b_run.notes)
+    assert f"\u21c9 {SHARED_RUN_NOTE}: 2 visitors" in b_out[-1][2]   # not a warning
     alone = list(handlers.run(StopRequest(), None, "one prompt for two pages", *KNOBS))[-1][0]
     assert started == [1, 1] and alone is not b_run   # a finished run is decoded again when asked again
 

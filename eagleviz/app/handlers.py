@@ -23,7 +23,7 @@ from eagleviz.app.glossary import link_terms
 from eagleviz.app.navigation import VIEW_SIZE, opening, tour_text, view_values
 from eagleviz.app.pairs import PairHub
 from eagleviz.app.scheduler import Turns
-from eagleviz.app.shared import SharedRuns, sent_once, snapshot
+from eagleviz.app.shared import SHARED_RUN_NOTE, SharedRuns, sent_once, snapshot
 from eagleviz.app.session import (RANDOM_HEAD_NOTE, SHARED_NOTE, FastestTree, Knobs, fastest_tree, generate, race_run,
                                   read_trace, rerun_with, stream_run, tree_of, why_small_trees, write_trace)
 from eagleviz.trace import RunTrace
@@ -430,8 +430,11 @@ def race_text(result: race_mod.RaceResult, fastest_run: RunTrace | None, fastest
 
 
 def _mark(note: str) -> str:
-    """The sign before a run's note: a clock for the time it waited for its turns, a warning for the rest."""
-    return "\u25f7" if note.startswith(SHARED_NOTE) else "\u26a0"
+    """The sign before a run's note: a clock for the time it waited for its turns, paired arrows for a run shown
+    to several pages, a warning for the rest."""
+    if note.startswith(SHARED_NOTE):
+        return "\u25f7"
+    return "\u21c9" if note.startswith(SHARED_RUN_NOTE) else "\u26a0"
 
 
 def _prompt(prompt) -> str:
