@@ -33,6 +33,16 @@ WORDS_JS = ("() => [...document.querySelectorAll('#explain .ev-explain')].filter
             "!e.parentElement.closest('.ev-explain')).map((e) => e.innerText.replace(/\\s+/g, ' ').trim())")
 SIZES_JS = ("(ids) => ids.map((id) => { const l = document.querySelector('#' + id + ' .js-plotly-plot')._fullLayout; "
             "return [Math.round(l.width), Math.round(l.height)]; })")
+# every view drawn by Plotly (the status line can show before the last of the four figures is laid out)
+DRAWN_JS = ("(ids) => ids.every((id) => { const g = document.querySelector('#' + id + ' .js-plotly-plot'); "
+            "return g && g._fullLayout; })")
+
+
+def view_sizes(tab) -> list:
+    """Each view's drawn size, once all four are drawn."""
+    ids = [v for v, _ in VIEWS]
+    tab.wait_for_function(DRAWN_JS, arg=ids, timeout=30_000)
+    return tab.evaluate(SIZES_JS, ids)
 
 
 def cycle_of(tab) -> str:
@@ -66,7 +76,7 @@ def test_the_four_views_are_saved_as_one_picture(browser, app_url):
         k = saved(tab, "picture", "eagleviz-cycle-N.png", path)
         tab.wait_for_function(f"() => ({PROSE_JS})('handout-note').startsWith('Saved')", timeout=30_000)
         assert f"cycle {k}" in prose(tab, "handout-note")
-        sizes = tab.evaluate(SIZES_JS, [v for v, _ in VIEWS])
+        sizes = view_sizes(tab)
     finally:
         tab.close()
     image = Image.open(io.BytesIO(path.read_bytes())).convert("RGB")
@@ -136,7 +146,7 @@ def test_play_phases_are_saved_as_a_looping_gif_of_the_four_views(browser, app_u
     try:
         open_accordion(tab, EXPLAIN)
         n = int(tab.evaluate("() => document.querySelector('#phase-slider input[type=range]').max")) + 1
-        sizes = tab.evaluate(SIZES_JS, [v for v, _ in VIEWS])
+        sizes = view_sizes(tab)
         tab.locator("#phases-gif").scroll_into_view_if_needed()
         with tab.expect_download(timeout=120_000) as info:
             tab.click("#phases-gif")
