@@ -153,4 +153,3 @@ def prefill(engine) -> int:
         engine.generate(preset.prompt, tree, SamplingConfig(max_new_tokens=1))
     return sum(engine.prompts.get(engine.attn_impl, engine.encode_prompt(p.prompt), tree is not None) is not None
                for p in PRESETS)
-

@@ -527,7 +527,7 @@ def build_app(engine: Engine | Callable[[], Engine] | EngineHub | PairHub, model
             return workshop.room_joined(request)
 
         # The picture is pushed to each follower by its page's one long-lived stream, woken by the room's moves; it is
-        # made as Gradio sends it once per move, for every follower (`workshop.sent_once`). The stream waits, it does
+        # made as Gradio sends it once per move, for every follower (`shared.sent_once`). The stream waits, it does
         # not work: no limit on how many run at once, and none holds a worker of the queue.
         follow_tour = gr.Textbox(visible="hidden", elem_id="follow-tour")   # the instructor's tour words: the scroll
         pictured = [output, slider, summary_plot, *view, tour_state, tour_md, tour_section, follow_tour]
