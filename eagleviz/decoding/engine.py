@@ -666,7 +666,7 @@ class Engine:
             return FedAhead(steps, token, FED_AHEAD)
         dev = steps.target.device
         return FedAhead(steps, token, FED_AHEAD, FedDraw(sampling.temperature, sampling.top_p),
-                        lambda: uniform(gen, dev))
+                        lambda out: uniform(gen, dev, out))
 
     def _fed_back(self, fed: FedAhead, run: RunTrace, capacity: int, start: float,
                   limit: int) -> Iterator[OutputToken]:

@@ -75,9 +75,10 @@ class FedDraw:
         return token, torch.cat([token.double(), argmax.double(), prob.double()])
 
 
-def uniform(generator: torch.Generator, device: torch.device | str) -> torch.Tensor:
-    """One draw's random number: (1,) float64 in [0, 1) on `device`, left there."""
-    return torch.rand(1, generator=generator, dtype=torch.float64, device=device)
+def uniform(generator: torch.Generator, device: torch.device | str, out: torch.Tensor | None = None) -> torch.Tensor:
+    """One draw's random number: (1,) float64 in [0, 1) on `device`, left there (in `out` where given: the same
+    number, written in place)."""
+    return torch.rand(1, generator=generator, dtype=torch.float64, device=device, out=out)
 
 
 def cycle_uniforms(generator: torch.Generator, n: int, device: torch.device | str) -> torch.Tensor:

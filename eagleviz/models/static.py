@@ -304,13 +304,13 @@ class FedAhead:
     """Steps fed back on the device (`StaticSteps.fed_back`) from `token` at the committed slots, launched up to
     `ahead` beyond the host's last read: each launch queues what the host reads of it to pinned memory behind it
     (`Landing`: greedy, its token; sampled, `drawn`), and `take()` reads the oldest one not read yet. Sampled
-    (`draw`, `fed_back`'s), each launch first writes its uniform, `uniforms()`: one draw of the run's generator a
-    step, in the order a step at a time draws them. `close()` sets the cache's length to the slots the tokens read
+    (`draw`, `fed_back`'s), each launch first writes its uniform, `uniforms(steps.uniform)` (in place): one draw of
+    the run's generator a step, in the order a step at a time draws them. `close()` sets the cache's length to the slots the tokens read
     committed: steps launched past them (an end of sequence read after they were launched) are dropped, their keys
     past the committed slots."""
 
     def __init__(self, steps: StaticSteps, token: int, ahead: int, draw: Callable | None = None,
-                 uniforms: Callable[[], torch.Tensor] | None = None):
+                 uniforms: Callable[[torch.Tensor], object] | None = None):
         if (draw is None) != (uniforms is None):
             raise ValueError("a sampled step fed back needs both its draw and its uniforms")
         self.fed = steps.fed_back(draw)  # (its first use captures it, over the scratch slots: before the inputs
@@ -330,7 +330,7 @@ class FedAhead:
         """One step launched, what the host reads of it queued behind it; its outputs (rewritten by the next
         step)."""
         if self.uniforms is not None:
-            self.steps.uniform.copy_(self.uniforms())
+            self.uniforms(self.steps.uniform)
         out = self.fed()
         self.landing.send(self.launched, self.sent)
         self.launched += 1
