@@ -35,6 +35,10 @@
 #endif
 
 #define GROUP 16 /* columns per group: the lanes */
+#ifndef QUANT_PREFETCH
+#define QUANT_PREFETCH 1 /* how many groups ahead the AVX2 products ask for weights (`prefetch_block`; 0: none, a
+                          * measurement's override; docs/performance.md entry 70: 1, 2 and 3 measured alike) */
+#endif
 #define ERR_SHAPE -2
 #define ERR_NOMEM -1
 enum { Q4_1 = 0, Q8_0 = 1 };
@@ -274,7 +278,8 @@ static inline int32_t chunk(const int8_t *p) { /* four activation bytes as one 3
  * once for NR rows; a row's block is 8 `vpdpbusd` with its activation bytes broadcast, in two chains. */
 static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR, Int8Rows in, const uint8_t *q,
                                                            const uint16_t *d, const uint16_t *m, const float *bias,
-                                                           float *y, int r0, int k, int g, int n_out) {
+                                                           float *y, int r0, int k, int g, int n_out, int ahead) {
+    (void)ahead; /* AVX2's prefetch (`prefetch_block`); this path leaves the stream to the hardware */
     int blocks = k / 32;
     __m512 a[TROWS], c[TROWS];
     for (int e = 0; e < NR; e++) a[e] = c[e] = _mm512_setzero_ps();
@@ -318,6 +323,19 @@ static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR
 
 typedef struct { __m256 v[2]; } pair256; /* a group's 16 lanes as two 8-float halves */
 
+/* Block gb's bytes (its q, d and m) asked of memory ahead of their use: the first tile reading group g's block b asks
+ * for group g + QUANT_PREFETCH's block b, so the next group's weights stream in from DRAM while this group's rows are
+ * multiplied. A plain step's products (one row, the weights read once, ~96 MB a token) wait on DRAM: the products of
+ * a forward in ~0.9x their time with it; a 16-row verification's are bound by the multiplies and take the same time
+ * (`scripts/quant_matmul_ab.c` FORWARD=30). A prefetch changes no value. */
+static inline __attribute__((always_inline)) void prefetch_block(int fmt, const uint8_t *q, const uint16_t *d,
+                                                                 const uint16_t *m, long gb) {
+    const char *p = (const char *)(q + gb * block_bytes(fmt));
+    for (long at = 0; at < block_bytes(fmt); at += 64) _mm_prefetch(p + at, _MM_HINT_T0);
+    _mm_prefetch((const char *)(d + gb * GROUP), _MM_HINT_T0);
+    if (fmt == Q4_1) _mm_prefetch((const char *)(m + gb * GROUP), _MM_HINT_T0);
+}
+
 /* As the AVX-512 tile, a group as two halves of 8 columns, both halves in one pass: each chunk of four activation
  * bytes is broadcast once for the 16 columns, and each 32-byte load of weights is unpacked once and used at once by
  * every row of the tile, so the live registers are the rows' integer sums and one chunk's weights (a block's eight
@@ -327,13 +345,14 @@ typedef struct { __m256 v[2]; } pair256; /* a group's 16 lanes as two 8-float ha
  * keep the order above, the m terms of Q4_1 in a second pass over the blocks. */
 static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR, Int8Rows in, const uint8_t *q,
                                                            const uint16_t *d, const uint16_t *m, const float *bias,
-                                                           float *y, int r0, int k, int g, int n_out) {
+                                                           float *y, int r0, int k, int g, int n_out, int ahead) {
     int blocks = k / 32;
     pair256 a[TROWS], c[TROWS];
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int e = 0; e < NR; e++) a[e].v[0] = a[e].v[1] = c[e].v[0] = c[e].v[1] = _mm256_setzero_ps();
     for (int b = 0; b < blocks; b++) {
         long gb = (long)g * blocks + b;
+        if (QUANT_PREFETCH && ahead) prefetch_block(fmt, q, d, m, gb + QUANT_PREFETCH * blocks);
         const int8_t *xq[TROWS];
         __m256i s[TROWS][2];
         for (int e = 0; e < NR; e++) {
@@ -410,7 +429,8 @@ typedef struct { float v[GROUP]; } lanes;
 /* The same order in plain C: one block's integer sum per column, then the two fused multiply-adds. */
 static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR, Int8Rows in, const uint8_t *q,
                                                            const uint16_t *d, const uint16_t *m, const float *bias,
-                                                           float *y, int r0, int k, int g, int n_out) {
+                                                           float *y, int r0, int k, int g, int n_out, int ahead) {
+    (void)ahead; /* AVX2's prefetch (`prefetch_block`); this path leaves the stream to the hardware */
     int blocks = k / 32;
     lanes a[TROWS], c[TROWS];
     memset(a, 0, sizeof a);
@@ -437,10 +457,11 @@ static inline __attribute__((always_inline)) void group_i8(int fmt, const int NR
 static inline __attribute__((always_inline)) void rows_i8(int fmt, Int8Rows in, const uint8_t *q, const uint16_t *d,
                                                           const uint16_t *m, const float *bias, float *y, int rows,
                                                           int k, int g, int n_out) {
-    int r0 = 0;
-    for (; r0 + TROWS <= rows; r0 += TROWS) group_i8(fmt, TROWS, in, q, d, m, bias, y, r0, k, g, n_out);
+    /* The group's first tile asks for the next group's blocks as it goes (AVX2; `prefetch_block`). */
+    int r0 = 0, next = GROUP * (g + QUANT_PREFETCH) < n_out;
+    for (; r0 + TROWS <= rows; r0 += TROWS) group_i8(fmt, TROWS, in, q, d, m, bias, y, r0, k, g, n_out, next && !r0);
     switch (rows - r0) { /* the rest: fewer than TROWS rows */
-#define REST(n) case n: if (TROWS > n) group_i8(fmt, n, in, q, d, m, bias, y, r0, k, g, n_out); break;
+#define REST(n) case n: if (TROWS > n) group_i8(fmt, n, in, q, d, m, bias, y, r0, k, g, n_out, next && !r0); break;
     REST(7) REST(6) REST(5) REST(4) REST(3) REST(2) REST(1)
 #undef REST
     default: break;

@@ -168,8 +168,8 @@ def test_attention_rows_times_two_builds_and_finds_them_bit_equal(tmp_path, caps
 
 def test_quant_matmul_ab_times_two_builds_and_finds_them_bit_equal(tmp_path):
     """The C harness of the int8 products, as its usage line builds it, on a small part-filled weight: this CPU's
-    vector build and the plain C one side by side, both formats; and a library whose product is off by a bit is
-    caught."""
+    vector build and the plain C one side by side, both formats, and over a forward's products (FORWARD=); and a
+    library whose product is off by a bit is caught."""
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("the plain build is -march=x86-64")
     cc = shutil.which(os.environ.get("CC", "cc")) or pytest.skip("no C compiler")
@@ -196,6 +196,13 @@ int quant_matmul_i8(int fmt, const float *x, const uint8_t *q, const uint16_t *d
     done = subprocess.run([tmp_path / "ab", "5", "0", "1", tmp_path / "vector.so", tmp_path / "wrong.so"],
                           capture_output=True, text=True, env=env)
     assert done.returncode == 1 and "MISMATCH" in done.stdout
+    forward = {**env, "FORWARD": "1", "REPS": "1"}   # a layer's seven products and the LM head, each weight its own
+    for other, code in (("plain", 0), ("wrong", 1)):
+        done = subprocess.run([tmp_path / "ab", "2", "0", "2", tmp_path / "vector.so", tmp_path / f"{other}.so"],
+                              capture_output=True, text=True, env=forward)
+        assert done.returncode == code, done.stdout
+        assert ("rows 2 forward of 1 layers threads 1:" in done.stdout and "the same bits" in done.stdout
+                if code == 0 else "MISMATCH" in done.stdout), done.stdout
 
 
 def test_profile_gpu_dry_runs_every_section_on_a_cpu(tmp_path):

@@ -46,11 +46,12 @@ SIZES = (1, 2, 4, 8, 16, 32, 64)
 # the price list's sizes: every small one, where a cost-aware tree's sizes fall and the curve bends (from weight
 # blocks here 3, 4, 6 and 8 tokens cost 1.19, 1.31, 1.69 and 2.31 steps: docs/performance.md entry 26)
 PRICE_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 64)
-VERSION = 10  # 2: a plain step leaves the prefill out; 3: PRICE_SIZES; 4: draft_fixed; 5: the products' column groups
+VERSION = 11  # 2: a plain step leaves the prefill out; 3: PRICE_SIZES; 4: draft_fixed; 5: the products' column groups
 # (kernels/quant_ops.c) changed every price; 6: rest and the sampled prices; 7: an EAGLE-3 head's layer in one C
 # call (kernels/stack_ops.c) made drafting cheaper; 8: every price in plain steps of the probe's own context; 9: the
 # C attention's scores in registers on AVX2 (kernels/cpu_ops.c) made verifying cheaper there; 10: its loops compiled
-# for the head's size and its keys and values in tiles that stay in L1 (older lists are measured again)
+# for the head's size and its keys and values in tiles that stay in L1; 11: the AVX2 products ask for the next weights
+# ahead (kernels/quant_ops.c), a plain step cheaper there (older lists are measured again)
 ROUNDS = 3  # plain and resting runs, paired round by round (one pass of each priced a resting cycle 0.86-1.18)
 PROBE_PROMPT = "List the planets of the solar system in order, one per line, with one fact about each."
 
