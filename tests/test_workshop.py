@@ -377,7 +377,9 @@ def test_a_room_gives_each_follower_the_instructors_picture_once_per_move_and_en
         assert (await _next(b))[5] == first[5]
         assert workshop.room_shown(rooms, code, run, 3, 1, 2) == gr.skip()                # cycle 3, phase 1, slot 2
         moved = await _next(a)
-        assert moved[5].startswith("**Cycle 3**") and moved[7].value == 1
+        assert moved[5].startswith("**Cycle 3**") and isinstance(first[7], gr.Slider)
+        assert moved[7] == 1 and not isinstance(moved[7], gr.blocks.Block)   # the phase slider's value alone: cycles
+        #                                                                      2 and 3 both have seven phases
         again = await _next(b)
         assert again[4 + 6] is moved[4 + 6]               # drawn once, by the first follower, for all of them
         now[0] = 61.0                                     # the instructor gone for longer than the room lives
@@ -394,7 +396,8 @@ def test_a_room_gives_each_follower_the_instructors_picture_once_per_move_and_en
 def test_a_follower_is_sent_only_what_changed_in_its_picture(handlers):
     """A phase picked within a cycle leaves the run, the output, the slider and the summary plot as they were: the
     follower is sent the views that changed and skips the rest (a figure sent is redrawn whole by its browser); a
-    cycle moved sends the slider, not the summary (the page outlines the cycle's bar itself); another run sends it."""
+    cycle moved sends the slider's value alone (a component update costs the server a component made per page), not
+    the summary (the page outlines the cycle's bar itself); another run sends both, the slider's new range with it."""
     from eagleviz.app.navigation import VIEW_SIZE
 
     rooms, run, code, _ = _room()
@@ -410,11 +413,13 @@ def test_a_follower_is_sent_only_what_changed_in_its_picture(handlers):
         assert any(v != skip for v in phase[4:4 + VIEW_SIZE])
         workshop.room_shown(rooms, code, run, 3, 0, None)   # another cycle
         cycle = await _next(a)
-        assert cycle[0] == skip and cycle[2] != skip and cycle[3] == skip  # the same run; the slider, no summary
+        assert cycle[0] == skip and cycle[3] == skip        # the same run: no summary
+        assert cycle[2] == 3 and not isinstance(cycle[2], gr.blocks.Block)   # the slider's value alone: its range kept
         other = gallery.load(next(e.id for e in gallery.entries() if e.id != "story"))
         workshop.room_shown(rooms, code, other, 1, None, None)   # another run: its summary, outlined at its cycle
         ran = await _next(a)
         assert ran[0] is other and ran[3] != skip and '"width":[0,3,' in ran[3].plot.replace(" ", "")
+        assert isinstance(ran[2], gr.Slider) and ran[2].maximum == len(other.cycles) - 1   # another range: an update
         await a.aclose()
 
     asyncio.run(follow())

@@ -642,10 +642,23 @@ def unchanged_skipped(values: tuple, last: tuple | None) -> tuple:
     plot); `last` what this page was sent last (None: nothing yet)."""
     if last is None:
         return values
-    kept = tuple(gr.skip() if _same(v, w) else v for v, w in zip(values, last, strict=True))
+    kept = tuple(gr.skip() if _same(v, w) else _value_only(v, w) for v, w in zip(values, last, strict=True))
     if values[0] is last[0]:
         kept = kept[:SUMMARY_AT] + (gr.skip(),) + kept[SUMMARY_AT + 1:]
     return kept
+
+
+def _value_only(value, before):
+    """`value` as it goes to a follower who was sent `before`: a component update that moves only its value (the
+    cycle slider within a run) as that value alone, which the page applies as the update would; anything else as it
+    is. A component update costs Gradio a component made and its configuration written, per page (~1 ms: a tenth of
+    the server's time for each follower's push, docs/performance.md entry 71); a bare value costs nothing."""
+    if not (isinstance(value, gr.blocks.Block) and type(before) is type(value)):
+        return value
+    args, was = dict(getattr(value, "constructor_args", {})), dict(getattr(before, "constructor_args", {}))
+    if "value" not in args or args.pop("value") == was.pop("value", None) or args != was:
+        return value
+    return value.constructor_args["value"]
 
 
 def _same(value, before) -> bool:

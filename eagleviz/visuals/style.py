@@ -33,7 +33,11 @@ CHIPS = "chips"          # the name of a trace of labelled rectangles (`chips`),
 CHIP_TEXT = dict(minsize=8, mode="hide")
 FONT = dict(family="DejaVu Sans, Arial, sans-serif", size=FONT_PX, color=INK)
 HOVER = dict(font=dict(family=FONT["family"], size=14), bgcolor="white", bordercolor=INK)
-_AXIS = dict(showline=True, linecolor=INK, ticks="outside", showgrid=False, zeroline=False, automargin=True)
+# Tick labels are never hidden for crossing the figure's edge (`ticklabeloverflow`): the margins are sized for them on
+# the server (`fit.margins`), and Plotly's default ("hide past div" on a numeric axis) measured every label's box on
+# every redraw, ~15 ms a figure of a follower's step on a 2-core machine (docs/performance.md entry 71).
+_AXIS = dict(showline=True, linecolor=INK, ticks="outside", showgrid=False, zeroline=False, automargin=True,
+             ticklabeloverflow="allow")
 # A small template built once: Plotly's named templates are deep-copied on every use (~25 ms per figure).
 TEMPLATE = go.layout.Template(layout=dict(
     paper_bgcolor="white", plot_bgcolor="white", font=FONT, hoverlabel=HOVER, xaxis=_AXIS, yaxis=_AXIS,
