@@ -48,7 +48,7 @@ typedef struct {
     float *y; /* rows x n: this product's output */
 } Weight;
 
-/* A random weight of n x k in `fmt`'s blocks (d = 0.01, m = -0.02 for every block), `copies` the same bytes again. */
+/* A random weight of n x k in `fmt`'s blocks (d = 0.01, m = -0.02 for every block) and its output (rows x n). */
 static Weight weight(int fmt, int n, int k, int rows) {
     Weight w = {fmt, n, k, malloc((size_t)n * k), malloc((size_t)n * k / 16), malloc((size_t)n * k / 16),
                 malloc(4 * (size_t)rows * n)};

@@ -30,6 +30,7 @@ CITED = re.compile(r"git show ([0-9a-f]{7,40}):scripts/([\w-]+\.(?:py|c))")
 RUN_BY = {  # each script -> the test that runs its work on tiny sizes
     "attention_rows.py": "tests/test_scripts.py::test_attention_rows_times_two_builds_and_finds_them_bit_equal",
     "device_cycle_switches.py": "tests/test_scripts.py::test_device_cycle_switches_runs_every_tree_of_a_switch",
+    "follower_costs.py": "tests/test_scripts.py::test_follower_costs_times_both_forms_of_a_push_and_a_redraw",
     "measure_concurrency.py":
         "tests/test_reliability.py::test_the_concurrency_measurement_runs_whole_and_logs_the_servers_steps",
     "measure_ui_latency.py": "tests/test_scripts.py::test_measure_ui_latency_times_the_pages_handlers",
@@ -110,6 +111,23 @@ def test_measure_ui_latency_times_the_pages_handlers(monkeypatch, capsys):
     assert "server: first cycle's figures after Run: median" in out
     for what in ("step between cycles", "pick a token", "one phase of a cycle", "one stop of the guided tour"):
         assert re.search(rf"server: {what}.*: median \d+ ms, p95 \d+ ms, max \d+ ms over [1-9]", out), (what, out)
+
+
+def test_follower_costs_times_both_forms_of_a_push_and_a_redraw(capsys):
+    """Both parts on tiny sizes: two followers' pushes of one move, each form once; the four views redrawn over two
+    cycles in Chromium, each form once; and the redraw's other form is Plotly's default overflow, the page's left
+    as it is."""
+    m = script("follower_costs.py")
+    assert m.main(["push", "--followers", "2", "--moves", "1", "--rounds", "2"]) == 0
+    assert re.search(r"2 followers' pushes, ms a move \(median\): as sent [\d.]+, slider as an update [\d.]+",
+                     capsys.readouterr().out)
+    figure = {"data": [], "layout": {"template": {"layout": {"xaxis": {"ticklabeloverflow": "allow", "ticks": ""}}}}}
+    assert m._axes(figure, False)["layout"]["template"]["layout"]["xaxis"] == {"ticks": ""}
+    assert m._axes(figure, True)["layout"]["template"]["layout"]["yaxis"] == {"ticklabeloverflow": "allow"}
+    assert figure["layout"]["template"]["layout"]["xaxis"]["ticklabeloverflow"] == "allow"   # not changed in place
+    assert m.main(["redraw", "--cycles", "2", "--rounds", "2"]) == 0
+    assert re.search(r"redrawn, ms a step \(median\): as the page sets the axes [\d.]+, Plotly's default overflow "
+                     r"[\d.]+", capsys.readouterr().out)
 
 
 def test_measure_ui_latency_writes_the_rooms_figures_with_their_provenance():

@@ -649,17 +649,19 @@ def unchanged_skipped(values: tuple, last: tuple | None) -> tuple:
 
 
 def _value_only(value, before):
-    """`value` as it goes to a follower who was sent `before`: a component update that moves only its value (the
-    cycle slider within a run, the phase slider between cycles of as many phases) as that value alone, which the
-    page applies as the update would; anything else as it is. A component update costs Gradio a component made and
-    its configuration written, per page (~1 ms, a sixth of the server's time for a follower's push between cycles:
-    docs/performance.md entry 71); a bare value costs next to nothing."""
+    """`value` as it goes to a follower who was sent `before` (and shows something else: `_same`): a component update
+    that moves only its value (the cycle slider within a run, the phase slider between cycles of as many phases) as
+    that value alone, which the page applies as the update would; anything else as it is. A component update costs
+    Gradio a component made and its configuration written, per page (~0.6 ms, a tenth of the server's time for a
+    push between cycles: `python scripts/follower_costs.py push`, docs/performance.md entry 71)."""
     if not (isinstance(value, gr.blocks.Block) and type(before) is type(value)):
         return value
-    args, was = dict(getattr(value, "constructor_args", {})), dict(getattr(before, "constructor_args", {}))
-    if "value" not in args or args.pop("value") == was.pop("value", None) or args != was:
+    args, was = dict(value.constructor_args), dict(before.constructor_args)
+    if "value" not in args:
         return value
-    return value.constructor_args["value"]
+    moved = args.pop("value")
+    was.pop("value", None)
+    return moved if args == was else value
 
 
 def _same(value, before) -> bool:

@@ -305,9 +305,9 @@ class FedAhead:
     `ahead` beyond the host's last read: each launch queues what the host reads of it to pinned memory behind it
     (`Landing`: greedy, its token; sampled, `drawn`), and `take()` reads the oldest one not read yet. Sampled
     (`draw`, `fed_back`'s), each launch first writes its uniform, `uniforms(steps.uniform)` (in place): one draw of
-    the run's generator a step, in the order a step at a time draws them. `close()` sets the cache's length to the slots the tokens read
-    committed: steps launched past them (an end of sequence read after they were launched) are dropped, their keys
-    past the committed slots."""
+    the run's generator a step, in the order a step at a time draws them. `close()` sets the cache's length to the
+    slots the tokens read committed: steps launched past them (an end of sequence read after they were launched) are
+    dropped, their keys past the committed slots."""
 
     def __init__(self, steps: StaticSteps, token: int, ahead: int, draw: Callable | None = None,
                  uniforms: Callable[[torch.Tensor], object] | None = None):

@@ -35,7 +35,7 @@ FONT = dict(family="DejaVu Sans, Arial, sans-serif", size=FONT_PX, color=INK)
 HOVER = dict(font=dict(family=FONT["family"], size=14), bgcolor="white", bordercolor=INK)
 # Tick labels are never hidden for crossing the figure's edge (`ticklabeloverflow`): the margins are sized for them on
 # the server (`fit.margins`), and Plotly's default ("hide past div" on a numeric axis) measured every label's box on
-# every redraw, ~12 ms a figure of a step in Chromium on a 2-core machine (docs/performance.md entry 71).
+# every redraw: ~3-5% of the four views' redraw in Chromium (`python scripts/follower_costs.py redraw`, entry 71).
 _AXIS = dict(showline=True, linecolor=INK, ticks="outside", showgrid=False, zeroline=False, automargin=True,
              ticklabeloverflow="allow")
 # A small template built once: Plotly's named templates are deep-copied on every use (~25 ms per figure).
