@@ -53,6 +53,7 @@ def saved(tab, button: str, name: str, path: Path) -> str:
     """Click a button over the explanations, save what it downloads as `path`; its file name must be `name` with
     the page's cycle in place of N. Returns the cycle."""
     open_accordion(tab, EXPLAIN)
+    view_sizes(tab)   # the four views drawn first: the page makes the file from them (else it says none is drawn)
     tab.locator("#" + button).scroll_into_view_if_needed()
     with tab.expect_download() as info:
         tab.click("#" + button)
