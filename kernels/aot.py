@@ -2,8 +2,9 @@
 
 `python -m kernels.aot` compiles `_tree_attention_kernel` at its default tilings (`kernel_config`) for fp16 and
 bf16, D = 64 and 128, each as an engine's eager forward launches it and as a captured step does (P read from
-device memory: `tree_attention_static`), plus the split-K merge kernel and the fused layer kernels
-(`kernels.layer_ops`), and prints registers per thread and spill bytes read
+device memory: `tree_attention_static`), plus the split-K merge kernel, the fused layer kernels
+(`kernels.layer_ops`), the five-kernel layer's products and a draft head's logits (`kernels.layer_products`) and a draft
+level's children and frontier (`kernels.draft_select`), and prints registers per thread and spill bytes read
 from each cubin with the cuobjdump that ships with Triton (`--json` prints one JSON object per line).
 
 The signature mirrors what the JIT sees at a real launch with contiguous tensors: unit strides are
@@ -165,14 +166,6 @@ def compile_layer_products(arch: int, dtype: str, head_dim: int) -> list[AotResu
     """Compile the five-kernel layer's products (`kernels.layer_products`) with their launchers' tiles and
     Triton's default 4 warps and 3 stages."""
     ptr, tiles = f"*{dtype}", {"BLOCK_T": lp.BLOCK_T, "BLOCK_K": lp.BLOCK_K, "DOT_PRECISION": "tf32"}
-    qkv = _compile(lp._norm_qkv_rope_kernel,
-                   {"H": ptr, "NW": ptr, "W": ptr, "B": ptr, "Cos": ptr, "Sin": ptr, "Slots": "*i64", "Q": ptr,
-                    "KCache": ptr, "VCache": ptr, "t": "i32", "k_dim": "i32", "eps": "fp32", "stride_h": "i32",
-                    "stride_w": "i32", "stride_cs": "i32", "stride_kh": "i32", "stride_kc": "i32", "hq": "i32",
-                    "hkv": "i32", "HAS_BIAS": "constexpr", "HEAD_DIM": "constexpr", "BLOCK_T": "constexpr",
-                    "BLOCK_K": "constexpr", "DOT_PRECISION": "constexpr"},
-                   {"HAS_BIAS": False, "HEAD_DIM": head_dim} | tiles,
-                   ["H", "NW", "W", "Cos", "Sin", "Q", "KCache", "VCache"], arch, 4, 3)
     gate = _compile(lp._norm_gate_up_kernel,
                     {"H": ptr, "NW": ptr, "W": ptr, "Out": ptr, "t": "i32", "k_dim": "i32", "inter": "i32",
                      "eps": "fp32", "stride_h": "i32", "stride_w": "i32", "stride_o": "i32", "BLOCK_T": "constexpr",
@@ -183,9 +176,30 @@ def compile_layer_products(arch: int, dtype: str, head_dim: int) -> list[AotResu
                          "stride_w": "i32", "stride_h": "i32", "BLOCK_T": "constexpr", "BLOCK_N": "constexpr",
                          "BLOCK_K": "constexpr", "DOT_PRECISION": "constexpr"},
                         {"BLOCK_N": lp.BLOCK_N} | tiles, ["X", "W", "H"], arch, 4, 3)
-    return [_result(name, compiled, arch, dtype, head_dim, lp.BLOCK_T, block_n, 4, 3)
-            for name, compiled, block_n in (("norm_qkv_rope", qkv, head_dim // 2), ("norm_gate_up", gate, lp.BLOCK_N_GATE),
-                                            ("matmul_residual", residual, lp.BLOCK_N))]
+    qkv = _compile(lp._norm_qkv_rope_kernel,
+                        {"A": ptr, "NWA": ptr, "AIds": "*i64", "B2": ptr, "NWB": ptr, "W": ptr, "Bias": ptr,
+                         "CosT": ptr, "SinT": ptr, "Pos": "*i64", "Prefix": "*i64", "Q": ptr, "KCache": ptr,
+                         "VCache": ptr, "t": "i32", "k_a": "i32", "k_b": "i32", "eps": "fp32", "pos_stride": "i32",
+                         "pos_add": "i32", "slot_add": "i32", "stride_a": "i32", "stride_b": "i32", "stride_w": "i32",
+                         "stride_cs": "i32", "stride_kh": "i32", "stride_kc": "i32", "hq": "i32", "hkv": "i32",
+                         "GATHER": "constexpr", "NORM_A": "constexpr", "TWO": "constexpr", "NORM_B": "constexpr",
+                         "HAS_BIAS": "constexpr", "HEAD_DIM": "constexpr", "BLOCK_T": "constexpr",
+                         "BLOCK_K": "constexpr", "DOT_PRECISION": "constexpr"},
+                        {"GATHER": True, "NORM_A": True, "TWO": True, "NORM_B": True, "HAS_BIAS": False,
+                         "HEAD_DIM": head_dim} | tiles,   # a draft head's EAGLE-3 midlayer: the most state held
+                        ["A", "NWA", "B2", "NWB", "W", "CosT", "SinT", "Q", "KCache", "VCache"], arch,
+                        lp.qkv_warps(head_dim), 3)
+    logits = _compile(lp._norm_matmul_kernel,
+                      {"H": ptr, "NW": ptr, "W": ptr, "Out": "*fp32", "t": "i32", "k_dim": "i32", "n": "i32",
+                       "eps": "fp32", "stride_h": "i32", "stride_w": "i32", "stride_o": "i32", "NORM": "constexpr",
+                       "BLOCK_T": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
+                       "DOT_PRECISION": "constexpr"},
+                      {"NORM": True, "BLOCK_N": lp.BLOCK_N} | tiles, ["H", "NW", "W", "Out"], arch, 4, 3)
+    return [_result(name, compiled, arch, dtype, head_dim, lp.BLOCK_T, block_n, warps, 3)
+            for name, compiled, block_n, warps in (
+                ("norm_qkv_rope", qkv, head_dim // 2, lp.qkv_warps(head_dim)),
+                ("norm_gate_up", gate, lp.BLOCK_N_GATE, 4), ("matmul_residual", residual, lp.BLOCK_N, 4),
+                ("norm_matmul", logits, lp.BLOCK_N, 4))]
 
 
 def compile_draft_select(arch: int, k: int = 8) -> AotResult:
@@ -197,6 +211,22 @@ def compile_draft_select(arch: int, k: int = 8) -> AotResult:
                         {"K": k, "K_PAD": triton.next_power_of_2(k), "HAS_MAP": True, "BLOCK_V": ds.BLOCK_V},
                         ["Logits", "D2T", "Values", "Ids"], arch, 4, 1)
     return _result("log_softmax_topk", compiled, arch, "fp32", 0, 1, ds.BLOCK_V, 4, 1)
+
+
+def compile_frontier(arch: int, dtype: str, k: int = 8) -> AotResult:
+    """Compile a draft level's frontier (`kernels.draft_select.frontier`) for topk `k` from the second level on
+    (k^2 children, their rows normed: the most work), rows of `dtype`."""
+    ptr, pad = f"*{dtype}", lambda n: max(16, triton.next_power_of_2(n))
+    compiled = _compile(ds._frontier_kernel,
+                        {"LP": "*fp32", "Ids": "*i64", "Score": "*fp64", "HS": ptr, "NW": ptr, "WordsIn": "*i32",
+                         "Order": "*i64", "FTok": "*i64", "FScore": "*fp64", "G": ptr, "WordsOut": "*i32",
+                         "n": "i32", "h_dim": "i32", "eps": "fp32", "w_in": "i32", "w_out": "i32",
+                         "expand_at": "i32", "stride_hs": "i32", "stride_g": "i32", "stride_wi": "i32",
+                         "stride_wo": "i32", "K": "constexpr", "N_PAD": "constexpr", "K_PAD": "constexpr",
+                         "FIRST": "constexpr", "NORM": "constexpr", "BLOCK_H": "constexpr", "W_PAD": "constexpr"},
+                        {"K": k, "N_PAD": pad(k * k), "K_PAD": pad(k), "FIRST": False, "NORM": True, "BLOCK_H": 64,
+                         "W_PAD": 16}, ["LP", "Ids", "Score", "HS", "NW", "G"], arch, 4, 1)
+    return _result("frontier", compiled, arch, dtype, 0, 1, pad(k * k), 4, 1)
 
 
 # Four of the eight (arch, dtype, head dim) targets, in which each architecture meets both dtypes and both head
@@ -215,7 +245,10 @@ def compile_all(archs=ARCHS, dtypes=DTYPES, head_dims=HEAD_DIMS, rows=ROWS, targ
         results.append(compile_merge(arch, dtype, head_dim))
         results += compile_layer_ops(arch, dtype, head_dim)
         results += compile_layer_products(arch, dtype, head_dim)
-    results += [compile_draft_select(arch) for arch in sorted({t[0] for t in targets} if targets else archs)]
+    chosen = sorted({t[0] for t in targets} if targets else archs)
+    results += [compile_draft_select(arch) for arch in chosen]
+    results += [compile_frontier(arch, dtype) for arch in chosen for dtype in (DTYPES if not targets else
+                                                                                 sorted({t[1] for t in targets}))]
     return results
 
 

@@ -39,3 +39,34 @@ def test_rows_it_cannot_take_are_refused_in_words():
         ds.log_softmax_topk(torch.zeros(2, 8, dtype=torch.float16), 2)
     with pytest.raises(ValueError, match="k <= V"):
         ds.log_softmax_topk(torch.zeros(2, 8), 9)
+
+
+@pytest.mark.parametrize("k,levels", [(1, 4), (2, 5), (4, 5), (8, 6), (3, 12)])
+@pytest.mark.parametrize("normed", [False, True])
+def test_a_levels_frontier_in_one_kernel_is_the_sorts_and_gathers_it_replaces(k, levels, normed):
+    """Level after level as a drafting runs them (each level's children from random log-probabilities, some tied),
+    the kernel's frontier, tokens, scores, gathered rows and ancestry are PyTorch's (the ancestry past 32 slots at
+    k = 3 over 12 levels: two words)."""
+    gen = torch.Generator().manual_seed(k * 10 + levels)
+    h_dim = 100
+    norm_w = torch.randn(h_dim, generator=gen) if normed else None
+    lp = torch.log_softmax(torch.randn(k, generator=gen), -1)
+    ids = torch.randint(0, 1000, (k,), generator=gen)
+    hs = torch.randn(1, h_dim, generator=gen)
+    score = words = anc = None
+    for level in range(1, levels):
+        got = ds.frontier(lp, ids, score, hs, norm_w, words, k, level, 1e-5)
+        want = ds.frontier_torch(lp, ids, score, hs, norm_w, anc, k, level, 1e-5)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
+        assert torch.allclose(got[3], want[3], atol=1e-5, rtol=1e-5)
+        assert torch.equal(ds.unpack_words(got[4], level * k), want[4])
+        _, _, score, _, words = got
+        anc = want[4]
+        hs = torch.randn(k, h_dim, generator=gen)  # the level's outputs, each node's children's
+        lp = torch.log_softmax(torch.randn(k, k, generator=gen).round(decimals=1), -1).reshape(-1)  # ties
+        ids = torch.randint(0, 1000, (k * k,), generator=gen)
+
+
+def test_a_frontier_refuses_a_level_without_its_inputs():
+    with pytest.raises(ValueError, match="level 2"):
+        ds.frontier(torch.zeros(4), torch.zeros(4, dtype=torch.long), None, torch.zeros(2, 8), None, None, 2, 2)

@@ -284,6 +284,7 @@ def test_fused_layer_kernels_bring_a_plain_step_to_nine_launches_a_layer(fused_t
 
 
 PRODUCTS_PER_LAYER = 5  # with kernels.layer_products and the Triton attention: its docstring
+PRODUCTS_FIXED = 5  # the embedding, P as int32 (the attention's), the final norm, the LM head, the argmax
 
 
 @pytest.fixture(scope="module")
@@ -324,19 +325,16 @@ def test_the_five_kernel_layer_gives_the_eager_forwards_results(wide_heads):
     assert torch.allclose(steps.cache.v[:, :, :ref.length], ref.v[:, :, :ref.length], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("features", [None, (0, 2)], ids=["plain", "features"])
 @torch.inference_mode()
-def test_the_five_kernel_layer_is_five_launches_a_layer(wide_heads, launches, monkeypatch):
-    from kernels import layer_products as lp
-
+def test_the_five_kernel_layer_is_five_launches_a_layer(wide_heads, launches, monkeypatch, features):
+    """A plain step on the five-kernel layer: five launches a layer and PRODUCTS_FIXED besides (the embedding, P as
+    int32, the final norm, the LM head, the argmax: RoPE read from its tables and the slots counted in the q/k/v
+    product, a one-token step's mask a constant); an EAGLE-3 step's features add their copies."""
+    count_head_kernels(launches, monkeypatch)
     products = wide_heads[1]
-    for name in ("norm_qkv_rope", "matmul_residual", "norm_gate_up"):
-        def counted(*args, _fn=getattr(lp, name), _name=name, **kwargs):
-            launches[_name] += 1
-            with _disable_current_modes():
-                return _fn(*args, **kwargs)
-        monkeypatch.setattr(lp, name, counted)
     ops = Ops()
-    steps = StaticSteps(products, 96, "triton", None, Recording(warmup=0, freeze=False))
+    steps = StaticSteps(products, 96, "triton", features, Recording(warmup=0, freeze=False))
     steps.forward([1, 2], [0, 1], causal(2, "cpu"))
     steps.forward([3], [2], None)
     launches.clear()
@@ -347,18 +345,23 @@ def test_the_five_kernel_layer_is_five_launches_a_layer(wide_heads, launches, mo
                         "attention": layers_n, "add_rms_norm": 1}
     assert ops.work["linear.default"] == 1 and ops.items == 0          # the LM head: every other product fused
     total = sum(ops.work.values()) + sum(launches.values())
-    assert total <= PRODUCTS_PER_LAYER * layers_n + FIXED, (ops.work.most_common(), launches)
+    copies = 0 if features is None else len(features) + 1             # each layer's rows kept, then joined
+    assert total <= PRODUCTS_PER_LAYER * layers_n + PRODUCTS_FIXED + copies, (ops.work.most_common(), launches)
+    # SmolLM2-135M's 30 layers: a plain token in at most 156 kernels (five a layer, six besides)
+    assert PRODUCTS_PER_LAYER * 30 + PRODUCTS_FIXED <= 156
 
 
+@pytest.mark.parametrize("arch", ["eagle1", "eagle3"])
 @torch.inference_mode()
-def test_greedy_eagle_on_the_five_kernel_layer_writes_plain_decodings_tokens(wide_heads):
+def test_greedy_eagle_on_the_five_kernel_layer_writes_plain_decodings_tokens(wide_heads, arch):
     """fp32 on the five-kernel layer: EAGLE's greedy tokens are plain decoding's, the default tree and a fixed
-    one, and both are PyTorch's eager plain decoding's."""
+    one, and both are PyTorch's eager plain decoding's; an EAGLE-3 head's drafting on the same products."""
     target, products = wide_heads
     sampling = SamplingConfig(max_new_tokens=10)  # several cycles of each tree (in Triton's interpreter)
     outputs = {}
     for name, model, decode in (("eager", target, "eager"), ("products", products, "static")):
-        e = engine(model, decode, Recording(warmup=0, freeze=False))
+        e = Engine(model, random_head(model, arch, seed=1, std=0.5), "random", decode=decode, compiled_sampling=False)
+        e.make_graphs = lambda: Recording(warmup=0, freeze=False)
         ids = e.encode_prompt(PROMPT)
         for tree in (None, TreeConfig.create(), TreeConfig.create(3, 2, 6, adaptive=False)):
             run = e.new_run(PROMPT, ids, tree, sampling)
@@ -367,6 +370,21 @@ def test_greedy_eagle_on_the_five_kernel_layer_writes_plain_decodings_tokens(wid
             outputs[name, tree is None] = outputs.get((name, tree is None), []) + [run.token_ids]
     runs = [ids for v in outputs.values() for ids in v]
     assert all(r == runs[0] for r in runs) and len(runs[0]) == 10, outputs
+
+
+def count_head_kernels(launches: Counter, monkeypatch) -> None:
+    """`launches` counts the kernels a head's drafting launches beside the layer kernels: the five-kernel layer's
+    products, a level's children and its frontier (each run with the operation count suspended)."""
+    from kernels import draft_select, layer_products as lp
+
+    for module, names in ((lp, ("norm_qkv_rope", "matmul_residual", "norm_gate_up", "norm_matmul")),
+                          (draft_select, ("log_softmax_topk", "frontier"))):
+        for name in names:
+            def counted(*args, _fn=getattr(module, name), _name=name, **kwargs):
+                launches[_name] += 1
+                with _disable_current_modes():
+                    return _fn(*args, **kwargs)
+            monkeypatch.setattr(module, name, counted)
 
 
 def drafted_on(models, head: DraftHead, tree: TreeConfig, arch: str, launches: Counter) -> tuple[list, list, list]:
@@ -397,14 +415,7 @@ def test_the_heads_children_in_one_kernel_draft_what_pytorch_drafts(wide_heads, 
     """Where the target runs the five-kernel layer, each drafted level's children (log-softmax, top-k, target ids)
     are one kernel (`kernels.draft_select`): the same tokens, log-probabilities (to rounding) and frontiers as
     PyTorch's operations, one launch a level, and fewer kernels a drafting."""
-    from kernels import draft_select
-
-    def counted(*args, _fn=draft_select.log_softmax_topk, **kwargs):
-        launches["log_softmax_topk"] += 1
-        with _disable_current_modes():
-            return _fn(*args, **kwargs)
-
-    monkeypatch.setattr(draft_select, "log_softmax_topk", counted)
+    count_head_kernels(launches, monkeypatch)
     target, products = wide_heads
     head, tree = random_head(target, arch, seed=1, std=0.5), TreeConfig.create(4, 2, 8, adaptive=False)
     drafted, kernels, _ = drafted_on((target, products), head, tree, arch, launches)
@@ -414,6 +425,50 @@ def test_the_heads_children_in_one_kernel_draft_what_pytorch_drafts(wide_heads, 
     assert launches["log_softmax_topk"] == tree.steps
     print(f"{arch}: {kernels[0]} kernels a drafting on PyTorch's operations, {kernels[1]} on the layer products")
     assert kernels[1] < kernels[0], kernels
+
+
+def _shaped_head(target, layers_n: int, norm_first: bool) -> DraftHead:
+    """A random EAGLE-3 head whose norms are not ones (a norm's weight read in the wrong place shows)."""
+    head = random_head(target, "eagle3", seed=1, std=0.5, num_layers=layers_n)
+    head.config = dataclasses.replace(head.config, norm_before_residual=norm_first)
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for name, p in head.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.5 * torch.randn(p.shape, generator=gen))
+    return head
+
+
+@pytest.mark.parametrize("layers_n,norm_first,k", [(1, False, 2), (1, True, 4), (2, False, 2)])
+def test_an_eagle3_heads_levels_on_the_five_kernel_layer_are_eight_kernels_each(wide_heads, launches, monkeypatch,
+                                                                               layers_n, norm_first, k):
+    """Where the target runs the five-kernel layer, an EAGLE-3 head's captured drafting runs its layers as the same
+    products (`DraftHead.step_products`), each level's frontier, rows and ancestry in one kernel
+    (`draft_select.frontier`), its logits' norm in the LM head's prologue: the tokens, frontiers and (to
+    rounding) log-probabilities PyTorch's operations draft, in 3 + 5 kernels a layer a level (8 for a one-layer
+    head: ~40 before), and a drafting's fixed kernels few."""
+    from eagleviz.decoding.device_draft import DeviceDrafter
+
+    count_head_kernels(launches, monkeypatch)
+    target, products = wide_heads
+    head = _shaped_head(target, layers_n, norm_first)
+    per_depth = {}
+    for steps in (2, 5):
+        tree = TreeConfig.create(steps, k, 1 + k * steps, adaptive=False)
+        drafted, kernels, _ = drafted_on((target, products), head, tree, "eagle3", launches)
+        (ids, logprobs, fronts), (p_ids, p_logprobs, p_fronts) = drafted
+        assert p_ids == ids and p_fronts == fronts
+        assert all(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-4) for a, b in zip(logprobs, p_logprobs))
+        assert launches["frontier"] == steps - 1 and launches["norm_qkv_rope"] == steps * layers_n
+        per_depth[steps] = kernels
+    per_level = (per_depth[5][1] - per_depth[2][1]) / 3
+    assert per_level == 3 + 5 * layers_n, per_depth
+    assert per_depth[5][0] - per_depth[2][0] >= 3 * 25, per_depth   # PyTorch's operations: ~40 a level
+    e = Engine(products, head, "random", attn_impl="triton", decode="static", compiled_sampling=False, ledger=False)
+    assert DeviceDrafter(e, 96, TreeConfig.create(), Recording()).products
+    # a drafting's fixed kernels: the fused features' product, the encoded rows' five a layer, the last row
+    # picked, P as int32 twice, S, the last row's offset; plus the read and the stand-in's staging writes
+    assert per_depth[2][1] - 2 * per_level - 5 * layers_n <= 16, per_depth
 
 
 def test_the_five_kernel_layer_is_refused_in_words_where_it_cannot_run(target, monkeypatch):

@@ -259,11 +259,13 @@ def test_ahead_of_time_build_for_ampere_and_hopper_has_no_spills(covering):
     # eager launches, a captured step's, and the fused layer kernels (kernels/layer_ops.py)
     # and the five-kernel layer's products (kernels/layer_products.py)
     for kernel in ("tree_attention", "tree_attention_static", "add_rms_norm", "rope_store", "silu_mul",
-                   "norm_qkv_rope", "norm_gate_up", "matmul_residual"):
+                   "norm_qkv_rope", "norm_gate_up", "matmul_residual", "norm_matmul"):
         combos = {(r["arch"], r["dtype"], r["head_dim"]) for r in results if r["kernel"] == kernel}
         assert combos == (set(COVERING) if covering else set(itertools.product((80, 90), ("fp16", "bf16"),
                                                                                (64, 128)))), kernel
     assert {r["arch"] for r in results if r["kernel"] == "log_softmax_topk"} == {80, 90}   # kernels/draft_select.py
+    assert {(r["arch"], r["dtype"]) for r in results if r["kernel"] == "frontier"} == {
+        (a, d) for a, d, _ in (COVERING if covering else itertools.product((80, 90), ("fp16", "bf16"), (64,)))}
     assert all(r["cubin_bytes"] > 0 for r in results)
     assert [r for r in results if r["stack_bytes"] + r["local_bytes"]] == []
     assert proc.returncode == 0

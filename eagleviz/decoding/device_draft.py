@@ -14,7 +14,9 @@ the same), which a CUDA graph captures per pending-size bucket:
                writes its keys at the next k expansion slots and proposes its top-k children
 
 Scores are float64 sums of float32 log-probabilities in the host's order, so the frontier is the one the host
-would pick. The host reads every level's tokens, log-probabilities and frontiers in one copy and rebuilds the
+would pick. Where the target runs the five-kernel layer (`EAGLEVIZ_LAYER_KERNELS=products`) and the head is
+EAGLE-3, a level is 8 kernels, not ~40: the head's layer as the same products, the frontier in one kernel
+(`_products_fn`). The host reads every level's tokens, log-probabilities and frontiers in one copy and rebuilds the
 `Candidates` from what the device chose (`eagleviz.decoding.drafting.rebuild`), applying a cost-aware tree's
 stopping rule level by level as the host path does. Every level is drafted whatever that rule decides (the
 graph has one shape); the levels after its stop are discarded, and the decision says so.
@@ -30,9 +32,12 @@ import torch
 
 from eagleviz.config import TreeConfig
 from eagleviz.decoding.device_policy import PolicyBlock
+from eagleviz.models.draft import ProductsFrame
 from eagleviz.models.host import to_device, to_host
+from eagleviz.models.layers import rope_cos_sin
 from eagleviz.models.static import BUCKETS, CudaGraphs, StepInputs, Uncaptured, bucket, capture_or_fall_back
 from kernels import draft_select
+from kernels.tree_attention import pack_mask_bits
 
 
 @dataclass
@@ -83,6 +88,10 @@ class DeviceDrafter:
         self.uniforms = torch.zeros(BUCKETS[-1], dtype=torch.float64, device=target.device)
         self._replays: dict[int, Callable[[], DraftOut]] = {}
         self.fallback = ""
+        # the head's layers as the target's five-kernel layer, where the target runs it and the head can
+        self.products = target.layer_products and engine.head.runs_products
+        self._make_fn = self._products_fn if self.products else self._draft_fn
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def reset(self) -> None:
         """Ready for another run: nothing committed."""
@@ -156,12 +165,71 @@ class DeviceDrafter:
 
         return draft
 
+    def _products_fn(self, b: int, prefix: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor,
+                     features: torch.Tensor) -> Callable[[], DraftOut]:
+        """`_draft_fn` where the target runs the five-kernel layer and the head can (`DraftHead.runs_products`):
+        the head's layers as the same products (`DraftHead.step_products`), RoPE from tables made here once, each
+        level's frontier, gathered rows and ancestry in one kernel (`draft_select.frontier`), its logits' norm
+        in the LM head's prologue and its children in one kernel, written into the drafting's outputs in place:
+        8 kernels a level for a one-layer head, where `_draft_fn`'s take ~40 (`tests/test_static.py`). The same
+        tokens, frontiers and (to rounding) log-probabilities."""
+        engine, k, steps = self.engine, self.k, self.steps
+        head, target, cache = engine.head, engine.target, self.cache
+        dev, eps, norm_first = target.device, head.config.rms_norm_eps, head.config.norm_before_residual
+        rope = self._rope_tables()
+        embed = target.embed_weight
+        offsets = head.target_offsets()
+        causal = pack_mask_bits(torch.ones(b, b, dtype=torch.bool, device=dev).tril())
+        n_out = k + (steps - 1) * k * k
+        all_ids = torch.zeros(n_out, dtype=torch.long, device=dev)
+        all_lp = torch.zeros(n_out, dtype=torch.float32, device=dev)
+        frontiers = torch.zeros((steps - 1) * k, dtype=torch.long, device=dev)
+        levels = [(torch.zeros(k, dtype=torch.long, device=dev), torch.zeros(k, dtype=torch.float64, device=dev),
+                   torch.zeros(k, head.config.hidden_size, dtype=target.dtype, device=dev),
+                   torch.zeros(k, -(-s * k // 32), dtype=torch.int32, device=dev)) for s in range(1, steps)]
+
+        def children(h: torch.Tensor, at: int) -> tuple[torch.Tensor, torch.Tensor]:
+            n = h.shape[0] * k
+            return draft_select.log_softmax_topk(head.logits(h, None, products=True), k, offsets,
+                                                 out=(all_lp[at:at + n], all_ids[at:at + n]))
+
+        def draft() -> DraftOut:
+            g = head.fc(features[:b]) if features.shape[-1] != head.config.hidden_size else features[:b].clone()
+            h = head.step_products(g, ids, embed, rope, ProductsFrame(positions, 0, prefix, prefix.to(torch.int32), 0,
+                                                                      causal, b), cache)
+            last = positions[-1:] - prefix  # the last real row: padding rows repeat its position
+            start = positions[-1:] + 1  # S: the committed draft length after the encoding
+            start32 = start.to(torch.int32)
+            hs = h.index_select(0, last)
+            lp, tok = children(hs, 0)
+            score, words, at = None, None, k
+            for s in range(1, steps):
+                f_tok, f_score, rows, words = draft_select.frontier(
+                    lp.reshape(-1), tok.reshape(-1), score, hs, head.midlayer.hidden_norm.weight if norm_first else
+                    None, words, k, s, eps, out=(frontiers[(s - 1) * k:s * k], *levels[s - 1]))[1:]
+                hs = head.step_products(rows, f_tok, embed, rope,
+                                        ProductsFrame(start, s - 1, start, start32, (s - 1) * k, words, s * k), cache,
+                                        normed=norm_first)
+                lp, tok = children(hs, at)
+                score, at = f_score, at + k * k
+            return DraftOut(all_ids, all_lp, frontiers)
+
+        return draft
+
+    def _rope_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The head's RoPE cos and sin (rows: every position its cache holds), as `rope_cos_sin` makes them."""
+        if self._rope is None:
+            head, target = self.engine.head, self.engine.target
+            self._rope = rope_cos_sin(torch.arange(self.cache.capacity + self.steps, device=target.device),
+                                      head.inv_freq, target.dtype)
+        return self._rope
+
     def _replay(self, b: int) -> Callable[[], DraftOut]:
         if b not in self._replays:
             # a capture drafts for real: point it at the scratch slots past `capacity`
             self.inputs.write(self.capacity, [0] * b, [self.capacity] * b, None, b)
             prefix, ids, positions, _ = self.inputs.views(b)
-            fn = self._draft_fn(b, prefix, ids, positions, self.features)
+            fn = self._make_fn(b, prefix, ids, positions, self.features)
             self._replays[b] = capture_or_fall_back(self, fn, " of the draft", "this run drafts uncaptured")
         return self._replays[b]
 
@@ -178,8 +246,8 @@ class DeviceDrafter:
         positions = list(range(stable, stable + n))
         if n > BUCKETS[-1]:  # a prompt's first drafting: the same function at its own size, uncaptured
             dev = feats.device
-            out = self._draft_fn(n, torch.tensor([stable], device=dev), to_device(pend_tokens, dev),
-                                 to_device(positions, dev), feats)()
+            out = self._make_fn(n, torch.tensor([stable], device=dev), to_device(pend_tokens, dev),
+                                to_device(positions, dev), feats)()
         else:
             b = bucket(n)
             replay = self._replay(b)

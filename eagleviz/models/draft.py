@@ -30,9 +30,9 @@ from eagleviz.models.layers import (AttentionWeights, StepFrame, cached_attentio
 from eagleviz.models.layouts import read_checkpoint
 from eagleviz.models.quantized import QuantDense, to_q8_0
 from eagleviz.paths import cache_dir
-from kernels import cpu_ops, layer_ops, stack_ops
+from kernels import cpu_ops, layer_ops, layer_products, stack_ops
 from kernels.quant_ops import QuantOps
-from kernels.tree_attention import resolve_impl
+from kernels.tree_attention import attention_static, resolve_impl
 
 ARCHS = ("eagle1", "eagle3")
 
@@ -169,6 +169,22 @@ class _Layer(nn.Module):
             self.hidden_norm = _RMSNorm(c.hidden_size)
         if wide or index > 0:
             self.input_layernorm = _RMSNorm(c.hidden_size)
+
+
+@dataclass(frozen=True)
+class ProductsFrame:
+    """Where a captured draft step's rows go, all in device memory (`DraftHead.step_products`): row r's position
+    is positions[r] + pos_add (positions (T,), or (1,): a level's nodes share their depth), its keys go at slot
+    prefix + slot_add + r; the attention sees the slots [prefix, prefix + tree_len) as `words` (T, cdiv(tree_len,
+    32)) int32 allow, prefix32 the same P as int32."""
+
+    positions: torch.Tensor
+    pos_add: int
+    prefix: torch.Tensor
+    prefix32: torch.Tensor
+    slot_add: int
+    words: torch.Tensor
+    tree_len: int
 
 
 class DraftHead(nn.Module):
@@ -317,6 +333,51 @@ class DraftHead(nn.Module):
             h.add_(mlp(extra, x))
         return h
 
+    @property
+    def runs_products(self) -> bool:
+        """Whether the captured drafting can run this head's layers as the target's five-kernel layer
+        (`step_products`): an EAGLE-3 head (its midlayer, and any plain layers after it) whose q/k/v and gate/up
+        are fused products, with no bias but q/k/v's, heads a multiple of 32 wide (`kernels.layer_products`)."""
+        if self.config.arch != "eagle3" or self.config.head_dim % 32:
+            return False
+        return all(layer.self_attn.qkv is not None and layer.mlp.gate_up is not None
+                   and layer.self_attn.o_proj.bias is None and layer.mlp.gate_up.bias is None
+                   and layer.mlp.down_proj.bias is None for layer in self.blocks)
+
+    def step_products(self, g: torch.Tensor, ids: torch.Tensor, embed: torch.Tensor, rope: tuple[torch.Tensor,
+                      torch.Tensor], at: ProductsFrame, cache: KVCache, normed: bool = False) -> torch.Tensor:
+        """`step` for an EAGLE-3 head (`runs_products`) as the target's five-kernel layer runs, each input read where
+        it lies: g (T, H) the fused features (or, drafting a level, the parents' outputs; `normed`: hidden_norm
+        already applied, as `kernels.draft_select.frontier` gathers them where the residual is the normed rows),
+        ids (T,) the tokens, whose embeddings the q/k/v product gathers from `embed` and norms itself; RoPE from
+        the tables `rope`; the slots and positions in `at`. A layer is five kernels: the q/k/v product with both
+        norms, RoPE and the cache writes; attention; the o product with the residual add; the norm, gate/up product
+        and SwiGLU gate; the down product with its residual add. g is the residual stream, updated in place (a
+        buffer of the caller's); returns it."""
+        c, layer = self.config, self.midlayer
+        norm_g = None if normed else layer.hidden_norm.weight
+        if c.norm_before_residual and not normed:  # the residual stream is hidden_norm(g), the q/k/v input beside
+            g, norm_g = layer_ops.add_rms_norm(g, None, layer.hidden_norm.weight, c.rms_norm_eps), None
+        h = self._layer_products(0, layer, embed, ids, g, norm_g, g, rope, at, cache)
+        for i, extra in enumerate(self.blocks[1:], start=1):
+            h = self._layer_products(i, extra, h, None, None, None, h, rope, at, cache)
+        return h
+
+    def _layer_products(self, i: int, layer: _Layer, a: torch.Tensor, a_ids: torch.Tensor | None,
+                        b: torch.Tensor | None, norm_b: torch.Tensor | None, h: torch.Tensor,
+                        rope: tuple[torch.Tensor, torch.Tensor], at: ProductsFrame, cache: KVCache) -> torch.Tensor:
+        """Layer i in five kernels: its input [input_norm(a[a_ids] or a), norm_b(b)], h the residual stream."""
+        c, attn, mlp, eps = self.config, layer.self_attn, layer.mlp, self.config.rms_norm_eps
+        q = layer_products.norm_qkv_rope(a, layer.input_layernorm.weight, a_ids, b, norm_b, attn.qkv.weight,
+                                         attn.qkv.bias, rope, at.positions, at.pos_add, at.prefix, at.slot_add,
+                                         cache.k[i], cache.v[i], c.num_heads, c.num_kv_heads, eps)
+        keys, values = cache.view(i, cache.capacity)
+        out = attention_static(q.to(keys.dtype), keys, values, at.prefix32, at.words, impl="triton",
+                               tree_len=at.tree_len)
+        layer_products.matmul_residual(out.to(h.dtype).reshape(q.shape[0], -1), attn.o_proj.weight, h)
+        act = layer_products.norm_gate_up(h, layer.post_attention_layernorm.weight, mlp.gate_up.weight, eps)
+        return layer_products.matmul_residual(act, mlp.down_proj.weight, h)
+
     def _stack(self, features: torch.Tensor, token_embeds: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                attend) -> torch.Tensor:
         """The head's layers, attend(layer index, AttentionWeights, x) -> the attention's output."""
@@ -386,8 +447,11 @@ class DraftHead(nn.Module):
         return AttentionWeights(a.q_proj, a.k_proj, a.v_proj, a.o_proj, c.num_heads, c.num_kv_heads, c.head_dim,
                                 qkv=getattr(a, "qkv", None))
 
-    def logits(self, h: torch.Tensor, target_lm_head: nn.Module) -> torch.Tensor:
-        """(T, H) -> (T, Vd) fp32 draft logits (Vd = V for EAGLE-1: the target's own LM head)."""
+    def logits(self, h: torch.Tensor, target_lm_head: nn.Module, products: bool = False) -> torch.Tensor:
+        """(T, H) -> (T, Vd) fp32 draft logits (Vd = V for EAGLE-1: the target's own LM head). `products`: an
+        EAGLE-3 head's final norm in its LM head's prologue, one kernel (`kernels.layer_products.norm_matmul`)."""
+        if products:
+            return layer_products.norm_matmul(h, self.norm.weight, self.lm_head.weight, self.config.rms_norm_eps)
         if self.config.arch == "eagle1":
             return target_lm_head(h).float()
         eps = self.config.rms_norm_eps

@@ -178,6 +178,8 @@ class StaticSteps:
         self.queued = target.device.type == "cuda"  # a step returns before its kernels finish
         self.cache = target.new_cache(capacity + BUCKETS[-1])
         self.inputs = StepInputs(target.device)
+        if target.layer_products:  # RoPE's tables, which the five-kernel layer reads, made before any capture
+            target.rope_tables(self.cache.capacity, target.dtype)
         # a sampled step fed back on the device: its uniform (written before each launch) and what it read
         self.uniform = torch.zeros(1, dtype=torch.float64, device=target.device)
         self.drawn = torch.zeros(3, dtype=torch.float64, device=target.device)
@@ -198,11 +200,15 @@ class StaticSteps:
     def step_fn(self, b: int) -> Callable[[], StepOutput]:
         """Bucket b's step as a function of the state's buffers (what its graph captures)."""
         prefix, ids, positions, mask = self.inputs.views(b)
-        target, cache = self.target, self.cache
+        target, cache, dev = self.target, self.cache, self.target.device
+        # a step of one token sees itself, whatever was written: the five-kernel layer takes that as constants
+        sees_itself = b == 1 and target.layer_products
+        one = torch.ones(1, 1, dtype=torch.bool, device=dev) if sees_itself else None
+        word = torch.ones(1, 1, dtype=torch.int32, device=dev) if sees_itself else None
 
         def step() -> StepOutput:
-            out = target.step(ids, positions, prefix, mask != 0, cache, feature_layers=self.feature_layers,
-                              impl=self.impl)
+            out = target.step(ids, positions, prefix, one if sees_itself else mask != 0, cache,
+                              feature_layers=self.feature_layers, impl=self.impl, words=word)
             return StepOutput(out.logits, out.features, out.logits.argmax(dim=-1))
 
         return step

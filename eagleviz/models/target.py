@@ -28,7 +28,7 @@ from eagleviz.models.layers import (AttentionWeights, StepFrame, attention_dtype
                                     step_attention, swiglu_mlp)
 from kernels import cpu_ops, layer_ops, layer_products, quant_ops, stack_ops
 from kernels.quant_ops import QuantWeight
-from kernels.tree_attention import attention_static, interpreting, resolve_impl
+from kernels.tree_attention import attention_static, interpreting, pack_mask_bits, resolve_impl, static_visibility
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # How products from weight blocks take their inputs: quantized per block of 32 to int8 and multiplied in
@@ -251,6 +251,11 @@ class TargetModel:
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return self._embed(ids)
 
+    @property
+    def embed_weight(self) -> torch.Tensor:
+        """The embedding table (V, H), which a kernel gathers rows of itself (`DraftHead.step_products`)."""
+        return self._embed.weight
+
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, tree_mask: torch.Tensor | None,
                 *, logit_rows: slice | None = slice(None), feature_layers: tuple[int, ...] | None = None,
@@ -275,40 +280,51 @@ class TargetModel:
         return out
 
     def step(self, ids: torch.Tensor, positions: torch.Tensor, prefix: torch.Tensor, tree_mask: torch.Tensor,
-             cache: KVCache, *, feature_layers: tuple[int, ...] | None = None, impl: str = "torch") -> TargetOutput:
+             cache: KVCache, *, feature_layers: tuple[int, ...] | None = None, impl: str = "torch",
+             words: torch.Tensor | None = None) -> TargetOutput:
         """`forward` as a captured step runs it (`eagleviz.models.static`): T tokens after P committed slots,
         where P (prefix: (1,) int64) is in device memory, tree_mask (T, T) bool, the logits of every row.
         Keys and values are written at slots [P, P + T) of the whole static cache, which every layer attends
         over as the step's `StepFrame` allows. Touches no Python state: `cache.length` is left to the caller.
         The same layer operations as `forward`'s eager path, in the same order; with `layer_kernels`, its
-        small operations fused into Triton kernels (`kernels.layer_ops`: 9 kernels a layer)."""
-        frame = StepFrame.for_step(prefix, tree_mask, cache.capacity, impl)
+        small operations fused into Triton kernels (`kernels.layer_ops`: 9 kernels a layer); with `layer_products`
+        five a layer (`_products_step`), where `words` may give tree_mask already packed for the Triton attention
+        (a constant: a step of one token sees itself)."""
         if self.layer_products:
-            return self._products_step(ids, positions, cache, frame, impl, feature_layers)
+            return self._products_step(ids, positions, prefix, tree_mask, cache, feature_layers, impl, words)
+        frame = StepFrame.for_step(prefix, tree_mask, cache.capacity, impl)
         fused = self.layer_kernels
         return self._stack_forward(ids, positions, slice(None), feature_layers,
                                    lambda i, x, cos, sin: step_attention(self._attn[i], x, cos, sin, cache, i,
                                                                          frame, impl, fused), fused)
 
-    def _products_step(self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, frame: StepFrame, impl: str,
-                       feature_layers: tuple[int, ...] | None) -> TargetOutput:
+    def _products_step(self, ids: torch.Tensor, positions: torch.Tensor, prefix: torch.Tensor,
+                       tree_mask: torch.Tensor, cache: KVCache, feature_layers: tuple[int, ...] | None, impl: str,
+                       words: torch.Tensor | None) -> TargetOutput:
         """`step` with each layer as five kernels (`kernels.layer_products`): the input norm, q/k/v product, RoPE
-        and cache writes; the attention; the o product with its residual add; the second norm, gate/up product and
-        SwiGLU gate; the down product with its residual add. The residual stream h is updated in place."""
+        (read from `rope_tables` at each row's position) and cache writes (at P + Tk - T + row, P read in device
+        memory); the attention; the o product with its residual add; the second norm, gate/up product and SwiGLU
+        gate; the down product with its residual add. The residual stream h is updated in place. Besides the
+        layers: the embedding, P as int32 for the attention, the mask packed (none given `words`), the final
+        norm, the LM head."""
         h = self._embed(ids)
-        cos, sin = self._rotary(h, positions[None])
-        cos, sin, t = cos[0], sin[0], h.shape[0]
+        t, tk = h.shape[0], tree_mask.shape[1]
+        rope = self.rope_tables(cache.capacity, h.dtype, h.device)  # (made before any capture: `StaticSteps`)
+        prefix32 = prefix.to(torch.int32)
+        if resolve_impl(impl, h.device) == "triton":
+            mask = pack_mask_bits(tree_mask) if words is None else words
+        else:
+            mask = static_visibility(prefix32, tree_mask, cache.capacity)
         captured = {}
         for i, layer in enumerate(self._layers):
             if feature_layers is not None and i in feature_layers:
                 captured[i] = h.clone()
             a = self._attn[i]
-            q = layer_products.norm_qkv_rope(h, layer.input_layernorm.weight, a.qkv.weight, a.qkv.bias, cos, sin,
-                                             cache.k[i], cache.v[i], frame.slots, a.num_heads, a.num_kv_heads,
-                                             self.eps)
+            q = layer_products.norm_qkv_rope(h, layer.input_layernorm.weight, None, None, None, a.qkv.weight,
+                                             a.qkv.bias, rope, positions, 0, prefix, tk - t, cache.k[i], cache.v[i],
+                                             a.num_heads, a.num_kv_heads, self.eps)
             keys, values = cache.view(i, cache.capacity)
-            out = attention_static(q.to(keys.dtype), keys, values, frame.prefix, frame.mask, impl=impl,
-                                   tree_len=frame.tree_len)
+            out = attention_static(q.to(keys.dtype), keys, values, prefix32, mask, impl=impl, tree_len=tk)
             layer_products.matmul_residual(out.to(h.dtype).reshape(t, a.num_heads * a.head_dim), a.o_proj.weight, h)
             act = layer_products.norm_gate_up(h, layer.post_attention_layernorm.weight, self._gate_up[i].weight,
                                               self.eps)
@@ -379,11 +395,11 @@ class TargetModel:
                              ordered=ordered)
         return self._finish(x, captured, cache, t, logit_rows, feature_layers)
 
-    def _rope_rows(self, capacity: int, dtype: torch.dtype,
-                   positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """RoPE's cos and sin (T, head_dim) at `positions` (each below `capacity`), read from a table of the rotary
-        module's rows for positions [0, capacity) at least, kept and grown by doubling: a lookup costs a fifth of
-        the module's six operations a step. Each row is what the module gives for its position alone, bit for bit
+    def rope_tables(self, capacity: int, dtype: torch.dtype,
+                    device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE's cos and sin tables (R, head_dim), R >= capacity: the rotary module's rows for positions [0, R),
+        kept and grown by doubling (`_rope_rows` reads them; the five-kernel layer's q/k/v product reads them
+        itself, at each row's position). Each row is what the module gives for its position alone, bit for bit
         (`tests/test_models.py`): its operations are elementwise, and the table is made in blocks of ROPE_BLOCK_VALUES
         values, each below PyTorch's grain (one thread, one vector loop over the block); a head size that
         PyTorch's widest vector loop does not divide leaves a row's last values to its scalar loop, so there each
@@ -391,11 +407,19 @@ class TargetModel:
         table = self._rope_table
         if table is None or table[0].shape[0] < capacity or table[0].dtype != dtype:
             n = max(capacity, 2 * table[0].shape[0] if table is not None and table[0].dtype == dtype else 0)
-            probe, dev = torch.empty(1, dtype=dtype, device=positions.device), positions.device
+            dev = self.device if device is None else device
+            probe = torch.empty(1, dtype=dtype, device=dev)
             step = max(1, ROPE_BLOCK_VALUES // self.head_dim) if self.head_dim % 32 == 0 else 1
             rows = [self._rotary(probe, torch.arange(a, min(a + step, n), device=dev)[None]) for a in range(0, n, step)]
             table = self._rope_table = (torch.cat([c[0] for c, _ in rows]), torch.cat([s[0] for _, s in rows]))
             # (one assignment: a run reading the table beside this one sees the old or the new, both right)
+        return table
+
+    def _rope_rows(self, capacity: int, dtype: torch.dtype,
+                   positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE's cos and sin (T, head_dim) at `positions` (each below `capacity`), read from `rope_tables`: a lookup
+        costs a fifth of the module's six operations a step."""
+        table = self.rope_tables(capacity, dtype, positions.device)
         return table[0].index_select(0, positions), table[1].index_select(0, positions)
 
     def _finish(self, x: torch.Tensor, captured: dict[int, torch.Tensor] | torch.Tensor | None, cache: KVCache, t: int,
