@@ -163,43 +163,46 @@ def compile_layer_ops(arch: int, dtype: str, head_dim: int, hidden: int = 576, i
 
 
 def compile_layer_products(arch: int, dtype: str, head_dim: int) -> list[AotResult]:
-    """Compile the five-kernel layer's products (`kernels.layer_products`) with their launchers' tiles and
-    Triton's default 4 warps and 3 stages."""
+    """Compile the five-kernel layer's products (`kernels.layer_products`) with their launchers' tiles (the column
+    tiled ones at both widths `columns` picks) and Triton's default 4 warps and 3 stages."""
     ptr, tiles = f"*{dtype}", {"BLOCK_T": lp.BLOCK_T, "BLOCK_K": lp.BLOCK_K, "DOT_PRECISION": "tf32"}
-    gate = _compile(lp._norm_gate_up_kernel,
-                    {"H": ptr, "NW": ptr, "W": ptr, "Out": ptr, "t": "i32", "k_dim": "i32", "inter": "i32",
-                     "eps": "fp32", "stride_h": "i32", "stride_w": "i32", "stride_o": "i32", "BLOCK_T": "constexpr",
-                     "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "DOT_PRECISION": "constexpr"},
-                    {"BLOCK_N": lp.BLOCK_N_GATE} | tiles, ["H", "NW", "W", "Out"], arch, 4, 3)
-    residual = _compile(lp._matmul_residual_kernel,
-                        {"X": ptr, "W": ptr, "H": ptr, "t": "i32", "k_dim": "i32", "n": "i32", "stride_x": "i32",
-                         "stride_w": "i32", "stride_h": "i32", "BLOCK_T": "constexpr", "BLOCK_N": "constexpr",
-                         "BLOCK_K": "constexpr", "DOT_PRECISION": "constexpr"},
-                        {"BLOCK_N": lp.BLOCK_N} | tiles, ["X", "W", "H"], arch, 4, 3)
-    qkv = _compile(lp._norm_qkv_rope_kernel,
-                        {"A": ptr, "NWA": ptr, "AIds": "*i64", "B2": ptr, "NWB": ptr, "W": ptr, "Bias": ptr,
-                         "CosT": ptr, "SinT": ptr, "Pos": "*i64", "Prefix": "*i64", "Q": ptr, "KCache": ptr,
-                         "VCache": ptr, "t": "i32", "k_a": "i32", "k_b": "i32", "eps": "fp32", "pos_stride": "i32",
-                         "pos_add": "i32", "slot_add": "i32", "stride_a": "i32", "stride_b": "i32", "stride_w": "i32",
-                         "stride_cs": "i32", "stride_kh": "i32", "stride_kc": "i32", "hq": "i32", "hkv": "i32",
-                         "GATHER": "constexpr", "NORM_A": "constexpr", "TWO": "constexpr", "NORM_B": "constexpr",
-                         "HAS_BIAS": "constexpr", "HEAD_DIM": "constexpr", "BLOCK_T": "constexpr",
-                         "BLOCK_K": "constexpr", "DOT_PRECISION": "constexpr"},
-                        {"GATHER": True, "NORM_A": True, "TWO": True, "NORM_B": True, "HAS_BIAS": False,
-                         "HEAD_DIM": head_dim} | tiles,   # a draft head's EAGLE-3 midlayer: the most state held
-                        ["A", "NWA", "B2", "NWB", "W", "CosT", "SinT", "Q", "KCache", "VCache"], arch,
-                        lp.qkv_warps(head_dim), 3)
-    logits = _compile(lp._norm_matmul_kernel,
-                      {"H": ptr, "NW": ptr, "W": ptr, "Out": "*fp32", "t": "i32", "k_dim": "i32", "n": "i32",
-                       "eps": "fp32", "stride_h": "i32", "stride_w": "i32", "stride_o": "i32", "NORM": "constexpr",
-                       "BLOCK_T": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
-                       "DOT_PRECISION": "constexpr"},
-                      {"NORM": True, "BLOCK_N": lp.BLOCK_N} | tiles, ["H", "NW", "W", "Out"], arch, 4, 3)
-    return [_result(name, compiled, arch, dtype, head_dim, lp.BLOCK_T, block_n, warps, 3)
-            for name, compiled, block_n, warps in (
-                ("norm_qkv_rope", qkv, head_dim // 2, lp.qkv_warps(head_dim)),
-                ("norm_gate_up", gate, lp.BLOCK_N_GATE, 4), ("matmul_residual", residual, lp.BLOCK_N, 4),
-                ("norm_matmul", logits, lp.BLOCK_N, 4))]
+    tiled = {"BLOCK_T": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "DOT_PRECISION": "constexpr"}
+    by_columns = (
+        ("norm_gate_up", lp._norm_gate_up_kernel, lp.BLOCK_N_GATE,
+         {"H": ptr, "NW": ptr, "W": ptr, "Out": ptr, "t": "i32", "k_dim": "i32", "inter": "i32", "eps": "fp32",
+          "stride_h": "i32", "stride_w": "i32", "stride_o": "i32"}, {}, ["H", "NW", "W", "Out"]),
+        ("matmul_residual", lp._matmul_residual_kernel, lp.BLOCK_N,
+         {"X": ptr, "W": ptr, "H": ptr, "t": "i32", "k_dim": "i32", "n": "i32", "stride_x": "i32", "stride_w": "i32",
+          "stride_h": "i32"}, {}, ["X", "W", "H"]),
+        ("norm_matmul", lp._norm_matmul_kernel, lp.BLOCK_N,
+         {"H": ptr, "NW": ptr, "W": ptr, "Out": "*fp32", "t": "i32", "k_dim": "i32", "n": "i32", "eps": "fp32",
+          "stride_h": "i32", "stride_w": "i32", "stride_o": "i32", "NORM": "constexpr"}, {"NORM": True},
+         ["H", "NW", "W", "Out"]),
+    )
+    results = []
+    for name, kernel, widest, signature, fixed, divisible in by_columns:
+        for block_n in (widest, lp.BLOCK_N_FEW):
+            compiled = _compile(kernel, signature | tiled, fixed | {"BLOCK_N": block_n} | tiles, divisible, arch, 4, 3)
+            results.append(_result(name, compiled, arch, dtype, head_dim, lp.BLOCK_T, block_n, 4, 3))
+    qkv_signature = {"A": ptr, "NWA": ptr, "AIds": "*i64", "B2": ptr, "NWB": ptr, "W": ptr, "Bias": ptr, "CosT": ptr,
+                     "SinT": ptr, "Pos": "*i64", "Prefix": "*i64", "Q": ptr, "KCache": ptr, "VCache": ptr, "t": "i32",
+                     "k_a": "i32", "k_b": "i32", "eps": "fp32", "pos_stride": "i32", "pos_add": "i32",
+                     "slot_add": "i32", "stride_a": "i32", "stride_b": "i32", "stride_w": "i32", "stride_cs": "i32",
+                     "stride_kh": "i32", "stride_kc": "i32", "hq": "i32", "hkv": "i32", "GATHER": "constexpr",
+                     "NORM_A": "constexpr", "TWO": "constexpr", "NORM_B": "constexpr", "HAS_BIAS": "constexpr",
+                     "HEAD_DIM": "constexpr", "BLOCK_T": "constexpr", "BLOCK_K": "constexpr",
+                     "DOT_PRECISION": "constexpr"}
+    # a target layer's form (one normed input, a q/k/v bias as Qwen2's) and a draft head's EAGLE-3 midlayer's (two
+    # normed parts, the embeddings gathered by id: the most state a program holds)
+    for gather, bias in ((False, True), (True, False)):
+        qkv = _compile(lp._norm_qkv_rope_kernel, qkv_signature,
+                       {"GATHER": gather, "NORM_A": True, "TWO": gather, "NORM_B": gather, "HAS_BIAS": bias,
+                        "HEAD_DIM": head_dim} | tiles,
+                       ["A", "NWA", "B2", "NWB", "W", "CosT", "SinT", "Q", "KCache", "VCache"], arch,
+                       lp.qkv_warps(head_dim), 3)
+        results.append(_result("norm_qkv_rope", qkv, arch, dtype, head_dim, lp.BLOCK_T, head_dim // 2,
+                               lp.qkv_warps(head_dim), 3))
+    return results
 
 
 def compile_draft_select(arch: int, k: int = 8) -> AotResult:

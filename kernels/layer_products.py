@@ -38,8 +38,18 @@ from kernels.tree_attention import tl, triton
 
 BLOCK_T = 16    # rows a program holds: a step's tokens (tl.dot's smallest tile; a decode step's 1 row is masked)
 BLOCK_K = 64    # the reduction's tile
-BLOCK_N = 64    # output columns a program writes (matmul_residual)
+BLOCK_N = 64    # output columns a program writes (matmul_residual, norm_matmul)
 BLOCK_N_GATE = 32   # ... in norm_gate_up, whose two accumulators and weight tiles would spill at 64 on sm_80
+BLOCK_N_FEW = 16    # ... at most BLOCK_T rows (a decode step, a draft level, a small tree): see `columns`
+
+
+def columns(t: int, widest: int) -> int:
+    """Output columns a program writes for t rows: `widest`, or BLOCK_N_FEW for one row block. At one row a
+    product's grid is its columns over the tile: SmolLM2's o and down products (576 columns) at 64 a program are 9
+    programs on a GPU of 132 SMs, each streaming its 64 weight rows alone (entry 61 of docs/performance.md timed them
+    at 8.0 us a call, cuBLAS's GEMV 3.8); at 16, 36 programs read the same bytes. The sums are the same either way
+    (each output's reduction runs in one program, in the same order)."""
+    return BLOCK_N_FEW if t <= BLOCK_T else widest
 
 
 @triton.jit
@@ -242,9 +252,10 @@ def norm_gate_up(h: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: fl
     if w.shape != (2 * inter, k_dim) or w.stride(1) != 1:
         raise ValueError(f"w must be (2 I, {k_dim}) with unit column stride, got {tuple(w.shape)}")
     out = torch.empty(t, inter, dtype=h.dtype, device=h.device)
-    grid = (triton.cdiv(t, BLOCK_T), triton.cdiv(inter, BLOCK_N_GATE))
+    block_n = columns(t, BLOCK_N_GATE)
+    grid = (triton.cdiv(t, BLOCK_T), triton.cdiv(inter, block_n))
     _norm_gate_up_kernel[grid](h, norm_w, w, out, t, k_dim, inter, eps, h.stride(0), w.stride(0), out.stride(0),
-                               BLOCK_T=BLOCK_T, BLOCK_N=BLOCK_N_GATE, BLOCK_K=BLOCK_K,
+                               BLOCK_T=BLOCK_T, BLOCK_N=block_n, BLOCK_K=BLOCK_K,
                                DOT_PRECISION=_precision(h.dtype))
     return out
 
@@ -256,9 +267,10 @@ def matmul_residual(x: torch.Tensor, w: torch.Tensor, h: torch.Tensor) -> torch.
     n = w.shape[0]
     if w.shape != (n, k_dim) or w.stride(1) != 1 or h.shape != (t, n) or h.stride(1) != 1:
         raise ValueError(f"w must be (N, {k_dim}) and h ({t}, N), both with unit column stride")
-    grid = (triton.cdiv(t, BLOCK_T), triton.cdiv(n, BLOCK_N))
+    block_n = columns(t, BLOCK_N)
+    grid = (triton.cdiv(t, BLOCK_T), triton.cdiv(n, block_n))
     _matmul_residual_kernel[grid](x, w, h, t, k_dim, n, x.stride(0), w.stride(0), h.stride(0), BLOCK_T=BLOCK_T,
-                                  BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, DOT_PRECISION=_precision(h.dtype))
+                                  BLOCK_N=block_n, BLOCK_K=BLOCK_K, DOT_PRECISION=_precision(h.dtype))
     return h
 
 
@@ -315,9 +327,10 @@ def norm_matmul(h: torch.Tensor, norm_w: torch.Tensor | None, w: torch.Tensor, e
     if w.shape != (n, k_dim) or w.stride(1) != 1:
         raise ValueError(f"w must be (N, {k_dim}) with unit column stride, got {tuple(w.shape)}")
     out = torch.empty(t, n, dtype=torch.float32, device=h.device)
-    grid = (triton.cdiv(t, BLOCK_T), triton.cdiv(n, BLOCK_N))
+    block_n = columns(t, BLOCK_N)
+    grid = (triton.cdiv(t, BLOCK_T), triton.cdiv(n, block_n))
     _norm_matmul_kernel[grid](h, h if norm_w is None else norm_w, w, out, t, k_dim, n, eps, h.stride(0), w.stride(0),
-                              out.stride(0), NORM=norm_w is not None, BLOCK_T=BLOCK_T, BLOCK_N=BLOCK_N,
+                              out.stride(0), NORM=norm_w is not None, BLOCK_T=BLOCK_T, BLOCK_N=block_n,
                               BLOCK_K=BLOCK_K, DOT_PRECISION=_precision(h.dtype))
     return out
 
