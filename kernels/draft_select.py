@@ -221,8 +221,8 @@ def log_softmax_topk_torch(logits: torch.Tensor, k: int, d2t: torch.Tensor | Non
 
 def frontier_torch(lp, ids, score, hs, norm_w, anc, k: int, level: int, eps: float = 0.0):
     """`frontier` in PyTorch's operations, as `DeviceDrafter`'s levels ran them: the ancestry as bool masks (anc:
-    the level before's (k, (level - 1) k), None at level 1; the result's (k, level k): `unpack_words` of
-    `frontier`'s)."""
+    the level before's (k, (level - 1) k), None at level 1; the result's (k, level k), which
+    `kernels.tree_attention.pack_mask_bits` packs as `frontier` writes it)."""
     from kernels.layer_ops import add_rms_norm_torch
 
     full = lp.double() if score is None else (score[:, None] + lp.view(-1, k).double()).reshape(-1)
@@ -234,8 +234,3 @@ def frontier_torch(lp, ids, score, hs, norm_w, anc, k: int, level: int, eps: flo
     eye = torch.eye(k, dtype=torch.bool, device=lp.device)
     return order, ids[order], full[order], rows, eye if anc is None else torch.cat([anc[parent], eye], dim=1)
 
-
-def unpack_words(words: torch.Tensor, n: int) -> torch.Tensor:
-    """(T, w) int32 packed as `kernels.tree_attention.pack_mask_bits` packs them -> (T, n) bool."""
-    bits = (words.to(torch.int64)[:, :, None] >> torch.arange(32, device=words.device)) & 1
-    return bits.reshape(words.shape[0], -1)[:, :n].bool()

@@ -73,38 +73,6 @@ def _normed(H, NW, rows, rok, cols, cok, rstd, stride_h):
 
 
 @triton.jit
-def _rope_store(lo, hi, CosAt, SinAt, rok, head, rows, slot, Q, KCache, VCache, stride_kh, stride_kc, hq, hkv,
-                dtype: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """The q/k/v product's epilogue for one (row block, head) tile, its two halves `lo` and `hi` (fp32): rounded as
-    the Linear's output, q and k rotated (cos/sin at CosAt/SinAt: (rows, half) pointers to a row's first half), q
-    stored, k and v written into the cache at `slot`."""
-    HALF: tl.constexpr = HEAD_DIM // 2
-    half = tl.arange(0, HALF)
-    x1 = lo.to(dtype)  # the product's output, rounded as the Linear's
-    x2 = hi.to(dtype)
-    ok = rok[:, None]
-    if head < hq + hkv:
-        c1 = tl.load(CosAt, mask=ok, other=0.0)
-        c2 = tl.load(CosAt + HALF, mask=ok, other=0.0)
-        s1 = tl.load(SinAt, mask=ok, other=0.0)
-        s2 = tl.load(SinAt + HALF, mask=ok, other=0.0)
-        y1 = (x1 * c1 - x2 * s1).to(dtype)
-        y2 = (x2 * c2 + x1 * s2).to(dtype)
-        if head < hq:
-            out = Q + (rows[:, None] * hq + head) * HEAD_DIM + half[None, :]
-            tl.store(out, y1.to(Q.dtype.element_ty), mask=ok)
-            tl.store(out + HALF, y2.to(Q.dtype.element_ty), mask=ok)
-        else:
-            out = KCache + (head - hq) * stride_kh + slot[:, None] * stride_kc + half[None, :]
-            tl.store(out, y1.to(KCache.dtype.element_ty), mask=ok)
-            tl.store(out + HALF, y2.to(KCache.dtype.element_ty), mask=ok)
-    else:
-        out = VCache + (head - hq - hkv) * stride_kh + slot[:, None] * stride_kc + half[None, :]
-        tl.store(out, x1.to(VCache.dtype.element_ty), mask=ok)
-        tl.store(out + HALF, x2.to(VCache.dtype.element_ty), mask=ok)
-
-
-@triton.jit
 def _part_products(a, b, X, NW, src, rok, first, second, nok, k_dim, k_off, eps, stride_x, W, stride_w,
                    NORM: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """a += x W[first, k_off:k_off + k_dim]^T and b likewise with `second` (RoPE's two halves of a head; the gate's
@@ -144,7 +112,7 @@ def _norm_qkv_rope_kernel(
 ):
     HALF: tl.constexpr = HEAD_DIM // 2
     rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    head = tl.program_id(1)
+    head = tl.program_id(1)  # [0, hq): q; [hq, hq + hkv): k; beyond: v
     rok = rows < t
     half = tl.arange(0, HALF)
     lo_rows = head * HEAD_DIM + half
@@ -159,12 +127,31 @@ def _norm_qkv_rope_kernel(
     if HAS_BIAS:
         lo += tl.load(Bias + lo_rows).to(tl.float32)[None, :]
         hi += tl.load(Bias + lo_rows + HALF).to(tl.float32)[None, :]
-    p = tl.load(Prefix)
-    slot = p + slot_add + rows
-    pos = tl.load(Pos + rows * pos_stride, mask=rok, other=0) + pos_add
-    at = pos[:, None] * stride_cs + half[None, :]
-    _rope_store(lo, hi, CosT + at, SinT + at, rok, head, rows, slot, Q, KCache, VCache, stride_kh, stride_kc, hq, hkv,
-                A.dtype.element_ty, HEAD_DIM)
+    x1 = lo.to(A.dtype.element_ty)  # the product's output, rounded as the Linear's
+    x2 = hi.to(A.dtype.element_ty)
+    slot = tl.load(Prefix) + slot_add + rows
+    ok = rok[:, None]
+    if head < hq + hkv:
+        pos = tl.load(Pos + rows * pos_stride, mask=rok, other=0) + pos_add
+        at = pos[:, None] * stride_cs + half[None, :]
+        c1 = tl.load(CosT + at, mask=ok, other=0.0)
+        c2 = tl.load(CosT + at + HALF, mask=ok, other=0.0)
+        s1 = tl.load(SinT + at, mask=ok, other=0.0)
+        s2 = tl.load(SinT + at + HALF, mask=ok, other=0.0)
+        y1 = (x1 * c1 - x2 * s1).to(A.dtype.element_ty)
+        y2 = (x2 * c2 + x1 * s2).to(A.dtype.element_ty)
+        if head < hq:
+            out = Q + (rows[:, None] * hq + head) * HEAD_DIM + half[None, :]
+            tl.store(out, y1.to(Q.dtype.element_ty), mask=ok)
+            tl.store(out + HALF, y2.to(Q.dtype.element_ty), mask=ok)
+        else:
+            out = KCache + (head - hq) * stride_kh + slot[:, None] * stride_kc + half[None, :]
+            tl.store(out, y1.to(KCache.dtype.element_ty), mask=ok)
+            tl.store(out + HALF, y2.to(KCache.dtype.element_ty), mask=ok)
+    else:
+        out = VCache + (head - hq - hkv) * stride_kh + slot[:, None] * stride_kc + half[None, :]
+        tl.store(out, x1.to(VCache.dtype.element_ty), mask=ok)
+        tl.store(out + HALF, x2.to(VCache.dtype.element_ty), mask=ok)
 
 
 @triton.jit

@@ -347,8 +347,8 @@ def test_the_five_kernel_layer_is_five_launches_a_layer(wide_heads, launches, mo
     total = sum(ops.work.values()) + sum(launches.values())
     copies = 0 if features is None else len(features) + 1             # each layer's rows kept, then joined
     assert total <= PRODUCTS_PER_LAYER * layers_n + PRODUCTS_FIXED + copies, (ops.work.most_common(), launches)
-    # SmolLM2-135M's 30 layers: a plain token in at most 156 kernels (five a layer, six besides)
-    assert PRODUCTS_PER_LAYER * 30 + PRODUCTS_FIXED <= 156
+    # SmolLM2-135M's 30 layers: a plain token in 155 kernels (five a layer, five besides), within the bar of 160
+    assert PRODUCTS_PER_LAYER * 30 + PRODUCTS_FIXED <= 160
 
 
 @pytest.mark.parametrize("arch", ["eagle1", "eagle3"])
