@@ -117,6 +117,11 @@ LEFT_TO_SLOW = (
     "test_lossless_blocks.py::test_greedy_eagle_is_plain_greedy_decoding_bit_for_bit[large]",
     "test_lossless_smollm.py::test_greedy_eagle_equals_greedy_decoding_on_mtbench[large]",
     "test_cycle_counts.py::test_a_fixed_trees_drafted_cycles_are_counted_after_the_first_and_both_arms_decode_the_same",
+    # Triton's interpreter (2026-12-01): an EAGLE-1 head's greedy run on the five-kernel layer (82 s; the EAGLE-3
+    # head's, on the same products and its own drafting, stays), an EAGLE-1 run's chunked static prefill (the
+    # EAGLE-3 run's stays)
+    "test_static.py::test_greedy_eagle_on_the_five_kernel_layer_writes_plain_decodings_tokens[eagle1]",
+    "test_static.py::test_a_static_prefill_replays_the_captured_steps_chunk_by_chunk[eagle1]",
 )
 
 

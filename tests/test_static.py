@@ -11,6 +11,7 @@ operations per layer stay within a budget; a failed capture falls back, saying s
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import time
 from collections import Counter
@@ -27,7 +28,7 @@ from eagleviz.decoding.steps import decode_path
 from eagleviz.models.draft import DraftHead, random_head
 from eagleviz.decoding.engine import FED_AHEAD
 from eagleviz.models.host import Landing, counting_reads
-from eagleviz.models.static import BUCKETS, StaticSteps, StepOutput, Uncaptured, bucket, capacity_bucket
+from eagleviz.models.static import BUCKETS, Replay, StaticSteps, StepOutput, Uncaptured, bucket, capacity_bucket
 from eagleviz.models.target import TargetModel
 from eagleviz.models import layers
 from kernels import layer_ops
@@ -56,6 +57,25 @@ def engine(target, decode: str, graphs=None, **kwargs) -> Engine:
     if graphs is not None:
         e.make_graphs = lambda: graphs
     return e
+
+
+def test_a_replay_holds_what_its_capture_read_and_a_read_of_a_freed_tensor_fails():
+    """A CUDA graph holds the addresses of what its recorded call read: a tensor made before the capture and held
+    by the step's closure alone lives as long as the replay holds the step (`Replay`); the CPU's stand-in fails a
+    replay that reads one freed since (on an H200 such reads made a cost-aware cycle keep nodes without their
+    parents); a tensor the recorded call made itself is the record's own."""
+    def step_over(values):
+        mask = torch.tensor(values)           # made before the capture, held by the closure alone
+        return lambda: (mask + torch.tensor([10.0, 20.0])).sum()   # the second made by the call itself
+
+    replay = Recording(warmup=1).capture(step_over([1.0, 2.0]))
+    gc.collect()
+    assert isinstance(replay, Replay) and replay().item() == 33.0 and replay().item() == 33.0
+    bare = Replay(replay.run, None)           # a graph's addresses without the step that held their tensors
+    del replay
+    gc.collect()
+    with pytest.raises(AssertionError, match="freed since"):
+        bare()
 
 
 def test_buckets_hold_every_step_size_and_capacities_are_shared():
@@ -442,9 +462,9 @@ def _shaped_head(target, layers_n: int, norm_first: bool) -> DraftHead:
     return head
 
 
-@pytest.mark.parametrize("layers_n,norm_first,k", [(1, True, 4), (2, False, 2)])
+@pytest.mark.parametrize("layers_n,norm_first,k,deep", [(1, True, 4, 5), (2, False, 2, 3)])
 def test_an_eagle3_heads_levels_on_the_five_kernel_layer_are_eight_kernels_each(wide_heads, launches, monkeypatch,
-                                                                               layers_n, norm_first, k):
+                                                                               layers_n, norm_first, k, deep):
     """Where the target runs the five-kernel layer, an EAGLE-3 head's captured drafting runs its layers as the same
     products (`DraftHead.step_products`), each level's frontier, rows and ancestry in one kernel
     (`draft_select.frontier`), its logits' norm in the LM head's prologue: the tokens, frontiers and (to
@@ -456,7 +476,7 @@ def test_an_eagle3_heads_levels_on_the_five_kernel_layer_are_eight_kernels_each(
     target, products = wide_heads
     head = _shaped_head(target, layers_n, norm_first)
     per_depth = {}
-    for steps in (2, 5):
+    for steps in (2, deep):   # (a two-layer head one level deeper only: each level ~10 s in the interpreter)
         tree = TreeConfig.create(steps, k, 1 + k * steps, adaptive=False)
         drafted, kernels, _ = drafted_on((target, products), head, tree, "eagle3", launches)
         (ids, logprobs, fronts), (p_ids, p_logprobs, p_fronts) = drafted
@@ -464,9 +484,9 @@ def test_an_eagle3_heads_levels_on_the_five_kernel_layer_are_eight_kernels_each(
         assert all(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-4) for a, b in zip(logprobs, p_logprobs))
         assert launches["frontier"] == steps - 1 and launches["norm_qkv_rope"] == steps * layers_n
         per_depth[steps] = kernels
-    per_level = (per_depth[5][1] - per_depth[2][1]) / 3
+    per_level = (per_depth[deep][1] - per_depth[2][1]) / (deep - 2)
     assert per_level == 3 + 5 * layers_n, per_depth
-    assert per_depth[5][0] - per_depth[2][0] >= 3 * 25, per_depth   # PyTorch's operations: ~40 a level
+    assert per_depth[deep][0] - per_depth[2][0] >= (deep - 2) * 25, per_depth   # PyTorch's operations: ~40 a level
     e = Engine(products, head, "random", attn_impl="triton", decode="static", compiled_sampling=False, ledger=False)
     assert DeviceDrafter(e, 96, TreeConfig.create(), Recording()).products
     # a drafting's fixed kernels: the fused features' product, the encoded rows' five a layer, the last row

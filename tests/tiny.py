@@ -4,7 +4,11 @@ code as `--model random`: eagleviz.models.synthetic)."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
+import sys
+import traceback
+import weakref
 from typing import NoReturn
 
 import torch
@@ -14,6 +18,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from eagleviz.decoding.costs import CostModel
 from eagleviz.decoding.engine import Engine
 from eagleviz.models.draft import random_head
+from eagleviz.models.static import Replay
 from eagleviz.models.synthetic import CharTokenizer, random_hf_model
 from eagleviz.models.target import TargetModel
 from kernels import capability
@@ -87,9 +92,12 @@ class Recording:
     (`make_fx`: the ATen operations over the step's own tensors, with their side effects, as the recording call
     of a capture) and every replay runs that record over the same buffers without running the step's Python
     again: a Python number the step read (its cache length, a count) stays what it was at the capture, and
-    every replay rewrites the same output tensors (the first replay's), as in a CUDA graph. `freeze` False
-    replays by calling the step again (steps whose kernels run in Triton's interpreter, which make_fx cannot
-    record). `captures` counts the captures made."""
+    every replay rewrites the same output tensors (the first replay's), as in a CUDA graph. Like a CUDA graph,
+    the record holds the tensors made before the capture by their addresses alone (`weakref`): what keeps them
+    is what the capture returns (`static.Replay`, holding the step), and a replay that reads one freed since
+    fails (on a GPU it would read whatever the allocator put there). Tensors the recorded call made itself are
+    the graph's own (its memory pool). `freeze` False replays by calling the step again (steps whose kernels
+    run in Triton's interpreter, which make_fx cannot record). `captures` counts the captures made."""
 
     captured = True
 
@@ -102,18 +110,44 @@ class Recording:
         self.captures += 1
         if not self.freeze:
             fn()
-            return fn
+            return Replay(fn, fn)
         layout = {}
 
         def flat() -> list[torch.Tensor]:
             leaves, layout["spec"] = _flatten(fn())
             return leaves
 
-        graph = make_fx(flat)()
+        gc.freeze()   # what lives now is left out of the collection below: it scans only what the trace made
+        stack = traceback.extract_stack   # make_fx makes a FakeTensorMode for each operation's value, and each
+        traceback.extract_stack = lambda *args, **kwargs: traceback.StackSummary()   # took the stack: ~1/3 of it
+        try:
+            graph = make_fx(flat)()
+            # A constant the trace made is held by the record alone, as a probe put there is (once the tracer's
+            # own cycles have let go of what they held); one made before it, by the step's closure too.
+            gc.collect()
+        finally:
+            traceback.extract_stack = stack
+            gc.unfreeze()
+        graph._buffers["_probe"] = torch.empty(0)
+        counts = {name: sys.getrefcount(t) for name, t in graph._buffers.items()}
+        alone = counts.pop("_probe")
+        del graph._buffers["_probe"]
+        addresses = {name: weakref.ref(graph._buffers[name]) for name, n in counts.items() if n > alone}
+        for name in addresses:
+            del graph._buffers[name]
         outputs: list[torch.Tensor] = []
 
         def replay():
-            new = graph()
+            for name, address in addresses.items():
+                tensor = address()
+                assert tensor is not None, (f"a replay read {name}, a tensor made before its capture and freed "
+                                            "since: a CUDA graph would read whatever the allocator put there")
+                graph._buffers[name] = tensor
+            try:
+                new = graph()
+            finally:
+                for name in addresses:
+                    del graph._buffers[name]
             if not outputs:
                 outputs.extend(new)
             for out, value in zip(outputs, new):
@@ -121,7 +155,7 @@ class Recording:
                     out.copy_(value)
             return _unflatten(outputs, layout["spec"])
 
-        return replay
+        return Replay(replay, fn)
 
 
 class Counting(Recording):

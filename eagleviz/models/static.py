@@ -73,11 +73,29 @@ class Uncaptured:
         return fn
 
 
+class Replay:
+    """A captured step's replay: `run` replays it; `step`, the function that was captured, is held for as long as
+    the replay is. A CUDA graph holds the addresses of the tensors its recorded call read, not the tensors: one
+    made before the capture and held by the step's closure alone (a mask, a tree's depths, a record's constants)
+    would go back to the allocator with the step, and every replay would then read, or write, whatever a later
+    allocation put there (on an H200 a cost-aware cycle kept a node without its parent, ordered by garbage depths:
+    docs/performance.md entry 73)."""
+
+    __slots__ = ("run", "step")
+
+    def __init__(self, run: Callable[[], StepOutput], step: Callable[[], StepOutput]):
+        self.run, self.step = run, step
+
+    def __call__(self) -> StepOutput:
+        return self.run()
+
+
 class CudaGraphs:
     """CUDA-graph capture: `capture(fn)` warms fn up on a side stream (Triton compiles, cuBLAS picks its
     kernels), records one call into a graph with a memory pool of its own, and returns a replay that gives the
-    outputs of the recorded call (the same tensors each time, rewritten in place). Graphs replayed in any
-    order must not share a pool: one graph's temporaries could land on another's outputs."""
+    outputs of the recorded call (the same tensors each time, rewritten in place) and holds fn, and so every tensor
+    the call read (`Replay`). Graphs replayed in any order must not share a pool: one graph's temporaries could land
+    on another's outputs."""
 
     captured = True
 
@@ -99,7 +117,7 @@ class CudaGraphs:
             graph.replay()
             return out
 
-        return replay
+        return Replay(replay, fn)
 
 
 def capture_or_fall_back(state, fn: Callable, what: str, then: str) -> Callable:
