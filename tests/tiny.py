@@ -4,9 +4,7 @@ code as `--model random`: eagleviz.models.synthetic)."""
 from __future__ import annotations
 
 import dataclasses
-import gc
 import os
-import sys
 import traceback
 import weakref
 from typing import NoReturn
@@ -117,22 +115,17 @@ class Recording:
             leaves, layout["spec"] = _flatten(fn())
             return leaves
 
-        gc.freeze()   # what lives now is left out of the collection below: it scans only what the trace made
         stack = traceback.extract_stack   # make_fx makes a FakeTensorMode for each operation's value, and each
         traceback.extract_stack = lambda *args, **kwargs: traceback.StackSummary()   # took the stack: ~1/3 of it
         try:
             graph = make_fx(flat)()
-            # A constant the trace made is held by the record alone, as a probe put there is (once the tracer's
-            # own cycles have let go of what they held); one made before it, by the step's closure too.
-            gc.collect()
         finally:
             traceback.extract_stack = stack
-            gc.unfreeze()
-        graph._buffers["_probe"] = torch.empty(0)
-        counts = {name: sys.getrefcount(t) for name, t in graph._buffers.items()}
-        alone = counts.pop("_probe")
-        del graph._buffers["_probe"]
-        addresses = {name: weakref.ref(graph._buffers[name]) for name, n in counts.items() if n > alone}
+        # A constant the recorded call made (`torch.tensor(...)` in the step) is lifted into the record by
+        # `lift_fresh_copy`; every other one was made before the capture.
+        own = {node.target for node in graph.graph.nodes if node.op == "get_attr" and node.users
+               and all(user.target is torch.ops.aten.lift_fresh_copy.default for user in node.users)}
+        addresses = {name: weakref.ref(t) for name, t in graph._buffers.items() if name not in own}
         for name in addresses:
             del graph._buffers[name]
         outputs: list[torch.Tensor] = []
