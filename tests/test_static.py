@@ -63,7 +63,8 @@ def test_a_replay_holds_what_its_capture_read_and_a_read_of_a_freed_tensor_fails
     """A CUDA graph holds the addresses of what its recorded call read: a tensor made before the capture and held
     by the step's closure alone lives as long as the replay holds the step (`Replay`); the CPU's stand-in fails a
     replay that reads one freed since (on an H200 such reads made a cost-aware cycle keep nodes without their
-    parents); a tensor the recorded call made itself is the record's own."""
+    parents); a tensor the recorded call made itself is the record's own, and a view's memory lives while the
+    tensor it views does."""
     def step_over(values):
         mask = torch.tensor(values)           # made before the capture, held by the closure alone
         return lambda: (mask + torch.tensor([10.0, 20.0])).sum()   # the second made by the call itself
@@ -76,6 +77,30 @@ def test_a_replay_holds_what_its_capture_read_and_a_read_of_a_freed_tensor_fails
     gc.collect()
     with pytest.raises(AssertionError, match="freed since"):
         bare()
+    # a view made for the step, of a buffer that lives on: its memory lives, whatever becomes of the view
+    def step_on(rows):
+        part = rows[2:4]
+        return lambda: part * 2
+
+    buffer = torch.arange(6.0)
+    bare = Replay(Recording(warmup=1).capture(step_on(buffer)).run, None)
+    gc.collect()
+    buffer[2:4] = torch.tensor([5.0, 7.0])
+    assert bare().tolist() == [10.0, 14.0]
+
+
+def test_a_five_kernel_state_holds_the_rope_tables_its_graphs_read(wide_heads):
+    """The five-kernel layer reads RoPE from the target's tables; a larger state grows them (new tensors): a
+    state's own tables (`StaticSteps.rope`), which its graphs read, stay alive with it."""
+    import weakref
+
+    _, products = wide_heads
+    small = StaticSteps(products, 64, "torch", None, Recording(freeze=False))
+    read = weakref.ref(small.rope[0])
+    large = StaticSteps(products, 4 * small.cache.capacity, "torch", None, Recording(freeze=False))
+    gc.collect()
+    assert large.rope[0] is not small.rope[0] and large.rope[0].shape[0] > small.rope[0].shape[0]
+    assert read() is small.rope[0]
 
 
 def test_buckets_hold_every_step_size_and_capacities_are_shared():

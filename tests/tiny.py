@@ -8,9 +8,11 @@ import os
 import traceback
 import weakref
 from typing import NoReturn
+from unittest import mock
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from eagleviz.decoding.costs import CostModel
@@ -115,31 +117,37 @@ class Recording:
             leaves, layout["spec"] = _flatten(fn())
             return leaves
 
-        stack = traceback.extract_stack   # make_fx makes a FakeTensorMode for each operation's value, and each
-        traceback.extract_stack = lambda *args, **kwargs: traceback.StackSummary()   # took the stack: ~1/3 of it
-        try:
+        # make_fx makes a FakeTensorMode for each operation's value, and each took the Python stack: ~1/3 of a trace
+        with mock.patch.object(traceback, "extract_stack", lambda *args, **kwargs: traceback.StackSummary()):
             graph = make_fx(flat)()
-        finally:
-            traceback.extract_stack = stack
-        # A constant the recorded call made (`torch.tensor(...)` in the step) is lifted into the record by
-        # `lift_fresh_copy`; every other one was made before the capture.
+        # A constant the recorded call made (`torch.tensor(...)`, `as_tensor`, `from_numpy` in the step) is lifted
+        # into the record by `lift_fresh_copy` (`frombuffer` and `from_dlpack` would not be: none is used); every
+        # other one was made before the capture, and its memory lives while any tensor over it does (a view of a
+        # state's buffer made for the step: the buffer; views of inference tensors do not name their base).
         own = {node.target for node in graph.graph.nodes if node.op == "get_attr" and node.users
                and all(user.target is torch.ops.aten.lift_fresh_copy.default for user in node.users)}
-        addresses = {name: weakref.ref(t) for name, t in graph._buffers.items() if name not in own}
+        addresses = {name: (weakref.ref(t), *_memory(t)) for name, t in graph._buffers.items() if name not in own}
         for name in addresses:
             del graph._buffers[name]
         outputs: list[torch.Tensor] = []
 
+        def read(name: str) -> torch.Tensor:
+            tensor, memory, (dtype, offset, size, stride) = addresses[name]
+            if tensor() is not None:
+                return tensor()
+            assert memory is not None and not memory.expired(), (
+                f"a replay read {name}, a tensor made before its capture and freed since: a CUDA graph would read "
+                "whatever the allocator put there")
+            storage = torch.UntypedStorage._new_with_weak_ptr(memory.cdata)
+            return torch.empty(0, dtype=dtype, device=storage.device).set_(storage, offset, size, stride)
+
         def replay():
-            for name, address in addresses.items():
-                tensor = address()
-                assert tensor is not None, (f"a replay read {name}, a tensor made before its capture and freed "
-                                            "since: a CUDA graph would read whatever the allocator put there")
-                graph._buffers[name] = tensor
+            tensors = {name: read(name) for name in addresses}
+            graph._buffers.update(tensors)
             try:
                 new = graph()
             finally:
-                for name in addresses:
+                for name in tensors:
                     del graph._buffers[name]
             if not outputs:
                 outputs.extend(new)
@@ -149,6 +157,15 @@ class Recording:
             return _unflatten(outputs, layout["spec"])
 
         return Replay(replay, fn)
+
+
+def _memory(t: torch.Tensor) -> tuple:
+    """A weak reference to the memory under t, and how t views it (None for a tensor whose memory PyTorch does not
+    show, such as oneDNN's packed weights: t itself is then what must live)."""
+    try:
+        return StorageWeakRef(t.untyped_storage()), (t.dtype, t.storage_offset(), t.size(), t.stride())
+    except NotImplementedError:
+        return None, (None, None, None, None)
 
 
 class Counting(Recording):

@@ -76,26 +76,26 @@ class Uncaptured:
 class Replay:
     """A captured step's replay: `run` replays it; `step`, the function that was captured, is held for as long as
     the replay is. A CUDA graph holds the addresses of the tensors its recorded call read, not the tensors: one
-    made before the capture and held by the step's closure alone (a mask, a tree's depths, a record's constants)
-    would go back to the allocator with the step, and every replay would then read, or write, whatever a later
-    allocation put there (on an H200 a cost-aware cycle kept a node without its parent, ordered by garbage depths:
-    docs/performance.md entry 73)."""
+    made before the capture and held by the step's closure alone would go back to the allocator with the step,
+    and every replay would then read, or write, whatever a later allocation put there (docs/performance.md
+    entry 73). What the step reads through an object it holds (a state's buffers, its tables) lives as long as
+    that object keeps it."""
 
     __slots__ = ("run", "step")
 
-    def __init__(self, run: Callable[[], StepOutput], step: Callable[[], StepOutput]):
+    def __init__(self, run: Callable[[], object], step: Callable[[], object] | None):
         self.run, self.step = run, step
 
-    def __call__(self) -> StepOutput:
+    def __call__(self):
         return self.run()
 
 
 class CudaGraphs:
     """CUDA-graph capture: `capture(fn)` warms fn up on a side stream (Triton compiles, cuBLAS picks its
     kernels), records one call into a graph with a memory pool of its own, and returns a replay that gives the
-    outputs of the recorded call (the same tensors each time, rewritten in place) and holds fn, and so every tensor
-    the call read (`Replay`). Graphs replayed in any order must not share a pool: one graph's temporaries could land
-    on another's outputs."""
+    outputs of the recorded call (the same tensors each time, rewritten in place) and holds fn, and with it what
+    fn's closure holds (`Replay`). Graphs replayed in any order must not share a pool: one graph's temporaries could
+    land on another's outputs."""
 
     captured = True
 
@@ -196,8 +196,9 @@ class StaticSteps:
         self.queued = target.device.type == "cuda"  # a step returns before its kernels finish
         self.cache = target.new_cache(capacity + BUCKETS[-1])
         self.inputs = StepInputs(target.device)
-        if target.layer_products:  # RoPE's tables, which the five-kernel layer reads, made before any capture
-            target.rope_tables(self.cache.capacity, target.dtype)
+        # RoPE's tables, which the five-kernel layer reads, made before any capture and held here: a larger state
+        # that grows the target's tables leaves these, which this state's graphs read, alive (entry 73)
+        self.rope = target.rope_tables(self.cache.capacity, target.dtype) if target.layer_products else None
         # a sampled step fed back on the device: its uniform (written before each launch) and what it read
         self.uniform = torch.zeros(1, dtype=torch.float64, device=target.device)
         self.drawn = torch.zeros(3, dtype=torch.float64, device=target.device)
