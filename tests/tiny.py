@@ -93,9 +93,9 @@ class Recording:
     of a capture) and every replay runs that record over the same buffers without running the step's Python
     again: a Python number the step read (its cache length, a count) stays what it was at the capture, and
     every replay rewrites the same output tensors (the first replay's), as in a CUDA graph. Like a CUDA graph,
-    the record holds the tensors made before the capture by their addresses alone (`weakref`): what keeps them
-    is what the capture returns (`static.Replay`, holding the step), and a replay that reads one freed since
-    fails (on a GPU it would read whatever the allocator put there). Tensors the recorded call made itself are
+    the record holds the tensors made before the capture by weak references to their memory alone (`_memory`):
+    what keeps them is what the capture returns (`static.Replay`, holding the step), and a replay that reads
+    memory freed since fails (on a GPU it would read whatever the allocator put there). Tensors the recorded call made itself are
     the graph's own (its memory pool). `freeze` False replays by calling the step again (steps whose kernels
     run in Triton's interpreter, which make_fx cannot record). `captures` counts the captures made."""
 
