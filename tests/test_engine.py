@@ -12,7 +12,7 @@ import torch
 from scipy.stats import chisquare
 
 from eagleviz.config import SamplingConfig, TreeConfig
-from eagleviz.decoding.costs import CostModel
+from eagleviz.decoding.costs import CostModel, Prices
 from eagleviz.decoding.engine import PHASES, REFERENCE_NOTE, Engine
 from eagleviz.errors import UserFacingError
 from eagleviz.models.draft import DraftConfig, DraftHead
@@ -670,8 +670,11 @@ def test_stops_at_eos_and_at_max_new_tokens():
     assert spec.token_ids == plain[: plain.index(eos) + 1] and spec.stop_reason == "eos"
 
 
-def test_prompt_over_context_limit_is_a_clear_error():
+def test_prompt_over_context_limit_is_a_clear_error_before_any_price_list_is_measured():
+    """The refusal comes first: a cost-aware tree whose price list is still to be measured (tens of seconds on a
+    CPU without weight blocks) does not measure it for a prompt it refuses."""
     engine = tiny_engine("llama")
+    engine.prices = Prices(lambda: pytest.fail("a price list was measured for a prompt over the context limit"))
     with pytest.raises(UserFacingError, match="context limit"):
         run(engine, [1] * 300, TreeConfig(), SamplingConfig())
 

@@ -249,11 +249,11 @@ def test_plotly_keeps_each_views_margins_so_it_lays_each_figure_out_once(page):
     for entry in gallery.entries():
         run = gallery.load(entry.id)
         figures.append((f"{entry.id} summary", json.loads(summary_figure(run).to_json())))
-        for cycle in run.cycles[:: max(1, len(run.cycles) // 3)]:
+        for cycle in run.cycles[:: max(1, len(run.cycles) // 2)]:  # the first, a middle one and (in some) a late one
             views = cycle_figures(run, cycle.index)
             figures += [(f"{entry.id} cycle {cycle.index} {name}", json.loads(getattr(views, name).to_json()))
                         for name in ("tree", "mask", "path", "kv")]
-    assert len(figures) > 80
+    assert len(figures) > 70
     page.wait_for_function("() => window.Plotly", timeout=60_000)
     for width in VIEW_WIDTHS:
         moved = page.evaluate(DRAW_JS, [figures, width])

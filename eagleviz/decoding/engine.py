@@ -723,10 +723,11 @@ class Engine:
         if use_head and tree_cfg.topk > self.head.config.draft_vocab_size:
             raise UserFacingError(f"topk {tree_cfg.topk} is more than the {self.head.config.draft_vocab_size} tokens "
                                   "the head drafts among (--draft-vocab): lower topk or draft among more tokens")
-        if tree_cfg.adaptive:  # a price list still to be measured is measured now, not inside the run
+        capacity = self._capacity(len(prompt_ids), sampling, tree_cfg)  # a prompt too long is refused before any
+        # measuring: a price list still to be measured is measured now, not inside the run
+        if tree_cfg.adaptive:
             self.prices.get()
         start = time.perf_counter()
-        capacity = self._capacity(len(prompt_ids), sampling, tree_cfg)
         steps = target_steps(self, capacity, self.feature_layers if use_head else None)
         dcache = draft_state(self, steps.capacity, tree_cfg) if use_head else None
         try:
