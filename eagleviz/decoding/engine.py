@@ -723,8 +723,8 @@ class Engine:
         if use_head and tree_cfg.topk > self.head.config.draft_vocab_size:
             raise UserFacingError(f"topk {tree_cfg.topk} is more than the {self.head.config.draft_vocab_size} tokens "
                                   "the head drafts among (--draft-vocab): lower topk or draft among more tokens")
-        capacity = self._capacity(len(prompt_ids), sampling, tree_cfg)  # a prompt too long is refused before any
-        # measuring: a price list still to be measured is measured now, not inside the run
+        # a prompt too long is refused first; then a price list still to be measured is measured, not inside the run
+        capacity = self._capacity(len(prompt_ids), sampling, tree_cfg)
         if tree_cfg.adaptive:
             self.prices.get()
         start = time.perf_counter()
